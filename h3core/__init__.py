@@ -1,0 +1,81 @@
+"""h3core: run long GPU video-generation jobs so that none is ever stuck, lost or half-done."""
+
+from h3core.adapters.artifacts import ArtifactStore, LocalArtifactStore
+from h3core.adapters.store import Conflict, EventStore, MemoryEventStore, SchemaTooNew, SQLiteEventStore, UnknownJob
+from h3core.bus import EventBus
+from h3core.domain.admission import Admit, AdmissionPolicy, AdmitAll, Ceiling, Decision, Refuse
+from h3core.domain.events import (
+    FAILURE_KINDS,
+    Admitted,
+    Artifact,
+    AttemptFailed,
+    Body,
+    CancelRequested,
+    Cancelled,
+    Done,
+    Event,
+    Failed,
+    FailureKind,
+    Progress,
+    Running,
+    Submitted,
+)
+from h3core.domain.request import GenerationRequest, Keyframes, References
+from h3core.domain.retry import RetryPolicy
+from h3core.domain.state import IllegalEvent, JobState, apply, fold
+from h3core.executors import Executor, ExecutorFailure, FakeExecutor, FakePlan, Heartbeat, JobSpec, Result, classify
+from h3core.runner import IdempotencyMismatch, NotCancellable, Refused, Runner, RunnerConfig, ShuttingDown
+
+__all__ = [
+    "FAILURE_KINDS",
+    "Admit",
+    "AdmissionPolicy",
+    "AdmitAll",
+    "Admitted",
+    "Artifact",
+    "ArtifactStore",
+    "AttemptFailed",
+    "Body",
+    "CancelRequested",
+    "Cancelled",
+    "Ceiling",
+    "Conflict",
+    "Decision",
+    "Done",
+    "Event",
+    "EventBus",
+    "EventStore",
+    "Executor",
+    "ExecutorFailure",
+    "Failed",
+    "FailureKind",
+    "FakeExecutor",
+    "FakePlan",
+    "GenerationRequest",
+    "Heartbeat",
+    "IdempotencyMismatch",
+    "IllegalEvent",
+    "JobSpec",
+    "JobState",
+    "Keyframes",
+    "LocalArtifactStore",
+    "MemoryEventStore",
+    "NotCancellable",
+    "Progress",
+    "Refuse",
+    "Refused",
+    "References",
+    "Result",
+    "RetryPolicy",
+    "Runner",
+    "RunnerConfig",
+    "Running",
+    "SQLiteEventStore",
+    "SchemaTooNew",
+    "ShuttingDown",
+    "Submitted",
+    "UnknownJob",
+    "apply",
+    "classify",
+    "fold",
+]

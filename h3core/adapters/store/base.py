@@ -1,0 +1,91 @@
+"""The event store contract.
+
+A store keeps each job's append-only event log and a projection of every job's current state
+for listing. Implementations must honour:
+
+- **Validate before write.** `append` folds the new events onto the job's current state (as
+  read inside the same write transaction) with `h3core.domain.state.extend`; an illegal event
+  raises `IllegalEvent` and nothing of the batch is stored.
+- **Atomic batches.** All events of one `append` and the projection update land together or not
+  at all.
+- **Optimistic concurrency.** With `expected_seq`, the append fails with `Conflict` unless the
+  job's last stored seq equals it (0: the job must not exist yet). `(job_id, seq)` is unique.
+- **Never updated, never deleted.** Stored events are immutable.
+- **No open cursors.** Every read returns fully materialised values, so a read never holds a
+  lock a writer waits on (field notes §2.3).
+- **Queue order.** `queued()` returns queued jobs by priority (highest first), then by
+  submission order; a retried job keeps its original place.
+
+`MemoryEventStore` is the fake that honours the same contract; `SQLiteEventStore` the real one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Protocol, runtime_checkable
+
+from h3core.domain.events import Body, Event
+from h3core.domain.state import JobState, Status
+
+
+class Conflict(RuntimeError):
+    """The job's log moved on since the caller read it (or the job already exists)."""
+
+
+class UnknownJob(KeyError):
+    """No job with that id."""
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    def append(
+        self, job_id: str, bodies: Sequence[Body], *, expected_seq: int | None = None
+    ) -> tuple[JobState, tuple[Event, ...]]:
+        """Append `bodies` to the job's log (a new job when the first body is `Submitted`)."""
+        ...
+
+    def import_events(self, events: Sequence[Event]) -> int:
+        """Store events made elsewhere (their seq and time kept), checked like `append`.
+
+        Events already present with identical content are skipped; returns how many were new.
+        """
+        ...
+
+    def get(self, job_id: str) -> JobState | None: ...
+
+    def events(self, job_id: str, after_seq: int = 0) -> list[Event]: ...
+
+    def by_idempotency_key(self, key: str) -> JobState | None: ...
+
+    def list_jobs(
+        self, *, status: Status | None = None, limit: int = 50, before: int | None = None
+    ) -> list[tuple[int, JobState]]:
+        """Newest first, with each job's cursor (its submission order); `before` pages on."""
+        ...
+
+    def queued(self, limit: int = 100) -> list[JobState]:
+        """Queued jobs in the order they should run."""
+        ...
+
+    def unfinished(self) -> list[JobState]:
+        """Every job that has not ended, in queue order."""
+        ...
+
+    def counts(self) -> dict[str, int]:
+        """Jobs per status."""
+        ...
+
+    def job_ids(self) -> list[str]:
+        """Every job id, in submission order."""
+        ...
+
+    def all_events(self, batch: int = 10_000) -> Iterator[Event]:
+        """Every stored event, job by job in submission order, fetched in batches."""
+        ...
+
+    def close(self) -> None: ...

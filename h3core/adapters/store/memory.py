@@ -1,0 +1,122 @@
+"""An in-memory event store: the fake that honours the `EventStore` contract, for tests."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+
+from h3core.adapters.store.base import Conflict, UnknownJob, utc_now
+from h3core.domain.events import Body, Event, Submitted
+from h3core.domain.state import JobState, Status, apply, extend
+
+
+class MemoryEventStore:
+    def __init__(self, *, clock: Callable[[], datetime] = utc_now) -> None:
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._logs: dict[str, list[Event]] = {}
+        self._states: dict[str, JobState] = {}
+        self._order: dict[str, int] = {}  # job -> submission order
+        self._keys: dict[str, str] = {}  # idempotency key -> job
+
+    def _commit(self, state: JobState, events: Sequence[Event]) -> None:
+        if isinstance(events[0].body, Submitted):
+            if state.idempotency_key is not None:
+                if state.idempotency_key in self._keys:
+                    raise Conflict(f"idempotency key {state.idempotency_key!r} is already in use")
+                self._keys[state.idempotency_key] = state.job_id
+            self._order[state.job_id] = len(self._order) + 1
+            self._logs[state.job_id] = []
+        self._logs[state.job_id].extend(events)
+        self._states[state.job_id] = state
+
+    def append(
+        self, job_id: str, bodies: Sequence[Body], *, expected_seq: int | None = None
+    ) -> tuple[JobState, tuple[Event, ...]]:
+        if not bodies:
+            raise ValueError("append needs at least one event")
+        with self._lock:
+            state = self._states.get(job_id)
+            current = state.last_seq if state else 0
+            if expected_seq is not None and expected_seq != current:
+                raise Conflict(f"job {job_id} is at seq {current}, caller expected {expected_seq}")
+            if state is None and not isinstance(bodies[0], Submitted):
+                raise UnknownJob(job_id)
+            new_state, events = extend(state, job_id, bodies, self._clock())
+            self._commit(new_state, events)
+        return new_state, events
+
+    def import_events(self, events: Sequence[Event]) -> int:
+        added = 0
+        with self._lock:
+            staged: dict[str, tuple[JobState, list[Event]]] = {}
+            for e in sorted(events, key=lambda e: (e.job_id, e.seq)):
+                log = self._logs.get(e.job_id, [])
+                if e.seq <= len(log):
+                    if log[e.seq - 1] != e:
+                        raise Conflict(f"job {e.job_id} event #{e.seq} differs from the stored one")
+                    continue
+                prev = staged.get(e.job_id, (self._states.get(e.job_id), []))
+                staged[e.job_id] = (apply(prev[0], e), [*prev[1], e])
+            for state, evs in staged.values():
+                self._commit(state, evs)
+                added += len(evs)
+        return added
+
+    def get(self, job_id: str) -> JobState | None:
+        with self._lock:
+            return self._states.get(job_id)
+
+    def events(self, job_id: str, after_seq: int = 0) -> list[Event]:
+        with self._lock:
+            return list(self._logs.get(job_id, [])[after_seq:])
+
+    def by_idempotency_key(self, key: str) -> JobState | None:
+        with self._lock:
+            job = self._keys.get(key)
+            return self._states[job] if job else None
+
+    def _ordered(self) -> list[JobState]:
+        return [self._states[j] for j in sorted(self._order, key=self._order.__getitem__)]
+
+    def list_jobs(
+        self, *, status: Status | None = None, limit: int = 50, before: int | None = None
+    ) -> list[tuple[int, JobState]]:
+        with self._lock:
+            out = [
+                (self._order[s.job_id], s)
+                for s in reversed(self._ordered())
+                if (status is None or s.status == status)
+                and (before is None or self._order[s.job_id] < before)
+            ]
+        return out[:limit]
+
+    def _queue_sorted(self, statuses: set[str]) -> list[JobState]:
+        with self._lock:
+            jobs = [s for s in self._ordered() if s.status in statuses]
+            return sorted(jobs, key=lambda s: (-s.priority, self._order[s.job_id]))
+
+    def queued(self, limit: int = 100) -> list[JobState]:
+        return self._queue_sorted({"queued"})[:limit]
+
+    def unfinished(self) -> list[JobState]:
+        return self._queue_sorted({"submitted", "queued", "running"})
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            out: dict[str, int] = {}
+            for s in self._states.values():
+                out[s.status] = out.get(s.status, 0) + 1
+            return out
+
+    def job_ids(self) -> list[str]:
+        with self._lock:
+            return [s.job_id for s in self._ordered()]
+
+    def all_events(self, batch: int = 10_000) -> Iterator[Event]:
+        for job_id in self.job_ids():
+            yield from self.events(job_id)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,295 @@
+"""The SQLite event store: an append-only `events` table and a `jobs` projection, in one file.
+
+Why it cannot say "database is locked" (field notes §2.3): WAL lets readers and the writer run
+side by side; every write transaction starts with `BEGIN IMMEDIATE`, which takes the write lock
+up front so a second writer waits out the busy timeout instead of failing on a lock upgrade;
+and no read ever leaves a cursor open.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+from sqlite_utils import Database
+
+from h3core.adapters.store.base import Conflict, UnknownJob, utc_now
+from h3core.domain.events import Body, Event, Submitted, event_from_json
+from h3core.domain.state import JobState, Status, apply, extend
+
+SCHEMA_VERSION = 1
+
+
+class SchemaTooNew(RuntimeError):
+    """The file was written by a newer h3core; this one must not touch it."""
+
+
+def _v1(db: Database) -> None:
+    db["events"].create(
+        {"id": int, "job_id": str, "seq": int, "type": str, "at": str, "body": str},
+        pk="id",
+        not_null=["job_id", "seq", "type", "at", "body"],
+    )
+    db["events"].create_index(["job_id", "seq"], unique=True, index_name="events_job_seq")
+    db["jobs"].create(
+        {
+            "job_id": str,
+            "queue_order": int,  # the Submitted event's row id: FIFO order, and the list cursor
+            "status": str,
+            "priority": int,
+            "created_at": str,
+            "updated_at": str,
+            "last_seq": int,
+            "idempotency_key": str,
+            "state": str,
+        },
+        pk="job_id",
+        not_null=["queue_order", "status", "priority", "created_at", "updated_at", "last_seq", "state"],
+    )
+    db["jobs"].create_index(["queue_order"], unique=True, index_name="jobs_order")
+    db["jobs"].create_index(["status", "priority", "queue_order"], index_name="jobs_queue")
+    db["jobs"].create_index(["idempotency_key"], unique=True, index_name="jobs_idempotency")
+    # Append-only, enforced by the database itself rather than by convention.
+    for op in ("UPDATE", "DELETE"):
+        db.execute(
+            f"CREATE TRIGGER events_no_{op.lower()} BEFORE {op} ON events "
+            f"BEGIN SELECT RAISE(ABORT, 'events are append-only: {op} refused'); END"
+        )
+
+
+# Index i migrates schema version i to i + 1. Add a function here, never edit an old one.
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1,)
+
+
+class SQLiteEventStore:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        busy_timeout_s: float = 30.0,
+        durable: bool = True,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.path = str(path)
+        self._clock = clock
+        self._lock = threading.RLock()  # one writer per process; the file lock orders processes
+        self._rlock = threading.Lock()
+        self._w = self._connect(busy_timeout_s, durable)
+        self._migrate()
+        self._r = self._connect(busy_timeout_s, durable)
+
+    def _connect(self, busy_timeout_s: float, durable: bool) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        # FULL: a returned append has reached the disk. NORMAL survives a process crash only.
+        conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._w.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._w
+            except BaseException:
+                self._w.execute("ROLLBACK")
+                raise
+            self._w.execute("COMMIT")
+
+    def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+        with self._rlock:
+            return self._r.execute(sql, params).fetchall()
+
+    # -- schema ---------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        return self._w.execute("PRAGMA user_version").fetchone()[0]
+
+    def _migrate(self) -> None:
+        with self._write() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > len(MIGRATIONS):
+                raise SchemaTooNew(
+                    f"{self.path} has schema version {version}; this h3core knows up to "
+                    f"{len(MIGRATIONS)}. Upgrade h3core, or restore the backup taken before the upgrade."
+                )
+            db = Database(conn)
+            for i in range(version, len(MIGRATIONS)):
+                MIGRATIONS[i](db)
+            conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def _state_in(self, conn: sqlite3.Connection, job_id: str) -> JobState | None:
+        row = conn.execute("SELECT state FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        return JobState.model_validate_json(row[0]) if row else None
+
+    def _store(self, conn: sqlite3.Connection, state: JobState, events: Sequence[Event]) -> None:
+        first_id = None
+        for e in events:
+            try:
+                cur = conn.execute(
+                    "INSERT INTO events (job_id, seq, type, at, body) VALUES (?, ?, ?, ?, ?)",
+                    (e.job_id, e.seq, e.type, e.at.isoformat(), e.body.model_dump_json()),
+                )
+            except sqlite3.IntegrityError as exc:  # UNIQUE(job_id, seq): the last-line check
+                raise Conflict(f"job {e.job_id} already has an event #{e.seq}") from exc
+            if first_id is None:
+                first_id = cur.lastrowid
+        row = (
+            state.status,
+            state.updated_at.isoformat(),
+            state.last_seq,
+            state.model_dump_json(),
+            state.job_id,
+        )
+        if isinstance(events[0].body, Submitted):
+            try:
+                conn.execute(
+                    "INSERT INTO jobs (status, updated_at, last_seq, state, job_id, queue_order, "
+                    "priority, created_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*row, first_id, state.priority, state.created_at.isoformat(), state.idempotency_key),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise Conflict(f"idempotency key {state.idempotency_key!r} is already in use") from exc
+        else:
+            conn.execute(
+                "UPDATE jobs SET status = ?, updated_at = ?, last_seq = ?, state = ? WHERE job_id = ?", row
+            )
+
+    def append(
+        self, job_id: str, bodies: Sequence[Body], *, expected_seq: int | None = None
+    ) -> tuple[JobState, tuple[Event, ...]]:
+        if not bodies:
+            raise ValueError("append needs at least one event")
+        with self._write() as conn:
+            state = self._state_in(conn, job_id)
+            current = state.last_seq if state else 0
+            if expected_seq is not None and expected_seq != current:
+                raise Conflict(f"job {job_id} is at seq {current}, caller expected {expected_seq}")
+            if state is None and not isinstance(bodies[0], Submitted):
+                raise UnknownJob(job_id)
+            new_state, events = extend(state, job_id, bodies, self._clock())
+            self._store(conn, new_state, events)
+        return new_state, events
+
+    def import_events(self, events: Sequence[Event]) -> int:
+        by_job: dict[str, list[Event]] = {}
+        for e in events:
+            by_job.setdefault(e.job_id, []).append(e)
+        added = 0
+        with self._write() as conn:
+            for job_id, evs in by_job.items():
+                state = self._state_in(conn, job_id)
+                have = state.last_seq if state else 0
+                if have:
+                    stored = {
+                        seq: body
+                        for seq, body in conn.execute(
+                            "SELECT seq, body FROM events WHERE job_id = ? AND seq <= ?",
+                            (job_id, max(e.seq for e in evs)),
+                        ).fetchall()
+                    }
+                fresh = []
+                for e in sorted(evs, key=lambda e: e.seq):
+                    if e.seq <= have:
+                        if stored.get(e.seq) != e.body.model_dump_json():
+                            raise Conflict(f"job {job_id} event #{e.seq} differs from the stored one")
+                        continue
+                    state = apply(state, e)
+                    fresh.append(e)
+                if fresh:
+                    assert state is not None
+                    self._store(conn, state, fresh)
+                    added += len(fresh)
+        return added
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> JobState | None:
+        rows = self._read("SELECT state FROM jobs WHERE job_id = ?", (job_id,))
+        return JobState.model_validate_json(rows[0][0]) if rows else None
+
+    def events(self, job_id: str, after_seq: int = 0) -> list[Event]:
+        rows = self._read(
+            "SELECT job_id, seq, at, body FROM events WHERE job_id = ? AND seq > ? ORDER BY seq",
+            (job_id, after_seq),
+        )
+        return [_event(r) for r in rows]
+
+    def by_idempotency_key(self, key: str) -> JobState | None:
+        rows = self._read("SELECT state FROM jobs WHERE idempotency_key = ?", (key,))
+        return JobState.model_validate_json(rows[0][0]) if rows else None
+
+    def list_jobs(
+        self, *, status: Status | None = None, limit: int = 50, before: int | None = None
+    ) -> list[tuple[int, JobState]]:
+        where, params = [], []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if before is not None:
+            where.append("queue_order < ?")
+            params.append(before)
+        sql = "SELECT queue_order, state FROM jobs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        rows = self._read(sql + " ORDER BY queue_order DESC LIMIT ?", (*params, limit))
+        return [(order, JobState.model_validate_json(s)) for order, s in rows]
+
+    def queued(self, limit: int = 100) -> list[JobState]:
+        rows = self._read(
+            "SELECT state FROM jobs WHERE status = 'queued' ORDER BY priority DESC, queue_order LIMIT ?",
+            (limit,),
+        )
+        return [JobState.model_validate_json(s) for (s,) in rows]
+
+    def unfinished(self) -> list[JobState]:
+        rows = self._read(
+            "SELECT state FROM jobs WHERE status IN ('submitted', 'queued', 'running') "
+            "ORDER BY priority DESC, queue_order"
+        )
+        return [JobState.model_validate_json(s) for (s,) in rows]
+
+    def counts(self) -> dict[str, int]:
+        return dict(self._read("SELECT status, count(*) FROM jobs GROUP BY status"))
+
+    def job_ids(self) -> list[str]:
+        return [j for (j,) in self._read("SELECT job_id FROM jobs ORDER BY queue_order")]
+
+    def all_events(self, batch: int = 10_000) -> Iterator[Event]:
+        # Keyset pagination over (queue_order, seq): each batch is fetched whole, so no cursor
+        # stays open between batches while the caller (or another connection) writes.
+        last_order, last_seq = -1, 0
+        while True:
+            rows = self._read(
+                "SELECT e.job_id, e.seq, e.at, e.body, j.queue_order FROM events e "
+                "JOIN jobs j ON j.job_id = e.job_id "
+                "WHERE (j.queue_order, e.seq) > (?, ?) ORDER BY j.queue_order, e.seq LIMIT ?",
+                (last_order, last_seq, batch),
+            )
+            if not rows:
+                return
+            for r in rows:
+                yield _event(r)
+            last_order, last_seq = rows[-1][4], rows[-1][1]
+
+    def close(self) -> None:
+        with self._lock, self._rlock:
+            self._r.close()
+            self._w.close()
+
+
+def _event(row: tuple) -> Event:
+    job_id, seq, at, body = row[:4]
+    # Splice the stored JSON body in rather than parse it twice.
+    return event_from_json(f'{{"job_id":{json.dumps(job_id)},"seq":{seq},"at":"{at}","body":{body}}}')

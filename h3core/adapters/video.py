@@ -1,0 +1,47 @@
+"""Write video frames and stereo audio as an H.264 + AAC mp4 (PyAV)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+
+
+def write_mp4(
+    path: Path,
+    frames: np.ndarray,
+    *,
+    fps: int = 24,
+    audio: np.ndarray | None = None,
+    sample_rate: int = 32_000,
+    preset: str = "veryfast",
+) -> None:
+    """`frames`: uint8 [T, H, W, 3] RGB, H and W even. `audio`: float32 [2, samples] in [-1, 1]."""
+    t, h, w, _ = frames.shape
+    with av.open(str(path), "w", format="mp4") as out:
+        video = out.add_stream("libx264", rate=fps)
+        video.width, video.height, video.pix_fmt = w, h, "yuv420p"
+        video.options = {"preset": preset}
+        sound = None
+        if audio is not None:
+            sound = out.add_stream("aac", rate=sample_rate)
+            sound.layout = "stereo"
+        for i in range(t):
+            for packet in video.encode(av.VideoFrame.from_ndarray(frames[i], format="rgb24")):
+                out.mux(packet)
+        for packet in video.encode():
+            out.mux(packet)
+        if sound is not None and audio is not None:
+            chunk = 1024 * 32
+            for start in range(0, audio.shape[1], chunk):
+                frame = av.AudioFrame.from_ndarray(
+                    np.ascontiguousarray(audio[:, start : start + chunk], dtype=np.float32),
+                    format="fltp",
+                    layout="stereo",
+                )
+                frame.sample_rate = sample_rate
+                for packet in sound.encode(frame):
+                    out.mux(packet)
+            for packet in sound.encode():
+                out.mux(packet)

@@ -1,0 +1,153 @@
+"""The events a job's log is made of.
+
+An event is an envelope (`job_id`, `seq`, `at`) around one body. Bodies are what callers
+construct ("a job made progress"); the store gives them their place in the log.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal, get_args
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
+
+from h3core.domain.request import GenerationRequest
+from h3core.domain.retry import RetryPolicy
+
+FailureKind = Literal[
+    "oom",  # the device ran out of memory
+    "executor_error",  # the executor raised something else
+    "executor_lost",  # the executor (process, actor, server) went away mid-job
+    "stalled",  # no progress within the stall timeout
+    "deadline",  # the attempt ran past its deadline
+    "interrupted",  # h3core itself stopped or died mid-job
+    "invalid",  # the job cannot run as asked (bad input the executor found)
+]
+FAILURE_KINDS: tuple[str, ...] = get_args(FailureKind)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+
+class Submitted(_Body):
+    type: Literal["submitted"] = "submitted"
+    request: GenerationRequest
+    priority: int = 0
+    retry: RetryPolicy = RetryPolicy()
+    warnings: tuple[str, ...] = ()
+    idempotency_key: str | None = None
+
+
+class Admitted(_Body):
+    type: Literal["admitted"] = "admitted"
+    # The request's token count where the admission policy computed one (capacity evidence).
+    tokens: int | None = None
+
+
+class Running(_Body):
+    type: Literal["running"] = "running"
+    attempt: int = Field(ge=1)
+    executor: str
+    executor_ref: str | None = None
+    # What the executor chose for this attempt (attention kernel, device group, ...).
+    info: dict[str, str] = Field(default_factory=dict)
+
+
+class Progress(_Body):
+    type: Literal["progress"] = "progress"
+    step: int = Field(ge=0)
+    total: int = Field(ge=1)
+
+
+class Artifact(_Body):
+    """A finished video. `path` is relative to the artifact store's root, never a client's."""
+
+    path: str
+    bytes: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    frames: int = Field(ge=0)
+    duration_s: float = Field(ge=0)
+    media_type: str = "video/mp4"
+
+
+class Done(_Body):
+    type: Literal["done"] = "done"
+    artifact: Artifact
+    tokens: int | None = None
+
+
+class _Failure(_Body):
+    kind: FailureKind
+    message: str
+    detail: str | None = None
+    tokens: int | None = None
+
+
+class AttemptFailed(_Failure):
+    """An attempt failed and the job's retry policy gives it another; not terminal."""
+
+    type: Literal["attempt_failed"] = "attempt_failed"
+    attempt: int = Field(ge=1)
+
+
+class Failed(_Failure):
+    type: Literal["failed"] = "failed"
+
+
+class CancelRequested(_Body):
+    type: Literal["cancel_requested"] = "cancel_requested"
+    reason: str = ""
+
+
+class Cancelled(_Body):
+    type: Literal["cancelled"] = "cancelled"
+    reason: str = ""
+
+
+Body = Annotated[
+    Submitted
+    | Admitted
+    | Running
+    | Progress
+    | Done
+    | AttemptFailed
+    | Failed
+    | CancelRequested
+    | Cancelled,
+    Field(discriminator="type"),
+]
+TERMINAL_TYPES = frozenset({"done", "failed", "cancelled"})
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+    job_id: str = Field(min_length=1, max_length=64)
+    seq: int = Field(ge=1)
+    at: AwareDatetime
+    body: Body
+
+    @property
+    def type(self) -> str:
+        return self.body.type
+
+    @property
+    def terminal(self) -> bool:
+        return self.body.type in TERMINAL_TYPES
+
+
+_EVENT = TypeAdapter(Event)
+_BODY = TypeAdapter(Body)
+
+
+def event_from_json(data: str | bytes) -> Event:
+    return _EVENT.validate_json(data)
+
+
+def body_from_json(data: str | bytes) -> Body:
+    return _BODY.validate_json(data)
+
+
+def event_at(job_id: str, seq: int, at: datetime, body: Body) -> Event:
+    return Event(job_id=job_id, seq=seq, at=at, body=body)

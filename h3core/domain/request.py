@@ -1,0 +1,119 @@
+"""What a caller asks for: one MiniMax-H3 generation.
+
+The model is pure data. Limits that depend on measured capacity (how many frames fit at a
+resolution) are not here; they belong to admission. What is here are the limits of the API
+itself: shapes the model cannot take at all, and sizes no request may exceed.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+Mode = Literal["t2va", "fl2va", "ref2va"]
+
+# Upload ids are opaque tokens minted by the upload store; never paths (no '/', no '.').
+UPLOAD_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+
+MAX_PROMPT_CHARS = 8000
+MIN_SIDE = 32  # the smallest canvas the model takes (field notes §4: 32-pixel token grid)
+MAX_SIDE = 4096
+SIDE_MULTIPLE = 32
+MAX_FRAMES = 100_000  # a sanity bound on the field; admission applies the real caps
+MAX_STEPS = 1000
+MAX_SEED = 2**63 - 1
+MAX_REF_IMAGES = 9
+MAX_REF_VIDEOS = 3
+MAX_REF_AUDIOS = 3
+
+# Accepted for the console's contract but with no effect on MiniMax-H3 (field notes §2.8).
+INERT_FIELDS = ("cfg_scale", "negative_prompt", "turbo")
+
+
+_UploadRef = Annotated[str, StringConstraints(pattern=UPLOAD_ID_PATTERN)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+
+class Keyframes(_Frozen):
+    """First and/or last frame for fl2va, as upload ids."""
+
+    first: _UploadRef | None = None
+    last: _UploadRef | None = None
+
+    @model_validator(mode="after")
+    def _one_at_least(self) -> Keyframes:
+        if self.first is None and self.last is None:
+            raise ValueError("keyframes needs at least one of 'first' or 'last'")
+        return self
+
+
+class References(_Frozen):
+    """Reference media for ref2va, as upload ids."""
+
+    images: tuple[_UploadRef, ...] = Field(default=(), max_length=MAX_REF_IMAGES)
+    videos: tuple[_UploadRef, ...] = Field(default=(), max_length=MAX_REF_VIDEOS)
+    audios: tuple[_UploadRef, ...] = Field(default=(), max_length=MAX_REF_AUDIOS)
+
+    @model_validator(mode="after")
+    def _one_at_least(self) -> References:
+        if not (self.images or self.videos or self.audios):
+            raise ValueError("references needs at least one image, video or audio")
+        return self
+
+    def count(self) -> int:
+        return len(self.images) + len(self.videos) + len(self.audios)
+
+
+class GenerationRequest(_Frozen):
+    """One generation: text (and keyframes or references) to video with audio."""
+
+    mode: Mode = "t2va"
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    width: int = Field(default=1344, ge=MIN_SIDE, le=MAX_SIDE, multiple_of=SIDE_MULTIPLE)
+    height: int = Field(default=768, ge=MIN_SIDE, le=MAX_SIDE, multiple_of=SIDE_MULTIPLE)
+    frames: int = Field(default=124, ge=1, le=MAX_FRAMES)
+    steps: int = Field(default=50, ge=1, le=MAX_STEPS)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    fps: Literal[24] = 24
+    keyframes: Keyframes | None = None
+    references: References | None = None
+    # Inert: kept so the console's requests validate; each one set adds a warning to the job.
+    cfg_scale: float | None = Field(default=None, ge=0, le=100)
+    negative_prompt: str | None = Field(default=None, max_length=MAX_PROMPT_CHARS)
+    turbo: bool | None = None
+
+    @model_validator(mode="after")
+    def _mode_inputs(self) -> GenerationRequest:
+        if self.mode == "fl2va" and self.keyframes is None:
+            raise ValueError("mode 'fl2va' needs 'keyframes' (first and/or last image)")
+        if self.mode != "fl2va" and self.keyframes is not None:
+            raise ValueError(f"'keyframes' is only accepted with mode 'fl2va', not {self.mode!r}")
+        if self.mode == "ref2va" and self.references is None:
+            raise ValueError("mode 'ref2va' needs 'references'")
+        if self.mode != "ref2va" and self.references is not None:
+            raise ValueError(f"'references' is only accepted with mode 'ref2va', not {self.mode!r}")
+        return self
+
+    def warnings(self) -> tuple[str, ...]:
+        """One line per accepted field that has no effect on this model."""
+        out = []
+        for name in INERT_FIELDS:
+            if getattr(self, name) is not None:
+                out.append(
+                    f"'{name}' was accepted but has no effect: MiniMax-H3 is CFG-distilled"
+                    + (" and turbo needs a LoRA this deployment does not load" if name == "turbo" else "")
+                )
+        return tuple(out)
+
+    def upload_ids(self) -> tuple[str, ...]:
+        """Every upload this request refers to, in a stable order."""
+        ids: list[str] = []
+        if self.keyframes is not None:
+            ids += [i for i in (self.keyframes.first, self.keyframes.last) if i is not None]
+        if self.references is not None:
+            ids += [*self.references.images, *self.references.videos, *self.references.audios]
+        return tuple(ids)

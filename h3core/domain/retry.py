@@ -1,0 +1,34 @@
+"""When a failed attempt earns another: an explicit, recorded policy.
+
+The policy a job runs under is copied into its `Submitted` event, so the fold can check that
+every retry in the log was one the policy allowed, and a replay explains why a job was retried.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# Retryable by default: failures of the machinery around a job, not of the job itself. An OOM
+# or an invalid request fails the same way again, so retrying those only wastes a GPU.
+DEFAULT_RETRY_ON = ("executor_lost", "interrupted")  # sorted, as the validator keeps it
+
+
+class RetryPolicy(BaseModel):
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+    max_attempts: int = Field(default=2, ge=1, le=100)
+    retry_on: tuple[str, ...] = DEFAULT_RETRY_ON
+
+    @field_validator("retry_on")
+    @classmethod
+    def _known_kinds(cls, kinds: tuple[str, ...]) -> tuple[str, ...]:
+        from h3core.domain.events import FAILURE_KINDS
+
+        unknown = [k for k in kinds if k not in FAILURE_KINDS]
+        if unknown:
+            raise ValueError(f"unknown failure kind(s) {unknown}; known: {list(FAILURE_KINDS)}")
+        return tuple(sorted(set(kinds)))
+
+    def allows_retry(self, kind: str, attempt: int) -> bool:
+        """May a job whose attempt number `attempt` failed with `kind` run again?"""
+        return kind in self.retry_on and attempt < self.max_attempts

@@ -1,0 +1,250 @@
+"""A job's state is a fold of its events; `apply` is the only way a state changes.
+
+The rules that make a job impossible to lose or leave stuck live here, in one pure function:
+one `Submitted`, first; `Running` only from queued; `Progress` only while running, monotone,
+within its total; exactly one terminal event and nothing after it; a retry only where the job's
+own retry policy allows it. Anything else raises `IllegalEvent` and never reaches a store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from h3core.domain.events import (
+    Body,
+    Admitted,
+    Artifact,
+    AttemptFailed,
+    CancelRequested,
+    Cancelled,
+    Done,
+    Event,
+    Failed,
+    Progress,
+    Running,
+    Submitted,
+)
+from h3core.domain.request import GenerationRequest
+from h3core.domain.retry import RetryPolicy
+
+Status = Literal["submitted", "queued", "running", "done", "failed", "cancelled"]
+TERMINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+
+
+class IllegalEvent(ValueError):
+    """An event the job's rules forbid. `code` is stable, for callers and tests to match on."""
+
+    def __init__(self, code: str, message: str, *, job_id: str, seq: int) -> None:
+        super().__init__(f"job {job_id} event #{seq}: {message}")
+        self.code = code
+        self.job_id = job_id
+        self.seq = seq
+
+
+class Error(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    message: str
+    detail: str | None = None
+    attempt: int | None = None
+
+
+class JobState(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    status: Status
+    last_seq: int
+    request: GenerationRequest
+    priority: int = 0
+    retry: RetryPolicy = RetryPolicy()
+    warnings: tuple[str, ...] = ()
+    idempotency_key: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    admitted_at: datetime | None = None
+    started_at: datetime | None = None  # first attempt's start
+    attempt_started_at: datetime | None = None
+    finished_at: datetime | None = None
+    attempt: int = 0  # attempts started so far
+    executor: str | None = None
+    executor_ref: str | None = None
+    info: dict[str, str] = {}
+    step: int | None = None  # progress of the current attempt
+    total: int | None = None
+    cancel_requested: bool = False
+    tokens: int | None = None
+    error: Error | None = None  # the terminal failure
+    attempt_errors: tuple[Error, ...] = ()  # failures that were retried
+    artifact: Artifact | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+def _illegal(event: Event, code: str, message: str) -> IllegalEvent:
+    return IllegalEvent(code, message, job_id=event.job_id, seq=event.seq)
+
+
+def apply(state: JobState | None, event: Event) -> JobState:
+    """The state after `event`, or `IllegalEvent` if the rules forbid it. Pure."""
+    body = event.body
+    if state is None:
+        if event.seq != 1:
+            raise _illegal(event, "seq_gap", f"a job's log starts at seq 1, not {event.seq}")
+        if not isinstance(body, Submitted):
+            raise _illegal(event, "not_submitted_first", f"a job's first event must be 'submitted', not '{body.type}'")
+        return JobState(
+            job_id=event.job_id,
+            status="submitted",
+            last_seq=1,
+            request=body.request,
+            priority=body.priority,
+            retry=body.retry,
+            warnings=body.warnings,
+            idempotency_key=body.idempotency_key,
+            created_at=event.at,
+            updated_at=event.at,
+        )
+
+    if event.job_id != state.job_id:
+        raise _illegal(event, "wrong_job", f"event belongs to job {event.job_id}, state to {state.job_id}")
+    if event.seq != state.last_seq + 1:
+        raise _illegal(event, "seq_gap", f"expected seq {state.last_seq + 1}, got {event.seq}")
+    if state.terminal:
+        raise _illegal(event, "after_terminal", f"job already ended '{state.status}'; '{body.type}' cannot follow")
+
+    common = {"last_seq": event.seq, "updated_at": event.at}
+    match body:
+        case Submitted():
+            raise _illegal(event, "duplicate_submitted", "a job is submitted once")
+        case Admitted():
+            if state.status != "submitted":
+                raise _illegal(event, "not_submitted", f"'admitted' only follows 'submitted', job is '{state.status}'")
+            return state.model_copy(
+                update={**common, "status": "queued", "admitted_at": event.at, "tokens": body.tokens}
+            )
+        case Running():
+            if state.status != "queued":
+                raise _illegal(event, "not_queued", f"'running' only from queued, job is '{state.status}'")
+            if body.attempt != state.attempt + 1:
+                raise _illegal(
+                    event, "attempt_order", f"attempt {body.attempt} cannot follow attempt {state.attempt}"
+                )
+            return state.model_copy(
+                update={
+                    **common,
+                    "status": "running",
+                    "attempt": body.attempt,
+                    "executor": body.executor,
+                    "executor_ref": body.executor_ref,
+                    "info": dict(body.info),
+                    "started_at": state.started_at or event.at,
+                    "attempt_started_at": event.at,
+                    "step": None,
+                    "total": None,
+                }
+            )
+        case Progress():
+            if state.status != "running":
+                raise _illegal(event, "not_running", f"'progress' only while running, job is '{state.status}'")
+            if body.step > body.total:
+                raise _illegal(event, "step_over_total", f"step {body.step} exceeds total {body.total}")
+            if state.total is not None and body.total != state.total:
+                raise _illegal(event, "total_changed", f"total changed from {state.total} to {body.total}")
+            if state.step is not None and body.step <= state.step:
+                raise _illegal(event, "step_not_monotone", f"step {body.step} does not advance past {state.step}")
+            return state.model_copy(update={**common, "step": body.step, "total": body.total})
+        case Done():
+            if state.status != "running":
+                raise _illegal(event, "not_running", f"'done' only while running, job is '{state.status}'")
+            return state.model_copy(
+                update={
+                    **common,
+                    "status": "done",
+                    "finished_at": event.at,
+                    "artifact": body.artifact,
+                    "tokens": body.tokens if body.tokens is not None else state.tokens,
+                }
+            )
+        case AttemptFailed():
+            if state.status != "running":
+                raise _illegal(event, "not_running", f"'attempt_failed' only while running, job is '{state.status}'")
+            if body.attempt != state.attempt:
+                raise _illegal(event, "attempt_order", f"attempt {body.attempt} is not the running one ({state.attempt})")
+            if state.cancel_requested:
+                raise _illegal(event, "retry_after_cancel", "a job whose cancel was requested is not retried")
+            if not state.retry.allows_retry(body.kind, body.attempt):
+                raise _illegal(
+                    event,
+                    "retry_not_allowed",
+                    f"retry policy (max {state.retry.max_attempts} attempts, on {list(state.retry.retry_on)}) "
+                    f"does not retry '{body.kind}' after attempt {body.attempt}",
+                )
+            err = Error(kind=body.kind, message=body.message, detail=body.detail, attempt=body.attempt)
+            return state.model_copy(
+                update={
+                    **common,
+                    "status": "queued",
+                    "attempt_errors": (*state.attempt_errors, err),
+                    "step": None,
+                    "total": None,
+                }
+            )
+        case Failed():
+            err = Error(kind=body.kind, message=body.message, detail=body.detail, attempt=state.attempt or None)
+            return state.model_copy(
+                update={
+                    **common,
+                    "status": "failed",
+                    "finished_at": event.at,
+                    "error": err,
+                    "tokens": body.tokens if body.tokens is not None else state.tokens,
+                }
+            )
+        case CancelRequested():
+            if state.status != "running":
+                raise _illegal(
+                    event, "not_running", f"'cancel_requested' only while running (queued jobs cancel at once), job is '{state.status}'"
+                )
+            if state.cancel_requested:
+                raise _illegal(event, "duplicate_cancel", "cancel already requested")
+            return state.model_copy(update={**common, "cancel_requested": True})
+        case Cancelled():
+            if state.status == "running" and not state.cancel_requested:
+                raise _illegal(event, "cancel_not_requested", "a running job is cancelled only after 'cancel_requested'")
+            return state.model_copy(update={**common, "status": "cancelled", "finished_at": event.at})
+    raise _illegal(event, "unknown_event", f"unknown event type {body.type!r}")  # pragma: no cover
+
+
+def fold(events: Iterable[Event], state: JobState | None = None) -> JobState | None:
+    """Apply events in order; `None` for an empty log."""
+    for event in events:
+        state = apply(state, event)
+    return state
+
+
+def extend(
+    state: JobState | None, job_id: str, bodies: Iterable[Body], at: datetime
+) -> tuple[JobState, tuple[Event, ...]]:
+    """Number `bodies` after `state`, check each against the rules, return the new state and events.
+
+    This is what every store does inside its write transaction, so an illegal event is refused
+    before anything is written.
+    """
+    seq = state.last_seq if state is not None else 0
+    events = []
+    for body in bodies:
+        seq += 1
+        event = Event(job_id=job_id, seq=seq, at=at, body=body)
+        state = apply(state, event)
+        events.append(event)
+    if state is None:
+        raise ValueError("extend needs at least one event for a new job")
+    return state, tuple(events)

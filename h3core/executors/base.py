@@ -1,0 +1,96 @@
+"""The executor contract: what the runner may expect of anything that generates a video.
+
+An executor is given a `JobSpec` and returns an async iterator (`run`). It must:
+
+- **Yield progress** as `Progress(step, total)` after each denoising step (steps strictly
+  increasing, `total` fixed within an attempt), and `Heartbeat()` when it is alive but has no step
+  to report (loading, uploading, decoding); either one renews the runner's stall timer.
+- **End with exactly one `Result`** carrying the artifact it wrote through the artifact store,
+  and yield nothing after it. Ending without a result is a failure the runner records.
+- **Honour cancellation.** The runner cancels the iteration (an anyio cancel scope) to stop a
+  job; the executor stops at its next checkpoint and releases what it holds in `finally` blocks,
+  under shielded scopes where cleanup awaits. It never swallows cancellation.
+- **Report failure by raising.** `ExecutorFailure(kind, ...)` for a failure it has classified
+  itself; an out-of-memory error keeps a type named `OutOfMemoryError` (as torch's is) or a
+  message saying "out of memory"; anything else becomes `executor_error` with its type and
+  message. The executor never writes events: the runner writes every event, terminal ones
+  included.
+
+`start()` loads what the executor needs (once, before any job) and `aclose()` releases it;
+`ready` says whether it can take a job now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from h3core.domain.events import Artifact, FailureKind, Progress
+from h3core.domain.request import GenerationRequest
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job_id: str
+    attempt: int
+    request: GenerationRequest
+    tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Alive, nothing to report: renews the stall timer without writing an event."""
+
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Result:
+    artifact: Artifact
+
+
+Update = Progress | Heartbeat | Result
+
+
+class ExecutorFailure(Exception):
+    """A failure the executor has classified."""
+
+    def __init__(self, kind: FailureKind, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.kind: FailureKind = kind
+        self.message = message
+        self.detail = detail
+
+
+def classify(exc: BaseException) -> tuple[FailureKind, str, str | None]:
+    """Map an exception an executor raised to (kind, message, detail)."""
+    if isinstance(exc, ExecutorFailure):
+        return exc.kind, exc.message, exc.detail
+    names = {t.__name__ for t in type(exc).__mro__}
+    text = str(exc)
+    if "OutOfMemoryError" in names or isinstance(exc, MemoryError) or "out of memory" in text.lower():
+        return "oom", f"out of memory: {text}"[:2000], type(exc).__name__
+    return "executor_error", f"{type(exc).__name__}: {text}"[:2000], None
+
+
+@runtime_checkable
+class Executor(Protocol):
+    name: str
+
+    @property
+    def ready(self) -> bool: ...
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    def reference(self, job: JobSpec) -> str | None:
+        """The executor's own id for this attempt, known before it starts (for the log)."""
+        ...
+
+    def info(self, job: JobSpec) -> dict[str, str]:
+        """What this executor chose for the attempt (kernel, device group), for the log."""
+        ...
+
+    def run(self, job: JobSpec) -> AsyncIterator[Update]: ...

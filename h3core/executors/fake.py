@@ -1,0 +1,188 @@
+"""A deterministic executor for tests and demos that honours the whole executor contract.
+
+Each job follows a `FakePlan`: time per step, fail at step k with a chosen kind (OOM raised the
+way torch raises it), hang, finish without a result, or finish. Plans come from the executor's
+constructor (per job id, or a default) or from a directive in the prompt, so a demo or a test in
+another process can steer a job: `[fake step=0.2 fail_at=3 kind=oom]`. The artifact is a real
+H.264 + AAC mp4 with the request's frame count, drawn small, so downloads work end to end.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+import anyio
+import numpy as np
+
+from h3core.adapters.artifacts import ArtifactStore
+from h3core.adapters.video import write_mp4
+from h3core.domain.events import FAILURE_KINDS, FailureKind, Progress
+from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Result, Update
+
+_DIRECTIVE = re.compile(r"\[fake\s+([^\]]*)\]")
+_MAX_PREVIEW_SIDE = 128
+
+
+class OutOfMemoryError(RuntimeError):
+    """Named like torch.cuda.OutOfMemoryError, so it is classified the same way."""
+
+
+@dataclass(frozen=True)
+class FakePlan:
+    step_seconds: float = 0.0
+    fail_at: int | None = None  # raise when about to run this step (1-based)
+    kind: FailureKind = "executor_error"
+    fail_attempts: int = 1_000_000  # fail only on attempts up to this one (then succeed)
+    hang_at: int | None = None  # stop reporting and wait forever (cancellable) at this step
+    no_result: bool = False  # finish every step but yield no result
+    cleanup_seconds: float = 0.0  # shielded cleanup after cancellation (slow executors)
+
+    @classmethod
+    def parse(cls, text: str, base: FakePlan | None = None) -> FakePlan:
+        """A plan from `key=value` words: step, fail_at, kind, fail_attempts, hang_at, no_result, cleanup."""
+        plan = base or cls()
+        aliases = {"step": "step_seconds", "cleanup": "cleanup_seconds"}
+        types = {f.name: f.type for f in fields(cls)}
+        for word in text.split():
+            key, _, value = word.partition("=")
+            name = aliases.get(key, key)
+            if name not in types:
+                raise ValueError(f"unknown fake plan key {key!r}")
+            if name == "kind":
+                if value not in FAILURE_KINDS:
+                    raise ValueError(f"unknown failure kind {value!r}")
+                parsed: object = value
+            elif name == "no_result":
+                parsed = value in ("", "1", "true", "yes")
+            elif name in ("step_seconds", "cleanup_seconds"):
+                parsed = float(value)
+            else:
+                parsed = int(value)
+            plan = replace(plan, **{name: parsed})
+        return plan
+
+
+class FakeExecutor:
+    name = "fake"
+
+    def __init__(
+        self,
+        artifacts: ArtifactStore,
+        *,
+        default: FakePlan | None = None,
+        plans: Mapping[str, FakePlan] | Callable[[JobSpec], FakePlan | None] | None = None,
+    ) -> None:
+        self.artifacts = artifacts
+        self.default = default or FakePlan()
+        self._plans = plans
+        self._ready = False
+        self._videos: OrderedDict[tuple[int, int, int, int], bytes] = OrderedDict()
+        self.runs = 0  # attempts started, for tests
+        self.cleanups = 0  # attempts whose cleanup ran
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    async def start(self) -> None:
+        self._ready = True
+
+    async def aclose(self) -> None:
+        self._ready = False
+
+    def reference(self, job: JobSpec) -> str | None:
+        return f"fake-{job.job_id}-{job.attempt}"
+
+    def info(self, job: JobSpec) -> dict[str, str]:
+        return {"plan": _describe(self.plan_for(job))}
+
+    def plan_for(self, job: JobSpec) -> FakePlan:
+        plan = None
+        if callable(self._plans):
+            plan = self._plans(job)
+        elif self._plans is not None:
+            plan = self._plans.get(job.job_id)
+        plan = plan or self.default
+        match = _DIRECTIVE.search(job.request.prompt)
+        return FakePlan.parse(match.group(1), plan) if match else plan
+
+    async def run(self, job: JobSpec) -> AsyncIterator[Update]:
+        plan = self.plan_for(job)
+        total = job.request.steps
+        self.runs += 1
+        try:
+            yield Heartbeat("loaded")
+            for step in range(1, total + 1):
+                if plan.hang_at == step:
+                    await anyio.sleep_forever()
+                if plan.fail_at == step and job.attempt <= plan.fail_attempts:
+                    _raise(plan.kind, step)
+                await anyio.sleep(plan.step_seconds)
+                yield Progress(step=step, total=total)
+            if plan.no_result:
+                return
+            artifact = await anyio.to_thread.run_sync(self._write, job)
+            yield Result(artifact)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(plan.cleanup_seconds)
+                self.cleanups += 1
+
+    def _write(self, job: JobSpec):  # runs in a worker thread
+        r = job.request
+        key = (r.width, r.height, r.frames, r.seed)
+        data = self._videos.get(key)
+        if data is None:
+            data = _render(r.width, r.height, r.frames, r.seed)
+            self._videos[key] = data
+            while len(self._videos) > 8:
+                self._videos.popitem(last=False)
+        staged = self.artifacts.staging(job.job_id, job.attempt)
+        Path(staged).write_bytes(data)
+        return self.artifacts.commit(
+            staged, job_id=job.job_id, attempt=job.attempt, frames=r.frames, duration_s=r.frames / r.fps
+        )
+
+
+def _describe(plan: FakePlan) -> str:
+    default = FakePlan()
+    parts = [f"{f.name}={getattr(plan, f.name)}" for f in fields(plan) if getattr(plan, f.name) != getattr(default, f.name)]
+    return " ".join(parts) or "finish"
+
+
+def _raise(kind: FailureKind, step: int) -> None:
+    if kind == "oom":
+        raise OutOfMemoryError(
+            f"CUDA out of memory. Tried to allocate 2.00 GiB (fake executor, step {step})"
+        )
+    if kind == "executor_error":
+        raise RuntimeError(f"fake executor failed at step {step}")
+    raise ExecutorFailure(kind, f"fake executor reports '{kind}' at step {step}")
+
+
+def _render(width: int, height: int, frames: int, seed: int) -> bytes:
+    """A small moving test pattern and a tone, deterministic in its arguments."""
+    import tempfile
+
+    scale = max(width, height) / _MAX_PREVIEW_SIDE
+    w = max(2, int(width / max(scale, 1)) // 2 * 2)
+    h = max(2, int(height / max(scale, 1)) // 2 * 2)
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 256, size=3, dtype=np.uint8)
+    t = np.arange(frames)
+    video = np.empty((frames, h, w, 3), dtype=np.uint8)
+    video[:] = base
+    bar = (t * 3) % w
+    for i in range(frames):
+        video[i, :, bar[i] : bar[i] + 2, :] = 255
+    rate = 32_000
+    samples = int(round(frames / 24 * rate))
+    tone = (0.1 * np.sin(2 * np.pi * (220 + seed % 440) * np.arange(samples) / rate)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "fake.mp4"
+        write_mp4(path, video, fps=24, audio=np.stack([tone, tone]), sample_rate=rate, preset="ultrafast")
+        return path.read_bytes()

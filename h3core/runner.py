@@ -1,0 +1,410 @@
+"""The runner: takes queued jobs from the store, drives executors, writes every event.
+
+The terminal guarantee: once a job is `Running`, exactly one terminal event (or a retry) is
+written whatever happens: the executor returns, raises, returns without a result, hangs (stall
+timeout), overruns its deadline, is cancelled, or the runner itself is cancelled (field notes
+§2.1: cancellation is a `BaseException`, so it is never caught as an error here). Terminal
+writes happen in shielded scopes; executors never write events.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+from anyio.abc import TaskStatus
+from pydantic import BaseModel, ConfigDict, Field
+
+from h3core.adapters.store.base import Conflict, EventStore
+from h3core.bus import EventBus
+from h3core.domain.admission import AdmissionPolicy, AdmitAll, Refuse
+from h3core.domain.events import (
+    Admitted,
+    AttemptFailed,
+    Body,
+    CancelRequested,
+    Cancelled,
+    Done,
+    Failed,
+    FailureKind,
+    Progress,
+    Running,
+    Submitted,
+)
+from h3core.domain.request import GenerationRequest
+from h3core.domain.retry import RetryPolicy
+from h3core.domain.state import IllegalEvent, JobState
+from h3core.executors.base import Executor, Heartbeat, JobSpec, Result, classify
+
+T = TypeVar("T")
+
+
+class RunnerConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    slots: int = Field(default=1, ge=1, le=256)
+    stall_timeout_s: float = Field(default=600.0, gt=0)  # no progress or heartbeat for this long
+    attempt_deadline_s: float | None = Field(default=None, gt=0)
+    cancel_grace_s: float = Field(default=30.0, ge=0)  # time an executor gets to stop
+    poll_interval_s: float = Field(default=0.5, gt=0)  # to see work other processes stored
+    retry: RetryPolicy = RetryPolicy()
+
+
+class Refused(Exception):
+    """Admission refused the request; it did not become a job."""
+
+    def __init__(self, decision: Refuse) -> None:
+        super().__init__(decision.detail)
+        self.decision = decision
+
+
+class IdempotencyMismatch(Exception):
+    """The idempotency key names a job submitted with a different request."""
+
+    def __init__(self, key: str, job_id: str) -> None:
+        super().__init__(f"idempotency key {key!r} was used for job {job_id} with a different request")
+        self.key = key
+        self.job_id = job_id
+
+
+class NotCancellable(Exception):
+    def __init__(self, state: JobState) -> None:
+        super().__init__(f"job {state.job_id} already ended '{state.status}'")
+        self.state = state
+
+
+class ShuttingDown(Exception):
+    """The runner no longer admits work."""
+
+
+@dataclass
+class _Attempt:
+    """One running attempt, shared by its driver and watcher tasks."""
+
+    state: JobState
+    last_touch: float
+    signal: anyio.Event = field(default_factory=anyio.Event)
+    cancel: bool = False
+    stop_reason: FailureKind | None = None  # stalled / deadline, when the watcher stopped it
+    result: Result | None = None
+    error: tuple[FailureKind, str, str | None] | None = None
+    driver_done: bool = False
+    ended: bool = False  # the terminal (or retry) event is written
+
+    def wake(self) -> None:
+        self.signal.set()
+        self.signal = anyio.Event()
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Runner:
+    def __init__(
+        self,
+        store: EventStore,
+        executor: Executor,
+        config: RunnerConfig | None = None,
+        *,
+        admission: AdmissionPolicy | None = None,
+        bus: EventBus | None = None,
+        id_factory: Callable[[], str] = new_job_id,
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.config = config or RunnerConfig()
+        self.admission = admission or AdmitAll()
+        self.bus = bus or EventBus()
+        self._new_id = id_factory
+        self._writer = anyio.CapacityLimiter(1)
+        self._attempts: dict[str, _Attempt] = {}
+        self._busy: set[str] = set()  # job ids whose task is alive (cleanup may outlive the attempt)
+        self._wake = anyio.Event()
+        self._accepting = False
+        self.started = False
+
+    # -- the store, off the event loop --------------------------------------------------------
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._writer)
+
+    async def _append(self, job_id: str, bodies: Sequence[Body], expected_seq: int | None = None) -> JobState:
+        state, events = await self._call(self.store.append, job_id, bodies, expected_seq=expected_seq)
+        self.bus.publish(events)
+        return state
+
+    def _poke(self) -> None:
+        self._wake.set()
+        self._wake = anyio.Event()
+
+    # -- public API -----------------------------------------------------------------------
+
+    async def submit(
+        self,
+        request: GenerationRequest,
+        *,
+        priority: int = 0,
+        idempotency_key: str | None = None,
+        job_id: str | None = None,
+    ) -> JobState:
+        """Admit and store a job. Raises `Refused`, `IdempotencyMismatch` or `ShuttingDown`."""
+        if not self._accepting and self.started:
+            raise ShuttingDown("h3core is shutting down and admits no new jobs")
+        if idempotency_key is not None:
+            existing = await self._call(self.store.by_idempotency_key, idempotency_key)
+            if existing is not None:
+                return self._same_or_mismatch(existing, request, priority, idempotency_key)
+        decision = self.admission.decide(request)
+        if isinstance(decision, Refuse):
+            raise Refused(decision)
+        bodies: list[Body] = [
+            Submitted(
+                request=request,
+                priority=priority,
+                retry=self.config.retry,
+                warnings=request.warnings(),
+                idempotency_key=idempotency_key,
+            ),
+            Admitted(tokens=decision.tokens),
+        ]
+        try:
+            state = await self._append(job_id or self._new_id(), bodies, expected_seq=0)
+        except Conflict:
+            if idempotency_key is None:
+                raise
+            existing = await self._call(self.store.by_idempotency_key, idempotency_key)
+            if existing is None:
+                raise
+            return self._same_or_mismatch(existing, request, priority, idempotency_key)
+        self._poke()
+        return state
+
+    @staticmethod
+    def _same_or_mismatch(existing: JobState, request: GenerationRequest, priority: int, key: str) -> JobState:
+        if existing.request == request and existing.priority == priority:
+            return existing
+        raise IdempotencyMismatch(key, existing.job_id)
+
+    async def cancel(self, job_id: str, reason: str = "cancelled by request") -> JobState:
+        """Queued jobs end at once; running ones end once the executor has stopped."""
+        while True:
+            state = await self._call(self.store.get, job_id)
+            if state is None:
+                raise KeyError(job_id)
+            if state.terminal:
+                raise NotCancellable(state)
+            if state.status == "running" and state.cancel_requested:
+                return state
+            body: Body = Cancelled(reason=reason) if state.status != "running" else CancelRequested(reason=reason)
+            try:
+                state = await self._append(job_id, [body], expected_seq=state.last_seq)
+            except (Conflict, IllegalEvent):
+                continue  # the job moved on (started, progressed, ended): decide again
+            attempt = self._attempts.get(job_id)
+            if attempt is not None:
+                attempt.cancel = True
+                attempt.wake()
+            return state
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Recover, then run queued jobs until cancelled. Cancelling this is a shutdown."""
+        await self.executor.start()
+        try:
+            await self._recover()
+            async with anyio.create_task_group() as tg:
+                self._accepting = True
+                self.started = True
+                task_status.started()
+                tg.start_soon(self._watch_store)
+                await self._dispatch(tg)
+        finally:
+            self._accepting = False
+            with anyio.CancelScope(shield=True):
+                await self.executor.aclose()
+
+    async def _recover(self) -> None:
+        # Load fully, then write (field notes §2.3): the list is materialised before any append.
+        unfinished = await self._call(self.store.unfinished)
+        for state in unfinished:
+            if state.status == "running":
+                message = f"h3core stopped while attempt {state.attempt} was running"
+                if state.cancel_requested:
+                    body: Body = Cancelled(reason="cancel was requested; h3core stopped before the executor confirmed")
+                else:
+                    body = self._failure(state, "interrupted", message, None)
+                await self._append(state.job_id, [body], expected_seq=state.last_seq)
+            elif state.status == "submitted":  # a log imported without its admission
+                decision = self.admission.decide(state.request)
+                if isinstance(decision, Refuse):
+                    body = Failed(kind="invalid", message=f"refused at recovery: {decision.detail}")
+                else:
+                    body = Admitted(tokens=decision.tokens)
+                await self._append(state.job_id, [body], expected_seq=state.last_seq)
+
+    def _failure(self, state: JobState, kind: FailureKind, message: str, detail: str | None) -> Body:
+        """A retry where the job's own policy allows one, else the terminal failure."""
+        if not state.cancel_requested and state.retry.allows_retry(kind, state.attempt):
+            return AttemptFailed(kind=kind, message=message, detail=detail, attempt=state.attempt, tokens=state.tokens)
+        return Failed(kind=kind, message=message, detail=detail, tokens=state.tokens)
+
+    async def _dispatch(self, tg: anyio.abc.TaskGroup) -> None:
+        slots = anyio.Semaphore(self.config.slots)
+        while True:
+            await slots.acquire()
+            try:
+                state = await self._claim_next()
+            except BaseException:
+                slots.release()
+                raise
+            tg.start_soon(self._job, state, slots)
+
+    async def _claim_next(self) -> JobState:
+        while True:
+            wake = self._wake
+            for state in await self._call(self.store.queued, self.config.slots + len(self._busy) + 1):
+                if state.job_id in self._busy:
+                    continue
+                spec = JobSpec(state.job_id, state.attempt + 1, state.request, state.tokens)
+                running = Running(
+                    attempt=spec.attempt,
+                    executor=self.executor.name,
+                    executor_ref=self.executor.reference(spec),
+                    info=self.executor.info(spec),
+                )
+                try:
+                    return await self._append(state.job_id, [running], expected_seq=state.last_seq)
+                except (Conflict, IllegalEvent):
+                    continue  # cancelled or taken meanwhile
+            with anyio.move_on_after(self.config.poll_interval_s):
+                await wake.wait()
+
+    async def _watch_store(self) -> None:
+        """Notice cancels other processes stored for our running jobs."""
+        while True:
+            await anyio.sleep(self.config.poll_interval_s)
+            for job_id, attempt in list(self._attempts.items()):
+                if attempt.cancel:
+                    continue
+                state = await self._call(self.store.get, job_id)
+                if state is not None and state.cancel_requested:
+                    attempt.cancel = True
+                    attempt.wake()
+
+    # -- one attempt ------------------------------------------------------------------------
+
+    async def _job(self, state: JobState, slots: anyio.Semaphore) -> None:
+        a = _Attempt(state=state, last_touch=anyio.current_time())
+        self._attempts[state.job_id] = a
+        self._busy.add(state.job_id)
+        interrupted = False
+        try:
+            async with anyio.create_task_group() as tg:
+                driver = anyio.CancelScope()
+                tg.start_soon(self._drive, a, driver)
+                await self._watch(a, driver, tg)
+        except anyio.get_cancelled_exc_class():
+            interrupted = True
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._end(a, interrupted=interrupted)
+                self._attempts.pop(state.job_id, None)
+                self._busy.discard(state.job_id)
+                slots.release()
+                self._poke()
+
+    async def _drive(self, a: _Attempt, scope: anyio.CancelScope) -> None:
+        spec = JobSpec(a.state.job_id, a.state.attempt, a.state.request, a.state.tokens)
+        try:
+            with scope:
+                async with aclosing(self.executor.run(spec)) as updates:
+                    async for update in updates:
+                        a.last_touch = anyio.current_time()
+                        if a.result is not None:
+                            raise RuntimeError(f"executor yielded {type(update).__name__} after its result")
+                        if isinstance(update, Result):
+                            a.result = update
+                        elif isinstance(update, Progress):
+                            if not a.ended:
+                                a.state = await self._append(a.state.job_id, [update])
+                        elif not isinstance(update, Heartbeat):
+                            raise TypeError(f"executor yielded {update!r}, not Progress, Heartbeat or Result")
+            if a.result is None and not scope.cancel_called:
+                a.error = ("executor_error", "executor finished without a result", None)
+        except Exception as exc:  # errors only: cancellation is a BaseException and passes
+            a.result = None
+            a.error = classify(exc)
+        finally:
+            a.driver_done = True
+            a.wake()
+
+    async def _watch(self, a: _Attempt, driver: anyio.CancelScope, tg: anyio.abc.TaskGroup) -> None:
+        """Stop the driver on cancel, stall or deadline; end the job if it will not stop."""
+        cfg = self.config
+        deadline = anyio.current_time() + (cfg.attempt_deadline_s or math.inf)
+        while not a.driver_done:
+            now = anyio.current_time()
+            if a.cancel or now >= a.last_touch + cfg.stall_timeout_s or now >= deadline:
+                break
+            signal = a.signal
+            with anyio.move_on_after(min(a.last_touch + cfg.stall_timeout_s, deadline) - now):
+                await signal.wait()
+        else:
+            return
+        if not a.cancel:
+            stalled = anyio.current_time() >= a.last_touch + cfg.stall_timeout_s
+            a.stop_reason = "stalled" if stalled else "deadline"
+        driver.cancel()
+        with anyio.move_on_after(cfg.cancel_grace_s):
+            while not a.driver_done:
+                signal = a.signal
+                await signal.wait()
+        if not a.driver_done:
+            # The executor ignores cancellation: the job ends anyway; its cleanup runs on.
+            await self._end(a, grace_expired=True)
+
+    def _outcome(self, a: _Attempt, *, interrupted: bool, grace_expired: bool) -> Body:
+        state = a.state
+        late = f"; the executor did not stop within {self.config.cancel_grace_s:g}s" if grace_expired else ""
+        if a.result is not None and not grace_expired:
+            return Done(artifact=a.result.artifact, tokens=state.tokens)
+        if a.cancel:
+            return Cancelled(reason="cancelled by request" + late)
+        if a.stop_reason == "stalled":
+            msg = f"no progress for {self.config.stall_timeout_s:g}s (last step {state.step}/{state.total})"
+            return self._failure(state, "stalled", msg + late, None)
+        if a.stop_reason == "deadline":
+            msg = f"attempt {state.attempt} ran past its {self.config.attempt_deadline_s:g}s deadline"
+            return self._failure(state, "deadline", msg + late, None)
+        if interrupted:
+            return self._failure(state, "interrupted", "h3core was stopped while the job ran", None)
+        if a.error is not None:
+            return self._failure(state, *a.error)
+        return self._failure(state, "executor_error", "executor finished without a result", None)
+
+    async def _end(self, a: _Attempt, *, interrupted: bool = False, grace_expired: bool = False) -> None:
+        if a.ended:
+            return
+        a.ended = True
+        body = self._outcome(a, interrupted=interrupted, grace_expired=grace_expired)
+        while True:
+            try:
+                a.state = await self._append(a.state.job_id, [body], expected_seq=a.state.last_seq)
+                return
+            except Conflict:
+                # Someone appended meanwhile (a cancel request): reload and decide again.
+                current = await self._call(self.store.get, a.state.job_id)
+                if current is None or current.terminal:
+                    return
+                if current.cancel_requested:
+                    a.cancel = True
+                a.state = current
+                body = self._outcome(a, interrupted=interrupted, grace_expired=grace_expired)
