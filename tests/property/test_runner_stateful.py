@@ -1,0 +1,180 @@
+"""A stateful model of the runner: random submits, cancels, executor failures, hangs, graceful
+restarts and hard crashes (writes lost mid-flight, as with SIGKILL), then recovery.
+
+Whatever the sequence, every log folds, the projection equals the replay, and once the runner
+has been up for longer than the stall timeout every job has ended, exactly once, with no task
+left behind.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+from anyio.from_thread import start_blocking_portal
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from h3core import (
+    FakeExecutor,
+    FakePlan,
+    LocalArtifactStore,
+    NotCancellable,
+    RetryPolicy,
+    Runner,
+    RunnerConfig,
+    SQLiteEventStore,
+)
+from h3core.domain.state import extend, fold
+from tests.factories import request
+
+plans = st.one_of(
+    st.just(FakePlan()),
+    st.builds(FakePlan, step_seconds=st.sampled_from([0.0, 0.01, 0.03])),
+    st.builds(
+        FakePlan,
+        fail_at=st.integers(1, 3),
+        kind=st.sampled_from(["oom", "executor_error", "executor_lost", "invalid"]),
+        fail_attempts=st.integers(1, 2),
+    ),
+    st.builds(FakePlan, hang_at=st.integers(1, 3)),
+    st.builds(FakePlan, no_result=st.just(True)),
+    st.builds(FakePlan, step_seconds=st.just(0.02), cleanup_seconds=st.sampled_from([0.0, 0.3])),
+)
+
+STALL = 0.3
+
+
+class CrashableStore:
+    """Passes through to the real store until `crash()`; then every write is silently lost,
+    as when the process is killed: the runner believes it wrote, the file never changes."""
+
+    def __init__(self, real: SQLiteEventStore) -> None:
+        self.real = real
+        self.crashed = False
+
+    def crash(self) -> None:
+        self.crashed = True
+
+    def append(self, job_id, bodies, *, expected_seq=None):
+        if not self.crashed:
+            return self.real.append(job_id, bodies, expected_seq=expected_seq)
+        return extend(self.real.get(job_id), job_id, bodies, self.real._clock())
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+async def _task_count() -> int:
+    return len(anyio.get_running_tasks())
+
+
+class RunnerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.real = SQLiteEventStore(Path(self.tmp.name) / "h3.db", durable=False)
+        self.artifacts = LocalArtifactStore(Path(self.tmp.name) / "artifacts")
+        self.plans: dict[str, FakePlan] = {}
+        self.jobs: list[str] = []
+        self._portal_cm = start_blocking_portal("asyncio")
+        self.portal = self._portal_cm.__enter__()
+        self.baseline_tasks = self.portal.call(_task_count)
+        self.future: concurrent.futures.Future | None = None
+        self._start()
+
+    def _start(self) -> None:
+        self.store = CrashableStore(self.real)
+        executor = FakeExecutor(self.artifacts, plans=lambda job: self.plans.get(job.job_id))
+        config = RunnerConfig(
+            slots=2,
+            stall_timeout_s=STALL,
+            cancel_grace_s=0.1,
+            poll_interval_s=0.02,
+            retry=RetryPolicy(max_attempts=2, retry_on=("executor_lost", "interrupted", "stalled")),
+        )
+        self.runner = Runner(self.store, executor, config)
+        self.future, _ = self.portal.start_task(self.runner.run)
+
+    def _stop(self) -> None:
+        assert self.future is not None
+        self.future.cancel()
+        concurrent.futures.wait([self.future], timeout=30)
+        assert self.future.done(), "the runner stops when cancelled"
+        self.future = None
+
+    @rule(plan=plans, steps=st.integers(1, 4), priority=st.integers(0, 2))
+    def submit(self, plan, steps, priority):
+        job_id = f"job{len(self.jobs)}"
+        self.plans[job_id] = plan
+        state = self.portal.call(lambda: self.runner.submit(request(steps=steps), priority=priority, job_id=job_id))
+        assert state.status == "queued"
+        self.jobs.append(job_id)
+
+    @precondition(lambda self: self.jobs)
+    @rule(data=st.data())
+    def cancel(self, data):
+        job_id = data.draw(st.sampled_from(self.jobs))
+        try:
+            state = self.portal.call(self.runner.cancel, job_id)
+        except NotCancellable as exc:
+            assert exc.state.terminal
+        else:
+            assert state.status in ("cancelled", "running")
+
+    @rule(seconds=st.sampled_from([0.0, 0.02, 0.1]))
+    def time_passes(self, seconds):
+        self.portal.call(anyio.sleep, seconds)
+
+    @rule()
+    def graceful_restart(self):
+        self._stop()
+        assert not any(s.status == "running" for s in self.real.unfinished()), "a graceful stop leaves nothing running"
+        self._start()
+
+    @rule()
+    def crash_and_recover(self):
+        self.store.crash()
+        self._stop()
+        self._start()
+
+    @invariant()
+    def every_log_folds_and_matches_its_projection(self):
+        for job_id in self.jobs:
+            # The runner writes meanwhile: take the projection first, then the log up to it.
+            state = self.real.get(job_id)
+            log = self.real.events(job_id)[: state.last_seq]
+            assert fold(log) == state
+            assert sum(e.terminal for e in log) <= 1
+
+    def teardown(self):
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and any(not self.real.get(j).terminal for j in self.jobs):
+                time.sleep(0.02)
+            stuck = [(j, self.real.get(j).status) for j in self.jobs if not self.real.get(j).terminal]
+            assert not stuck, f"jobs not ended after the runner ran well past the stall timeout: {stuck}"
+            for j in self.jobs:
+                log = self.real.events(j)
+                assert log[-1].terminal and sum(e.terminal for e in log) == 1
+            self._stop()
+            assert self.portal.call(_task_count) == self.baseline_tasks, "no task outlives the runner"
+        finally:
+            if self.future is not None:
+                self.future.cancel()
+            self._portal_cm.__exit__(None, None, None)
+            self.real.close()
+            self.tmp.cleanup()
+
+
+RunnerMachine.TestCase.settings = settings(
+    max_examples=25,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestRunnerStateful = RunnerMachine.TestCase

@@ -1,0 +1,79 @@
+"""Hypothesis strategies shared by the property tests."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from h3core.domain.events import (
+    FAILURE_KINDS,
+    Admitted,
+    AttemptFailed,
+    Body,
+    CancelRequested,
+    Cancelled,
+    Done,
+    Failed,
+    Progress,
+    Running,
+    Submitted,
+)
+from h3core.domain.request import GenerationRequest
+from h3core.domain.retry import RetryPolicy
+from h3core.domain.state import JobState
+from tests.factories import artifact
+
+kinds = st.sampled_from(FAILURE_KINDS)
+
+requests = st.builds(
+    GenerationRequest,
+    prompt=st.text(min_size=1, max_size=40),
+    width=st.integers(1, 64).map(lambda n: n * 32),
+    height=st.integers(1, 64).map(lambda n: n * 32),
+    frames=st.integers(1, 2000),
+    steps=st.integers(1, 60),
+    seed=st.integers(0, 2**63 - 1),
+)
+
+policies = st.builds(
+    RetryPolicy,
+    max_attempts=st.integers(1, 4),
+    retry_on=st.lists(kinds, max_size=4, unique=True).map(tuple),
+)
+
+
+submissions = st.builds(Submitted, request=requests, retry=policies)
+
+
+def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
+    """Any body at all, weighted towards the ones that move `state` along, so that long logs
+    with retries and progress are common and illegal offers still come often."""
+    attempt = state.attempt if state else 0
+    step = state.step if state and state.step is not None else 0
+    total = state.total if state and state.total is not None else 5
+    running = st.builds(
+        Running, attempt=st.sampled_from([attempt + 1, attempt + 1, max(attempt, 1), attempt + 2]), executor=st.just("x")
+    )
+    progress = st.builds(
+        Progress, step=st.sampled_from([step + 1, step + 1, step, step + 3]), total=st.sampled_from([total, total, total + 1])
+    )
+    retry_kinds = st.sampled_from(state.retry.retry_on) if state and state.retry.retry_on else kinds
+    attempt_failed = st.builds(
+        AttemptFailed, kind=st.one_of(retry_kinds, kinds), message=st.just("m"), attempt=st.sampled_from([max(attempt, 1), attempt + 1])
+    )
+    failed = st.builds(Failed, kind=kinds, message=st.just("m"))
+    done = st.builds(Done, artifact=st.just(artifact()))
+    anything = st.one_of(
+        submissions, st.builds(Admitted), running, progress, done, attempt_failed, failed, st.builds(CancelRequested), st.builds(Cancelled)
+    )
+    if state is None:
+        likely = [submissions] * 8
+    elif state.status == "submitted":
+        likely = [st.builds(Admitted)] * 8
+    elif state.status == "queued":
+        likely = [running] * 7 + [st.builds(Cancelled)]
+    else:  # running, or already ended (where everything is illegal anyway)
+        likely = [progress] * 6 + [done, attempt_failed, attempt_failed, failed, st.builds(CancelRequested)]
+        if state.cancel_requested:
+            likely.append(st.builds(Cancelled))
+    # sampled_from, not one_of: one_of collapses repeated strategies and would lose the weights.
+    return st.sampled_from([*likely, anything, anything]).flatmap(lambda s: s)

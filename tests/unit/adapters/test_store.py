@@ -1,0 +1,136 @@
+"""The event-store contract, run against every implementation (see the `store` fixture)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from h3core.adapters.store import Conflict, SchemaTooNew, SQLiteEventStore, UnknownJob
+from h3core.adapters.store.sqlite import SCHEMA_VERSION
+from h3core.domain.events import Admitted, AttemptFailed, Progress, Running
+from h3core.domain.retry import RetryPolicy
+from h3core.domain.state import IllegalEvent
+from tests.factories import done_log, submitted
+
+
+def _queue(store, job, priority=0, **kw):
+    body = submitted(**kw).model_copy(update={"priority": priority})
+    return store.append(job, [body, Admitted()])[0]
+
+
+def test_append_assigns_seq_and_returns_the_new_state(store):
+    state, events = store.append("j", [submitted(), Admitted()])
+    assert [e.seq for e in events] == [1, 2]
+    assert state.status == "queued" and store.get("j") == state
+    assert store.events("j", after_seq=1) == [events[1]]
+
+
+def test_an_illegal_batch_stores_nothing(store):
+    store.append("j", [submitted(), Admitted()])
+    with pytest.raises(IllegalEvent) as err:
+        store.append("j", [Running(attempt=1, executor="x"), Progress(step=2, total=1)])
+    assert err.value.code == "step_over_total"
+    assert [e.type for e in store.events("j")] == ["submitted", "admitted"]
+    assert store.get("j").status == "queued"
+
+
+def test_expected_seq_is_the_optimistic_concurrency_check(store):
+    store.append("j", [submitted()], expected_seq=0)
+    with pytest.raises(Conflict):
+        store.append("j", [submitted()], expected_seq=0)
+    with pytest.raises(Conflict):
+        store.append("j", [Admitted()], expected_seq=5)
+    store.append("j", [Admitted()], expected_seq=1)
+
+
+def test_appending_to_an_unknown_job_is_refused(store):
+    with pytest.raises(UnknownJob):
+        store.append("nope", [Admitted()])
+
+
+def test_idempotency_keys_are_unique(store):
+    a = submitted().model_copy(update={"idempotency_key": "k1"})
+    store.append("a", [a])
+    assert store.by_idempotency_key("k1").job_id == "a"
+    with pytest.raises(Conflict):
+        store.append("b", [a])
+    assert store.get("b") is None
+
+
+def test_queue_order_is_priority_then_fifo_and_a_retry_keeps_its_place(store):
+    for job, prio in [("a", 0), ("b", 0), ("c", 5), ("d", 0)]:
+        _queue(store, job, prio, retry=RetryPolicy(max_attempts=2))
+    store.append("a", [Running(attempt=1, executor="x")])
+    assert [s.job_id for s in store.queued()] == ["c", "b", "d"]
+    store.append("a", [AttemptFailed(kind="interrupted", message="m", attempt=1)])
+    assert [s.job_id for s in store.queued()] == ["c", "a", "b", "d"]
+    assert [s.job_id for s in store.unfinished()] == ["c", "a", "b", "d"]
+
+
+def test_listing_is_newest_first_with_a_cursor_and_a_status_filter(store):
+    for i in range(5):
+        _queue(store, f"j{i}")
+    store.append("j1", [Running(attempt=1, executor="x")])
+    page = store.list_jobs(limit=2)
+    assert [s.job_id for _, s in page] == ["j4", "j3"]
+    page2 = store.list_jobs(limit=10, before=page[-1][0])
+    assert [s.job_id for _, s in page2] == ["j2", "j1", "j0"]
+    assert [s.job_id for _, s in store.list_jobs(status="running")] == ["j1"]
+    assert store.counts() == {"queued": 4, "running": 1}
+    assert store.job_ids() == [f"j{i}" for i in range(5)]
+
+
+def test_all_events_walks_every_log_in_order_across_batches(store):
+    for i in range(4):
+        store.append(f"j{i}", done_log(steps=2))
+    events = list(store.all_events(batch=3))
+    assert len(events) == 4 * 6
+    assert [(e.job_id, e.seq) for e in events] == [(f"j{i}", s) for i in range(4) for s in range(1, 7)]
+
+
+# -- SQLite specifics ---------------------------------------------------------------------
+
+
+def test_sqlite_refuses_update_and_delete_of_events(tmp_path):
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    store.append("j", [submitted()])
+    conn = sqlite3.connect(tmp_path / "h3.db")
+    for sql in ("UPDATE events SET type = 'done'", "DELETE FROM events"):
+        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+            conn.execute(sql)
+    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 1
+
+
+def test_sqlite_uses_wal_and_records_its_schema_version(tmp_path):
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    assert store.schema_version() == SCHEMA_VERSION
+    conn = sqlite3.connect(tmp_path / "h3.db")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
+    # Reopening an up-to-date file migrates nothing and keeps the data.
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    assert store.schema_version() == SCHEMA_VERSION
+
+
+def test_sqlite_refuses_a_file_from_a_newer_schema(tmp_path):
+    SQLiteEventStore(tmp_path / "h3.db").close()
+    conn = sqlite3.connect(tmp_path / "h3.db")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(SchemaTooNew, match="schema version"):
+        SQLiteEventStore(tmp_path / "h3.db")
+
+
+def test_sqlite_survives_a_second_connection_reading_while_it_writes(tmp_path):
+    """Field notes §2.3: a reader on another connection never makes a write fail."""
+    store = SQLiteEventStore(tmp_path / "h3.db", busy_timeout_s=5)
+    for i in range(50):
+        store.append(f"j{i}", [submitted(), Admitted()])
+    other = sqlite3.connect(tmp_path / "h3.db")
+    cursor = other.execute("SELECT * FROM events")  # a read left open on purpose
+    cursor.fetchone()
+    for state in store.unfinished():
+        store.append(state.job_id, [Running(attempt=1, executor="x")])
+    assert store.counts() == {"running": 50}
+    cursor.close()

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from h3core import FakeExecutor, FakePlan, LocalArtifactStore, Runner, RunnerConfig, SQLiteEventStore
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll a condition with a deadline: synchronisation on the store, not a sleep."""
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.01)
+
+
+@pytest.fixture
+def make_runner(tmp_path):
+    @asynccontextmanager
+    async def make(
+        plan: FakePlan | None = None, plans=None, store=None, **config
+    ) -> AsyncIterator[Runner]:
+        store = store or SQLiteEventStore(tmp_path / "h3.db", durable=False)
+        executor = FakeExecutor(LocalArtifactStore(tmp_path / "artifacts"), default=plan, plans=plans)
+        cfg = {"stall_timeout_s": 5.0, "cancel_grace_s": 2.0, "poll_interval_s": 0.05, **config}
+        runner = Runner(store, executor, RunnerConfig(**cfg))
+        async with anyio.create_task_group() as tg:
+            await tg.start(runner.run)
+            yield runner
+            tg.cancel_scope.cancel()
+
+    return make

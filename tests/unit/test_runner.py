@@ -1,0 +1,260 @@
+"""The runner's terminal guarantee, case by case (the stateful property test mixes them)."""
+
+from __future__ import annotations
+
+import anyio
+import av
+import pytest
+
+from h3core import (
+    Admitted,
+    FakePlan,
+    GenerationRequest,
+    IdempotencyMismatch,
+    NotCancellable,
+    Progress,
+    Refuse,
+    Refused,
+    Runner,
+    RunnerConfig,
+    Running,
+    SQLiteEventStore,
+)
+from h3core.adapters.artifacts import sha256_file
+from h3core.executors.base import Result
+from tests.factories import request, submitted
+from tests.unit.conftest import wait_until
+
+pytestmark = pytest.mark.anyio
+
+
+def types(runner, job_id):
+    return [e.type for e in runner.store.events(job_id)]
+
+
+def ended(runner, *job_ids):
+    return lambda: all(runner.store.get(j).terminal for j in job_ids)
+
+
+async def test_a_job_runs_to_done_with_one_progress_event_per_step_and_a_real_video(make_runner):
+    async with make_runner() as runner:
+        job = await runner.submit(request(steps=4, frames=30, width=96, height=64))
+        await wait_until(ended(runner, job.job_id))
+    assert types(runner, job.job_id) == ["submitted", "admitted", "running"] + ["progress"] * 4 + ["done"]
+    state = runner.store.get(job.job_id)
+    path = runner.executor.artifacts.resolve(state.artifact.path)
+    assert state.artifact.bytes == path.stat().st_size
+    assert state.artifact.sha256 == sha256_file(path)
+    with av.open(str(path)) as container:
+        assert container.streams.audio, "the video carries an audio stream"
+        assert sum(1 for _ in container.decode(video=0)) == 30
+
+
+@pytest.mark.parametrize(
+    ("plan", "kind", "text"),
+    [
+        ("fail_at=2 kind=oom", "oom", "out of memory"),
+        ("fail_at=1", "executor_error", "RuntimeError: fake executor failed at step 1"),
+        ("fail_at=3 kind=invalid", "invalid", "'invalid' at step 3"),
+        ("no_result", "executor_error", "without a result"),
+        ("hang_at=2", "stalled", "no progress for 0.3s (last step 1/4)"),
+    ],
+)
+async def test_every_way_an_executor_fails_ends_the_job_once(make_runner, plan, kind, text):
+    async with make_runner(stall_timeout_s=0.3) as runner:
+        job = await runner.submit(request(steps=4, prompt=f"x [fake {plan}]"))
+        await wait_until(ended(runner, job.job_id))
+    state = runner.store.get(job.job_id)
+    assert state.status == "failed" and state.error.kind == kind and text in state.error.message
+    assert types(runner, job.job_id)[-1] == "failed"
+    assert runner.executor.cleanups == runner.executor.runs
+
+
+async def test_an_attempt_past_its_deadline_fails_as_deadline(make_runner):
+    async with make_runner(attempt_deadline_s=0.3) as runner:
+        job = await runner.submit(request(steps=100, prompt="x [fake step=0.05]"))
+        await wait_until(ended(runner, job.job_id))
+    assert runner.store.get(job.job_id).error.kind == "deadline"
+
+
+async def test_a_retryable_failure_runs_a_new_attempt(make_runner):
+    async with make_runner() as runner:
+        job = await runner.submit(request(steps=3, prompt="x [fake fail_at=2 kind=executor_lost fail_attempts=1]"))
+        await wait_until(ended(runner, job.job_id))
+    events = runner.store.events(job.job_id)
+    assert [e.type for e in events] == [
+        "submitted", "admitted", "running", "progress", "attempt_failed",
+        "running", "progress", "progress", "progress", "done",
+    ]  # fmt: skip
+    assert [e.body.attempt for e in events if e.type == "running"] == [1, 2]
+    assert runner.store.get(job.job_id).attempt_errors[0].kind == "executor_lost"
+
+
+async def test_retries_stop_at_the_policy_limit(make_runner):
+    async with make_runner() as runner:
+        job = await runner.submit(request(steps=3, prompt="x [fake fail_at=1 kind=executor_lost]"))
+        await wait_until(ended(runner, job.job_id))
+    state = runner.store.get(job.job_id)
+    assert state.status == "failed" and state.attempt == 2 and state.error.kind == "executor_lost"
+
+
+async def test_cancelling_a_queued_job_ends_it_at_once(make_runner):
+    async with make_runner(plan=FakePlan(step_seconds=0.05)) as runner:
+        first = await runner.submit(request(steps=50))
+        queued = await runner.submit(request(steps=50))
+        await wait_until(lambda: runner.store.get(first.job_id).status == "running")
+        state = await runner.cancel(queued.job_id)
+        assert state.status == "cancelled"
+        await runner.cancel(first.job_id)
+        await wait_until(ended(runner, first.job_id))
+    assert types(runner, queued.job_id) == ["submitted", "admitted", "cancelled"]
+
+
+async def test_cancelling_a_running_job_stops_the_executor_within_a_step(make_runner):
+    async with make_runner(plan=FakePlan(step_seconds=0.05)) as runner:
+        job = await runner.submit(request(steps=200))
+        await wait_until(lambda: (runner.store.get(job.job_id).step or 0) >= 3)
+        state = await runner.cancel(job.job_id)
+        assert state.cancel_requested and state.status == "running"
+        await wait_until(ended(runner, job.job_id))
+        with pytest.raises(NotCancellable):
+            await runner.cancel(job.job_id)
+    events = runner.store.events(job.job_id)
+    assert [e.type for e in events][-1] == "cancelled"
+    at_request = next(e for e in events if e.type == "cancel_requested")
+    after = [e for e in events if e.seq > at_request.seq and e.type == "progress"]
+    assert len(after) <= 1, "the executor stops within one step"
+    assert runner.executor.cleanups == 1
+
+
+async def test_an_executor_that_will_not_stop_still_ends_after_the_grace_period(make_runner):
+    async with make_runner(plan=FakePlan(step_seconds=0.05, cleanup_seconds=1.5), cancel_grace_s=0.2) as runner:
+        job = await runner.submit(request(steps=200))
+        await wait_until(lambda: runner.store.get(job.job_id).status == "running")
+        await runner.cancel(job.job_id)
+        await wait_until(ended(runner, job.job_id), timeout=1.0)  # well before its cleanup ends
+        state = runner.store.get(job.job_id)
+        assert state.status == "cancelled" and "did not stop within 0.2s" in runner.store.events(job.job_id)[-1].body.reason
+        assert runner.executor.cleanups == 0
+        # Its slot stays taken until the cleanup really finishes; then the next job runs.
+        nxt = await runner.submit(request(steps=2))
+        await wait_until(ended(runner, nxt.job_id), timeout=5)
+        assert runner.executor.cleanups >= 1
+
+
+async def test_stopping_the_runner_mid_job_records_an_interruption_and_a_restart_finishes_it(make_runner, tmp_path):
+    store = SQLiteEventStore(tmp_path / "shared.db", durable=False)
+    async with make_runner(plan=FakePlan(step_seconds=0.05), store=store) as runner:
+        job = await runner.submit(request(steps=40))
+        await wait_until(lambda: (store.get(job.job_id).step or 0) >= 2)
+    # The runner's own task was cancelled: the job is not left running.
+    state = store.get(job.job_id)
+    assert state.status == "queued" and state.attempt_errors[-1].kind == "interrupted"
+    async with make_runner(plan=FakePlan(step_seconds=0.0), store=store) as runner:
+        await wait_until(ended(runner, job.job_id))
+    assert store.get(job.job_id).status == "done" and store.get(job.job_id).attempt == 2
+
+
+async def test_recovery_ends_jobs_a_dead_process_left_running(make_runner, tmp_path):
+    store = SQLiteEventStore(tmp_path / "crashed.db", durable=False)
+    store.append("dead", [submitted(), Admitted(), Running(attempt=1, executor="fake"), Progress(step=1, total=4)])
+    from h3core.domain.retry import RetryPolicy
+
+    no_retry = submitted(retry=RetryPolicy(max_attempts=1))
+    store.append("dead2", [no_retry, Admitted(), Running(attempt=1, executor="fake")])
+    async with make_runner(store=store) as runner:
+        await wait_until(ended(runner, "dead", "dead2"))
+    assert types(runner, "dead")[4:6] == ["attempt_failed", "running"]
+    assert store.get("dead").status == "done"
+    assert store.get("dead2").status == "failed" and store.get("dead2").error.kind == "interrupted"
+
+
+async def test_jobs_run_by_priority_then_in_submission_order(make_runner, tmp_path):
+    store = SQLiteEventStore(tmp_path / "order.db", durable=False)
+    runner = Runner(store, None)  # submitting needs no executor
+    ids = [(await runner.submit(request(steps=1), priority=p)).job_id for p in (0, 0, 3, 0)]
+    async with make_runner(store=store) as running:
+        await wait_until(ended(running, *ids))
+    started = sorted(ids, key=lambda j: next(e.at for e in store.events(j) if e.type == "running"))
+    assert started == [ids[2], ids[0], ids[1], ids[3]]
+
+
+async def test_inert_fields_are_accepted_with_a_warning(make_runner):
+    async with make_runner() as runner:
+        job = await runner.submit(request(cfg_scale=5.0, turbo=True))
+    assert len(job.warnings) == 2 and "cfg_scale" in job.warnings[0]
+
+
+async def test_idempotent_submission(make_runner):
+    async with make_runner(plan=FakePlan(step_seconds=0.05)) as runner:
+        a = await runner.submit(request(), idempotency_key="k")
+        b = await runner.submit(request(), idempotency_key="k")
+        assert a.job_id == b.job_id
+        with pytest.raises(IdempotencyMismatch):
+            await runner.submit(request(prompt="another"), idempotency_key="k")
+
+
+async def test_a_refused_request_never_becomes_a_job(make_runner):
+    class RefuseAll:
+        def decide(self, req: GenerationRequest):
+            return Refuse(detail="too long")
+
+    async with make_runner() as runner:
+        runner.admission = RefuseAll()
+        with pytest.raises(Refused, match="too long"):
+            await runner.submit(request())
+        assert runner.store.counts() == {}
+
+
+async def test_an_executor_breaking_the_progress_contract_fails_the_job(make_runner):
+    async def backwards(job):
+        yield Progress(step=2, total=4)
+        yield Progress(step=1, total=4)
+
+    async with make_runner() as runner:
+        runner.executor.run = backwards
+        job = await runner.submit(request())
+        await wait_until(ended(runner, job.job_id))
+    state = runner.store.get(job.job_id)
+    assert state.error.kind == "executor_error" and "does not advance" in state.error.message
+
+
+async def test_an_executor_yielding_after_its_result_fails_the_job(make_runner):
+    async def chatty(job):
+        yield Result(artifact=None)  # type: ignore[arg-type]
+        yield Progress(step=1, total=1)
+
+    async with make_runner() as runner:
+        runner.executor.run = chatty
+        job = await runner.submit(request())
+        await wait_until(ended(runner, job.job_id))
+    assert "after its result" in runner.store.get(job.job_id).error.message
+
+
+async def test_subscribers_get_every_event_and_a_stuck_one_never_blocks_the_runner(make_runner):
+    async with make_runner() as runner:
+        async with runner.bus.subscribe() as live, runner.bus.subscribe() as stuck:
+            job = await runner.submit(request(steps=3))
+            await wait_until(ended(runner, job.job_id))
+            seen = []
+            while len(seen) < 7:
+                seen.append((await live.receive()).type)
+            assert seen == ["submitted", "admitted", "running", "progress", "progress", "progress", "done"]
+        del stuck
+    runner.bus._buffer = 2  # a subscriber that never reads is dropped, not waited on
+    async with make_runner() as runner2:
+        runner2.bus._buffer = 2
+        async with runner2.bus.subscribe() as never_read:
+            job = await runner2.submit(request(steps=20))
+            await wait_until(ended(runner2, job.job_id))
+            assert runner2.bus.subscribers == 0
+            received = []
+            with pytest.raises(anyio.EndOfStream):
+                while True:
+                    received.append(await never_read.receive())
+            assert len(received) == 2
+
+
+async def test_runner_config_is_validated():
+    with pytest.raises(ValueError, match="slots"):
+        RunnerConfig(slots=0)
