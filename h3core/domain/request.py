@@ -52,11 +52,11 @@ class Keyframes(_Frozen):
 
 
 class References(_Frozen):
-    """Reference media for ref2va, as upload ids."""
+    """Reference media for ref2va, as upload ids (lists are taken as tuples)."""
 
-    images: tuple[_UploadRef, ...] = Field(default=(), max_length=MAX_REF_IMAGES)
-    videos: tuple[_UploadRef, ...] = Field(default=(), max_length=MAX_REF_VIDEOS)
-    audios: tuple[_UploadRef, ...] = Field(default=(), max_length=MAX_REF_AUDIOS)
+    images: tuple[_UploadRef, ...] = Field(default=(), max_length=MAX_REF_IMAGES, strict=False)
+    videos: tuple[_UploadRef, ...] = Field(default=(), max_length=MAX_REF_VIDEOS, strict=False)
+    audios: tuple[_UploadRef, ...] = Field(default=(), max_length=MAX_REF_AUDIOS, strict=False)
 
     @model_validator(mode="after")
     def _one_at_least(self) -> References:
