@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -36,6 +36,7 @@ from h3core.domain.events import (
     Running,
     Submitted,
 )
+from h3core.domain.geometry import Media
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent, JobState
@@ -152,15 +153,19 @@ class Runner:
         priority: int = 0,
         idempotency_key: str | None = None,
         job_id: str | None = None,
+        media: Mapping[str, Media] | None = None,
     ) -> JobState:
-        """Admit and store a job. Raises `Refused`, `IdempotencyMismatch` or `ShuttingDown`."""
+        """Admit and store a job. Raises `Refused`, `IdempotencyMismatch` or `ShuttingDown`.
+
+        `media` is what is known of the request's uploads, for admission to count their tokens.
+        """
         if not self._accepting and self.started:
             raise ShuttingDown("h3core is shutting down and admits no new jobs")
         if idempotency_key is not None:
             existing = await self._call(self.store.by_idempotency_key, idempotency_key)
             if existing is not None:
                 return self._same_or_mismatch(existing, request, priority, idempotency_key)
-        decision = self.admission.decide(request)
+        decision = self.admission.decide(request, media)
         if isinstance(decision, Refuse):
             raise Refused(decision)
         bodies: list[Body] = [

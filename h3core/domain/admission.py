@@ -6,10 +6,12 @@ default admits everything; the capacity model supplies the real policy.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from h3core.domain.geometry import Media
 from h3core.domain.request import GenerationRequest
 
 CeilingReason = Literal["vram", "quality", "api_limit"]
@@ -47,11 +49,13 @@ Decision = Admit | Refuse
 class AdmissionPolicy(Protocol):
     """Decides a request. Must be pure and deterministic: the same request, the same answer."""
 
-    def decide(self, request: GenerationRequest) -> Decision: ...
+    def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
+        """`media`: what is known of the request's uploads (dimensions, duration), by id."""
+        ...
 
 
 class AdmitAll:
     """Admits every valid request. The default until capacity is measured."""
 
-    def decide(self, request: GenerationRequest) -> Decision:
+    def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
         return Admit()

@@ -11,13 +11,13 @@ typed in: the largest run that fit, plus a stated share of the gap to the smalle
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from h3core.domain.admission import Admit, Ceiling, CeilingReason, Decision, Refuse
-from h3core.domain.geometry import CLIP, TokenCount, count_tokens, snap_frames
+from h3core.domain.geometry import CLIP, Media, TokenCount, count_tokens, snap_frames
 from h3core.domain.request import GenerationRequest, Keyframes, Mode, References
 
 Outcome = Literal["ran", "oom"]
@@ -197,14 +197,15 @@ class CapacityPolicy:
         self.budget = profile.budget()
 
     # The single judgement both `decide` and `ceiling` rest on.
-    def _judge(self, shape: Shape, frames: int) -> tuple[Ceiling | None, TokenCount]:
-        """None if `frames` of `shape` is admissible, else the kind of limit it breaks."""
+    def _judge(self, request: GenerationRequest, media: Mapping[str, Media]) -> tuple[Ceiling | None, TokenCount]:
+        """None if `request` is admissible, else the kind of limit it breaks."""
         p = self.profile
-        tokens = count_tokens(shape.request(frames))
+        shape = Shape.of(request)
+        tokens = count_tokens(request, media)
         cap = self._quality_cap(shape)
-        if cap is not None and frames > cap:
+        if cap is not None and request.frames > cap:
             return Ceiling(max_frames=cap, reason="quality"), tokens
-        if frames > p.api_max_frames:
+        if request.frames > p.api_max_frames:
             return Ceiling(max_frames=p.api_max_frames, reason="api_limit"), tokens
         budget, verified = self._budget_for(shape)
         if budget is None or tokens.total > budget:
@@ -221,8 +222,11 @@ class CapacityPolicy:
         refs = self.profile.references
         return (refs.budget_tokens if refs.policy == "budget" else None), False
 
-    def ceiling(self, shape: Shape) -> CeilingRow:
-        """The largest frame count admitted for `shape`, and what sets it."""
+    def ceiling(self, like: Shape | GenerationRequest, media: Mapping[str, Media] | None = None) -> CeilingRow:
+        """The largest frame count admitted for requests like `like` (all but its length)."""
+        media = media or {}
+        template = like.request(1) if isinstance(like, Shape) else like
+        shape = Shape.of(template)
         budget, verified = self._budget_for(shape)
         top = self.profile.api_max_frames
         cap = self._quality_cap(shape)
@@ -230,27 +234,27 @@ class CapacityPolicy:
             top = min(top, cap)
         # Tokens only change at snapped counts (17n + 5), and admission is monotone in frames:
         # walk those upwards (and `top` itself) until the first refusal.
-        candidates = [*range(snap_frames(1), top, CLIP), top]
         best = 0
-        for frames in candidates:
-            if self._judge(shape, frames)[0] is not None:
+        for frames in [*range(snap_frames(1), top, CLIP), top]:
+            if self._judge(template.model_copy(update={"frames": frames}), media)[0] is not None:
                 break
             best = frames
         if best > 0 and best == top:
             reason: CeilingReason = "quality" if cap is not None and cap <= self.profile.api_max_frames else "api_limit"
         else:
             reason = "vram"
-        tokens = count_tokens(shape.request(best)).total if best else None
+        tokens = count_tokens(template.model_copy(update={"frames": best}), media).total if best else None
         return CeilingRow(
             shape=shape, max_frames=best, reason=reason, verified=verified, tokens_at_max=tokens, budget_tokens=budget
         )
 
-    def decide(self, request: GenerationRequest) -> Decision:
+    def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
+        media = media or {}
         shape = Shape.of(request)
-        limit, tokens = self._judge(shape, request.frames)
+        limit, tokens = self._judge(request, media)
         if limit is None:
             return Admit(tokens=tokens.total)
-        row = self.ceiling(shape)
+        row = self.ceiling(request, media)
         ceiling = Ceiling(max_frames=row.max_frames, reason=row.reason, verified=row.verified)
         where = f"{shape.width}x{shape.height} {shape.mode}"
         if limit.reason == "vram" and row.budget_tokens is None:

@@ -11,6 +11,9 @@ tokens rather than a table of frame limits. The formulas follow the model (field
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+
 from pydantic import BaseModel, ConfigDict
 
 from h3core.domain.request import GenerationRequest
@@ -49,8 +52,76 @@ def audio_tokens(frames: int) -> int:
     return AUDIO_ROWS_PER_LATENT * round(snap_frames(frames) / FPS * AUDIO_LATENTS_PER_S)
 
 
+# Reference media (diffusers 0.42.1, modular_pipelines/minimax_h3): images are resized to a
+# 2048-pixel short edge (sides to multiples of 32) and encoded as one latent frame; videos to a
+# 768-pixel short edge within 768 × 1344 pixels, snapped down to 17n + 5 frames and cut to the
+# target's length; audio is cut to the target's duration, 2 rows per 800-sample (32 kHz) step,
+# rounded up. Images also enter the text stream through Qwen3-VL's processor, about one token
+# per 32 × 32 pixels (an estimate: the processor's pixel cap is in the checkpoint's config).
+REF_IMAGE_SHORT_EDGE = 2048
+REF_VIDEO_SHORT_EDGE = 768
+REF_VIDEO_MAX_PIXELS = 768 * 1344
+
+
+class Media(BaseModel):
+    """What admission needs to know of an uploaded keyframe or reference."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str  # image | video | audio
+    width: int | None = None
+    height: int | None = None
+    seconds: float | None = None
+    has_audio: bool = False
+
+
+# Assumed where an upload's dimensions are unknown: a 16:9 picture, a 16:9 video with sound
+# as long as the target. Both are the common large case, so the estimate errs high.
+ASSUMED_IMAGE = Media(kind="image", width=1920, height=1080)
+ASSUMED_VIDEO = Media(kind="video", width=1920, height=1080, has_audio=True)
+ASSUMED_AUDIO = Media(kind="audio")
+
+
+def _to_32(x: float) -> int:
+    return max(TOKEN_PIXELS, int(round(x / TOKEN_PIXELS)) * TOKEN_PIXELS)
+
+
+def ref_image_rows(width: int, height: int) -> int:
+    scale = REF_IMAGE_SHORT_EDGE / min(width, height)
+    return grid(_to_32(width * scale), _to_32(height * scale))
+
+
+def ref_video_grid(width: int, height: int) -> int:
+    scale = REF_VIDEO_SHORT_EDGE / min(width, height)
+    w, h = width * scale, height * scale
+    if w * h > REF_VIDEO_MAX_PIXELS:
+        shrink = (REF_VIDEO_MAX_PIXELS / (w * h)) ** 0.5
+        w, h = w * shrink, h * shrink
+    return grid(_to_32(w), _to_32(h))
+
+
+def ref_audio_rows(seconds: float | None, frames: int) -> int:
+    target_s = snap_frames(frames) / FPS
+    s = target_s if seconds is None else min(seconds, target_s)
+    return AUDIO_ROWS_PER_LATENT * math.ceil(s * AUDIO_LATENTS_PER_S - 1e-9)
+
+
+def ref_video_rows(media: Media, frames: int) -> int:
+    target = snap_frames(frames)
+    n = target if media.seconds is None else min(target, int(media.seconds * FPS))
+    n = max(1, (n - CLIP_REMAINDER) // CLIP) * CLIP + CLIP_REMAINDER  # snapped down
+    rows = (5 * (n - CLIP_REMAINDER) // CLIP + 2) * ref_video_grid(media.width or 1920, media.height or 1080)
+    if media.has_audio:
+        rows += ref_audio_rows(media.seconds, frames)
+    return rows
+
+
 class TokenCount(BaseModel):
-    """A request's sequence length, by part. `total` is what admission budgets."""
+    """A request's sequence length, by part. `total` is what admission budgets.
+
+    The prompt's own text tokens are left out: the measured budgets (field notes §5) count
+    video and audio rows only, and a prompt is small beside them.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -58,21 +129,34 @@ class TokenCount(BaseModel):
     audio: int
     keyframes: int = 0
     references: int = 0
+    reference_text: int = 0  # image tokens the references add to the text stream (estimate)
 
     @property
     def total(self) -> int:
-        return self.video + self.audio + self.keyframes + self.references
+        return self.video + self.audio + self.keyframes + self.references + self.reference_text
 
 
-def count_tokens(request: GenerationRequest) -> TokenCount:
+def count_tokens(request: GenerationRequest, media: Mapping[str, Media] | None = None) -> TokenCount:
+    """The request's sequence length; `media` gives what is known of its uploads."""
+    media = media or {}
     w, h, f = request.width, request.height, request.frames
     keyframes = 0
     if request.keyframes is not None:
-        # One latent frame of conditioning rows per keyframe given.
+        # Each keyframe is resized to the output canvas: one latent frame of conditioning rows.
         n = sum(k is not None for k in (request.keyframes.first, request.keyframes.last))
         keyframes = n * grid(w, h)
-    references = 0
+    references = reference_text = 0
     if request.references is not None:
-        # Each reference image is encoded on the output canvas: one latent frame of rows.
-        references = len(request.references.images) * grid(w, h)
-    return TokenCount(video=video_tokens(w, h, f), audio=audio_tokens(f), keyframes=keyframes, references=references)
+        for ref in request.references.images:
+            m = media.get(ref, ASSUMED_IMAGE)
+            rows = ref_image_rows(m.width or 1920, m.height or 1080)
+            references += rows
+            reference_text += rows
+        for ref in request.references.videos:
+            references += ref_video_rows(media.get(ref, ASSUMED_VIDEO), f)
+        for ref in request.references.audios:
+            references += ref_audio_rows(media.get(ref, ASSUMED_AUDIO).seconds, f)
+    return TokenCount(
+        video=video_tokens(w, h, f), audio=audio_tokens(f), keyframes=keyframes,
+        references=references, reference_text=reference_text,
+    )  # fmt: skip

@@ -196,7 +196,7 @@ async def test_idempotent_submission(make_runner):
 
 async def test_a_refused_request_never_becomes_a_job(make_runner):
     class RefuseAll:
-        def decide(self, req: GenerationRequest):
+        def decide(self, req: GenerationRequest, media=None):
             return Refuse(detail="too long")
 
     async with make_runner() as runner:
