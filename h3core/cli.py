@@ -56,7 +56,7 @@ from h3core.domain.events import (
 )
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
-from h3core.domain.state import IllegalEvent, JobState, apply, fold
+from h3core.domain.state import IllegalEvent, JobState, fold
 from h3core.executors.fake import FakeExecutor, FakePlan
 from h3core.runner import IdempotencyMismatch, Refused, Runner, RunnerConfig
 
@@ -385,19 +385,22 @@ def replay(
         if isinstance(first, Submitted):
             out.print(Text.assemble(("job ", "bold"), (job_id, "bold"), f"  prompt={_short(first.request.prompt)!r}"))
 
-    # Fold here, event by event, rather than read the projection: this shows what the log says.
-    state: JobState | None = None
+    # Fold the log rather than read the projection: this shows what the log says.
+    try:
+        state, broken = fold(events), None
+    except IllegalEvent as exc:
+        state, broken = None, exc
     previous: Event | None = None
     for e in events:
-        try:
-            state = apply(state, e)
-        except IllegalEvent as exc:
+        if broken is not None and e.seq == broken.seq:
             if not as_json:
                 out.print(Text.assemble(_event_line(e, previous), ("   <- breaks a rule", "bold red")))
-            _fail(f"the log breaks a rule ({exc.code}): {exc}", EXIT_DATA)
+            break
         if not as_json:
             out.print(_event_line(e, previous))
         previous = e
+    if broken is not None:
+        _fail(f"the log breaks a rule ({broken.code}): {broken}", EXIT_DATA)
     if as_json:
         return
 
@@ -485,7 +488,7 @@ def verify(db: DbOption = Path("h3core.db")) -> None:
         for job_id in job_ids:
             state, count, problem = _check_job(store, job_id)
             n_events += count
-            statuses[state.status if state is not None else "unreadable"] += 1
+            statuses[state.status if state is not None else "broken"] += 1
             if problem:
                 broken.append((job_id, problem))
         for job_id in _orphans(db):
@@ -595,7 +598,7 @@ def jobs(
     table.add_column("created", no_wrap=True)
     table.add_column("error", no_wrap=True)
     for _, s in rows:
-        step = f"{s.step}/{s.total}" if s.step is not None else ("-" if s.status != "done" else f"{s.request.steps}/{s.request.steps}")
+        step = f"{s.step}/{s.total}" if s.step is not None else "-"
         if s.error is not None:
             error = s.error.kind
         elif s.attempt_errors:
@@ -670,13 +673,14 @@ def enqueue(
 # -- the worker -----------------------------------------------------------------------------------
 
 
-def _log(line: str) -> None:
-    print(line, flush=True)
+def _log_event(e: Event) -> None:
+    """One plain line per event, flushed at once (the worker's log may be a pipe or a file)."""
+    print(f"{_ts(e.at)} {e.job_id} #{e.seq} {e.type} {_fields(e)}".rstrip(), flush=True)
 
 
 async def _print_events(events: AsyncIterator[Event]) -> None:
     async for e in events:
-        _log(f"{_ts(e.at)} {e.job_id} #{e.seq} {e.type} {_fields(e)}".rstrip())
+        _log_event(e)
 
 
 async def _serve(runner: Runner, *, verbose: bool) -> str:
@@ -694,7 +698,10 @@ async def _serve(runner: Runner, *, verbose: bool) -> str:
                         async def stop_on_signal() -> None:
                             async for signum in signals:
                                 received.append(signal.Signals(signum).name)
-                                _err().print(f"worker: {received[-1]} received, stopping (running jobs are recorded as interrupted)")
+                                _err().print(
+                                    f"worker: {received[-1]} received, stopping "
+                                    "(running jobs are recorded as interrupted)"
+                                )
                                 run_scope.cancel()
                                 return
 
@@ -708,7 +715,7 @@ async def _serve(runner: Runner, *, verbose: bool) -> str:
                     e = events.receive_nowait()
                 except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
                     break
-                _log(f"{_ts(e.at)} {e.job_id} #{e.seq} {e.type} {_fields(e)}".rstrip())
+                _log_event(e)
     return received[0] if received else "cancel"
 
 
@@ -761,7 +768,11 @@ def worker(
         _fail(f"cannot create the lock file {lock_path}: {exc.strerror or exc}")
     try:
         with _open_store(db, create=True) as store:
-            executor = FakeExecutor(LocalArtifactStore(artifacts), default=FakePlan(step_seconds=fake_step_seconds))
+            try:
+                artifact_store = LocalArtifactStore(artifacts)
+            except OSError as exc:
+                _fail(f"cannot use {artifacts} for artifacts: {exc.strerror or exc}")
+            executor = FakeExecutor(artifact_store, default=FakePlan(step_seconds=fake_step_seconds))
             runner = Runner(store, executor, config)
             _err().print(
                 f"worker: pid {os.getpid()}, store {db}, artifacts {artifacts}, slots {slots}; "

@@ -1,0 +1,158 @@
+"""A real worker process killed and stopped: no job is lost, none is left running.
+
+Every wait polls the store (or the worker's log) against a deadline; nothing sleeps in place of
+synchronisation.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from h3core.adapters.store.sqlite import SQLiteEventStore
+from h3core.domain.events import AttemptFailed, Done, Failed, Running
+from h3core.domain.state import fold
+from tests.integration.conftest import clean_env, cli, enqueue, poll
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def paths(tmp_path) -> tuple[Path, Path]:
+    return tmp_path / "h3.db", tmp_path / "artifacts"
+
+
+@pytest.fixture
+def store(paths):
+    s = SQLiteEventStore(paths[0], durable=False)
+    yield s
+    s.close()
+
+
+def running_with_progress(store: SQLiteEventStore):
+    return [s for s in store.unfinished() if s.status == "running" and s.step is not None]
+
+
+def test_sigkill_mid_job_then_restart_recovers_every_job_in_order(paths, store, workers):
+    db, artifacts = paths
+    ids = enqueue(db, 5, steps=10)
+
+    first = workers.start(db, artifacts, "--fake-step-seconds", "0.2")
+    victim = poll(lambda: running_with_progress(store), 60, "a running job with progress", first.log)[0]
+    first.signal(signal.SIGKILL)
+    assert first.wait(10) == -signal.SIGKILL
+
+    # A dead process leaves its job exactly as it was: running, not ended.
+    assert victim.job_id == ids[0], "the oldest job runs first"
+    stuck = store.get(victim.job_id)
+    assert stuck is not None and stuck.status == "running" and stuck.attempt == 1
+    assert [store.get(j).status for j in ids[1:]] == ["queued"] * 4
+
+    second = workers.start(db, artifacts, "--fake-step-seconds", "0.2")
+    poll(
+        lambda: all(store.get(j).terminal for j in ids), 60, "every job to end",
+        lambda: second.log() + "\n" + repr({j: store.get(j).status for j in ids}),
+    )
+
+    assert store.job_ids() == ids, "no job lost, none added"
+    logs = {j: store.events(j) for j in ids}
+    for job_id, events in logs.items():
+        state = fold(events)
+        assert state == store.get(job_id)
+        assert state.status == "done", (job_id, state.error)
+        assert isinstance(events[-1].body, Done)
+        path = artifacts / state.artifact.path
+        assert path.stat().st_size == state.artifact.bytes
+
+    # The killed attempt is recorded as interrupted, then retried as attempt 2, which finished.
+    bodies = [e.body for e in logs[victim.job_id]]
+    failed = [i for i, b in enumerate(bodies) if isinstance(b, AttemptFailed)]
+    assert len(failed) == 1
+    interrupted = bodies[failed[0]]
+    assert (interrupted.kind, interrupted.attempt) == ("interrupted", 1)
+    after = bodies[failed[0] + 1]
+    assert isinstance(after, Running) and after.attempt == 2
+    assert store.get(victim.job_id).attempt == 2
+    for job_id in ids[1:]:  # the others ran once, untouched by the crash
+        assert [b.attempt for b in (e.body for e in logs[job_id]) if isinstance(b, Running)] == [1]
+
+    # FIFO across the crash: the recovered job first, then the queued ones in submission order.
+    starts = sorted(
+        (e.at, e.job_id, e.body.attempt) for events in logs.values() for e in events if isinstance(e.body, Running)
+    )
+    assert [(job, attempt) for _, job, attempt in starts] == [
+        (ids[0], 1), (ids[0], 2), *[(j, 1) for j in ids[1:]]
+    ]
+
+    verified = cli("verify", "--db", db)
+    assert verified.exit_code == 0, verified.output
+    assert "checked 5 jobs" in verified.stdout and "done 5" in verified.stdout
+
+    second.signal(signal.SIGTERM)
+    assert second.wait(10) == 0, second.log()
+    assert "worker: stopped (SIGTERM)" in second.log()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_graceful_stop_records_the_running_attempt_as_interrupted_and_retryable(paths, store, workers, sig):
+    db, artifacts = paths
+    ids = enqueue(db, 2, steps=50)
+    worker = workers.start(db, artifacts, "--fake-step-seconds", "0.2")
+    victim = poll(lambda: running_with_progress(store), 60, "a running job with progress", worker.log)[0]
+
+    worker.signal(sig)
+    assert worker.wait(10) == 0, worker.log()
+
+    assert not [s for s in store.unfinished() if s.status == "running"], "nothing left running"
+    state = store.get(victim.job_id)
+    assert state.status == "queued" and state.attempt == 1
+    last = store.events(victim.job_id)[-1].body
+    assert isinstance(last, AttemptFailed) and (last.kind, last.attempt) == ("interrupted", 1)
+    assert f"{victim.job_id} #{state.last_seq} attempt_failed attempt=1  kind=interrupted" in worker.log()
+    other = store.get(ids[1])
+    assert other.status == "queued" and other.attempt == 0
+    assert cli("verify", "--db", db).exit_code == 0
+
+
+def test_graceful_stop_fails_the_job_when_its_policy_allows_one_attempt(paths, store, workers):
+    db, artifacts = paths
+    ids = enqueue(db, 2, steps=50, max_attempts=1)
+    worker = workers.start(db, artifacts, "--fake-step-seconds", "0.2", "--max-attempts", "1")
+    victim = poll(lambda: running_with_progress(store), 60, "a running job with progress", worker.log)[0]
+
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(10) == 0, worker.log()
+
+    state = store.get(victim.job_id)
+    assert state.status == "failed" and state.error.kind == "interrupted"
+    assert isinstance(store.events(victim.job_id)[-1].body, Failed)
+    assert store.get(ids[1]).status == "queued"
+    assert not [s for s in store.unfinished() if s.status == "running"]
+
+
+def test_a_second_worker_on_the_same_store_exits_3_while_the_first_runs(paths, store, workers):
+    db, artifacts = paths
+    first = workers.start(db, artifacts, "--fake-step-seconds", "0.2")
+    first.wait_ready()
+
+    second = subprocess.run(
+        [sys.executable, "-m", "h3core.cli", "worker", "--db", str(db), "--artifacts", str(artifacts)],
+        capture_output=True, text=True, timeout=60, env=clean_env(),
+    )
+    assert second.returncode == 3, second.stderr
+    assert "another worker already runs on" in second.stderr
+    assert f"process {first.pid}" in second.stderr
+    assert "Traceback" not in second.stderr
+    assert first.proc.poll() is None, "the first worker is unaffected"
+
+    first.signal(signal.SIGTERM)
+    assert first.wait(10) == 0
+    # The lock went with the process: a new worker starts.
+    third = workers.start(db, artifacts)
+    third.wait_ready()
+    third.signal(signal.SIGTERM)
+    assert third.wait(10) == 0
