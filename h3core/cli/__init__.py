@@ -1,0 +1,22 @@
+"""The `h3core` command line: inspect, check, move and run a store's jobs.
+
+    h3core replay JOB_ID       a job's timeline, folded from its log, and why it ended so
+    h3core verify              fold every log, compare with the jobs projection
+    h3core export / import     the event log as JSON Lines
+    h3core worker              run queued jobs with the fake executor until SIGTERM/SIGINT
+    h3core enqueue --prompt    store a job for a worker to run (no runner is started)
+    h3core jobs                the newest jobs, as a table
+
+Every command takes `--db PATH` (env `H3_DB`, default `h3core.db`). Exit codes: 0 fine;
+1 the data is wrong (a log breaks a rule, a line does not parse); 2 the request is wrong (no
+such job, no such store, a bad value); 3 another worker already holds the store.
+"""
+
+from h3core.cli import capacity, logs, replay, worker  # noqa: F401  (each registers its commands)
+from h3core.cli.app import app
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,3 @@
+from h3core.cli import main
+
+main()

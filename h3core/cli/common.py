@@ -1,0 +1,130 @@
+"""What the CLI's commands share: exit codes, options, consoles, opening the store, formatting."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.text import Text
+
+from h3core.adapters.store.sqlite import SchemaTooNew, SQLiteEventStore
+
+EXIT_DATA = 1  # the stored or given data is wrong
+EXIT_USAGE = 2  # the request is wrong: unknown job, missing store, bad value
+EXIT_LOCKED = 3  # another worker holds the store
+
+DbOption = Annotated[
+    Path,
+    typer.Option("--db", envvar="H3_DB", help="The SQLite store.", show_default=True),
+]
+
+
+class StatusChoice(str, Enum):
+    submitted = "submitted"
+    queued = "queued"
+    running = "running"
+    done = "done"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+def console() -> Console:
+    # Built per call so it writes to whatever sys.stdout is now (CliRunner swaps it). Piped
+    # output is not cut to 80 columns: tables keep whole job ids for grep and scripts.
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = 200
+    return console
+
+
+def console_err() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    console_err().print(Text.assemble(("error: ", "bold red"), message))
+    raise typer.Exit(code)
+
+
+@contextmanager
+def open_store(db: Path, *, create: bool = False) -> Iterator[SQLiteEventStore]:
+    """Open the store, turning the ways that can fail into one clear line (no traceback)."""
+    if not create and not db.exists():
+        fail(f"no store at {db} (pass --db or set H3_DB)")
+    try:
+        store = SQLiteEventStore(db)
+    except SchemaTooNew as exc:
+        fail(str(exc))
+    except sqlite3.DatabaseError as exc:
+        fail(f"{db} is not a usable h3core store: {exc}")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+
+
+def ts(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def dur(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    m, s = divmod(int(round(seconds)), 60)
+    if m < 60:
+        return f"{m}m{s:02d}s"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h:02d}h"
+
+
+def short(text: str, n: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+TYPE_STYLE = {
+    "submitted": "cyan",
+    "admitted": "cyan",
+    "running": "blue",
+    "progress": "dim",
+    "done": "bold green",
+    "attempt_failed": "yellow",
+    "failed": "bold red",
+    "cancel_requested": "magenta",
+    "cancelled": "bold magenta",
+}
+STATUS_STYLE = {
+    "submitted": "cyan",
+    "queued": "cyan",
+    "running": "blue",
+    "done": "green",
+    "failed": "red",
+    "cancelled": "magenta",
+}
+
+
+def first_error(exc: ValidationError) -> str:
+    errs = exc.errors()
+    shown = []
+    for err in errs[:3]:
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "(event)"
+        shown.append(f"{loc}: {err.get('msg')}")
+    more = f" (+{len(errs) - 3} more)" if len(errs) > 3 else ""
+    return "; ".join(shown) + more

@@ -1,0 +1,205 @@
+"""Running jobs from the command line: `enqueue` a job, run a `worker` until SIGTERM."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+from pydantic import ValidationError
+
+from h3core.adapters.artifacts import LocalArtifactStore
+from h3core.adapters.lock import LockHeld, RunnerLock
+from h3core.cli.app import app
+from h3core.cli.capacity import ProfileOption, admission
+from h3core.cli.common import (
+    EXIT_LOCKED,
+    DbOption,
+    console_err,
+    fail,
+    first_error,
+    open_store,
+    ts,
+)
+from h3core.cli.replay import fields
+from h3core.domain.events import (
+    Artifact,
+    Event,
+)
+from h3core.domain.request import GenerationRequest
+from h3core.domain.retry import RetryPolicy
+from h3core.executors.fake import FakeExecutor, FakePlan
+from h3core.runner import IdempotencyMismatch, Refused, Runner, RunnerConfig
+
+
+class _NoArtifacts:
+    """`enqueue` builds a runner only to submit; its executor never runs, so never writes."""
+
+    def staging(self, job_id: str, attempt: int, suffix: str = ".mp4") -> Path:
+        raise RuntimeError("enqueue does not run jobs")
+
+    def commit(self, staged: Path, **kwargs: object) -> Artifact:
+        raise RuntimeError("enqueue does not run jobs")
+
+    def resolve(self, rel_path: str) -> Path:
+        raise RuntimeError("enqueue does not run jobs")
+
+
+@app.command()
+def enqueue(
+    prompt: Annotated[str, typer.Option("--prompt", help="What to generate.")],
+    db: DbOption = Path("h3core.db"),
+    steps: Annotated[int, typer.Option(help="Denoising steps.")] = 50,
+    frames: Annotated[int, typer.Option(help="Frames (24 fps).")] = 124,
+    width: Annotated[int, typer.Option(help="Width in pixels, a multiple of 32.")] = 1344,
+    height: Annotated[int, typer.Option(help="Height in pixels, a multiple of 32.")] = 768,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
+    max_attempts: Annotated[
+        int,
+        typer.Option(envvar="H3_MAX_ATTEMPTS", help="The job's retry policy: at most this many attempts."),
+    ] = 2,
+    idempotency_key: Annotated[str | None, typer.Option(help="Submitting the same key again returns the same job.")] = None,
+    profile: ProfileOption = None,
+) -> None:
+    """Store a job for a worker to run, and print its id. No runner is started."""
+    try:
+        request = GenerationRequest(
+            prompt=prompt, steps=steps, frames=frames, width=width, height=height, seed=seed
+        )
+        retry = RetryPolicy(max_attempts=max_attempts)
+    except ValidationError as exc:
+        fail(f"invalid job: {first_error(exc)}")
+    with open_store(db, create=True) as store:
+        runner = Runner(store, FakeExecutor(_NoArtifacts()), RunnerConfig(retry=retry), admission=admission(profile))
+        try:
+            state = anyio.run(
+                functools.partial(runner.submit, request, priority=priority, idempotency_key=idempotency_key)
+            )
+        except (Refused, IdempotencyMismatch) as exc:
+            fail(str(exc))
+    for warning in state.warnings:
+        console_err().print(f"warning: {warning}")
+    typer.echo(state.job_id)
+
+
+# -- the worker -----------------------------------------------------------------------------------
+
+
+def _log_event(e: Event) -> None:
+    """One plain line per event, flushed at once (the worker's log may be a pipe or a file)."""
+    print(f"{ts(e.at)} {e.job_id} #{e.seq} {e.type} {fields(e)}".rstrip(), flush=True)
+
+
+async def _print_events(events: AsyncIterator[Event]) -> None:
+    async for e in events:
+        _log_event(e)
+
+
+async def _serve(runner: Runner, *, verbose: bool) -> str:
+    """Run until SIGTERM or SIGINT; return the signal's name. Cancelling the runner is its shutdown."""
+    received: list[str] = []
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with AsyncExitStack() as stack:
+            events = await stack.enter_async_context(runner.bus.subscribe()) if verbose else None
+            async with anyio.create_task_group() as printer:
+                if events is not None:
+                    printer.start_soon(_print_events, events)
+                with anyio.CancelScope() as run_scope:
+                    async with anyio.create_task_group() as tg:
+
+                        async def stop_on_signal() -> None:
+                            async for signum in signals:
+                                received.append(signal.Signals(signum).name)
+                                console_err().print(
+                                    f"worker: {received[-1]} received, stopping "
+                                    "(running jobs are recorded as interrupted)"
+                                )
+                                run_scope.cancel()
+                                return
+
+                        tg.start_soon(stop_on_signal)
+                        await tg.start(runner.run)
+                        console_err().print("worker: ready")
+                printer.cancel_scope.cancel()
+            # What the runner wrote while stopping (the interrupted attempts), not yet printed.
+            while events is not None:
+                try:
+                    e = events.receive_nowait()
+                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                    break
+                _log_event(e)
+    return received[0] if received else "cancel"
+
+
+@app.command()
+def worker(
+    db: DbOption = Path("h3core.db"),
+    artifacts: Annotated[Path, typer.Option(envvar="H3_ARTIFACTS", help="Where finished videos go.")] = Path(
+        "artifacts"
+    ),
+    slots: Annotated[int, typer.Option(min=1, max=256, help="Jobs run at once.")] = 1,
+    stall_timeout: Annotated[
+        float, typer.Option(envvar="H3_STALL_TIMEOUT", help="Seconds without progress before an attempt is stalled.")
+    ] = 600.0,
+    fake_step_seconds: Annotated[
+        float, typer.Option(envvar="H3_FAKE_STEP_SECONDS", min=0, help="The fake executor's time per step.")
+    ] = 0.5,
+    max_attempts: Annotated[
+        int,
+        typer.Option(
+            envvar="H3_MAX_ATTEMPTS",
+            help="Retry policy of jobs submitted through this runner. Jobs already stored keep the "
+            "policy recorded when they were enqueued (see `enqueue --max-attempts`).",
+        ),
+    ] = 2,
+    poll_interval: Annotated[float, typer.Option(help="Seconds between looks for work other processes stored.")] = 0.5,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print one line per event written.")] = False,
+    profile: ProfileOption = None,
+) -> None:
+    """Run queued jobs with the fake executor until SIGTERM or SIGINT (a graceful stop)."""
+    try:
+        config = RunnerConfig(
+            slots=slots,
+            stall_timeout_s=stall_timeout,
+            poll_interval_s=poll_interval,
+            retry=RetryPolicy(max_attempts=max_attempts),
+        )
+    except ValidationError as exc:
+        fail(f"invalid worker setting: {first_error(exc)}")
+    lock_path = Path(f"{db}.runner.lock")
+    try:
+        lock = RunnerLock(lock_path)
+        lock.acquire()
+    except LockHeld as exc:
+        holder = f" (process {exc.holder})" if exc.holder else ""
+        fail(
+            f"another worker already runs on {db}{holder}: {lock_path} is locked. "
+            "Stop that worker first; one store takes one worker.",
+            EXIT_LOCKED,
+        )
+    except OSError as exc:
+        fail(f"cannot create the lock file {lock_path}: {exc.strerror or exc}")
+    try:
+        with open_store(db, create=True) as store:
+            try:
+                artifact_store = LocalArtifactStore(artifacts)
+            except OSError as exc:
+                fail(f"cannot use {artifacts} for artifacts: {exc.strerror or exc}")
+            executor = FakeExecutor(artifact_store, default=FakePlan(step_seconds=fake_step_seconds))
+            runner = Runner(store, executor, config, admission=admission(profile))
+            console_err().print(
+                f"worker: pid {os.getpid()}, store {db}, artifacts {artifacts}, slots {slots}; "
+                "stop with SIGTERM or Ctrl-C"
+            )
+            how = anyio.run(functools.partial(_serve, runner, verbose=verbose))
+            console_err().print(f"worker: stopped ({how})")
+    finally:
+        lock.release()
+
