@@ -1,17 +1,31 @@
 """h3core: run long GPU video-generation jobs so that none is ever stuck, lost or half-done."""
 
 from h3core.adapters.artifacts import ArtifactStore, LocalArtifactStore
-from h3core.adapters.store import Conflict, EventStore, MemoryEventStore, SchemaTooNew, SQLiteEventStore, UnknownJob
+from h3core.adapters.store import (
+    Conflict,
+    EventStore,
+    MemoryEventStore,
+    SchemaTooNew,
+    SQLiteEventStore,
+    UnknownJob,
+)
 from h3core.bus import EventBus
-from h3core.domain.admission import Admit, AdmissionPolicy, AdmitAll, Ceiling, Decision, Refuse
+from h3core.domain.admission import (
+    AdmissionPolicy,
+    Admit,
+    AdmitAll,
+    Ceiling,
+    Decision,
+    Refuse,
+)
 from h3core.domain.events import (
     FAILURE_KINDS,
     Admitted,
     Artifact,
     AttemptFailed,
     Body,
-    CancelRequested,
     Cancelled,
+    CancelRequested,
     Done,
     Event,
     Failed,
@@ -23,8 +37,24 @@ from h3core.domain.events import (
 from h3core.domain.request import GenerationRequest, Keyframes, References
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent, JobState, apply, fold
-from h3core.executors import Executor, ExecutorFailure, FakeExecutor, FakePlan, Heartbeat, JobSpec, Result, classify
-from h3core.runner import IdempotencyMismatch, NotCancellable, Refused, Runner, RunnerConfig, ShuttingDown
+from h3core.executors import (
+    Executor,
+    ExecutorFailure,
+    FakeExecutor,
+    FakePlan,
+    Heartbeat,
+    JobSpec,
+    Result,
+    classify,
+)
+from h3core.runner import (
+    IdempotencyMismatch,
+    NotCancellable,
+    Refused,
+    Runner,
+    RunnerConfig,
+    ShuttingDown,
+)
 
 __all__ = [
     "FAILURE_KINDS",

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from h3core.domain.events import Artifact, Body, Done, Progress, Running, Submitted, Admitted
+from h3core.domain.events import (
+    Admitted,
+    Artifact,
+    Body,
+    Done,
+    Progress,
+    Running,
+    Submitted,
+)
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 

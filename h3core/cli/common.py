@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -28,7 +28,7 @@ DbOption = Annotated[
 ]
 
 
-class StatusChoice(str, Enum):
+class StatusChoice(StrEnum):
     submitted = "submitted"
     queued = "queued"
     running = "running"

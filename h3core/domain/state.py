@@ -15,12 +15,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from h3core.domain.events import (
-    Body,
     Admitted,
     Artifact,
     AttemptFailed,
-    CancelRequested,
+    Body,
     Cancelled,
+    CancelRequested,
     Done,
     Event,
     Failed,

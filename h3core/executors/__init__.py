@@ -1,6 +1,13 @@
 """Executors: the contract (`base`) and its implementations."""
 
-from h3core.executors.base import Executor, ExecutorFailure, Heartbeat, JobSpec, Result, classify
+from h3core.executors.base import (
+    Executor,
+    ExecutorFailure,
+    Heartbeat,
+    JobSpec,
+    Result,
+    classify,
+)
 from h3core.executors.fake import FakeExecutor, FakePlan
 
 __all__ = ["Executor", "ExecutorFailure", "FakeExecutor", "FakePlan", "Heartbeat", "JobSpec", "Result", "classify"]

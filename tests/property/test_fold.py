@@ -81,7 +81,7 @@ def test_whatever_is_offered_the_accepted_log_is_valid(data):
 @given(st.data())
 def test_nothing_is_accepted_after_a_terminal_event(data):
     state, log = None, []
-    for i in range(60):
+    for _i in range(60):
         body = data.draw(bodies_for(state))
         event = Event(job_id="j", seq=len(log) + 1, at=T0, body=body)
         try:

@@ -9,7 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from h3core.adapters.store import Conflict, MemoryEventStore, SQLiteEventStore, UnknownJob
+from h3core.adapters.store import (
+    Conflict,
+    MemoryEventStore,
+    SQLiteEventStore,
+    UnknownJob,
+)
 from h3core.domain.state import IllegalEvent, fold
 from tests.strategies import bodies_for
 

@@ -6,7 +6,14 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
-from h3core import FakeExecutor, FakePlan, LocalArtifactStore, Runner, RunnerConfig, SQLiteEventStore
+from h3core import (
+    FakeExecutor,
+    FakePlan,
+    LocalArtifactStore,
+    Runner,
+    RunnerConfig,
+    SQLiteEventStore,
+)
 
 
 async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
