@@ -144,6 +144,11 @@ class Runner:
         self._wake.set()
         self._wake = anyio.Event()
 
+    @property
+    def accepting(self) -> bool:
+        """Running and admitting jobs (false before `run` has recovered, and once it stops)."""
+        return self._accepting
+
     # -- public API -----------------------------------------------------------------------
 
     async def submit(

@@ -36,3 +36,16 @@ def done_log(steps: int = 3) -> list[Body]:
         *[Progress(step=i, total=steps) for i in range(1, steps + 1)],
         Done(artifact=artifact()),
     ]
+
+
+def png(width: int = 64, height: int = 48) -> bytes:
+    """A valid, tiny RGB PNG."""
+    import struct
+    import zlib
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+
+    rows = b"".join(b"\x00" + bytes([(x + y) % 256 for x in range(width) for _ in range(3)]) for y in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")

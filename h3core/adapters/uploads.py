@@ -21,6 +21,8 @@ from typing import Literal, Protocol, runtime_checkable
 import anyio
 from pydantic import BaseModel, ConfigDict
 
+from h3core.domain.geometry import Media
+
 Kind = Literal["image", "video", "audio"]
 
 _ID = re.compile(r"^u_[0-9a-f]{32}$")
@@ -72,6 +74,31 @@ class Upload(BaseModel):
     content_type: str
     bytes: int
     sha256: str
+    # What admission needs to count the upload's tokens; None where the file did not say.
+    width: int | None = None
+    height: int | None = None
+    seconds: float | None = None
+    has_audio: bool = False
+
+    def media(self) -> Media:
+        return Media(kind=self.kind, width=self.width, height=self.height, seconds=self.seconds, has_audio=self.has_audio)
+
+
+def probe(path: Path) -> dict[str, object]:
+    """Dimensions, duration and sound of a media file (PyAV); {} if it cannot be decoded."""
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            out: dict[str, object] = {"has_audio": bool(container.streams.audio)}
+            if container.streams.video:
+                v = container.streams.video[0]
+                out["width"], out["height"] = v.codec_context.width or None, v.codec_context.height or None
+            if container.duration:
+                out["seconds"] = container.duration / 1_000_000
+            return out
+    except (av.error.FFmpegError, OSError, ValueError):
+        return {}
 
 
 @runtime_checkable
@@ -118,7 +145,12 @@ class LocalUploadStore:
                 raise UploadRejected("the upload is empty", field="body")
             if not looks_right(head):
                 raise UploadRejected(f"the data is not {ctype}: its leading bytes do not match", field="content-type", status=415)
-            upload = Upload(id=upload_id, kind=kind, content_type=ctype, bytes=size, sha256=digest.hexdigest())
+            info = await anyio.to_thread.run_sync(probe, part)
+            if kind != "audio" and not info.get("width"):
+                raise UploadRejected(f"the {kind} could not be decoded", field="body", status=422)
+            if kind == "image":
+                info.pop("seconds", None)
+            upload = Upload(id=upload_id, kind=kind, content_type=ctype, bytes=size, sha256=digest.hexdigest(), **info)
             meta = self.root / f"{upload_id}.json"
             await anyio.Path(meta).write_text(upload.model_dump_json())
             await anyio.to_thread.run_sync(os.replace, part, self.root / upload_id)

@@ -80,6 +80,14 @@ class EventStore(Protocol):
         """Jobs per status."""
         ...
 
+    def queue_position(self, job_id: str) -> int | None:
+        """1 for the next queued job to run; None if the job is not queued."""
+        ...
+
+    def ping(self) -> None:
+        """Raise if the store cannot take a write now."""
+        ...
+
     def job_ids(self) -> list[str]:
         """Every job id, in submission order."""
         ...

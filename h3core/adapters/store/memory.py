@@ -110,6 +110,13 @@ class MemoryEventStore:
                 out[s.status] = out.get(s.status, 0) + 1
             return out
 
+    def queue_position(self, job_id: str) -> int | None:
+        queued = [s.job_id for s in self.queued(limit=len(self._states))]
+        return queued.index(job_id) + 1 if job_id in queued else None
+
+    def ping(self) -> None:
+        pass
+
     def job_ids(self) -> list[str]:
         with self._lock:
             return [s.job_id for s in self._ordered()]

@@ -263,6 +263,19 @@ class SQLiteEventStore:
     def counts(self) -> dict[str, int]:
         return dict(self._read("SELECT status, count(*) FROM jobs GROUP BY status"))
 
+    def queue_position(self, job_id: str) -> int | None:
+        rows = self._read(
+            "SELECT (SELECT count(*) FROM jobs o WHERE o.status = 'queued' AND "
+            "(o.priority > j.priority OR (o.priority = j.priority AND o.queue_order <= j.queue_order))) "
+            "FROM jobs j WHERE j.job_id = ? AND j.status = 'queued'",
+            (job_id,),
+        )
+        return rows[0][0] if rows else None
+
+    def ping(self) -> None:
+        with self._write():  # takes the write lock and releases it: the file is writable now
+            pass
+
     def job_ids(self) -> list[str]:
         return [j for (j,) in self._read("SELECT job_id FROM jobs ORDER BY queue_order")]
 

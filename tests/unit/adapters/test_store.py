@@ -63,6 +63,7 @@ def test_queue_order_is_priority_then_fifo_and_a_retry_keeps_its_place(store):
         _queue(store, job, prio, retry=RetryPolicy(max_attempts=2))
     store.append("a", [Running(attempt=1, executor="x")])
     assert [s.job_id for s in store.queued()] == ["c", "b", "d"]
+    assert [store.queue_position(j) for j in "abcd"] == [None, 2, 1, 3]
     store.append("a", [AttemptFailed(kind="interrupted", message="m", attempt=1)])
     assert [s.job_id for s in store.queued()] == ["c", "a", "b", "d"]
     assert [s.job_id for s in store.unfinished()] == ["c", "a", "b", "d"]
@@ -79,6 +80,10 @@ def test_listing_is_newest_first_with_a_cursor_and_a_status_filter(store):
     assert [s.job_id for _, s in store.list_jobs(status="running")] == ["j1"]
     assert store.counts() == {"queued": 4, "running": 1}
     assert store.job_ids() == [f"j{i}" for i in range(5)]
+
+
+def test_a_writable_store_answers_ping(store):
+    store.ping()
 
 
 def test_all_events_walks_every_log_in_order_across_batches(store):

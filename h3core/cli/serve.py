@@ -1,0 +1,67 @@
+"""`h3core serve`: the HTTP service for h3-console (Litestar on uvicorn)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+from h3core.cli.app import app
+from h3core.cli.common import console_err, fail, first_error
+
+
+def _opt(envvar: str, help: str, **kw):
+    return typer.Option(envvar=envvar, help=help, show_default=False, **kw)
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, _opt("H3_HOST", "Address to listen on [127.0.0.1].")] = None,
+    port: Annotated[int | None, _opt("H3_PORT", "Port [8100].")] = None,
+    db: Annotated[Path | None, _opt("H3_DB", "SQLite store [h3core.db].")] = None,
+    artifacts: Annotated[Path | None, _opt("H3_ARTIFACTS", "Folder for videos [artifacts].")] = None,
+    uploads: Annotated[Path | None, _opt("H3_UPLOADS", "Folder for keyframes and references [uploads].")] = None,
+    executor: Annotated[str | None, _opt("H3_EXECUTOR", "fake, comfyui or pipeline [fake].")] = None,
+    slots: Annotated[int | None, _opt("H3_SLOTS", "Jobs run at once [1].")] = None,
+    stall_timeout: Annotated[float | None, _opt("H3_STALL_TIMEOUT", "Seconds without progress before a job is stalled [600].")] = None,
+    fake_step_seconds: Annotated[float | None, _opt("H3_FAKE_STEP_SECONDS", "The fake executor's time per step [0.5].")] = None,
+    max_attempts: Annotated[int | None, _opt("H3_MAX_ATTEMPTS", "Retry policy: attempts per job [2].")] = None,
+    retry_on: Annotated[str | None, _opt("H3_RETRY_ON", "Retry policy: failure kinds retried [executor_lost,interrupted].")] = None,
+    capacity_profile: Annotated[Path | None, _opt("H3_CAPACITY_PROFILE", "Capacity profile (TOML) [built-in].")] = None,
+    model_dir: Annotated[Path | None, _opt("H3_MODEL_DIR", "MiniMax-H3 weights (pipeline executor).")] = None,
+    comfyui_url: Annotated[str | None, _opt("H3_COMFYUI_URL", "ComfyUI server (comfyui executor).")] = None,
+    config: Annotated[Path | None, _opt("H3_CONFIG", "A TOML settings file (same names as these options).")] = None,
+    log_level: Annotated[str | None, _opt("H3_LOG_LEVEL", "debug, info, warning or error [info].")] = None,
+) -> None:
+    """Serve the HTTP API (OpenAPI at /schema). Tokens come from H3_API_TOKENS only (never a flag)."""
+    import uvicorn
+
+    from service.app import create_app
+    from service.settings import Settings, SettingsError
+
+    if config is not None:
+        os.environ["H3_CONFIG"] = str(config)
+    given = {k: v for k, v in locals().items() if k not in ("config", "uvicorn", "create_app", "Settings", "SettingsError") and v is not None}
+    try:
+        settings = Settings(**given)
+        settings.check_exposure()
+        application = create_app(settings)
+    except ValidationError as exc:
+        fail(f"invalid setting: {first_error(exc)}")
+    except SettingsError as exc:
+        fail(str(exc))
+    auth = f"{len(settings.api_tokens)} API token(s)" if settings.api_tokens else "no authentication (loopback only)"
+    console_err().print(
+        f"h3core: http://{settings.host}:{settings.port}  store {settings.db}  executor {settings.executor}  {auth}"
+    )
+    uvicorn.run(
+        application,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=max(5, int(settings.cancel_grace) + 5),
+        access_log=settings.log_level == "debug",
+    )

@@ -1,0 +1,133 @@
+"""The Litestar application for h3-console: a thin shell over the runner and its stores."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import anyio
+from litestar import Litestar, Request, Response, Router
+from litestar.di import Provide
+from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE, HTTP_422_UNPROCESSABLE_ENTITY, HTTP_500_INTERNAL_SERVER_ERROR
+
+from h3core.adapters.artifacts import LocalArtifactStore
+from h3core.adapters.profiles import load_profile
+from h3core.adapters.store.sqlite import SQLiteEventStore
+from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
+from h3core.domain.capacity import CapacityPolicy
+from h3core.executors.base import Executor
+from h3core.executors.fake import FakeExecutor, FakePlan
+from h3core.runner import Runner
+from service.auth import bearer_guard
+from service.metrics import Metrics
+from service.settings import Settings, SettingsError
+
+
+@dataclass
+class Service:
+    """Everything a request handler may touch, made once per process."""
+
+    settings: Settings
+    store: SQLiteEventStore
+    artifacts: LocalArtifactStore
+    uploads: LocalUploadStore
+    policy: CapacityPolicy
+    runner: Runner
+    metrics: Metrics
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+def make_executor(settings: Settings, artifacts: LocalArtifactStore) -> Executor:
+    if settings.executor == "fake":
+        return FakeExecutor(artifacts, default=FakePlan(step_seconds=settings.fake_step_seconds))
+    raise SettingsError(f"executor {settings.executor!r} is not available in this build of h3core yet; use 'fake'")
+
+
+def build_service(settings: Settings) -> Service:
+    store = SQLiteEventStore(settings.db)
+    artifacts = LocalArtifactStore(settings.artifacts)
+    uploads = LocalUploadStore(settings.uploads, limits={k: min(v, settings.max_upload_bytes) for k, v in DEFAULT_LIMITS.items()})
+    policy = CapacityPolicy(load_profile(settings.capacity_profile))
+    runner = Runner(store, make_executor(settings, artifacts), settings.runner_config(), admission=policy)
+    return Service(settings, store, artifacts, uploads, policy, runner, Metrics(store))
+
+
+def _problem(status: int, detail: str, **extra) -> Response:
+    return Response({"detail": detail, **{k: v for k, v in extra.items() if v is not None}}, status_code=status)
+
+
+def _validation_error(_: Request, exc: ValidationException) -> Response:
+    errors = [
+        {"field": str(e.get("key") or "body"), "message": str(e.get("message"))}
+        for e in (exc.extra if isinstance(exc.extra, list) else [])
+    ]
+    named = ", ".join(e["field"] for e in errors) or "the request"
+    return _problem(HTTP_422_UNPROCESSABLE_ENTITY, f"invalid {named}", errors=errors or None)
+
+
+def _http_error(_: Request, exc: HTTPException) -> Response:
+    if exc.status_code == HTTP_413_REQUEST_ENTITY_TOO_LARGE:
+        return _problem(exc.status_code, exc.detail or "request body too large")
+    headers = exc.headers or {}
+    body = {"detail": exc.detail}
+    if isinstance(exc.extra, dict):
+        body.update(exc.extra)
+    return Response(body, status_code=exc.status_code, headers=headers)
+
+
+def _internal_error(request: Request, exc: Exception) -> Response:
+    request.logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    return _problem(HTTP_500_INTERNAL_SERVER_ERROR, "internal error; the server log has the details")
+
+
+def create_app(settings: Settings | None = None, service: Service | None = None) -> Litestar:
+    from service.routes import jobs, ops, uploads
+
+    settings = settings or Settings()
+    svc = service or build_service(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tg:
+            await tg.start(svc.runner.run)
+            tg.start_soon(svc.metrics.follow, svc.runner.bus)
+            try:
+                yield
+            finally:
+                # Shutdown (SIGTERM): stop admitting; running jobs are recorded as interrupted
+                # (retried on the next start where the retry policy allows).
+                tg.cancel_scope.cancel()
+        svc.store.close()
+
+    v1 = Router(
+        path="/v1",
+        route_handlers=[*jobs.handlers, *uploads.handlers, *ops.v1_handlers],
+        guards=[bearer_guard(settings.api_tokens)],
+    )
+    app = Litestar(
+        route_handlers=[v1, *ops.handlers],
+        dependencies={"svc": Provide(lambda: svc, sync_to_thread=False)},
+        lifespan=[lifespan],
+        request_max_body_size=settings.max_body_bytes,
+        exception_handlers={
+            ValidationException: _validation_error,
+            NotAuthorizedException: _http_error,
+            HTTPException: _http_error,
+            Exception: _internal_error,
+        },
+        openapi_config=OpenAPIConfig(
+            title="h3core",
+            version="1",
+            description="Long video-generation jobs (MiniMax-H3) that are never stuck, lost or silently half-done.",
+            path="/schema",
+            render_plugins=[SwaggerRenderPlugin(path="/")],
+        ),
+        debug=False,
+    )
+    app.state.service = svc
+    return app

@@ -1,0 +1,65 @@
+"""Prometheus metrics: jobs by status and queue depth read from the store at scrape time;
+job durations and executor failures counted from the live event stream."""
+
+from __future__ import annotations
+
+import anyio
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import generate_latest
+
+from h3core.adapters.store.base import EventStore
+from h3core.bus import EventBus
+from h3core.domain.state import TERMINAL
+
+# Jobs take minutes (field notes §1: 11–14 min); the buckets span a fake second to an hour.
+DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600)
+
+
+class _StoreCollector:
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+
+    def collect(self):
+        counts = self.store.counts()
+        jobs = GaugeMetricFamily("h3core_jobs", "Jobs by status.", labels=["status"])
+        for status in ("queued", "running", "done", "failed", "cancelled"):
+            n = counts.get(status, 0) + (counts.get("submitted", 0) if status == "queued" else 0)
+            jobs.add_metric([status], n)
+        yield jobs
+        yield GaugeMetricFamily(
+            "h3core_queue_depth", "Jobs waiting for a slot.", value=counts.get("queued", 0) + counts.get("submitted", 0)
+        )
+
+
+class Metrics:
+    def __init__(self, store: EventStore) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_StoreCollector(store))
+        self.duration = Histogram(
+            "h3core_job_duration_seconds",
+            "From first start to the end, for jobs that ended.",
+            ["status"],
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.failures = Counter(
+            "h3core_executor_failures", "Failed attempts by kind (retried or not).", ["kind"], registry=self.registry
+        )
+        self.store = store
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    async def follow(self, bus: EventBus) -> None:
+        """Count from the live events until cancelled (resubscribing if ever dropped)."""
+        while True:
+            async with bus.subscribe() as events:
+                async for event in events:
+                    if event.type in ("failed", "attempt_failed"):
+                        self.failures.labels(kind=event.body.kind).inc()
+                    if event.type in TERMINAL:
+                        state = await anyio.to_thread.run_sync(self.store.get, event.job_id)
+                        if state is not None and state.started_at is not None and state.finished_at is not None:
+                            seconds = (state.finished_at - state.started_at).total_seconds()
+                            self.duration.labels(status=state.status).observe(seconds)

@@ -1,0 +1,47 @@
+"""Operations: liveness, readiness, metrics, and the ceilings the console reads."""
+
+from __future__ import annotations
+
+import anyio
+from litestar import Response, get
+
+from service.app import Service
+from service.views import CeilingsView, ceiling_view
+
+
+@get("/healthz", summary="The process is up", sync_to_thread=False)
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@get("/readyz", summary="The store is writable and the executor ready")
+async def readyz(svc: Service) -> Response[dict[str, object]]:
+    checks: dict[str, object] = {}
+    try:
+        await anyio.to_thread.run_sync(svc.store.ping)
+        checks["store"] = "ok"
+    except Exception as exc:  # any failure to write means not ready; report it, do not crash
+        checks["store"] = f"not writable: {exc}"
+    checks["executor"] = "ready" if svc.runner.executor.ready else "not ready"
+    checks["runner"] = "accepting" if svc.runner.accepting else "not accepting"
+    ok = checks["store"] == "ok" and checks["executor"] == "ready" and checks["runner"] == "accepting"
+    return Response({"status": "ready" if ok else "not ready", **checks}, status_code=200 if ok else 503)
+
+
+@get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4")
+async def metrics(svc: Service) -> bytes:
+    return await anyio.to_thread.run_sync(svc.metrics.render)
+
+
+@get("/ceilings", summary="Frame limits per resolution and mode, from the code that judges submissions")
+async def ceilings(svc: Service) -> CeilingsView:
+    p = svc.policy
+    return CeilingsView(
+        profile=p.profile.name, hardware=p.profile.hardware, attention=p.profile.attention,
+        budget_tokens=p.budget.tokens, api_max_frames=p.profile.api_max_frames,
+        ceilings=[ceiling_view(r) for r in p.ceilings()],
+    )  # fmt: skip
+
+
+handlers = [healthz, readyz, metrics]
+v1_handlers = [ceilings]  # under /v1, behind the token guard

@@ -1,0 +1,129 @@
+"""The service's settings: defaults, then a TOML file, then `H3_*` environment, then flags.
+
+Every setting has an environment variable (`H3_` + its name in capitals) and a `serve` flag;
+`H3_CONFIG` (or `--config`) names an optional TOML file with the same names as keys.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+from h3core.domain.events import FAILURE_KINDS
+from h3core.domain.retry import DEFAULT_RETRY_ON, RetryPolicy
+from h3core.runner import RunnerConfig
+
+ExecutorName = Literal["fake", "comfyui", "pipeline"]
+
+
+class SettingsError(ValueError):
+    """A setting that cannot work, with the setting named."""
+
+
+def _split(value: Any) -> Any:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return value
+
+
+class _TomlFile(PydanticBaseSettingsSource):
+    """Values from the TOML file named by H3_CONFIG, below the environment in priority."""
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - __call__ does the work
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = os.environ.get("H3_CONFIG")
+        if not path:
+            return {}
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SettingsError(f"H3_CONFIG={path}: {exc}") from exc
+        unknown = set(data) - set(self.settings_cls.model_fields)
+        if unknown:
+            raise SettingsError(f"H3_CONFIG={path}: unknown setting(s) {sorted(unknown)}")
+        return data
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="H3_", extra="forbid", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8100, ge=0, le=65535)
+    db: Path = Path("h3core.db")
+    artifacts: Path = Path("artifacts")
+    uploads: Path = Path("uploads")
+    executor: ExecutorName = "fake"
+    api_tokens: Annotated[list[str], NoDecode] = []
+    fake_step_seconds: float = Field(default=0.5, ge=0)
+    stall_timeout: float = Field(default=600.0, gt=0)
+    attempt_deadline: float | None = Field(default=None, gt=0)
+    cancel_grace: float = Field(default=30.0, ge=0)
+    slots: int = Field(default=1, ge=1, le=256)
+    max_attempts: int = Field(default=2, ge=1, le=100)
+    retry_on: Annotated[list[str], NoDecode] = list(DEFAULT_RETRY_ON)
+    capacity_profile: Path | None = None
+    model_dir: Path | None = None
+    comfyui_url: str | None = None
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)  # JSON requests
+    max_upload_bytes: int = Field(default=500 << 20, ge=1024)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("api_tokens", "retry_on", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        return _split(value)
+
+    @field_validator("api_tokens")
+    @classmethod
+    def _token_length(cls, tokens: list[str]) -> list[str]:
+        short = [t for t in tokens if len(t) < 16]
+        if short:
+            raise ValueError("every API token must be at least 16 characters")
+        return tokens
+
+    @field_validator("retry_on")
+    @classmethod
+    def _kinds(cls, kinds: list[str]) -> list[str]:
+        unknown = [k for k in kinds if k not in FAILURE_KINDS]
+        if unknown:
+            raise ValueError(f"unknown failure kind(s) {unknown}; known: {list(FAILURE_KINDS)}")
+        return kinds
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+        return init_settings, env_settings, _TomlFile(settings_cls)
+
+    def runner_config(self) -> RunnerConfig:
+        return RunnerConfig(
+            slots=self.slots,
+            stall_timeout_s=self.stall_timeout,
+            attempt_deadline_s=self.attempt_deadline,
+            cancel_grace_s=self.cancel_grace,
+            retry=RetryPolicy(max_attempts=self.max_attempts, retry_on=tuple(self.retry_on)),
+        )
+
+    def check_exposure(self) -> None:
+        """Refuse to listen beyond loopback without tokens (field notes §2.7)."""
+        if self.api_tokens or is_loopback(self.host):
+            return
+        raise SettingsError(
+            f"refusing to listen on {self.host} without API tokens: set H3_API_TOKENS (comma-separated), "
+            "or listen on 127.0.0.1"
+        )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name that is not 'localhost' may resolve anywhere
