@@ -12,7 +12,7 @@ Every command takes `--db PATH` (env `H3_DB`, default `h3core.db`). Exit codes: 
 such job, no such store, a bad value); 3 another worker already holds the store.
 """
 
-from h3core.cli import capacity, logs, replay, serve, worker  # noqa: F401  (each registers its commands)
+from h3core.cli import capacity, client, logs, replay, serve, worker  # noqa: F401  (each registers its commands)
 from h3core.cli.app import app
 
 __all__ = ["app", "main"]

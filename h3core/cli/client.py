@@ -1,0 +1,141 @@
+"""Client commands that talk to a running `h3core serve`: `submit [--watch]` and `cancel`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+from httpx_sse import connect_sse
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from h3core.cli.app import app
+from h3core.cli.common import EXIT_DATA, EXIT_USAGE, console, console_err, fail
+
+UrlOption = Annotated[str, typer.Option("--url", envvar="H3_URL", help="The h3core service.")]
+TokenOption = Annotated[
+    str | None, typer.Option("--token", envvar="H3_TOKEN", help="A bearer token, if the service requires one.", show_default=False)
+]
+
+
+def http(url: str, token: str | None, timeout: float = 30.0) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+
+
+def _problem(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return f"HTTP {response.status_code}: {response.text[:300]}"
+    text = f"HTTP {response.status_code}: {body.get('detail', body)}"
+    for e in body.get("errors") or []:
+        text += f"\n  {e.get('field')}: {e.get('message')}"
+    if body.get("ceiling"):
+        c = body["ceiling"]
+        text += f"\n  ceiling: {c['max_frames']} frames ({c['reason']}{'' if c.get('verified', True) else ', unverified'})"
+    return text
+
+
+def _request(client: httpx.Client, method: str, path: str, **kw) -> httpx.Response:
+    try:
+        return client.request(method, path, **kw)
+    except httpx.HTTPError as exc:
+        fail(f"cannot reach {client.base_url}: {exc}")
+
+
+def watch(client: httpx.Client, job_id: str) -> dict:
+    """Follow a job's event stream with a progress bar; return its final view."""
+    out = console()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=out) as bar:
+        task = bar.add_task(f"{job_id[:12]} queued", total=None)
+        try:
+            with connect_sse(client, "GET", f"/v1/jobs/{job_id}/stream", timeout=httpx.Timeout(30.0, read=None)) as source:
+                if source.response.status_code != 200:
+                    fail(_problem(source.response))
+                for sse in source.iter_sse():
+                    event = json.loads(sse.data)
+                    body = event["body"]
+                    kind = body["type"]
+                    if kind == "running":
+                        bar.update(task, description=f"{job_id[:12]} running (attempt {body['attempt']})", completed=0)
+                    elif kind == "progress":
+                        bar.update(task, total=body["total"], completed=body["step"])
+                    elif kind == "attempt_failed":
+                        bar.console.print(f"attempt {body['attempt']} failed ({body['kind']}: {body['message']}); it will be retried")
+                    elif kind in ("done", "failed", "cancelled"):
+                        bar.update(task, description=f"{job_id[:12]} {kind}")
+                        break
+        except httpx.HTTPError as exc:
+            fail(f"lost the event stream of {job_id}: {exc} (the job goes on; watch it again with `h3core submit --watch`)")
+    return _request(client, "GET", f"/v1/jobs/{job_id}").json()
+
+
+@app.command()
+def submit(
+    prompt: Annotated[str, typer.Option("--prompt", help="What to generate.")],
+    url: UrlOption = "http://127.0.0.1:8100",
+    token: TokenOption = None,
+    mode: Annotated[str, typer.Option(help="t2va, fl2va or ref2va.")] = "t2va",
+    width: Annotated[int, typer.Option(help="A multiple of 32.")] = 1344,
+    height: Annotated[int, typer.Option(help="A multiple of 32.")] = 768,
+    frames: Annotated[int, typer.Option(help="Frames at 24 fps.")] = 124,
+    steps: Annotated[int, typer.Option(help="Denoising steps.")] = 50,
+    seed: Annotated[int, typer.Option()] = 0,
+    priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
+    first: Annotated[str | None, typer.Option(help="fl2va: upload id of the first frame.")] = None,
+    last: Annotated[str | None, typer.Option(help="fl2va: upload id of the last frame.")] = None,
+    image: Annotated[list[str] | None, typer.Option(help="ref2va: upload id of a reference image (repeatable).")] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Resubmitting with the same key returns the same job.")] = None,
+    wait: Annotated[bool, typer.Option("--watch", help="Follow the job with a progress bar until it ends.")] = False,
+    download: Annotated[Path | None, typer.Option(help="With --watch: save the video here.")] = None,
+) -> None:
+    """Submit a job to the service; with --watch, follow it live and say where the video is."""
+    body: dict = {"prompt": prompt, "mode": mode, "width": width, "height": height, "frames": frames, "steps": steps,
+                  "seed": seed, "priority": priority}  # fmt: skip
+    if first or last:
+        body["keyframes"] = {k: v for k, v in (("first", first), ("last", last)) if v}
+    if image:
+        body["references"] = {"images": image}
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    with http(url, token) as client:
+        response = _request(client, "POST", "/v1/jobs", json=body, headers=headers)
+        if response.status_code not in (200, 201):
+            fail(_problem(response), EXIT_USAGE if response.status_code < 500 else EXIT_DATA)
+        job = response.json()
+        for w in job.get("warnings", []):
+            console_err().print(f"warning: {w}")
+        console().print(f"job {job['id']} {job['status']}" + (f" (queue position {job['queue_position']})" if job.get("queue_position") else ""))
+        if not wait:
+            return
+        job = watch(client, job["id"])
+        out = console()
+        if job["status"] != "done":
+            err = job.get("error") or {}
+            out.print(f"job {job['id']} {job['status']}" + (f": {err.get('kind')}: {err.get('message')}" if err else ""))
+            out.print(f"why: h3core replay {job['id']}")
+            raise typer.Exit(EXIT_DATA)
+        art = job["artifact"]
+        out.print(f"done in {job['elapsed_seconds']:.1f}s: {client.base_url}{art['url']} ({art['bytes']} bytes, sha256 {art['sha256']})")
+        if download is not None:
+            with client.stream("GET", art["url"]) as r, open(download, "wb") as f:
+                for chunk in r.iter_bytes():
+                    f.write(chunk)
+            out.print(f"saved {download}")
+
+
+@app.command()
+def cancel(
+    job_id: Annotated[str, typer.Argument(help="The job to cancel.")],
+    url: UrlOption = "http://127.0.0.1:8100",
+    token: TokenOption = None,
+) -> None:
+    """Cancel a job: a queued one ends at once, a running one once its executor stops."""
+    with http(url, token) as client:
+        response = _request(client, "POST", f"/v1/jobs/{job_id}/cancel")
+    if response.status_code != 202:
+        fail(_problem(response), EXIT_USAGE)
+    job = response.json()
+    console().print(f"job {job_id}: {'cancel requested' if job['status'] == 'running' else job['status']}")
