@@ -1,14 +1,15 @@
-# Sourced by the scripts: make .venv (once) with the project and the extras in $EXTRAS installed.
+# Sourced by the scripts: make $ROOT/.venv (once) with the project and the extras in $EXTRAS.
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "h3core needs Python >= 3.11" >&2; exit 1; }
-VENV=${H3_VENV:-.venv}
+VENV=${H3_VENV:-$ROOT/.venv}
 EXTRAS=${EXTRAS:-}
 if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
 fi
 stamp="$VENV/.h3core-installed${EXTRAS:+-$EXTRAS}"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -e ".${EXTRAS:+[$EXTRAS]}"
+    "$VENV/bin/python" -m pip install -q -e "$ROOT${EXTRAS:+[$EXTRAS]}"
     touch "$stamp"
 fi
