@@ -231,3 +231,25 @@ def jobs(
         return
     out.print(table)
 
+
+
+@app.command()
+def backup(
+    destination: Annotated[Path, typer.Argument(help="Where to write the copy (must not exist).")],
+    db: DbOption = Path("h3core.db"),
+) -> None:
+    """Copy the store while it is in use (SQLite's online backup: a consistent snapshot)."""
+    if destination.exists():
+        fail(f"{destination} already exists; choose a new file")
+    with open_store(db):  # refuses a missing or foreign file with a clear message
+        pass
+    source = sqlite3.connect(db, timeout=30)
+    target = sqlite3.connect(destination)
+    try:
+        source.backup(target)
+    finally:
+        target.close()
+        source.close()
+    with open_store(destination) as copy:
+        n = len(copy.job_ids())
+    console().print(f"backed up {db} to {destination}: {n} jobs")

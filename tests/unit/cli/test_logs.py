@@ -458,3 +458,17 @@ def test_worker_refuses_a_store_another_worker_holds(cli, db):
     assert result.exit_code == 3
     assert "another worker already runs on" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_backup_copies_a_store_in_use(tmp_path):
+    from tests.factories import done_log
+
+    db = tmp_path / "h3.db"
+    store = SQLiteEventStore(db)
+    store.append("a", done_log())
+    result = CliRunner().invoke(app, ["backup", str(tmp_path / "copy.db"), "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    copy = SQLiteEventStore(tmp_path / "copy.db")
+    assert copy.events("a") == store.events("a")
+    again = CliRunner().invoke(app, ["backup", str(tmp_path / "copy.db"), "--db", str(db)])
+    assert again.exit_code == 2 and "already exists" in again.output
