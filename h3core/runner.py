@@ -133,10 +133,14 @@ class Runner:
     # -- the store, off the event loop --------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._writer)
+        """A store read, off the event loop (reads never wait behind writes)."""
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
 
     async def _append(self, job_id: str, bodies: Sequence[Body], expected_seq: int | None = None) -> JobState:
-        state, events = await self._call(self.store.append, job_id, bodies, expected_seq=expected_seq)
+        # One writer thread: appends reach the store in the order the runner made them.
+        state, events = await anyio.to_thread.run_sync(
+            lambda: self.store.append(job_id, bodies, expected_seq=expected_seq), limiter=self._writer
+        )
         self.bus.publish(events)
         return state
 

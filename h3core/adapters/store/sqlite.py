@@ -22,7 +22,7 @@ from h3core.adapters.store.base import Conflict, UnknownJob, utc_now
 from h3core.domain.events import Body, Event, Submitted, event_from_json
 from h3core.domain.state import JobState, Status, apply, extend
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class SchemaTooNew(RuntimeError):
@@ -62,8 +62,15 @@ def _v1(db: Database) -> None:
         )
 
 
+def _v2(db: Database) -> None:
+    # queued() orders by priority DESC, queue_order: an index in that order spares a sort of
+    # the whole queue on every claim (bench/bench_store.py: 9.5 ms -> 0.02 ms at 10k queued).
+    db.execute("DROP INDEX jobs_queue")
+    db.execute("CREATE INDEX jobs_queue ON jobs (status, priority DESC, queue_order)")
+
+
 # Index i migrates schema version i to i + 1. Add a function here, never edit an old one.
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1,)
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1, _v2)
 
 
 class SQLiteEventStore:

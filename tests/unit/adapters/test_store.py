@@ -139,3 +139,23 @@ def test_sqlite_survives_a_second_connection_reading_while_it_writes(tmp_path):
         store.append(state.job_id, [Running(attempt=1, executor="x")])
     assert store.counts() == {"running": 50}
     cursor.close()
+
+
+def test_a_version_1_file_is_migrated_forward(tmp_path):
+    from sqlite_utils import Database
+
+    from h3core.adapters.store.sqlite import MIGRATIONS
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    MIGRATIONS[0](Database(conn))  # what h3core 0.1 (schema 1) wrote
+    conn.execute("PRAGMA user_version = 1")
+    conn.close()
+    store = SQLiteEventStore(path)
+    assert store.schema_version() == SCHEMA_VERSION == 2
+    plan = sqlite3.connect(path).execute(
+        "EXPLAIN QUERY PLAN SELECT state FROM jobs WHERE status = 'queued' ORDER BY priority DESC, queue_order LIMIT 5"
+    ).fetchall()
+    assert not any("TEMP B-TREE" in row[-1] for row in plan), plan  # the v2 index serves the queue order
+    store.append("j", [submitted(), Admitted()])
+    assert [s.job_id for s in store.queued()] == ["j"]
