@@ -19,6 +19,13 @@ class EventBus:
     def __init__(self, buffer: int = 1024) -> None:
         self._buffer = buffer
         self._subs: dict[ObjectSendStream[Event], str | None] = {}
+        self.closed = False
+
+    def close(self) -> None:
+        """End every subscriber's stream (shutdown); later subscribers get an ended stream."""
+        self.closed = True
+        for send in list(self._subs):
+            self._drop(send)
 
     def publish(self, events: Iterable[Event]) -> None:
         for event in events:
@@ -40,7 +47,10 @@ class EventBus:
     async def subscribe(self, job_id: str | None = None) -> AsyncIterator[ObjectReceiveStream[Event]]:
         """Events published from now on (for one job, or all). The stream ends if dropped."""
         send, receive = anyio.create_memory_object_stream[Event](self._buffer)
-        self._subs[send] = job_id
+        if self.closed:
+            send.close()
+        else:
+            self._subs[send] = job_id
         try:
             with receive:
                 yield receive

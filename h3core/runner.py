@@ -230,19 +230,17 @@ class Runner:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Recover, then run queued jobs until cancelled. Cancelling this is a shutdown."""
-        await self.executor.start()
         try:
-            await self._recover()
-            async with anyio.create_task_group() as tg:
-                self._accepting = True
-                self.started = True
-                task_status.started()
-                tg.start_soon(self._watch_store)
-                await self._dispatch(tg)
+            async with self.executor.running():
+                await self._recover()
+                async with anyio.create_task_group() as tg:
+                    self._accepting = True
+                    self.started = True
+                    task_status.started()
+                    tg.start_soon(self._watch_store)
+                    await self._dispatch(tg)
         finally:
             self._accepting = False
-            with anyio.CancelScope(shield=True):
-                await self.executor.aclose()
 
     async def _recover(self) -> None:
         # Load fully, then write (field notes §2.3): the list is materialised before any append.
@@ -287,16 +285,22 @@ class Runner:
                 if state.job_id in self._busy:
                     continue
                 spec = JobSpec(state.job_id, state.attempt + 1, state.request, state.tokens)
-                running = Running(
-                    attempt=spec.attempt,
-                    executor=self.executor.name,
-                    executor_ref=self.executor.reference(spec),
-                    info=self.executor.info(spec),
-                )
                 try:
-                    return await self._append(state.job_id, [running], expected_seq=state.last_seq)
+                    running: Body = Running(
+                        attempt=spec.attempt,
+                        executor=self.executor.name,
+                        executor_ref=self.executor.reference(spec),
+                        info=self.executor.info(spec),
+                    )
+                except Exception as exc:  # the executor cannot even describe this job: end it, go on
+                    kind, message, detail = classify(exc)
+                    running = Failed(kind="invalid", message=f"the executor refused the job: {message}", detail=detail)
+                try:
+                    state = await self._append(state.job_id, [running], expected_seq=state.last_seq)
                 except (Conflict, IllegalEvent):
                     continue  # cancelled or taken meanwhile
+                if state.status == "running":
+                    return state
             with anyio.move_on_after(self.config.poll_interval_s):
                 await wake.wait()
 
@@ -408,6 +412,12 @@ class Runner:
         if a.ended:
             return
         a.ended = True
+        # Shielded wherever it is called from: once `ended` is set, the write must happen even if
+        # the runner is being cancelled this very moment (the stateful test found that window).
+        with anyio.CancelScope(shield=True):
+            await self._write_end(a, interrupted=interrupted, grace_expired=grace_expired)
+
+    async def _write_end(self, a: _Attempt, *, interrupted: bool, grace_expired: bool) -> None:
         body = self._outcome(a, interrupted=interrupted, grace_expired=grace_expired)
         while True:
             try:

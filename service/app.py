@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import anyio
+import anyio.abc
 from litestar import Litestar, Request, Response, Router
 from litestar.di import Provide
 from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
@@ -26,6 +28,7 @@ from h3core.runner import Runner
 from service.auth import bearer_guard
 from service.metrics import Metrics
 from service.settings import Settings, SettingsError
+from service.strictness import ModelStrictness
 
 
 @dataclass
@@ -40,6 +43,24 @@ class Service:
     runner: Runner
     metrics: Metrics
     started: datetime = field(default_factory=lambda: datetime.now(UTC))
+    stopping: bool = False
+    _runner_scope: anyio.CancelScope | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    def begin_shutdown(self) -> None:
+        """Stop now (SIGTERM): stop admitting, stop the runner, which records running jobs as
+        interrupted, then end the live streams, so open connections do not hold the stop up.
+        Safe to call from a signal handler."""
+        self.stopping = True
+        if self._loop is not None and self._runner_scope is not None:
+            self._loop.call_soon_threadsafe(self._runner_scope.cancel)
+
+    async def run_runner(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        self._loop = asyncio.get_running_loop()
+        with anyio.CancelScope() as scope:
+            self._runner_scope = scope
+            await self.runner.run(task_status=task_status)
+        self.runner.bus.close()  # after the runner's last events (the interruptions) went out
 
 
 def make_executor(settings: Settings, artifacts: LocalArtifactStore) -> Executor:
@@ -61,11 +82,17 @@ def _problem(status: int, detail: str, **extra) -> Response:
     return Response({"detail": detail, **{k: v for k, v in extra.items() if v is not None}}, status_code=status)
 
 
+# Header parameters are named in errors as the client sends them, not as Python spells them.
+_HEADERS = {"idempotency_key": "Idempotency-Key", "last_event_id": "Last-Event-ID", "content_type": "Content-Type"}
+
+
 def _validation_error(_: Request, exc: ValidationException) -> Response:
     errors = [
-        {"field": str(e.get("key") or "body"), "message": str(e.get("message"))}
+        {"field": _HEADERS.get(str(e.get("key")), str(e.get("key") or "body")), "message": str(e.get("message"))}
         for e in (exc.extra if isinstance(exc.extra, list) else [])
     ]
+    if not errors:
+        errors = [{"field": "body", "message": exc.detail or "invalid request"}]
     named = ", ".join(e["field"] for e in errors) or "the request"
     return _problem(HTTP_422_UNPROCESSABLE_ENTITY, f"invalid {named}", errors=errors or None)
 
@@ -94,13 +121,14 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg:
-            await tg.start(svc.runner.run)
+            await tg.start(svc.run_runner)
             tg.start_soon(svc.metrics.follow, svc.runner.bus)
             try:
                 yield
             finally:
-                # Shutdown (SIGTERM): stop admitting; running jobs are recorded as interrupted
-                # (retried on the next start where the retry policy allows).
+                # Shutdown: running jobs are recorded as interrupted (and retried on the next
+                # start where the retry policy allows); `begin_shutdown` may have begun this.
+                svc.stopping = True
                 tg.cancel_scope.cancel()
         svc.store.close()
 
@@ -113,6 +141,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
         route_handlers=[v1, *ops.handlers],
         dependencies={"svc": Provide(lambda: svc, sync_to_thread=False)},
         lifespan=[lifespan],
+        plugins=[ModelStrictness()],
         request_max_body_size=settings.max_body_bytes,
         exception_handlers={
             ValidationException: _validation_error,

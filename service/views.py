@@ -71,6 +71,13 @@ class Problem(BaseModel):
     ceiling: Ceiling | None = None
 
 
+class ReadyView(BaseModel):
+    status: Literal["ready", "not ready"]
+    store: str
+    executor: str
+    runner: str
+
+
 class CeilingView(BaseModel):
     mode: str
     width: int

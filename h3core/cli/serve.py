@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from pydantic import ValidationError
 
+from h3core.adapters.lock import LockHeld, RunnerLock
 from h3core.cli.app import app
-from h3core.cli.common import console_err, fail, first_error
+from h3core.cli.common import EXIT_LOCKED, console_err, fail, first_error
 
 
 def _opt(envvar: str, help: str, **kw):
@@ -53,11 +55,12 @@ def serve(
         fail(f"invalid setting: {first_error(exc)}")
     except SettingsError as exc:
         fail(str(exc))
+    lock = _take_lock(settings.db)
     auth = f"{len(settings.api_tokens)} API token(s)" if settings.api_tokens else "no authentication (loopback only)"
     console_err().print(
         f"h3core: http://{settings.host}:{settings.port}  store {settings.db}  executor {settings.executor}  {auth}"
     )
-    uvicorn.run(
+    config = uvicorn.Config(
         application,
         host=settings.host,
         port=settings.port,
@@ -65,3 +68,41 @@ def serve(
         timeout_graceful_shutdown=max(5, int(settings.cancel_grace) + 5),
         access_log=settings.log_level == "debug",
     )
+    server = _Server(config, on_exit=application.state.service.begin_shutdown)
+    # uvicorn re-raises the signal it stopped on, once it is done; a stop we asked for is a
+    # clean exit (status 0), so the re-raised signal lands on a handler that does nothing.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+    try:
+        server.run()
+    finally:
+        lock.release()
+
+
+def _take_lock(db: Path) -> RunnerLock:
+    """One store takes one runner (as `h3core worker`): a second server would fight the first."""
+    lock_path = Path(f"{db}.runner.lock")
+    try:
+        lock = RunnerLock(lock_path)
+        lock.acquire()
+    except LockHeld as exc:
+        holder = f" (process {exc.holder})" if exc.holder else ""
+        fail(f"another h3core already runs on {db}{holder}: {lock_path} is locked", EXIT_LOCKED)
+    except OSError as exc:
+        fail(f"cannot create the lock file {lock_path}: {exc.strerror or exc}")
+    return lock
+
+
+class _Server:
+    """uvicorn's server, told about SIGTERM/SIGINT at once, so the runner stops and live
+    streams end before uvicorn waits for open connections to close."""
+
+    def __new__(cls, config, on_exit):
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig, frame):
+                on_exit()
+                super().handle_exit(sig, frame)
+
+        return Server(config)

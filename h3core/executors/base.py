@@ -16,13 +16,16 @@ An executor is given a `JobSpec` and returns an async iterator (`run`). It must:
   message. The executor never writes events: the runner writes every event, terminal ones
   included.
 
-`start()` loads what the executor needs (once, before any job) and `aclose()` releases it;
-`ready` says whether it can take a job now.
+`running()` is an async context manager the runner holds for the executor's whole life: on
+entry it loads what the executor needs (once, before any job) and starts any background tasks
+it owns (a websocket, a watchdog) in its own task group; on exit it stops them and releases
+everything. `ready` says whether it can take a job now.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -81,9 +84,7 @@ class Executor(Protocol):
     @property
     def ready(self) -> bool: ...
 
-    async def start(self) -> None: ...
-
-    async def aclose(self) -> None: ...
+    def running(self) -> AbstractAsyncContextManager[None]: ...
 
     def reference(self, job: JobSpec) -> str | None:
         """The executor's own id for this attempt, known before it starts (for the log)."""

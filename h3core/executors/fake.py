@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -88,11 +89,13 @@ class FakeExecutor:
     def ready(self) -> bool:
         return self._ready
 
-    async def start(self) -> None:
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
         self._ready = True
-
-    async def aclose(self) -> None:
-        self._ready = False
+        try:
+            yield
+        finally:
+            self._ready = False
 
     def reference(self, job: JobSpec) -> str | None:
         return f"fake-{job.job_id}-{job.attempt}"

@@ -9,6 +9,7 @@ from typing import Annotated
 import anyio
 from litestar import Request, Response, get, post
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
@@ -68,14 +69,14 @@ def _media(svc: Service, request: GenerationRequest) -> dict[str, Media]:
     "/jobs",
     status_code=201,
     summary="Submit a job",
-    responses=problems(409, 422, 503),
+    responses={**problems(400, 401, 409, 422, 503), 200: ResponseSpec(data_container=JobView, description="an idempotent replay: the job already submitted with this key")},
     description="Admits the request against the capacity profile (422 with the ceiling if it is over) and queues it. "
     "With an Idempotency-Key header, the same key and body return the same job (200); another body, 409.",
 )
 async def create_job(
     svc: Service,
     data: JobCreate,
-    idempotency_key: Annotated[str | None, Parameter(header="Idempotency-Key", max_length=200)] = None,
+    idempotency_key: Annotated[str | None, Parameter(header="Idempotency-Key", min_length=1, max_length=200)] = None,
 ) -> Response[JobView]:
     request = data.generation()
     media = _media(svc, request)
@@ -97,12 +98,12 @@ async def create_job(
     )
 
 
-@get("/jobs/{job_id:str}", summary="A job's status", responses=problems(404))
+@get("/jobs/{job_id:str}", summary="A job's status", responses=problems(401, 404, 422))
 async def get_job(svc: Service, job_id: str) -> JobView:
     return await _view(svc, await _state(svc, job_id))
 
 
-@get("/jobs", summary="Jobs, newest first")
+@get("/jobs", summary="Jobs, newest first", responses=problems(400, 401, 422))
 async def list_jobs(
     svc: Service,
     status: ApiStatus | None = None,
@@ -116,7 +117,7 @@ async def list_jobs(
     return JobPage(items=items, next_cursor=str(page[-1][0]) if len(rows) > limit else None)
 
 
-@post("/jobs/{job_id:str}/cancel", status_code=202, summary="Cancel a job", responses=problems(404, 409))
+@post("/jobs/{job_id:str}/cancel", status_code=202, summary="Cancel a job", responses=problems(401, 404, 409, 422))
 async def cancel_job(svc: Service, job_id: str) -> JobView:
     try:
         state = await svc.runner.cancel(job_id)
@@ -127,7 +128,7 @@ async def cancel_job(svc: Service, job_id: str) -> JobView:
     return await _view(svc, state)
 
 
-@get("/jobs/{job_id:str}/events", summary="A job's event log", responses=problems(404))
+@get("/jobs/{job_id:str}/events", summary="A job's event log", responses=problems(401, 404, 422))
 async def job_events(svc: Service, job_id: str) -> list[Event]:
     await _state(svc, job_id)
     return await _call(svc.store.events, job_id)
@@ -137,7 +138,7 @@ def _sse(event: Event) -> ServerSentEventMessage:
     return ServerSentEventMessage(data=event.model_dump_json(), event=event.type, id=event.seq)
 
 
-@get("/jobs/{job_id:str}/stream", summary="A job's events, live (Server-Sent Events)", responses=problems(404))
+@get("/jobs/{job_id:str}/stream", summary="A job's events, live (Server-Sent Events)", responses=problems(401, 404, 422))
 async def job_stream(
     svc: Service,
     job_id: str,
@@ -161,6 +162,8 @@ async def job_stream(
                         try:
                             e = await live.receive()
                         except anyio.EndOfStream:
+                            if svc.runner.bus.closed:
+                                return  # the service is stopping: end the stream, let it stop
                             break  # we fell behind and were dropped: catch up from the store
                         if e.seq <= after:
                             continue
@@ -171,6 +174,8 @@ async def job_stream(
                         if e.terminal:
                             return
                         continue
+                    if svc.stopping:
+                        return
                     yield ServerSentEventMessage(comment="keep-alive", data=None)
                     break  # resync: events from other processes reach us through the store
 
@@ -180,7 +185,7 @@ async def job_stream(
 @get(
     "/jobs/{job_id:str}/video",
     summary="The finished video (supports Range)",
-    responses=problems(404, 409, 416),
+    responses=problems(401, 404, 409, 416, 422),
     media_type="video/mp4",
 )
 async def job_video(svc: Service, request: Request, job_id: str) -> Stream:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import anyio
 from litestar import Response, get
+from litestar.openapi.datastructures import ResponseSpec
 
 from service.app import Service
-from service.views import CeilingsView, ceiling_view
+from service.views import CeilingsView, ReadyView, ceiling_view, problems
 
 
 @get("/healthz", summary="The process is up", sync_to_thread=False)
@@ -14,9 +15,9 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@get("/readyz", summary="The store is writable and the executor ready")
-async def readyz(svc: Service) -> Response[dict[str, object]]:
-    checks: dict[str, object] = {}
+@get("/readyz", summary="The store is writable and the executor ready", responses={503: ResponseSpec(data_container=ReadyView, description="not ready, and why")})
+async def readyz(svc: Service) -> Response[ReadyView]:
+    checks: dict[str, str] = {}
     try:
         await anyio.to_thread.run_sync(svc.store.ping)
         checks["store"] = "ok"
@@ -25,7 +26,7 @@ async def readyz(svc: Service) -> Response[dict[str, object]]:
     checks["executor"] = "ready" if svc.runner.executor.ready else "not ready"
     checks["runner"] = "accepting" if svc.runner.accepting else "not accepting"
     ok = checks["store"] == "ok" and checks["executor"] == "ready" and checks["runner"] == "accepting"
-    return Response({"status": "ready" if ok else "not ready", **checks}, status_code=200 if ok else 503)
+    return Response(ReadyView(status="ready" if ok else "not ready", **checks), status_code=200 if ok else 503)
 
 
 @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4")
@@ -33,7 +34,7 @@ async def metrics(svc: Service) -> bytes:
     return await anyio.to_thread.run_sync(svc.metrics.render)
 
 
-@get("/ceilings", summary="Frame limits per resolution and mode, from the code that judges submissions")
+@get("/ceilings", summary="Frame limits per resolution and mode, from the code that judges submissions", responses=problems(401))
 async def ceilings(svc: Service) -> CeilingsView:
     p = svc.policy
     return CeilingsView(

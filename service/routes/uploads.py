@@ -19,7 +19,7 @@ from service.views import problems
     summary="Upload a keyframe or reference",
     description="The raw file as the body, its type in Content-Type (" + ", ".join(sorted(CONTENT_TYPES)) + "). "
     "Returns the id that requests name in keyframes or references.",
-    responses=problems(413, 415, 422),
+    responses=problems(400, 401, 413, 415, 422),
     request_max_body_size=None,  # the upload store enforces the per-kind limit while it streams
 )
 async def upload(
