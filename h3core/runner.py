@@ -9,6 +9,7 @@ writes happen in shielded scopes; executors never write events.
 
 from __future__ import annotations
 
+import functools
 import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -40,7 +41,7 @@ from h3core.domain.geometry import Media
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent, JobState
-from h3core.executors.base import Executor, Heartbeat, JobSpec, Result, classify
+from h3core.executors.base import Executor, Heartbeat, JobSpec, Result, Resumable, classify
 
 T = TypeVar("T")
 
@@ -96,6 +97,7 @@ class _Attempt:
     error: tuple[FailureKind, str, str | None] | None = None
     driver_done: bool = False
     ended: bool = False  # the terminal (or retry) event is written
+    resume: bool = False  # re-attached after a restart: follow, do not start
 
     def wake(self) -> None:
         self.signal.set()
@@ -232,21 +234,36 @@ class Runner:
         """Recover, then run queued jobs until cancelled. Cancelling this is a shutdown."""
         try:
             async with self.executor.running():
-                await self._recover()
+                resumable = await self._recover()
+                slots = anyio.Semaphore(self.config.slots)
                 async with anyio.create_task_group() as tg:
+                    for state in resumable:  # re-attach first: their work is already running
+                        await slots.acquire()
+                        tg.start_soon(functools.partial(self._job, state, slots, resume=True))
                     self._accepting = True
                     self.started = True
                     task_status.started()
                     tg.start_soon(self._watch_store)
-                    await self._dispatch(tg)
+                    await self._dispatch(tg, slots)
         finally:
             self._accepting = False
 
-    async def _recover(self) -> None:
+    def _can_resume(self, state: JobState) -> bool:
+        return (
+            isinstance(self.executor, Resumable)
+            and state.executor == self.executor.name
+            and state.executor_ref is not None
+        )
+
+    async def _recover(self) -> list[JobState]:
+        """End what a dead process left running (or return it, where the executor re-attaches)."""
         # Load fully, then write (field notes §2.3): the list is materialised before any append.
         unfinished = await self._call(self.store.unfinished)
+        resumable = []
         for state in unfinished:
-            if state.status == "running":
+            if state.status == "running" and self._can_resume(state):
+                resumable.append(state)
+            elif state.status == "running":
                 message = f"h3core stopped while attempt {state.attempt} was running"
                 if state.cancel_requested:
                     body: Body = Cancelled(reason="cancel was requested; h3core stopped before the executor confirmed")
@@ -260,6 +277,7 @@ class Runner:
                 else:
                     body = Admitted(tokens=decision.tokens)
                 await self._append(state.job_id, [body], expected_seq=state.last_seq)
+        return resumable
 
     def _failure(self, state: JobState, kind: FailureKind, message: str, detail: str | None) -> Body:
         """A retry where the job's own policy allows one, else the terminal failure."""
@@ -267,8 +285,7 @@ class Runner:
             return AttemptFailed(kind=kind, message=message, detail=detail, attempt=state.attempt, tokens=state.tokens)
         return Failed(kind=kind, message=message, detail=detail, tokens=state.tokens)
 
-    async def _dispatch(self, tg: anyio.abc.TaskGroup) -> None:
-        slots = anyio.Semaphore(self.config.slots)
+    async def _dispatch(self, tg: anyio.abc.TaskGroup, slots: anyio.Semaphore) -> None:
         while True:
             await slots.acquire()
             try:
@@ -318,8 +335,8 @@ class Runner:
 
     # -- one attempt ------------------------------------------------------------------------
 
-    async def _job(self, state: JobState, slots: anyio.Semaphore) -> None:
-        a = _Attempt(state=state, last_touch=anyio.current_time())
+    async def _job(self, state: JobState, slots: anyio.Semaphore, *, resume: bool = False) -> None:
+        a = _Attempt(state=state, last_touch=anyio.current_time(), resume=resume, cancel=state.cancel_requested)
         self._attempts[state.job_id] = a
         self._busy.add(state.job_id)
         interrupted = False
@@ -340,10 +357,15 @@ class Runner:
                 self._poke()
 
     async def _drive(self, a: _Attempt, scope: anyio.CancelScope) -> None:
-        spec = JobSpec(a.state.job_id, a.state.attempt, a.state.request, a.state.tokens)
+        spec = JobSpec(a.state.job_id, a.state.attempt, a.state.request, a.state.tokens, last_step=a.state.step or 0)
         try:
             with scope:
-                async with aclosing(self.executor.run(spec)) as updates:
+                if a.resume:
+                    assert isinstance(self.executor, Resumable) and a.state.executor_ref is not None
+                    source = self.executor.resume(spec, a.state.executor_ref)
+                else:
+                    source = self.executor.run(spec)
+                async with aclosing(source) as updates:
                     async for update in updates:
                         a.last_touch = anyio.current_time()
                         if a.result is not None:

@@ -39,6 +39,7 @@ class JobSpec:
     attempt: int
     request: GenerationRequest
     tokens: int | None = None
+    last_step: int = 0  # when resuming an attempt: the last step already in the log
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,13 @@ class Executor(Protocol):
         ...
 
     def run(self, job: JobSpec) -> AsyncIterator[Update]: ...
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """An executor whose work outlives h3core (a ComfyUI prompt): after a restart the runner
+    re-attaches to a running attempt instead of failing it. `resume` follows the attempt whose
+    `Running` event carried `executor_ref`, yielding progress only past `job.last_step`; if the
+    work is gone it raises `ExecutorFailure("executor_lost", ...)`."""
+
+    def resume(self, job: JobSpec, executor_ref: str) -> AsyncIterator[Update]: ...

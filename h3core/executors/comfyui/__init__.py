@@ -1,0 +1,1 @@
+"""The ComfyUI executor: drives a ComfyUI (+ Raylight) server, completion decided by /history."""

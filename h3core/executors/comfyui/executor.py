@@ -1,0 +1,318 @@
+"""The ComfyUI executor: runs a job as a prompt on a ComfyUI (+ Raylight) server.
+
+What the old adapter got wrong (field notes §2) and how this one avoids it:
+- completion came from one websocket message: here only /history decides, polled with backoff
+  and checked at once when the socket says the prompt ended; a dropped socket only loses hints;
+- the prompt id was the server's: here it is ours (derived from job and attempt), so after a
+  restart h3core finds its prompt again and re-attaches instead of running it twice;
+- `/interrupt` without a prompt id stops whatever runs: here it always names our prompt, and a
+  pending prompt is deleted from the queue instead;
+- a vanished prompt (ComfyUI restarted, history lost) is noticed within `lost_after_s`, and an
+  unreachable server fails the attempt after `unreachable_after_s`: nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from h3core.adapters.artifacts import ArtifactStore
+from h3core.domain.events import Progress
+from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Result, Update
+from h3core.executors.comfyui.client import ComfyClient, HistoryEntry, PromptRejected, Unreachable
+from h3core.executors.comfyui.feed import LogTail, SocketFeed
+from h3core.executors.comfyui.templates import Template, TemplateError, media_of, pick
+
+_PROMPTS = uuid.UUID("6c3e1d2a-8f4b-4a57-9a57-3f6f3f0b7c11")  # namespace of our prompt ids
+VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".mov")
+
+
+@dataclass(frozen=True)
+class ComfyUISettings:
+    url: str
+    client_id: str
+    topology: str = "single-gpu"
+    poll_min_s: float = 0.5  # /history polling starts here and backs off
+    poll_max_s: float = 5.0
+    lost_after_s: float = 15.0  # in neither queue nor history for this long: executor_lost
+    unreachable_after_s: float = 300.0  # server not answering for this long: executor_lost
+    cancel_wait_s: float = 20.0  # after interrupting, wait this long for history to show the end
+    log_path: Path | None = None  # the server's log, for Raylight's progress
+
+
+def prompt_id_for(job_id: str, attempt: int) -> str:
+    """Ours, and the same after a restart: how a restarted h3core finds its prompt again."""
+    return str(uuid.uuid5(_PROMPTS, f"{job_id}:{attempt}"))
+
+
+class ComfyUIExecutor:
+    name = "comfyui"
+
+    def __init__(
+        self,
+        settings: ComfyUISettings,
+        templates: dict[str, Template],
+        artifacts: ArtifactStore,
+        upload_path: Callable[[str], Path],
+        *,
+        client: ComfyClient | None = None,
+    ) -> None:
+        self.settings = settings
+        self.templates = templates
+        self.artifacts = artifacts
+        self._upload_path = upload_path
+        self.client = client or ComfyClient(settings.url)
+        self.feed = SocketFeed(settings.url, settings.client_id)
+        self._ready = False
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.feed.run)
+            self._ready = True
+            try:
+                yield
+            finally:
+                self._ready = False
+                tg.cancel_scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await self.client.aclose()
+
+    def reference(self, job: JobSpec) -> str:
+        return prompt_id_for(job.job_id, job.attempt)
+
+    def info(self, job: JobSpec) -> dict[str, str]:
+        t = self._template(job)
+        return {"template": t.name, "comfyui": self.settings.url}
+
+    def _template(self, job: JobSpec) -> Template:
+        try:
+            return pick(self.templates, job.request.mode, self.settings.topology)
+        except TemplateError as exc:
+            raise ExecutorFailure("invalid", str(exc)) from exc
+
+    # -- a job ------------------------------------------------------------------------------
+
+    async def run(self, job: JobSpec) -> AsyncIterator[Update]:
+        template = self._template(job)
+        prompt_id = self.reference(job)
+        finished = False
+        try:
+            yield Heartbeat("uploading")
+            uploaded = await self._patiently(lambda: self._upload(job))
+            try:
+                graph = template.build(job.request, uploaded)
+            except TemplateError as exc:
+                raise ExecutorFailure("invalid", str(exc)) from exc
+            try:
+                await self._patiently(lambda: self.client.submit(prompt_id, graph, self.settings.client_id))
+            except PromptRejected as exc:
+                raise ExecutorFailure("invalid", _rejection(exc.body, template), str(exc.body)[:2000]) from exc
+            async for update in self._follow(job, template, prompt_id):
+                yield update
+            finished = True
+        finally:
+            if not finished:
+                with anyio.CancelScope(shield=True):
+                    await self._stop(prompt_id)
+
+    async def resume(self, job: JobSpec, executor_ref: str) -> AsyncIterator[Update]:
+        """Follow a prompt a previous h3core process submitted (its id is ours, so we know it)."""
+        template = self._template(job)
+        finished = False
+        try:
+            async for update in self._follow(job, template, executor_ref):
+                yield update
+            finished = True
+        finally:
+            if not finished:
+                with anyio.CancelScope(shield=True):
+                    await self._stop(executor_ref)
+
+    async def _upload(self, job: JobSpec) -> dict[str, str]:
+        names: dict[str, str] = {}
+        for ids in media_of(job.request).values():
+            for upload_id in ids:
+                if upload_id not in names:
+                    path = self._upload_path(upload_id)
+                    names[upload_id] = await self.client.upload(path, f"h3-{upload_id}{path.suffix}")
+        return names
+
+    async def _patiently(self, call: Callable[[], Any]) -> Any:
+        """Call until ComfyUI answers; fail the attempt once it has been unreachable too long."""
+        deadline = anyio.current_time() + self.settings.unreachable_after_s
+        delay = self.settings.poll_min_s
+        while True:
+            try:
+                return await call()
+            except Unreachable as exc:
+                if anyio.current_time() >= deadline:
+                    raise ExecutorFailure(
+                        "executor_lost", f"ComfyUI unreachable for {self.settings.unreachable_after_s:g}s: {exc}"
+                    ) from exc
+            await anyio.sleep(delay)
+            delay = min(delay * 2, self.settings.poll_max_s)
+
+    async def _follow(self, job: JobSpec, template: Template, prompt_id: str) -> AsyncIterator[Update]:
+        s = self.settings
+        steps = job.request.steps
+        last_step = job.last_step
+        tail = LogTail(s.log_path, template.progress.log_pattern) if template.progress.source == "log" and s.log_path else None
+        delay = s.poll_min_s
+        vanished_since: float | None = None
+        unreachable_since: float | None = None
+        next_poll = anyio.current_time()
+        async with self.feed.follow(prompt_id) as hints:
+            while True:
+                # Wait for a hint or the poll timer; decide outside the scope (never yield in it).
+                step, ended, heard = None, False, False
+                with anyio.move_on_after(delay):
+                    message = await hints.receive()
+                    heard = True
+                    kind, data = message.get("type"), message.get("data") or {}
+                    if kind == "progress" and str(data.get("node")) == template.sampler and data.get("max") == steps:
+                        step = int(data.get("value", 0))
+                    elif kind in ("execution_success", "execution_error", "execution_interrupted") or (
+                        kind == "executing" and data.get("node") is None
+                    ):
+                        ended = True
+                if tail is not None:
+                    seen = tail.progress(steps)
+                    step = max(step or 0, seen or 0) or None
+                if step is not None and step > last_step:
+                    last_step = step
+                    yield Progress(step=step, total=steps)
+                elif heard:
+                    yield Heartbeat("comfyui")
+                if heard and not ended and anyio.current_time() < next_poll:
+                    continue  # hints come in bursts: read them, but poll at least every poll_max_s
+                # Poll the authority.
+                next_poll = anyio.current_time() + s.poll_max_s
+                try:
+                    entry = await self.client.history(prompt_id)
+                    if entry is None:
+                        running, pending = await self.client.queue()
+                except Unreachable as exc:
+                    now = anyio.current_time()
+                    unreachable_since = unreachable_since or now
+                    if now - unreachable_since >= s.unreachable_after_s:
+                        raise ExecutorFailure(
+                            "executor_lost", f"ComfyUI unreachable for {s.unreachable_after_s:g}s: {exc}"
+                        ) from exc
+                    delay = min(delay * 2, s.poll_max_s)
+                    continue
+                unreachable_since = None
+                if entry is not None:
+                    result = await self._finish(job, template, prompt_id, entry)
+                    if last_step < steps and entry.status == "success":
+                        yield Progress(step=steps, total=steps)  # the socket missed the last steps
+                    yield result
+                    return
+                if prompt_id in running or prompt_id in pending:
+                    vanished_since = None
+                    yield Heartbeat("running" if prompt_id in running else "queued")
+                else:
+                    # Not queued, not running, not finished: gone. The window covers the moment
+                    # between leaving the queue and reaching history.
+                    now = anyio.current_time()
+                    vanished_since = vanished_since or now
+                    if now - vanished_since >= s.lost_after_s:
+                        raise ExecutorFailure(
+                            "executor_lost",
+                            f"prompt {prompt_id} is in neither ComfyUI's queue nor its history "
+                            f"(ComfyUI restarted?) for {s.lost_after_s:g}s",
+                        )
+                delay = s.poll_min_s if (ended or tail is not None) else min(delay * 2, s.poll_max_s)
+
+    async def _finish(self, job: JobSpec, template: Template, prompt_id: str, entry: HistoryEntry) -> Result:
+        if entry.status != "success":
+            raise _failure(entry)
+        ref = _video_output(entry.outputs.get(template.output) or {})
+        if ref is None:
+            raise ExecutorFailure(
+                "executor_error", f"prompt {prompt_id} succeeded but output node {template.output} named no video",
+                str(entry.outputs)[:2000],
+            )
+        staged = self.artifacts.staging(job.job_id, job.attempt, Path(ref["filename"]).suffix or ".mp4")
+        try:
+            await self._patiently(lambda: self.client.download(ref, staged))
+        except Exception:
+            with anyio.CancelScope(shield=True):
+                await anyio.Path(staged).unlink(missing_ok=True)
+            raise
+        frames, seconds = await anyio.to_thread.run_sync(_measure, staged)
+        artifact = self.artifacts.commit(staged, job_id=job.job_id, attempt=job.attempt, frames=frames, duration_s=seconds)
+        return Result(artifact)
+
+    async def _stop(self, prompt_id: str) -> None:
+        """Pending: delete it. Running: interrupt it (by id). Then wait for history to show the end."""
+        with anyio.move_on_after(self.settings.cancel_wait_s):
+            try:
+                running, pending = await self.client.queue()
+                if prompt_id in pending:
+                    await self.client.delete(prompt_id)
+                    return
+                if prompt_id in running:
+                    await self.client.interrupt(prompt_id)
+                    while prompt_id in running and await self.client.history(prompt_id) is None:
+                        await anyio.sleep(0.2)
+                        running, _ = await self.client.queue()
+            except Unreachable:
+                return  # nothing to stop if it cannot be reached; a restart lost it anyway
+
+
+def _rejection(body: dict[str, Any], template: Template) -> str:
+    error = body.get("error") or {}
+    parts = [f"ComfyUI refused the {template.name} workflow: {error.get('message', 'invalid prompt')}".rstrip()]
+    if error.get("details"):
+        parts[0] += f" ({error['details']})"
+    for node_id, node in (body.get("node_errors") or {}).items():
+        for e in node.get("errors", []):
+            name = (e.get("extra_info") or {}).get("input_name") or e.get("details", "")
+            parts.append(f"node {node_id} ({node.get('class_type')}) input {name!r}: {e.get('message')} {e.get('details', '')}".strip())
+    return "; ".join(parts)
+
+
+def _failure(entry: HistoryEntry) -> ExecutorFailure:
+    error = entry.last("execution_error")
+    if error is not None:
+        etype, message = str(error.get("exception_type", "")), str(error.get("exception_message", "")).strip()
+        where = f"{error.get('node_type')} node {error.get('node_id')}"
+        detail = "".join(error.get("traceback") or [])[-4000:] or None
+        if "OutOfMemoryError" in etype or "out of memory" in message.lower():
+            return ExecutorFailure("oom", f"out of memory in {where}: {message}"[:2000], detail)
+        return ExecutorFailure("executor_error", f"{etype} in {where}: {message}"[:2000], detail)
+    interrupted = entry.last("execution_interrupted")
+    if interrupted is not None:
+        return ExecutorFailure(
+            "executor_error", f"the prompt was interrupted on the ComfyUI server (not by h3core) in node {interrupted.get('node_id')}"
+        )
+    return ExecutorFailure("executor_error", f"ComfyUI reports status {entry.status!r} without an error message")
+
+
+def _video_output(output: dict[str, Any]) -> dict[str, Any] | None:
+    for key in ("images", "gifs", "videos"):
+        for item in output.get(key) or []:
+            if isinstance(item, dict) and str(item.get("filename", "")).lower().endswith(VIDEO_SUFFIXES):
+                return item
+    return None
+
+
+def _measure(path: Path) -> tuple[int, float]:
+    import av
+
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        frames = stream.frames or sum(1 for _ in container.decode(video=0))
+        seconds = float(container.duration / 1_000_000) if container.duration else frames / 24
+    return frames, seconds

@@ -1,0 +1,241 @@
+"""Workflows as data: an API-format ComfyUI graph plus a binding spec.
+
+A template says which node input receives each request field (`values`), where uploaded
+keyframes and references go and what to prune from the graph when a slot is unused (`media`),
+which node's progress counts the denoising steps (`sampler`) and which output node names the
+video (`output`). Templates are checked when they are loaded, so one whose bindings do not
+match its graph never reaches a job. An operator adds one by dropping a JSON file in a folder.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from h3core.domain.request import GenerationRequest, Mode
+
+Topology = Literal["single-gpu", "raylight"]
+VALUE_FIELDS = ("prompt", "width", "height", "frames", "seed", "steps")
+MEDIA_FIELDS = {
+    "keyframes.first": "image",
+    "keyframes.last": "image",
+    "references.images": "image",
+    "references.videos": "video",
+    "references.audios": "audio",
+}
+NEEDED_MEDIA: dict[str, tuple[str, ...]] = {
+    "t2va": (),
+    "fl2va": ("keyframes.first", "keyframes.last"),
+    "ref2va": ("references.images",),
+}
+
+
+class TemplateError(ValueError):
+    """A template that cannot be used, naming the file and what is wrong."""
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Input(_Data):
+    node: str
+    input: str
+
+
+class Unused(_Data):
+    """What to take out of the graph when a slot gets no upload."""
+
+    nodes: tuple[str, ...] = ()
+    inputs: tuple[Input, ...] = ()
+
+
+class Slot(_Data):
+    set: Input  # receives the uploaded file's name on the ComfyUI server
+    unused: Unused = Unused()
+
+
+class Progress(_Data):
+    source: Literal["websocket", "log"] = "websocket"
+    # For `log`: a regex with two groups, step and total (Raylight's samplers print tqdm bars).
+    log_pattern: str = r"(\d+)/(\d+)\s*\["
+
+
+class Template(_Data):
+    name: str
+    mode: Mode
+    topology: Topology = "single-gpu"
+    description: str = ""
+    graph: dict[str, dict[str, Any]]
+    values: dict[str, tuple[Input, ...]]
+    media: dict[str, tuple[Slot, ...]] = Field(default_factory=dict)
+    sampler: str
+    output: str
+    progress: Progress = Progress()
+
+    @model_validator(mode="after")
+    def _bindings_match_graph(self) -> Template:
+        problems = check(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def class_types(self) -> set[str]:
+        return {node["class_type"] for node in self.graph.values()}
+
+    def bound_inputs(self) -> list[tuple[str, str]]:
+        """(class_type, input name) of every binding, for checking against a server's nodes."""
+        out = []
+        for inputs in self.values.values():
+            out += [(self.graph[i.node]["class_type"], i.input) for i in inputs]
+        for slots in self.media.values():
+            for slot in slots:
+                out.append((self.graph[slot.set.node]["class_type"], slot.set.input))
+        return out
+
+    def build(self, request: GenerationRequest, uploaded: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+        """The graph for one request. `uploaded` maps the request's upload ids to server file names."""
+        graph = copy.deepcopy(self.graph)
+        values = {
+            "prompt": request.prompt, "width": request.width, "height": request.height,
+            "frames": request.frames, "seed": request.seed, "steps": request.steps,
+        }  # fmt: skip
+        for name, inputs in self.values.items():
+            for i in inputs:
+                graph[i.node]["inputs"][i.input] = values[name]
+        given = media_of(request)
+        for name, slots in self.media.items():
+            ids = given.get(name, ())
+            if len(ids) > len(slots):
+                raise TemplateError(f"template {self.name} takes at most {len(slots)} {name}, the request has {len(ids)}")
+            for k, slot in enumerate(slots):
+                if k < len(ids):
+                    graph[slot.set.node]["inputs"][slot.set.input] = uploaded[ids[k]]
+                else:
+                    for node in slot.unused.nodes:
+                        graph.pop(node, None)
+                    for i in slot.unused.inputs:
+                        if i.node in graph:
+                            graph[i.node]["inputs"].pop(i.input, None)
+        for name in set(given) - set(self.media):
+            raise TemplateError(f"template {self.name} has no place for {name}")
+        return graph
+
+
+def media_of(request: GenerationRequest) -> dict[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+    if request.keyframes is not None:
+        for key in ("first", "last"):
+            value = getattr(request.keyframes, key)
+            if value is not None:
+                out[f"keyframes.{key}"] = (value,)
+    if request.references is not None:
+        for key in ("images", "videos", "audios"):
+            ids = getattr(request.references, key)
+            if ids:
+                out[f"references.{key}"] = tuple(ids)
+    return out
+
+
+def _links(graph: Mapping[str, Mapping[str, Any]]):
+    for node_id, node in graph.items():
+        for name, value in node.get("inputs", {}).items():
+            if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], int):
+                yield node_id, name, value[0]
+
+
+def check(t: Template) -> list[str]:
+    """Every way the bindings can disagree with the graph."""
+    problems = []
+    for node_id, node in t.graph.items():
+        if "class_type" not in node or not isinstance(node.get("inputs"), dict):
+            problems.append(f"graph node {node_id} needs class_type and inputs")
+    if problems:
+        return problems
+
+    def has(i: Input, what: str) -> None:
+        if i.node not in t.graph:
+            problems.append(f"{what}: node {i.node} is not in the graph")
+        elif i.input not in t.graph[i.node]["inputs"]:
+            problems.append(f"{what}: node {i.node} ({t.graph[i.node]['class_type']}) has no input {i.input!r}")
+
+    for name in VALUE_FIELDS:
+        if not t.values.get(name):
+            problems.append(f"values: no binding for {name!r}")
+    for name, inputs in t.values.items():
+        if name not in VALUE_FIELDS:
+            problems.append(f"values: unknown field {name!r} (known: {list(VALUE_FIELDS)})")
+        for i in inputs:
+            has(i, f"values.{name}")
+    for name, slots in t.media.items():
+        if name not in MEDIA_FIELDS:
+            problems.append(f"media: unknown field {name!r} (known: {list(MEDIA_FIELDS)})")
+        for k, slot in enumerate(slots):
+            has(slot.set, f"media.{name}[{k}].set")
+            for node in slot.unused.nodes:
+                if node not in t.graph:
+                    problems.append(f"media.{name}[{k}].unused: node {node} is not in the graph")
+            for i in slot.unused.inputs:
+                has(i, f"media.{name}[{k}].unused")
+    for name in NEEDED_MEDIA[t.mode]:
+        if not t.media.get(name):
+            problems.append(f"media: a {t.mode} template needs slots for {name!r}")
+    for what, node in (("sampler", t.sampler), ("output", t.output)):
+        if node not in t.graph:
+            problems.append(f"{what}: node {node} is not in the graph")
+    for src, name, target in _links(t.graph):
+        if target not in t.graph:
+            problems.append(f"graph: node {src} input {name!r} links to missing node {target}")
+    # With every slot unused, nothing may be left pointing at a pruned node.
+    pruned = {n for slots in t.media.values() for s in slots for n in s.unused.nodes}
+    unlinked = {(i.node, i.input) for slots in t.media.values() for s in slots for i in s.unused.inputs}
+    for src, name, target in _links(t.graph):
+        if target in pruned and src not in pruned and (src, name) not in unlinked:
+            problems.append(f"graph: node {src} input {name!r} would link to pruned node {target}")
+    return problems
+
+
+def load_template(path: Path | str, text: str | None = None) -> Template:
+    where = str(path)
+    try:
+        data = json.loads(text if text is not None else Path(path).read_text())
+        return Template.model_validate(data)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TemplateError(f"{where}: {exc}") from exc
+    except ValidationError as exc:
+        raise TemplateError(
+            f"{where}: " + "; ".join(f"{'.'.join(map(str, e['loc'])) or 'template'}: {e['msg']}" for e in exc.errors())
+        ) from exc
+
+
+def builtin_templates() -> dict[str, Template]:
+    folder = resources.files("h3core.executors.comfyui").joinpath("workflows")
+    out = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".json"):
+            t = load_template(f"built-in {entry.name}", entry.read_text())
+            out[t.name] = t
+    return out
+
+
+def load_templates(folder: Path | None = None) -> dict[str, Template]:
+    """The built-in templates, then any in `folder` (which may replace one by name)."""
+    templates = builtin_templates()
+    if folder is not None:
+        for path in sorted(Path(folder).glob("*.json")):
+            t = load_template(path)
+            templates[t.name] = t
+    return templates
+
+
+def pick(templates: Mapping[str, Template], mode: str, topology: str) -> Template:
+    for t in templates.values():
+        if t.mode == mode and t.topology == topology:
+            return t
+    raise TemplateError(f"no {topology} template for mode {mode!r} (have: {sorted(templates)})")

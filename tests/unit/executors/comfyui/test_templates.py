@@ -1,0 +1,100 @@
+"""Workflow templates: data that is checked when it is loaded, not when a job runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from h3core.domain.request import GenerationRequest
+from h3core.executors.comfyui.templates import TemplateError, builtin_templates, load_template, load_templates, pick
+
+TEMPLATES = builtin_templates()
+
+
+def test_six_templates_ship_one_per_mode_and_topology():
+    assert {(t.mode, t.topology) for t in TEMPLATES.values()} == {
+        (m, t) for m in ("t2va", "fl2va", "ref2va") for t in ("single-gpu", "raylight")
+    }
+    assert pick(TEMPLATES, "fl2va", "raylight").name == "minimax-h3-fl2va-raylight"
+
+
+def test_request_values_land_on_their_bound_inputs():
+    t = TEMPLATES["minimax-h3-t2va-single-gpu"]
+    graph = t.build(GenerationRequest(prompt="a fox", width=832, height=480, frames=300, seed=7, steps=30), {})
+    node = graph["5"]["inputs"]
+    assert (node["prompt"], node["width"], node["height"], node["length"]) == ("a fox", 832, 480, 300)
+    assert graph["6"]["inputs"]["noise_seed"] == 7 and graph["9"]["inputs"]["steps"] == 30
+    assert TEMPLATES["minimax-h3-t2va-raylight"].build(GenerationRequest(prompt="p", seed=9), {})["10"]["inputs"]["noise_seed"] == 9
+
+
+def test_unused_slots_are_pruned_with_the_inputs_that_pointed_at_them():
+    t = TEMPLATES["minimax-h3-ref2va-single-gpu"]
+    req = GenerationRequest(prompt="p", mode="ref2va", references={"images": ["a", "b"], "audios": ["c"]})
+    graph = t.build(req, {"a": "a.png", "b": "b.png", "c": "c.wav"})
+    node = graph["5"]["inputs"]
+    assert node["ref_images.ref_image_0"] == ["30", 0] and node["ref_images.ref_image_1"] == ["31", 0]
+    assert "ref_images.ref_image_2" not in node and "32" not in graph
+    assert not any(k.startswith("ref_videos") for k in node) and "400" not in graph
+    assert graph["30"]["inputs"]["image"] == "a.png" and graph["50"]["inputs"]["audio"] == "c.wav"
+    # No link is left dangling.
+    for n in graph.values():
+        for v in n["inputs"].values():
+            if isinstance(v, list) and len(v) == 2 and isinstance(v[1], int):
+                assert v[0] in graph
+
+
+def test_fl2va_with_only_a_last_frame_drops_the_first_frame_input():
+    t = TEMPLATES["minimax-h3-fl2va-single-gpu"]
+    graph = t.build(GenerationRequest(prompt="p", mode="fl2va", keyframes={"last": "z"}), {"z": "z.png"})
+    assert "first_frame" not in graph["5"]["inputs"] and "20" not in graph
+    assert graph["21"]["inputs"]["image"] == "z.png"
+
+
+def test_more_references_than_slots_is_refused_clearly():
+    t = TEMPLATES["minimax-h3-ref2va-single-gpu"].model_copy(
+        update={"media": {**TEMPLATES["minimax-h3-ref2va-single-gpu"].media, "references.images": TEMPLATES["minimax-h3-ref2va-single-gpu"].media["references.images"][:2]}}
+    )
+    with pytest.raises(TemplateError, match="at most 2 references.images"):
+        t.build(GenerationRequest(prompt="p", mode="ref2va", references={"images": ["a", "b", "c"]}), {"a": "a", "b": "b", "c": "c"})
+
+
+def _data(name="minimax-h3-t2va-single-gpu"):
+    return json.loads(TEMPLATES[name].model_dump_json())
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d["values"]["prompt"][0].update(node="99"), "values.prompt: node 99 is not in the graph"),
+        (lambda d: d["values"]["frames"][0].update(input="frames"), "has no input 'frames'"),
+        (lambda d: d["values"].pop("seed"), "no binding for 'seed'"),
+        (lambda d: d.update(sampler="77"), "sampler: node 77"),
+        (lambda d: d["graph"]["11"]["inputs"].update(samples=["42", 0]), "links to missing node 42"),
+    ],
+)
+def test_a_template_whose_bindings_do_not_match_its_graph_is_refused_at_load(tmp_path, mutate, message):
+    data = _data()
+    mutate(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TemplateError, match=message) as err:
+        load_template(path)
+    assert "bad.json" in str(err.value)
+
+
+def test_a_pruned_slot_must_take_its_links_with_it(tmp_path):
+    data = _data("minimax-h3-fl2va-single-gpu")
+    data["media"]["keyframes.first"][0]["unused"]["inputs"] = []
+    (tmp_path / "x.json").write_text(json.dumps(data))
+    with pytest.raises(TemplateError, match="would link to pruned node 20"):
+        load_template(tmp_path / "x.json")
+
+
+def test_an_operator_adds_or_replaces_a_template_without_code(tmp_path):
+    data = _data()
+    data["name"] = "house-t2va"
+    data["graph"]["8"]["inputs"]["sampler_name"] = "euler"
+    (tmp_path / "house.json").write_text(json.dumps(data))
+    templates = load_templates(tmp_path)
+    assert "house-t2va" in templates and len(templates) == 7
