@@ -42,6 +42,7 @@ from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent, JobState
 from h3core.executors.base import Executor, Heartbeat, JobSpec, Result, Resumable, classify
+from h3core.writer import GroupWriter
 
 T = TypeVar("T")
 
@@ -125,7 +126,7 @@ class Runner:
         self.admission = admission or AdmitAll()
         self.bus = bus or EventBus()
         self._new_id = id_factory
-        self._writer = anyio.CapacityLimiter(1)
+        self.writer = GroupWriter(store, self.bus)
         self._attempts: dict[str, _Attempt] = {}
         self._busy: set[str] = set()  # job ids whose task is alive (cleanup may outlive the attempt)
         self._wake = anyio.Event()
@@ -139,12 +140,7 @@ class Runner:
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
 
     async def _append(self, job_id: str, bodies: Sequence[Body], expected_seq: int | None = None) -> JobState:
-        # One writer thread: appends reach the store in the order the runner made them.
-        state, events = await anyio.to_thread.run_sync(
-            lambda: self.store.append(job_id, bodies, expected_seq=expected_seq), limiter=self._writer
-        )
-        self.bus.publish(events)
-        return state
+        return await self.writer.append(job_id, bodies, expected_seq)
 
     def _poke(self) -> None:
         self._wake.set()
@@ -233,20 +229,29 @@ class Runner:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Recover, then run queued jobs until cancelled. Cancelling this is a shutdown."""
         try:
-            async with self.executor.running():
-                resumable = await self._recover()
-                slots = anyio.Semaphore(self.config.slots)
-                async with anyio.create_task_group() as tg:
-                    for state in resumable:  # re-attach first: their work is already running
-                        await slots.acquire()
-                        tg.start_soon(functools.partial(self._job, state, slots, resume=True))
-                    self._accepting = True
-                    self.started = True
-                    task_status.started()
-                    tg.start_soon(self._watch_store)
-                    await self._dispatch(tg, slots)
+            async with self.executor.running(), anyio.create_task_group() as writing:
+                await writing.start(self._write_shielded)
+                try:
+                    resumable = await self._recover()
+                    slots = anyio.Semaphore(self.config.slots)
+                    async with anyio.create_task_group() as tg:
+                        for state in resumable:  # re-attach first: their work is already running
+                            await slots.acquire()
+                            tg.start_soon(functools.partial(self._job, state, slots, resume=True))
+                        self._accepting = True
+                        self.started = True
+                        task_status.started()
+                        tg.start_soon(self._watch_store)
+                        await self._dispatch(tg, slots)
+                finally:
+                    self._accepting = False
+                    self.writer.close()  # every job task has ended: drain what they wrote, stop
         finally:
             self._accepting = False
+
+    async def _write_shielded(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.writer.run(task_status=task_status)
 
     def _can_resume(self, state: JobState) -> bool:
         return (

@@ -7,7 +7,7 @@ for listing. Implementations must honour:
   read inside the same write transaction) with `h3core.domain.state.extend`; an illegal event
   raises `IllegalEvent` and nothing of the batch is stored.
 - **Atomic batches.** All events of one `append` and the projection update land together or not
-  at all.
+  at all. `append_batch` commits many appends at once, each still all or nothing.
 - **Optimistic concurrency.** With `expected_seq`, the append fails with `Conflict` unless the
   job's last stored seq equals it (0: the job must not exist yet). `(job_id, seq)` is unique.
 - **Never updated, never deleted.** Stored events are immutable.
@@ -37,6 +37,12 @@ class UnknownJob(KeyError):
     """No job with that id."""
 
 
+# (job_id, bodies, expected_seq): one append of a batch; its outcome is what `append` returns,
+# or the exception `append` would have raised.
+AppendRequest = tuple[str, Sequence[Body], int | None]
+AppendOutcome = tuple[JobState, tuple[Event, ...]] | Exception
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -47,6 +53,11 @@ class EventStore(Protocol):
         self, job_id: str, bodies: Sequence[Body], *, expected_seq: int | None = None
     ) -> tuple[JobState, tuple[Event, ...]]:
         """Append `bodies` to the job's log (a new job when the first body is `Submitted`)."""
+        ...
+
+    def append_batch(self, items: Sequence[AppendRequest]) -> list[AppendOutcome]:
+        """Several appends made durable together (group commit), each one all or nothing and
+        checked as `append` checks it; a refused one is returned as its exception, in place."""
         ...
 
     def import_events(self, events: Sequence[Event]) -> int:

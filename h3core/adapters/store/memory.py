@@ -6,9 +6,9 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 
-from h3core.adapters.store.base import Conflict, UnknownJob, utc_now
+from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, utc_now
 from h3core.domain.events import Body, Event, Submitted
-from h3core.domain.state import JobState, Status, apply, extend
+from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend
 
 
 class MemoryEventStore:
@@ -46,6 +46,16 @@ class MemoryEventStore:
             new_state, events = extend(state, job_id, bodies, self._clock())
             self._commit(new_state, events)
         return new_state, events
+
+    def append_batch(self, items: Sequence[AppendRequest]) -> list[AppendOutcome]:
+        outcomes: list[AppendOutcome] = []
+        with self._lock:
+            for job_id, bodies, expected_seq in items:
+                try:
+                    outcomes.append(self.append(job_id, bodies, expected_seq=expected_seq))
+                except (IllegalEvent, Conflict, UnknownJob, ValueError) as exc:
+                    outcomes.append(exc)
+        return outcomes
 
     def import_events(self, events: Sequence[Event]) -> int:
         added = 0

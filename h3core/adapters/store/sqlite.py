@@ -18,9 +18,9 @@ from pathlib import Path
 
 from sqlite_utils import Database
 
-from h3core.adapters.store.base import Conflict, UnknownJob, utc_now
+from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, utc_now
 from h3core.domain.events import Body, Event, Submitted, event_from_json
-from h3core.domain.state import JobState, Status, apply, extend
+from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend
 
 SCHEMA_VERSION = 2
 
@@ -179,15 +179,38 @@ class SQLiteEventStore:
         if not bodies:
             raise ValueError("append needs at least one event")
         with self._write() as conn:
-            state = self._state_in(conn, job_id)
-            current = state.last_seq if state else 0
-            if expected_seq is not None and expected_seq != current:
-                raise Conflict(f"job {job_id} is at seq {current}, caller expected {expected_seq}")
-            if state is None and not isinstance(bodies[0], Submitted):
-                raise UnknownJob(job_id)
-            new_state, events = extend(state, job_id, bodies, self._clock())
-            self._store(conn, new_state, events)
+            new_state, events = self._append_in(conn, job_id, bodies, expected_seq)
         return new_state, events
+
+    def _append_in(
+        self, conn: sqlite3.Connection, job_id: str, bodies: Sequence[Body], expected_seq: int | None
+    ) -> tuple[JobState, tuple[Event, ...]]:
+        state = self._state_in(conn, job_id)
+        current = state.last_seq if state else 0
+        if expected_seq is not None and expected_seq != current:
+            raise Conflict(f"job {job_id} is at seq {current}, caller expected {expected_seq}")
+        if state is None and not isinstance(bodies[0], Submitted):
+            raise UnknownJob(job_id)
+        new_state, events = extend(state, job_id, bodies, self._clock())
+        self._store(conn, new_state, events)
+        return new_state, events
+
+    def append_batch(self, items: Sequence[AppendRequest]) -> list[AppendOutcome]:
+        # One transaction, one fsync for the lot (group commit); each item in its own savepoint,
+        # so a refused item leaves no trace and does not stop the others.
+        outcomes: list[AppendOutcome] = []
+        with self._write() as conn:
+            for job_id, bodies, expected_seq in items:
+                conn.execute("SAVEPOINT item")
+                try:
+                    if not bodies:
+                        raise ValueError("append needs at least one event")
+                    outcomes.append(self._append_in(conn, job_id, bodies, expected_seq))
+                except (IllegalEvent, Conflict, UnknownJob, ValueError) as exc:
+                    conn.execute("ROLLBACK TO item")
+                    outcomes.append(exc)
+                conn.execute("RELEASE item")
+        return outcomes
 
     def import_events(self, events: Sequence[Event]) -> int:
         by_job: dict[str, list[Event]] = {}

@@ -159,3 +159,22 @@ def test_a_version_1_file_is_migrated_forward(tmp_path):
     assert not any("TEMP B-TREE" in row[-1] for row in plan), plan  # the v2 index serves the queue order
     store.append("j", [submitted(), Admitted()])
     assert [s.job_id for s in store.queued()] == ["j"]
+
+
+def test_a_batch_commits_each_append_or_returns_its_refusal_in_place(store):
+    store.append("a", [submitted(), Admitted()])
+    outcomes = store.append_batch(
+        [
+            ("a", [Running(attempt=1, executor="x")], 2),
+            ("b", [submitted()], 0),
+            ("a", [Progress(step=3, total=2)], None),  # illegal: refused, the others stand
+            ("c", [Admitted()], None),  # unknown job
+            ("b", [Admitted()], 5),  # stale expectation
+            ("a", [Progress(step=1, total=2)], None),
+        ]
+    )
+    kinds = [type(o).__name__ if isinstance(o, Exception) else o[0].status for o in outcomes]
+    assert kinds == ["running", "submitted", "IllegalEvent", "UnknownJob", "Conflict", "running"]
+    assert [e.type for e in store.events("a")] == ["submitted", "admitted", "running", "progress"]
+    assert [e.type for e in store.events("b")] == ["submitted"]
+    assert store.get("c") is None

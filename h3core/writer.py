@@ -1,0 +1,95 @@
+"""The runner's single writer, with group commit.
+
+Every event the runner writes goes through here, in the order it was asked for. Whatever is
+waiting when the writer comes round is committed in one transaction (one fsync), each append
+still checked and all-or-nothing on its own (`EventStore.append_batch`). Published to the bus
+only once durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.abc import TaskStatus
+
+from h3core.adapters.store.base import AppendOutcome, EventStore
+from h3core.bus import EventBus
+from h3core.domain.events import Body
+from h3core.domain.state import JobState
+
+
+@dataclass
+class _Pending:
+    job_id: str
+    bodies: Sequence[Body]
+    expected_seq: int | None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    outcome: AppendOutcome | None = None
+
+
+class GroupWriter:
+    def __init__(self, store: EventStore, bus: EventBus, *, max_batch: int = 256) -> None:
+        self.store = store
+        self.bus = bus
+        self.max_batch = max_batch
+        self._pending: list[_Pending] = []
+        self._wake = anyio.Event()
+        self._running = False
+        self._closing = False
+        self._thread = anyio.CapacityLimiter(1)
+        self.batches = 0  # for benchmarks and tests
+        self.appends = 0
+
+    async def append(self, job_id: str, bodies: Sequence[Body], expected_seq: int | None = None) -> JobState:
+        if not self._running:  # before the runner starts (a submit from the CLI), or after it ends
+            state, events = await anyio.to_thread.run_sync(
+                lambda: self.store.append(job_id, bodies, expected_seq=expected_seq), limiter=self._thread
+            )
+            self.bus.publish(events)
+            return state
+        item = _Pending(job_id, bodies, expected_seq)
+        self._pending.append(item)
+        self._wake.set()
+        # Once queued, the append will happen: wait for its outcome even if we are cancelled,
+        # so the caller never believes in an event that was, or was not, written.
+        with anyio.CancelScope(shield=True):
+            await item.done.wait()
+        if isinstance(item.outcome, Exception):
+            raise item.outcome
+        assert item.outcome is not None
+        return item.outcome[0]
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Write until `close()` and the queue is empty. Run it shielded: writes must outlive the
+        cancellation of the tasks that queue them (their terminal events come then)."""
+        self._running = True
+        task_status.started()
+        try:
+            while True:
+                if not self._pending:
+                    if self._closing:
+                        return
+                    await self._wake.wait()
+                    self._wake = anyio.Event()
+                    continue
+                batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+                requests = [(p.job_id, p.bodies, p.expected_seq) for p in batch]
+                try:
+                    outcomes = await anyio.to_thread.run_sync(self.store.append_batch, requests, limiter=self._thread)
+                except Exception as exc:  # the transaction itself failed (disk full, I/O error)
+                    outcomes = [exc] * len(batch)
+                self.batches += 1
+                self.appends += len(batch)
+                for item, outcome in zip(batch, outcomes, strict=True):
+                    item.outcome = outcome
+                    if not isinstance(outcome, Exception):
+                        self.bus.publish(outcome[1])
+                    item.done.set()
+        finally:
+            self._running = False
+
+    def close(self) -> None:
+        self._closing = True
+        self._wake.set()
