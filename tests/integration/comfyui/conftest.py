@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from h3core import LocalArtifactStore, Runner, RunnerConfig, SQLiteEventStore
+from h3core.adapters.uploads import LocalUploadStore
+from h3core.executors.comfyui.executor import ComfyUIExecutor, ComfyUISettings
+from h3core.executors.comfyui.templates import builtin_templates
+from tests.fakes.comfyui import FakeComfyUI
+
+
+@pytest.fixture
+async def comfy(tmp_path) -> AsyncIterator[FakeComfyUI]:
+    async with FakeComfyUI(tmp_path / "comfyui") as fake:
+        fake.step_seconds = 0.02
+        yield fake
+
+
+@pytest.fixture
+def make_runner(tmp_path, comfy):
+    uploads = LocalUploadStore(tmp_path / "uploads")
+
+    @asynccontextmanager
+    async def make(store: SQLiteEventStore | None = None, **config) -> AsyncIterator[Runner]:
+        store = store or SQLiteEventStore(tmp_path / "h3.db", durable=False)
+        settings = ComfyUISettings(
+            url=comfy.url, client_id="h3core-test", poll_min_s=0.05, poll_max_s=0.3, lost_after_s=1.0,
+            unreachable_after_s=2.0, cancel_wait_s=5.0, log_path=comfy.log_path,
+        )  # fmt: skip
+        executor = ComfyUIExecutor(
+            settings, builtin_templates(), LocalArtifactStore(tmp_path / "artifacts"),
+            lambda upload_id: uploads.path(uploads.get(upload_id)),
+        )  # fmt: skip
+        cfg = {"stall_timeout_s": 30.0, "cancel_grace_s": 10.0, "poll_interval_s": 0.05, **config}
+        runner = Runner(store, executor, RunnerConfig(**cfg))
+        runner.uploads = uploads  # for tests that upload keyframes first
+        async with anyio.create_task_group() as tg:
+            await tg.start(runner.run)
+            yield runner
+            tg.cancel_scope.cancel()
+
+    return make
+
+
+def types(runner: Runner, job_id: str) -> list[str]:
+    return [e.type for e in runner.store.events(job_id)]
+
+
+async def ended(runner: Runner, job_id: str, timeout: float = 20.0):
+    with anyio.fail_after(timeout):
+        while not runner.store.get(job_id).terminal:
+            await anyio.sleep(0.02)
+    return runner.store.get(job_id)
+
+
+async def until(predicate, timeout: float = 20.0) -> None:
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.01)
+
+
+def png_path(tmp: Path) -> Path:
+    from tests.factories import png
+
+    path = tmp / "key.png"
+    path.write_bytes(png(64, 64))
+    return path

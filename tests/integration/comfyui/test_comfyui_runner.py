@@ -1,0 +1,181 @@
+"""The ComfyUI executor through the runner, against a protocol-faithful fake ComfyUI on loopback.
+
+Each old failure of field notes §2 has its test here: completion from one socket message
+(socket dropped), a restart of ComfyUI (prompt vanished), OOM classification, the global
+interrupt, and a restart of h3core (re-attach instead of re-run: tests/integration/comfyui/
+test_comfyui_process.py, with a real process killed by SIGKILL).
+"""
+
+from __future__ import annotations
+
+import anyio
+import av
+import pytest
+
+from h3core.domain.request import GenerationRequest
+from tests.integration.comfyui.conftest import ended, png_path, types, until
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+
+def req(**kw) -> GenerationRequest:
+    return GenerationRequest(**{"prompt": "a red fox in snow", "width": 448, "height": 256, "frames": 24, "steps": 6, **kw})
+
+
+async def test_a_job_completes_with_one_progress_event_per_step_and_its_video(make_runner, comfy):
+    async with make_runner() as runner:
+        job = await runner.submit(req(steps=6))
+        state = await ended(runner, job.job_id)
+    assert state.status == "done", state.error
+    assert types(runner, job.job_id) == ["submitted", "admitted", "running"] + ["progress"] * 6 + ["done"]
+    running = runner.store.events(job.job_id)[2].body
+    assert running.executor == "comfyui" and running.executor_ref in comfy.history  # our own prompt id
+    path = runner.executor.artifacts.resolve(state.artifact.path)
+    with av.open(str(path)) as c:
+        assert c.streams.video and c.streams.audio
+    # What ComfyUI was asked to run: the t2va template with the request's values bound.
+    graph = comfy.history[running.executor_ref]["prompt"][2]
+    assert graph["5"]["inputs"]["prompt"] == "a red fox in snow" and graph["9"]["inputs"]["steps"] == 6
+
+
+async def test_a_dropped_socket_loses_hints_not_the_job(make_runner, comfy):
+    comfy.drop_sockets_at_step = 3
+    async with make_runner() as runner:
+        job = await runner.submit(req(steps=10))
+        state = await ended(runner, job.job_id)
+        assert runner.executor.feed.connects >= 2, "the socket came back"
+    assert state.status == "done"
+    steps = [e.body.step for e in runner.store.events(job.job_id) if e.type == "progress"]
+    assert steps == sorted(set(steps)) and steps[-1] == 10
+
+
+async def test_comfyui_restarted_mid_run_fails_the_attempt_as_executor_lost(make_runner, comfy):
+    comfy.step_seconds = 0.1
+    async with make_runner() as runner:
+        job = await runner.submit(req(steps=50), )
+        await until(lambda: (runner.store.get(job.job_id).step or 0) >= 2)
+        await comfy.restart()
+        await until(lambda: runner.store.get(job.job_id).attempt_errors or runner.store.get(job.job_id).terminal)
+        state = runner.store.get(job.job_id)
+        first = state.attempt_errors[0] if state.attempt_errors else state.error
+        assert first.kind == "executor_lost" and "neither ComfyUI's queue nor its history" in first.message
+        # The default policy retries executor_lost once: the second attempt runs on the restarted server.
+        comfy.step_seconds = 0.01
+        state = await ended(runner, job.job_id)
+    assert state.status == "done" and state.attempt == 2
+
+
+async def test_an_out_of_memory_error_is_classified_oom(make_runner, comfy):
+    comfy.oom_at_step = 2
+    async with make_runner() as runner:
+        job = await runner.submit(req(steps=6))
+        state = await ended(runner, job.job_id)
+    assert state.status == "failed" and state.error.kind == "oom"
+    assert "CUDA out of memory" in state.error.message and "SamplerCustomAdvanced node 10" in state.error.message
+
+
+async def test_another_exception_is_an_executor_error_with_its_type(make_runner, comfy):
+    comfy.error_at_step = 1
+    async with make_runner() as runner:
+        job = await runner.submit(req())
+        state = await ended(runner, job.job_id)
+    assert state.error.kind == "executor_error" and "RuntimeError" in state.error.message
+
+
+async def test_a_graph_comfyui_refuses_fails_as_invalid_naming_the_node(make_runner, comfy):
+    comfy.model_files = {"diffusion_models": ["some_other_model.safetensors"]}
+    async with make_runner() as runner:
+        job = await runner.submit(req())
+        state = await ended(runner, job.job_id)
+    assert state.status == "failed" and state.error.kind == "invalid"
+    assert "node 1 (UNETLoader) input 'unet_name'" in state.error.message
+
+
+async def test_cancel_of_a_pending_prompt_deletes_it_from_the_queue(make_runner, comfy):
+    comfy.step_seconds = 0.1
+    async with make_runner(slots=2) as runner:
+        first = await runner.submit(req(steps=60))
+        second = await runner.submit(req(steps=5, seed=2))
+        await until(lambda: runner.store.get(second.job_id).status == "running" and len(comfy.queue_pending) == 1)
+        ref = runner.store.get(second.job_id).executor_ref
+        await runner.cancel(second.job_id)
+        state = await ended(runner, second.job_id)
+        assert state.status == "cancelled"
+        assert ("POST", "/queue", {"delete": [ref]}) in comfy.received
+        assert ref not in comfy.history, "a deleted pending prompt never runs"
+        await runner.cancel(first.job_id)
+        await ended(runner, first.job_id)
+
+
+async def test_cancel_of_a_running_prompt_interrupts_that_prompt_only(make_runner, comfy):
+    comfy.step_seconds = 0.1
+    async with make_runner() as runner:
+        job = await runner.submit(req(steps=60))
+        await until(lambda: (runner.store.get(job.job_id).step or 0) >= 2)
+        ref = runner.store.get(job.job_id).executor_ref
+        await runner.cancel(job.job_id)
+        state = await ended(runner, job.job_id)
+    assert state.status == "cancelled"
+    interrupts = [body for method, path, body in comfy.received if path == "/interrupt"]
+    assert interrupts == [{"prompt_id": ref}], "never the global interrupt"
+    assert comfy.history[ref]["status"]["messages"][-1][0] == "execution_interrupted"
+    steps_after = [e for e in runner.store.events(job.job_id) if e.type == "progress" and e.seq > next(x.seq for x in runner.store.events(job.job_id) if x.type == "cancel_requested")]
+    assert len(steps_after) <= 2
+
+
+async def test_keyframes_are_uploaded_and_bound(make_runner, comfy, tmp_path):
+    async with make_runner() as runner:
+        async def chunks():
+            yield png_path(tmp_path).read_bytes()
+
+        upload = await runner.uploads.put("image/png", chunks())
+        job = await runner.submit(req(mode="fl2va", keyframes={"first": upload.id}))
+        state = await ended(runner, job.job_id)
+    assert state.status == "done", state.error
+    graph = comfy.history[state.executor_ref]["prompt"][2]
+    assert graph["20"]["inputs"]["image"] == f"h3-{upload.id}" and "last_frame" not in graph["5"]["inputs"]
+    assert any(u["name"] == f"h3-{upload.id}" for u in comfy.uploads)
+
+
+async def test_raylight_progress_comes_from_the_log_trusting_only_the_requests_steps(make_runner, comfy, tmp_path):
+    comfy.send_progress = False  # sampling in Ray workers: nothing on the socket
+    comfy.log_progress = True
+    from h3core.executors.comfyui.templates import builtin_templates
+
+    async with make_runner() as runner:
+        runner.executor.settings = runner.executor.settings.__class__(**{**runner.executor.settings.__dict__, "topology": "raylight"})
+        comfy.step_seconds = 0.05
+        job = await runner.submit(req(steps=12))
+        state = await ended(runner, job.job_id)
+    assert state.status == "done", state.error
+    assert "raylight" in builtin_templates()[runner.store.events(job.job_id)[2].body.info["template"]].name
+    steps = [e.body.step for e in runner.store.events(job.job_id) if e.type == "progress"]
+    assert steps and steps[-1] == 12 and all(0 < s <= 12 for s in steps) and len(steps) > 2
+
+
+async def test_comfyui_unreachable_fails_the_attempt_within_the_bound(make_runner, comfy):
+    await comfy.pause_listening()
+    async with make_runner() as runner:
+        job = await runner.submit(req(), )
+        with anyio.fail_after(15):
+            while not (runner.store.get(job.job_id).attempt_errors or runner.store.get(job.job_id).terminal):
+                await anyio.sleep(0.05)
+        state = runner.store.get(job.job_id)
+        err = state.attempt_errors[0] if state.attempt_errors else state.error
+        assert err.kind == "executor_lost" and "unreachable" in err.message
+        await comfy.resume_listening()
+        state = await ended(runner, job.job_id)
+    assert state.status == "done"
+
+
+async def test_raylights_start_up_bar_is_not_taken_for_sampling_progress(make_runner, comfy):
+    # RayInitializer prints a "Loading workers: 4/4" bar; with steps == GPUs it has the right total.
+    comfy.send_progress, comfy.log_progress, comfy.gpus, comfy.step_seconds = False, True, 4, 0.3
+    comfy.node_seconds = 0.2  # so the bar comes after the executor starts reading the log
+    async with make_runner() as runner:
+        runner.executor.settings = runner.executor.settings.__class__(**{**runner.executor.settings.__dict__, "topology": "raylight"})
+        job = await runner.submit(req(steps=4))
+        state = await ended(runner, job.job_id)
+    assert state.status == "done", state.error
+    steps = [e.body.step for e in runner.store.events(job.job_id) if e.type == "progress"]
+    assert len(steps) >= 3 and steps[0] < 4, steps
