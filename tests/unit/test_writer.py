@@ -18,7 +18,8 @@ async def test_concurrent_appends_share_transactions_and_keep_their_own_outcomes
 
     async def job(i: int) -> None:
         state = await writer.append(f"j{i}", [submitted(), Admitted()], 0)
-        state = await writer.append(f"j{i}", [Running(attempt=1, executor="x")])
+        assert state.status == "queued"
+        await writer.append(f"j{i}", [Running(attempt=1, executor="x")])
         try:
             await writer.append(f"j{i}", [Progress(step=5, total=2)] if i % 2 else [Progress(step=1, total=2)])
             results[f"j{i}"] = "ok"
