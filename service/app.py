@@ -22,12 +22,11 @@ from h3core.adapters.profiles import load_profile
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
 from h3core.domain.capacity import CapacityPolicy
-from h3core.executors.base import Executor
-from h3core.executors.fake import FakeExecutor, FakePlan
 from h3core.runner import Runner
 from service.auth import bearer_guard
+from service.executors import make_executor
 from service.metrics import Metrics
-from service.settings import Settings, SettingsError
+from service.settings import Settings
 from service.strictness import ModelStrictness
 
 
@@ -63,18 +62,12 @@ class Service:
         self.runner.bus.close()  # after the runner's last events (the interruptions) went out
 
 
-def make_executor(settings: Settings, artifacts: LocalArtifactStore) -> Executor:
-    if settings.executor == "fake":
-        return FakeExecutor(artifacts, default=FakePlan(step_seconds=settings.fake_step_seconds))
-    raise SettingsError(f"executor {settings.executor!r} is not available in this build of h3core yet; use 'fake'")
-
-
 def build_service(settings: Settings) -> Service:
     store = SQLiteEventStore(settings.db)
     artifacts = LocalArtifactStore(settings.artifacts)
     uploads = LocalUploadStore(settings.uploads, limits={k: min(v, settings.max_upload_bytes) for k, v in DEFAULT_LIMITS.items()})
     policy = CapacityPolicy(load_profile(settings.capacity_profile))
-    runner = Runner(store, make_executor(settings, artifacts), settings.runner_config(), admission=policy)
+    runner = Runner(store, make_executor(settings, artifacts, uploads), settings.runner_config(), admission=policy)
     return Service(settings, store, artifacts, uploads, policy, runner, Metrics(store))
 
 
@@ -132,10 +125,11 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
                 tg.cancel_scope.cancel()
         svc.store.close()
 
+    guard = bearer_guard(settings.api_tokens)  # None without tokens: no guard runs at all
     v1 = Router(
         path="/v1",
         route_handlers=[*jobs.handlers, *uploads.handlers, *ops.v1_handlers],
-        guards=[bearer_guard(settings.api_tokens)],
+        guards=[guard] if guard is not None else [],
     )
     app = Litestar(
         route_handlers=[v1, *ops.handlers],

@@ -72,6 +72,11 @@ class Settings(BaseSettings):
     capacity_profile: Path | None = None
     model_dir: Path | None = None
     comfyui_url: str | None = None
+    comfyui_topology: Literal["single-gpu", "raylight"] = "single-gpu"
+    comfyui_templates: Path | None = None  # a folder of extra workflow templates (*.json)
+    comfyui_log: Path | None = None  # ComfyUI's log, for Raylight's progress bars
+    comfyui_lost_after: float = Field(default=15.0, gt=0)  # prompt in neither queue nor history
+    comfyui_unreachable_after: float = Field(default=300.0, gt=0)
     max_body_bytes: int = Field(default=1 << 20, ge=1024)  # JSON requests
     max_upload_bytes: int = Field(default=500 << 20, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -35,6 +35,9 @@ def serve(
     capacity_profile: Annotated[Path | None, _opt("H3_CAPACITY_PROFILE", "Capacity profile (TOML) [built-in].")] = None,
     model_dir: Annotated[Path | None, _opt("H3_MODEL_DIR", "MiniMax-H3 weights (pipeline executor).")] = None,
     comfyui_url: Annotated[str | None, _opt("H3_COMFYUI_URL", "ComfyUI server (comfyui executor).")] = None,
+    comfyui_topology: Annotated[str | None, _opt("H3_COMFYUI_TOPOLOGY", "single-gpu or raylight [single-gpu].")] = None,
+    comfyui_templates: Annotated[Path | None, _opt("H3_COMFYUI_TEMPLATES", "A folder of extra workflow templates.")] = None,
+    comfyui_log: Annotated[Path | None, _opt("H3_COMFYUI_LOG", "ComfyUI's log file (Raylight progress).")] = None,
     config: Annotated[Path | None, _opt("H3_CONFIG", "A TOML settings file (same names as these options).")] = None,
     log_level: Annotated[str | None, _opt("H3_LOG_LEVEL", "debug, info, warning or error [info].")] = None,
 ) -> None:
@@ -58,13 +61,18 @@ def serve(
     lock = _take_lock(settings.db)
     auth = f"{len(settings.api_tokens)} API token(s)" if settings.api_tokens else "no authentication (loopback only)"
     console_err().print(
-        f"h3core: http://{settings.host}:{settings.port}  store {settings.db}  executor {settings.executor}  {auth}"
+        f"h3core: http://{settings.host}:{settings.port}  store {settings.db}  executor {settings.executor}  {auth}  "
+        f"({_server_impl()})"
     )
     config = uvicorn.Config(
         application,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        # uvloop and httptools (uvicorn[standard]) where they import, asyncio and h11 otherwise:
+        # uvicorn's defaults, named so that no one sets them to something slower unawares.
+        loop="auto",
+        http="auto",
         timeout_graceful_shutdown=max(5, int(settings.cancel_grace) + 5),
         access_log=settings.log_level == "debug",
     )
@@ -77,6 +85,15 @@ def serve(
         server.run()
     finally:
         lock.release()
+
+
+def _server_impl() -> str:
+    """What uvicorn's "auto" picks: uvloop and httptools when installed (uvicorn[standard])."""
+    from importlib.util import find_spec
+
+    loop = "uvloop" if find_spec("uvloop") is not None else "asyncio"
+    http = "httptools" if find_spec("httptools") is not None else "h11"
+    return f"{loop}, {http}"
 
 
 def _take_lock(db: Path) -> RunnerLock:
