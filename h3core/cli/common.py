@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
+from h3core.adapters.lock import LockHeld, RunnerLock
 from h3core.adapters.store.sqlite import SchemaTooNew, SQLiteEventStore
 
 EXIT_DATA = 1  # the stored or given data is wrong
@@ -128,3 +129,22 @@ def first_error(exc: ValidationError) -> str:
         shown.append(f"{loc}: {err.get('msg')}")
     more = f" (+{len(errs) - 3} more)" if len(errs) > 3 else ""
     return "; ".join(shown) + more
+
+
+def take_runner_lock(db: Path) -> RunnerLock:
+    """One store takes one runner (`serve` or `worker`): a second would fight the first over
+    its running jobs. Exits 3 naming the holder if the store is taken."""
+    lock_path = Path(f"{db}.runner.lock")
+    try:
+        lock = RunnerLock(lock_path)
+        lock.acquire()
+    except LockHeld as exc:
+        holder = f" (process {exc.holder})" if exc.holder else ""
+        fail(
+            f"another h3core already runs on {db}{holder}: {lock_path} is locked. "
+            "Stop it first; one store takes one runner.",
+            EXIT_LOCKED,
+        )
+    except OSError as exc:
+        fail(f"cannot create the lock file {lock_path}: {exc.strerror or exc}")
+    return lock

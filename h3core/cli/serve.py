@@ -10,9 +10,8 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from h3core.adapters.lock import LockHeld, RunnerLock
 from h3core.cli.app import app
-from h3core.cli.common import EXIT_LOCKED, console_err, fail, first_error
+from h3core.cli.common import console_err, fail, first_error, take_runner_lock
 
 
 def _opt(envvar: str, help: str, **kw):
@@ -58,7 +57,7 @@ def serve(
         fail(f"invalid setting: {first_error(exc)}")
     except SettingsError as exc:
         fail(str(exc))
-    lock = _take_lock(settings.db)
+    lock = take_runner_lock(settings.db)
     auth = f"{len(settings.api_tokens)} API token(s)" if settings.api_tokens else "no authentication (loopback only)"
     console_err().print(
         f"h3core: http://{settings.host}:{settings.port}  store {settings.db}  executor {settings.executor}  {auth}  "
@@ -94,20 +93,6 @@ def _server_impl() -> str:
     loop = "uvloop" if find_spec("uvloop") is not None else "asyncio"
     http = "httptools" if find_spec("httptools") is not None else "h11"
     return f"{loop}, {http}"
-
-
-def _take_lock(db: Path) -> RunnerLock:
-    """One store takes one runner (as `h3core worker`): a second server would fight the first."""
-    lock_path = Path(f"{db}.runner.lock")
-    try:
-        lock = RunnerLock(lock_path)
-        lock.acquire()
-    except LockHeld as exc:
-        holder = f" (process {exc.holder})" if exc.holder else ""
-        fail(f"another h3core already runs on {db}{holder}: {lock_path} is locked", EXIT_LOCKED)
-    except OSError as exc:
-        fail(f"cannot create the lock file {lock_path}: {exc.strerror or exc}")
-    return lock
 
 
 class _Server:

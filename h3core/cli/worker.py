@@ -15,16 +15,15 @@ import typer
 from pydantic import ValidationError
 
 from h3core.adapters.artifacts import LocalArtifactStore
-from h3core.adapters.lock import LockHeld, RunnerLock
 from h3core.cli.app import app
 from h3core.cli.capacity import ProfileOption, admission
 from h3core.cli.common import (
-    EXIT_LOCKED,
     DbOption,
     console_err,
     fail,
     first_error,
     open_store,
+    take_runner_lock,
     ts,
 )
 from h3core.cli.replay import fields
@@ -173,19 +172,7 @@ def worker(
         )
     except ValidationError as exc:
         fail(f"invalid worker setting: {first_error(exc)}")
-    lock_path = Path(f"{db}.runner.lock")
-    try:
-        lock = RunnerLock(lock_path)
-        lock.acquire()
-    except LockHeld as exc:
-        holder = f" (process {exc.holder})" if exc.holder else ""
-        fail(
-            f"another worker already runs on {db}{holder}: {lock_path} is locked. "
-            "Stop that worker first; one store takes one worker.",
-            EXIT_LOCKED,
-        )
-    except OSError as exc:
-        fail(f"cannot create the lock file {lock_path}: {exc.strerror or exc}")
+    lock = take_runner_lock(db)
     try:
         with open_store(db, create=True) as store:
             try:

@@ -144,7 +144,7 @@ def test_a_second_worker_on_the_same_store_exits_3_while_the_first_runs(paths, s
         capture_output=True, text=True, timeout=60, env=clean_env(),
     )
     assert second.returncode == 3, second.stderr
-    assert "another worker already runs on" in second.stderr
+    assert "another h3core already runs on" in second.stderr
     assert f"process {first.pid}" in second.stderr
     assert "Traceback" not in second.stderr
     assert first.proc.poll() is None, "the first worker is unaffected"

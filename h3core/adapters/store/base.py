@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-from h3core.domain.events import Body, Event
+from h3core.domain.events import Body, Event, Submitted
 from h3core.domain.state import JobState, Status
 
 
@@ -41,6 +41,18 @@ class UnknownJob(KeyError):
 # or the exception `append` would have raised.
 AppendRequest = tuple[str, Sequence[Body], int | None]
 AppendOutcome = tuple[JobState, tuple[Event, ...]] | Exception
+
+
+def precheck(state: JobState | None, job_id: str, bodies: Sequence[Body], expected_seq: int | None) -> None:
+    """What every store checks before folding an append: the caller's expectation, and that a
+    new job starts with `Submitted`."""
+    if not bodies:
+        raise ValueError("append needs at least one event")
+    current = state.last_seq if state else 0
+    if expected_seq is not None and expected_seq != current:
+        raise Conflict(f"job {job_id} is at seq {current}, caller expected {expected_seq}")
+    if state is None and not isinstance(bodies[0], Submitted):
+        raise UnknownJob(job_id)
 
 
 def utc_now() -> datetime:

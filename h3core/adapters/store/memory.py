@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 
-from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, utc_now
+from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
 from h3core.domain.events import Body, Event, Submitted
 from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend
 
@@ -34,15 +34,9 @@ class MemoryEventStore:
     def append(
         self, job_id: str, bodies: Sequence[Body], *, expected_seq: int | None = None
     ) -> tuple[JobState, tuple[Event, ...]]:
-        if not bodies:
-            raise ValueError("append needs at least one event")
         with self._lock:
             state = self._states.get(job_id)
-            current = state.last_seq if state else 0
-            if expected_seq is not None and expected_seq != current:
-                raise Conflict(f"job {job_id} is at seq {current}, caller expected {expected_seq}")
-            if state is None and not isinstance(bodies[0], Submitted):
-                raise UnknownJob(job_id)
+            precheck(state, job_id, bodies, expected_seq)
             new_state, events = extend(state, job_id, bodies, self._clock())
             self._commit(new_state, events)
         return new_state, events

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sqlite_utils import Database
 
-from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, utc_now
+from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
 from h3core.domain.events import Body, Event, Submitted, event_from_json
 from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend
 
@@ -176,8 +176,6 @@ class SQLiteEventStore:
     def append(
         self, job_id: str, bodies: Sequence[Body], *, expected_seq: int | None = None
     ) -> tuple[JobState, tuple[Event, ...]]:
-        if not bodies:
-            raise ValueError("append needs at least one event")
         with self._write() as conn:
             new_state, events = self._append_in(conn, job_id, bodies, expected_seq)
         return new_state, events
@@ -186,11 +184,7 @@ class SQLiteEventStore:
         self, conn: sqlite3.Connection, job_id: str, bodies: Sequence[Body], expected_seq: int | None
     ) -> tuple[JobState, tuple[Event, ...]]:
         state = self._state_in(conn, job_id)
-        current = state.last_seq if state else 0
-        if expected_seq is not None and expected_seq != current:
-            raise Conflict(f"job {job_id} is at seq {current}, caller expected {expected_seq}")
-        if state is None and not isinstance(bodies[0], Submitted):
-            raise UnknownJob(job_id)
+        precheck(state, job_id, bodies, expected_seq)
         new_state, events = extend(state, job_id, bodies, self._clock())
         self._store(conn, new_state, events)
         return new_state, events
@@ -203,8 +197,6 @@ class SQLiteEventStore:
             for job_id, bodies, expected_seq in items:
                 conn.execute("SAVEPOINT item")
                 try:
-                    if not bodies:
-                        raise ValueError("append needs at least one event")
                     outcomes.append(self._append_in(conn, job_id, bodies, expected_seq))
                 except (IllegalEvent, Conflict, UnknownJob, ValueError) as exc:
                     conn.execute("ROLLBACK TO item")

@@ -73,7 +73,8 @@ class ComfyUIExecutor:
 
     @property
     def ready(self) -> bool:
-        return self._ready
+        """Started, and ComfyUI's socket is up (so /readyz says when ComfyUI is down)."""
+        return self._ready and self.feed.connected
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -103,22 +104,18 @@ class ComfyUIExecutor:
 
     # -- a job ------------------------------------------------------------------------------
 
-    async def run(self, job: JobSpec) -> AsyncIterator[Update]:
-        template = self._template(job)
-        prompt_id = self.reference(job)
+    def run(self, job: JobSpec) -> AsyncIterator[Update]:
+        return self._stopping_if_abandoned(self.reference(job), self._submit_and_follow(job))
+
+    def resume(self, job: JobSpec, executor_ref: str) -> AsyncIterator[Update]:
+        """Follow a prompt a previous h3core process submitted (its id is ours, so we know it)."""
+        return self._stopping_if_abandoned(executor_ref, self._follow(job, self._template(job), executor_ref))
+
+    async def _stopping_if_abandoned(self, prompt_id: str, updates: AsyncIterator[Update]) -> AsyncIterator[Update]:
+        """Pass `updates` on; if they are not followed to the end (a cancel), stop the prompt."""
         finished = False
         try:
-            yield Heartbeat("uploading")
-            uploaded = await self._patiently(lambda: self._upload(job))
-            try:
-                graph = template.build(job.request, uploaded)
-            except TemplateError as exc:
-                raise ExecutorFailure("invalid", str(exc)) from exc
-            try:
-                await self._patiently(lambda: self.client.submit(prompt_id, graph, self.settings.client_id))
-            except PromptRejected as exc:
-                raise ExecutorFailure("invalid", _rejection(exc.body, template), str(exc.body)[:2000]) from exc
-            async for update in self._follow(job, template, prompt_id):
+            async for update in updates:
                 yield update
             finished = True
         finally:
@@ -126,18 +123,21 @@ class ComfyUIExecutor:
                 with anyio.CancelScope(shield=True):
                     await self._stop(prompt_id)
 
-    async def resume(self, job: JobSpec, executor_ref: str) -> AsyncIterator[Update]:
-        """Follow a prompt a previous h3core process submitted (its id is ours, so we know it)."""
+    async def _submit_and_follow(self, job: JobSpec) -> AsyncIterator[Update]:
         template = self._template(job)
-        finished = False
+        prompt_id = self.reference(job)
+        yield Heartbeat("uploading")
+        uploaded = await self._patiently(lambda: self._upload(job))
         try:
-            async for update in self._follow(job, template, executor_ref):
-                yield update
-            finished = True
-        finally:
-            if not finished:
-                with anyio.CancelScope(shield=True):
-                    await self._stop(executor_ref)
+            graph = template.build(job.request, uploaded)
+        except TemplateError as exc:
+            raise ExecutorFailure("invalid", str(exc)) from exc
+        try:
+            await self._patiently(lambda: self.client.submit(prompt_id, graph, self.settings.client_id))
+        except PromptRejected as exc:
+            raise ExecutorFailure("invalid", _rejection(exc.body, template), str(exc.body)[:2000]) from exc
+        async for update in self._follow(job, template, prompt_id):
+            yield update
 
     async def _upload(self, job: JobSpec) -> dict[str, str]:
         names: dict[str, str] = {}

@@ -456,7 +456,7 @@ def test_worker_refuses_a_store_another_worker_holds(cli, db):
     with RunnerLock(f"{db}.runner.lock"):
         result = run(cli, "worker", "--db", db, "--artifacts", db.parent / "art")
     assert result.exit_code == 3
-    assert "another worker already runs on" in result.stderr
+    assert "another h3core already runs on" in result.stderr
     assert "Traceback" not in result.output
 
 
