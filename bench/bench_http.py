@@ -138,6 +138,15 @@ def stored_ids(path: Path) -> tuple[list[str], int]:
 # -- the server ------------------------------------------------------------------------------
 
 
+def _http_impl() -> str:
+    """What `h3core serve` runs on: uvicorn's "auto" picks uvloop and httptools when installed."""
+    from importlib.util import find_spec
+
+    loop = "uvloop" if find_spec("uvloop") else "asyncio"
+    http = "httptools" if find_spec("httptools") else "h11"
+    return f"{loop} + {http}"
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -540,7 +549,7 @@ def area(file: str, fn: str) -> str:
 
 
 async def _asgi(app, method: str, path: str, body: bytes = b"") -> int:  # noqa: ANN001
-    """One request straight into the ASGI app: no socket, no HTTP parsing (uvicorn's and h11's part)."""
+    """One request straight into the ASGI app: no socket, no HTTP parsing (uvicorn's and its HTTP parser's part)."""
     scope = {
         "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1", "method": method,
         "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
@@ -672,7 +681,7 @@ def breakdown(args: argparse.Namespace, cached: Path, ids: list[str], passes: li
         left=2,
         caption="Each step run alone on a copy of the store (the runner not started), one call at a time unless it says "
         "otherwise. CPU ms / call: this process's CPU time (all threads) / calls. 'whole ASGI app' calls the Litestar "
-        "app directly, without uvicorn, h11 or sockets. The steps do not simply add up: a thread hop costs less when "
+        "app directly, without uvicorn, its HTTP parser or sockets. The steps do not simply add up: a thread hop costs less when "
         "the workers are busy, and concurrent calls contend for the GIL.",
     )
     for path, label, calls, lat, cpu in rows:
@@ -737,8 +746,7 @@ def main() -> None:
     size = cached.stat().st_size / 2**20
     console.print(
         f"Store: {cached} ({size:,.0f} MiB, {len(ids):,} done jobs, {meta['events']:,} events, schema v{SCHEMA_VERSION}), {built}.\n"
-        f"Server: `python -m h3core.cli serve` (uvicorn {version('uvicorn')}, litestar {version('litestar')}, h11 "
-        f"{version('h11')}; store durable=True, the service's default), H3_SLOTS={args.slots}, H3_FAKE_STEP_SECONDS=0, "
+        f"Server: `python -m h3core.cli serve` (uvicorn {version('uvicorn')} with {_http_impl()}, litestar {version('litestar')}; store durable=True, the service's default), H3_SLOTS={args.slots}, H3_FAKE_STEP_SECONDS=0, "
         f"a fresh copy of the store per pass. Client: httpx {version('httpx')} AsyncClient on anyio, HTTP/1.1 keep-alive, "
         "one client (one connection) per loop, in this process.\n"
         f"Client and server share this machine's {len(os.sched_getaffinity(0))} cores: the client's CPU is part of "

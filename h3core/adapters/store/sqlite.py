@@ -22,7 +22,7 @@ from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, U
 from h3core.domain.events import Body, Event, Submitted, event_from_json
 from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class SchemaTooNew(RuntimeError):
@@ -69,8 +69,13 @@ def _v2(db: Database) -> None:
     db.execute("CREATE INDEX jobs_queue ON jobs (status, priority DESC, queue_order)")
 
 
+def _v3(db: Database) -> None:
+    # GET /v1/jobs?status=...: newest first within a status, without sorting the whole status.
+    db.execute("CREATE INDEX jobs_status_order ON jobs (status, queue_order)")
+
+
 # Index i migrates schema version i to i + 1. Add a function here, never edit an old one.
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1, _v2)
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1, _v2, _v3)
 
 
 class SQLiteEventStore:
