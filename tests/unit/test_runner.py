@@ -258,3 +258,19 @@ async def test_subscribers_get_every_event_and_a_stuck_one_never_blocks_the_runn
 async def test_runner_config_is_validated():
     with pytest.raises(ValueError, match="slots"):
         RunnerConfig(slots=0)
+
+
+async def test_done_and_oom_events_carry_the_requests_token_count(make_runner):
+    from h3core.adapters.profiles import load_profile
+    from h3core.domain.capacity import CapacityPolicy
+    from h3core.domain.geometry import count_tokens
+
+    async with make_runner() as runner:
+        runner.admission = CapacityPolicy(load_profile())
+        ok = await runner.submit(request(steps=2, width=448, height=256, frames=48))
+        oom = await runner.submit(request(steps=2, width=448, height=256, frames=96, prompt="x [fake fail_at=1 kind=oom]"))
+        await wait_until(ended(runner, ok.job_id, oom.job_id))
+    done_event = runner.store.events(ok.job_id)[-1].body
+    failed_event = runner.store.events(oom.job_id)[-1].body
+    assert done_event.tokens == count_tokens(runner.store.get(ok.job_id).request).total
+    assert failed_event.kind == "oom" and failed_event.tokens == count_tokens(runner.store.get(oom.job_id).request).total
