@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
+from h3core.adapters.profiles import ProfileError
 from h3core.cli.app import app
 from h3core.cli.common import console_err, fail, first_error, take_runner_lock
 
@@ -55,7 +56,7 @@ def serve(
         application = create_app(settings)
     except ValidationError as exc:
         fail(f"invalid setting: {first_error(exc)}")
-    except SettingsError as exc:
+    except (SettingsError, ProfileError) as exc:
         fail(str(exc))
     lock = take_runner_lock(settings.db)
     auth = f"{len(settings.api_tokens)} API token(s)" if settings.api_tokens else "no authentication (loopback only)"
