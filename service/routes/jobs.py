@@ -26,45 +26,26 @@ from service.views import ApiStatus, JobCreate, JobPage, JobView, job_view, prob
 STREAM_RESYNC_S = 10.0  # also catch events stored by other processes (a CLI cancel)
 
 
-# Two kinds of store reads. Point reads (`get`, `by_idempotency_key`: one indexed row, ~30 µs
-# with the JSON parse; `queue_position`: a count over the queued jobs, ~0.1 ms per thousand) run
-# inline on the event loop, because a hop to the thread pool costs more than the read. They use
-# the store's read connection, apart from the writer's: in WAL mode a read never waits for a
-# write transaction, and the writer's lock is not the read lock. Reads that can be long (a page
-# of the list, a job's whole log) still go to a thread.
-#
-# The one wait a point read can meet: the store has one read connection behind one lock, so a
-# read waits for the read in progress, and some are long (`list_jobs(status=...)` sorts every
-# job of that status: ~0.9 s at 100k jobs; `counts()` for /metrics: ~5 ms). Waiting for that on
-# the event loop would stop every connection, so while the read lock is taken the point read
-# goes to a thread, as every read used to.
+# Point reads (`get`, `by_idempotency_key`, `queue_position`: one indexed row or a count of the
+# queue, tens of microseconds) run inline on the event loop: a hop to a thread costs more than
+# the read. The store serves them on a connection of their own, apart from the writer's (in WAL
+# mode a read never waits for a write) and from long reads. Reads that can be long (a page of
+# the list, a job's whole log) go to a thread.
 
 
 async def _call(fn, *args):
     return await anyio.to_thread.run_sync(lambda: fn(*args))
 
 
-def _reading(store: object) -> bool:
-    """Whether the store's read connection is busy now (SQLiteEventStore's read lock is taken)."""
-    locked = getattr(getattr(store, "_rlock", None), "locked", None)  # stores without one: never busy
-    return locked is not None and locked()
-
-
-async def _point_read(svc: Service, fn, *args):
-    if _reading(svc.store):
-        return await _call(fn, *args)
-    return fn(*args)
-
-
 async def _state(svc: Service, job_id: str) -> JobState:
-    state = await _point_read(svc, svc.store.get, job_id)
+    state = svc.store.get(job_id)
     if state is None:
         raise NotFoundException(f"no job {job_id!r}")
     return state
 
 
 async def _view(svc: Service, state: JobState) -> JobView:
-    position = await _point_read(svc, svc.store.queue_position, state.job_id) if state.status == "queued" else None
+    position = svc.store.queue_position(state.job_id) if state.status == "queued" else None
     return job_view(state, now=datetime.now(UTC), queue_position=position)
 
 
@@ -107,7 +88,7 @@ async def create_job(
     request = data.generation()
     # Reading the uploads' records is file I/O: a thread, and only when the request names any.
     media = await _call(_media, svc, request) if request.keyframes is not None or request.references is not None else {}
-    existing = await _point_read(svc, svc.store.by_idempotency_key, idempotency_key) if idempotency_key else None
+    existing = svc.store.by_idempotency_key(idempotency_key) if idempotency_key else None
     try:
         state = await svc.runner.submit(request, priority=data.priority, idempotency_key=idempotency_key, media=media)
     except Refused as exc:

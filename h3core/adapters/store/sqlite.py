@@ -94,6 +94,10 @@ class SQLiteEventStore:
         self._w = self._connect(busy_timeout_s, durable)
         self._migrate()
         self._r = self._connect(busy_timeout_s, durable)
+        # Point reads (one row by key) get their own connection, so they never wait behind a
+        # scan on `_r` (a listing, a count): the service answers them on its event loop.
+        self._p = self._connect(busy_timeout_s, durable)
+        self._plock = threading.Lock()
 
     def _connect(self, busy_timeout_s: float, durable: bool) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -120,6 +124,10 @@ class SQLiteEventStore:
     def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
         with self._rlock:
             return self._r.execute(sql, params).fetchall()
+
+    def _point(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+        with self._plock:
+            return self._p.execute(sql, params).fetchall()
 
     # -- schema ---------------------------------------------------------------------------
 
@@ -243,7 +251,7 @@ class SQLiteEventStore:
     # -- reads ----------------------------------------------------------------------------
 
     def get(self, job_id: str) -> JobState | None:
-        rows = self._read("SELECT state FROM jobs WHERE job_id = ?", (job_id,))
+        rows = self._point("SELECT state FROM jobs WHERE job_id = ?", (job_id,))
         return JobState.model_validate_json(rows[0][0]) if rows else None
 
     def events(self, job_id: str, after_seq: int = 0) -> list[Event]:
@@ -254,7 +262,7 @@ class SQLiteEventStore:
         return [_event(r) for r in rows]
 
     def by_idempotency_key(self, key: str) -> JobState | None:
-        rows = self._read("SELECT state FROM jobs WHERE idempotency_key = ?", (key,))
+        rows = self._point("SELECT state FROM jobs WHERE idempotency_key = ?", (key,))
         return JobState.model_validate_json(rows[0][0]) if rows else None
 
     def list_jobs(
@@ -291,7 +299,7 @@ class SQLiteEventStore:
         return dict(self._read("SELECT status, count(*) FROM jobs GROUP BY status"))
 
     def queue_position(self, job_id: str) -> int | None:
-        rows = self._read(
+        rows = self._point(
             "SELECT (SELECT count(*) FROM jobs o WHERE o.status = 'queued' AND "
             "(o.priority > j.priority OR (o.priority = j.priority AND o.queue_order <= j.queue_order))) "
             "FROM jobs j WHERE j.job_id = ? AND j.status = 'queued'",
@@ -324,7 +332,8 @@ class SQLiteEventStore:
             last_order, last_seq = rows[-1][4], rows[-1][1]
 
     def close(self) -> None:
-        with self._lock, self._rlock:
+        with self._lock, self._rlock, self._plock:
+            self._p.close()
             self._r.close()
             self._w.close()
 
