@@ -23,9 +23,11 @@ async def readyz(svc: Service) -> Response[ReadyView]:
         checks["store"] = "ok"
     except Exception as exc:  # any failure to write means not ready; report it, do not crash
         checks["store"] = f"not writable: {exc}"
-    checks["executor"] = "ready" if svc.runner.executor.ready else "not ready"
+    executor = svc.runner.executor
+    reason = getattr(executor, "not_ready_reason", None)
+    checks["executor"] = "ready" if executor.ready else f"not ready: {reason}" if reason else "not ready"
     checks["runner"] = "accepting" if svc.runner.accepting else "not accepting"
-    ok = checks["store"] == "ok" and checks["executor"] == "ready" and checks["runner"] == "accepting"
+    ok = checks["store"] == "ok" and executor.ready and checks["runner"] == "accepting"
     return Response(ReadyView(status="ready" if ok else "not ready", **checks), status_code=200 if ok else 503)
 
 

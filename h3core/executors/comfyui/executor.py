@@ -70,16 +70,45 @@ class ComfyUIExecutor:
         self.client = client or ComfyClient(settings.url)
         self.feed = SocketFeed(settings.url, settings.client_id)
         self._ready = False
+        self.problems: list[str] = []  # what the server lacks for our templates
 
     @property
     def ready(self) -> bool:
-        """Started, and ComfyUI's socket is up (so /readyz says when ComfyUI is down)."""
-        return self._ready and self.feed.connected
+        """Started, ComfyUI's socket is up, and the server has every node our templates use."""
+        return self.not_ready_reason is None
+
+    @property
+    def not_ready_reason(self) -> str | None:
+        if not self._ready:
+            return "not started"
+        if not self.feed.connected:
+            return f"no connection to ComfyUI at {self.settings.url}"
+        if self.problems:
+            return "; ".join(self.problems[:5])
+        return None
+
+    async def _check_nodes(self) -> None:
+        """Check the templates this executor uses against the server's nodes, each time the
+        socket (re)connects: a wrong class or input name shows in /readyz, not at the first job."""
+        seen = -1
+        while True:
+            if self.feed.connected and self.feed.connects != seen:
+                try:
+                    info = await self.client.object_info()
+                except Unreachable:
+                    await anyio.sleep(1.0)
+                    continue
+                seen = self.feed.connects
+                self.problems = [
+                    p for t in self.templates.values() if t.topology == self.settings.topology for p in t.missing_on(info)
+                ]
+            await anyio.sleep(1.0)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg:
             await tg.start(self.feed.run)
+            tg.start_soon(self._check_nodes)
             self._ready = True
             try:
                 yield

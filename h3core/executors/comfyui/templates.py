@@ -99,6 +99,20 @@ class Template(_Data):
                 out.append((self.graph[slot.set.node]["class_type"], slot.set.input))
         return out
 
+    def missing_on(self, object_info: Mapping[str, Any]) -> list[str]:
+        """What this template needs that a server's /object_info does not offer."""
+        problems = []
+        for cls in sorted(self.class_types()):
+            if cls not in object_info:
+                problems.append(f"{self.name}: node class {cls} is not installed on the server")
+        for cls, name in self.bound_inputs():
+            spec = (object_info.get(cls) or {}).get("input") or {}
+            known = {*(spec.get("required") or {}), *(spec.get("optional") or {})}
+            # Dynamic ("autogrow") inputs are sent as "group.name"; the class lists the group.
+            if cls in object_info and name not in known and name.split(".")[0] not in known:
+                problems.append(f"{self.name}: {cls} has no input {name!r} on the server")
+        return problems
+
     def build(self, request: GenerationRequest, uploaded: Mapping[str, str]) -> dict[str, dict[str, Any]]:
         """The graph for one request. `uploaded` maps the request's upload ids to server file names."""
         graph = copy.deepcopy(self.graph)

@@ -179,3 +179,16 @@ async def test_raylights_start_up_bar_is_not_taken_for_sampling_progress(make_ru
     assert state.status == "done", state.error
     steps = [e.body.step for e in runner.store.events(job.job_id) if e.type == "progress"]
     assert len(steps) >= 3 and steps[0] < 4, steps
+
+
+async def test_readiness_names_a_node_the_server_lacks(make_runner, comfy):
+    from h3core.executors.comfyui.templates import builtin_templates
+
+    async with make_runner() as runner:
+        await until(lambda: runner.executor.ready)
+        broken = builtin_templates()["minimax-h3-t2va-single-gpu"]
+        graph = {**broken.graph, "8": {"class_type": "KSamplerSelectPro", "inputs": {"sampler_name": "euler"}}}
+        runner.executor.templates = {**runner.executor.templates, broken.name: broken.model_copy(update={"graph": graph})}
+        await comfy.restart()  # the socket reconnects: the nodes are checked again
+        await until(lambda: not runner.executor.ready and runner.executor.problems)
+        assert "node class KSamplerSelectPro is not installed on the server" in runner.executor.not_ready_reason
