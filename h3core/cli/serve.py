@@ -76,7 +76,7 @@ def serve(
         timeout_graceful_shutdown=max(5, int(settings.cancel_grace) + 5),
         access_log=settings.log_level == "debug",
     )
-    server = _Server(config, on_exit=application.state.service.begin_shutdown)
+    server = _server(config, on_exit=application.state.service.begin_shutdown)
     # uvicorn re-raises the signal it stopped on, once it is done; a stop we asked for is a
     # clean exit (status 0), so the re-raised signal lands on a handler that does nothing.
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -96,16 +96,14 @@ def _server_impl() -> str:
     return f"{loop}, {http}"
 
 
-class _Server:
+def _server(config, on_exit):
     """uvicorn's server, told about SIGTERM/SIGINT at once, so the runner stops and live
     streams end before uvicorn waits for open connections to close."""
+    import uvicorn
 
-    def __new__(cls, config, on_exit):
-        import uvicorn
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            on_exit()
+            super().handle_exit(sig, frame)
 
-        class Server(uvicorn.Server):
-            def handle_exit(self, sig, frame):
-                on_exit()
-                super().handle_exit(sig, frame)
-
-        return Server(config)
+    return Server(config)
