@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
+from pathlib import Path
 
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.uploads import LocalUploadStore
 from h3core.executors.base import Executor
 from h3core.executors.fake import FakeExecutor, FakePlan
 from service.settings import Settings, SettingsError
+
+log = logging.getLogger("h3core.service")
 
 
 def make_executor(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalUploadStore) -> Executor:
@@ -37,11 +41,61 @@ def make_executor(settings: Settings, artifacts: LocalArtifactStore, uploads: Lo
             log_path=settings.comfyui_log,
         )
 
-        def upload_path(upload_id: str):
-            upload = uploads.get(upload_id)
-            if upload is None:
-                raise FileNotFoundError(f"upload {upload_id} is gone from {uploads.root}")
-            return uploads.path(upload)
+        return ComfyUIExecutor(comfy, templates, artifacts, _upload_path(uploads))
+    if settings.executor == "pipeline":
+        return _pipeline(settings, artifacts, uploads)
+    raise SettingsError(f"unknown executor {settings.executor!r}")
 
-        return ComfyUIExecutor(comfy, templates, artifacts, upload_path)
-    raise SettingsError(f"executor {settings.executor!r} is not available in this build of h3core yet; use 'fake' or 'comfyui'")
+
+def _upload_path(uploads: LocalUploadStore):
+    def upload_path(upload_id: str) -> Path:
+        upload = uploads.get(upload_id)
+        if upload is None:
+            raise FileNotFoundError(f"upload {upload_id} is gone from {uploads.root}")
+        return uploads.path(upload)
+
+    return upload_path
+
+
+def tiny_model_dir(settings: Settings) -> Path:
+    """Where the pipeline's tiny demo model lives when no weights are configured: beside the store."""
+    return settings.db.resolve().parent / "h3-tiny-model"
+
+
+def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalUploadStore) -> Executor:
+    try:
+        from h3core.executors.pipeline.attention import AttentionError
+        from h3core.executors.pipeline.executor import PipelineExecutor, PipelineSettings
+        from h3core.executors.pipeline.model import FACTS_FILE, REQUIRED
+        from h3core.executors.pipeline.tiny import make_tiny
+    except ImportError as exc:
+        raise SettingsError(
+            f"executor 'pipeline' needs the pipeline extra (torch, diffusers, transformers): "
+            f"pip install 'h3core[pipeline]', or serve with --executor fake ({exc})"
+        ) from exc
+    if settings.slots != 1:
+        raise SettingsError("slots: the pipeline executor runs one job at a time on its device; set slots to 1")
+    model_dir = settings.model_dir
+    if model_dir is None:
+        model_dir = tiny_model_dir(settings)
+        if not (model_dir / FACTS_FILE).exists():
+            make_tiny(model_dir)
+            log.warning("no H3_MODEL_DIR: serving a tiny random-weight MiniMax-H3 written to %s (noise, not video)", model_dir)
+    missing = [name for name in REQUIRED if not (model_dir / name).is_dir()]
+    if missing:
+        raise SettingsError(f"model_dir: {model_dir} lacks {', '.join(missing)} (a diffusers-layout MiniMax-H3 folder)")
+    try:
+        return PipelineExecutor(
+            PipelineSettings(
+                model_dir=model_dir,
+                device=settings.device,
+                dtype=settings.dtype,
+                attention=settings.attention,
+                math_max_tokens=settings.attention_math_max_tokens,
+                prompt_cache=settings.prompt_cache,
+            ),
+            artifacts,
+            _upload_path(uploads),
+        )
+    except (AttentionError, RuntimeError) as exc:
+        raise SettingsError(f"attention/device: {exc}") from exc

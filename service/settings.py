@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     db: Path = Path("h3core.db")
     artifacts: Path = Path("artifacts")
     uploads: Path = Path("uploads")
-    executor: ExecutorName = "fake"
+    executor: ExecutorName = "pipeline"
     api_tokens: Annotated[list[str], NoDecode] = []
     fake_step_seconds: float = Field(default=0.5, ge=0)
     stall_timeout: float = Field(default=600.0, gt=0)
@@ -70,7 +70,12 @@ class Settings(BaseSettings):
     max_attempts: int = Field(default=2, ge=1, le=100)
     retry_on: Annotated[list[str], NoDecode] = list(DEFAULT_RETRY_ON)
     capacity_profile: Path | None = None
-    model_dir: Path | None = None
+    model_dir: Path | None = None  # none: the pipeline serves a tiny random model written beside the store
+    device: str = "cpu"  # torch device of the pipeline executor ("cpu", "cuda", "cuda:1")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    attention: Literal["auto", "sage", "flash", "efficient", "native"] = "auto"
+    attention_math_max_tokens: int = Field(default=4096, ge=0)  # longest sequence allowed on the MATH kernel
+    prompt_cache: int = Field(default=32, ge=0)  # prompt embeddings kept by the pipeline executor
     comfyui_url: str | None = None
     comfyui_topology: Literal["single-gpu", "raylight"] = "single-gpu"
     comfyui_templates: Path | None = None  # a folder of extra workflow templates (*.json)

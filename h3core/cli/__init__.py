@@ -6,13 +6,14 @@
     h3core worker              run queued jobs with the fake executor until SIGTERM/SIGINT
     h3core enqueue --prompt    store a job for a worker to run (no runner is started)
     h3core jobs                the newest jobs, as a table
+    h3core model make-tiny DIR a tiny random MiniMax-H3 for the pipeline executor
 
 Every command takes `--db PATH` (env `H3_DB`, default `h3core.db`). Exit codes: 0 fine;
 1 the data is wrong (a log breaks a rule, a line does not parse); 2 the request is wrong (no
 such job, no such store, a bad value); 3 another worker already holds the store.
 """
 
-from h3core.cli import capacity, client, logs, replay, serve, worker  # noqa: F401  (each registers its commands)
+from h3core.cli import capacity, client, logs, model, replay, serve, worker  # noqa: F401  (each registers its commands)
 from h3core.cli.app import app
 
 __all__ = ["app", "main"]

@@ -51,7 +51,7 @@ class Server:
         self.db = root / "h3.db"
         self.artifacts = root / "artifacts"
         self.uploads = root / "uploads"
-        self.env = {**clean_env(), "H3_FAKE_STEP_SECONDS": FAST_STEP, **env}
+        self.env = {**clean_env(), "H3_EXECUTOR": "fake", "H3_FAKE_STEP_SECONDS": FAST_STEP, **env}
         self.log_path = log
         self.args = args
         self.proc: subprocess.Popen[bytes] | None = None

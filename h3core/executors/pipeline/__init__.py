@@ -1,0 +1,8 @@
+"""The in-process MiniMax-H3 executor: diffusers' model code, h3core's orchestration.
+
+`model.py` loads a model folder once and keeps it resident; `tiny.py` writes a tiny random
+model in the same layout; `attention.py` chooses the attention kernel on purpose;
+`generate.py` runs one job in stages (synchronous, in a worker thread); `executor.py` is the
+async shell the runner drives. Everything here needs the `pipeline` extra (torch, diffusers,
+transformers).
+"""

@@ -1,0 +1,227 @@
+"""The async shell around `generate.Generator`: load once, run one job at a time in a worker
+thread, stream its steps to the runner, stop between steps when the runner cancels.
+
+The model loads in the background when the executor starts (`/readyz` says "loading" until it
+is resident); a job that arrives meanwhile waits, sending heartbeats. The worker thread never
+sees anyio cancellation: the runner's cancel sets the job's stop flag, the thread ends at the
+next step boundary, and the executor waits for it (shielded) before the next job may start,
+so no two jobs ever share the device.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+
+from h3core.adapters.artifacts import ArtifactStore
+from h3core.adapters.video import write_mp4
+from h3core.domain.events import Artifact, Progress
+from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Result, Update, classify
+from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS, AttentionRefused, resolve
+from h3core.executors.pipeline.generate import Control, Generator, Media, StopRequested
+from h3core.executors.pipeline.model import ModelError, load_model
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    model_dir: Path
+    device: str = "cpu"
+    dtype: str = "float32"
+    attention: str = "auto"
+    math_max_tokens: int = DEFAULT_MATH_MAX_TOKENS
+    prompt_cache: int = 32  # prompt embeddings kept (entries)
+
+
+@dataclass
+class Counters:
+    loads: int = 0  # model loads (one per executor start)
+    jobs: int = 0
+    ooms: int = 0
+    load_seconds: float = 0.0
+    last_job: dict[str, float] = field(default_factory=dict)  # stage -> seconds, of the last finished job
+
+
+class PipelineExecutor:
+    name = "pipeline"
+
+    def __init__(self, settings: PipelineSettings, artifacts: ArtifactStore, upload_path: Callable[[str], Path]) -> None:
+        self.settings = settings
+        self.artifacts = artifacts
+        self._upload_path = upload_path
+        # Resolved now, so a kernel this machine cannot run is refused at start, not at the first job.
+        self.plan = resolve(settings.attention, settings.device, math_max_tokens=settings.math_max_tokens)
+        self.generator: Generator | None = None
+        self.counters = Counters()
+        self._load_error: str | None = None
+        self._loaded: anyio.Event | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._lock = anyio.Lock()
+        self._current: Control | None = None
+
+    # -- life ---------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.generator is not None and self._tg is not None
+
+    @property
+    def not_ready_reason(self) -> str | None:
+        if self._load_error:
+            return f"model did not load: {self._load_error}"
+        if self.generator is None:
+            return f"loading the model from {self.settings.model_dir}"
+        return None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        self._loaded = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self._load)
+            try:
+                yield
+            finally:
+                if self._current is not None:
+                    self._current.stop.set()
+                self._tg = None
+                tg.cancel_scope.cancel()
+
+    async def _load(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            # Abandoned on shutdown: a load of real weights takes minutes and holds nothing to release.
+            self.generator = await anyio.to_thread.run_sync(self._load_sync, abandon_on_cancel=True)
+            self.counters.loads += 1
+            self.counters.load_seconds = time.perf_counter() - t0
+        except ModelError as exc:
+            self._load_error = str(exc)
+        finally:
+            assert self._loaded is not None
+            self._loaded.set()
+
+    def _load_sync(self) -> Generator:
+        s = self.settings
+        model = load_model(s.model_dir, device=s.device, dtype=s.dtype)
+        return Generator(model, self.plan, cache_size=s.prompt_cache)
+
+    # -- the contract -------------------------------------------------------------------------
+
+    def reference(self, job: JobSpec) -> str | None:
+        return None
+
+    def info(self, job: JobSpec) -> dict[str, str]:
+        s = self.settings
+        return {"attention": self.plan.describe(), "device": s.device, "dtype": s.dtype, "model": str(s.model_dir)}
+
+    async def run(self, job: JobSpec) -> AsyncIterator[Update]:
+        if self._loaded is None or self._tg is None:
+            raise ExecutorFailure("executor_error", "the pipeline executor is not running")
+        while not self._loaded.is_set():
+            with anyio.move_on_after(5):
+                await self._loaded.wait()
+            yield Heartbeat("loading the model")
+        if self.generator is None:
+            raise ExecutorFailure("executor_error", f"model did not load: {self._load_error}")
+        async with self._lock:
+            yield Heartbeat("starting")
+            media = self._media(job)
+            send, receive = anyio.create_memory_object_stream[Update](math.inf)
+
+            def report(update: Update) -> None:
+                try:
+                    anyio.from_thread.run_sync(send.send_nowait, update)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    pass  # the runner stopped listening (a cancel); the stop flag follows
+
+            control = Control(
+                on_step=lambda step, total: report(Progress(step=step, total=total)),
+                on_stage=lambda stage: report(Heartbeat(stage)),
+            )
+            outcome: list[Artifact | ExecutorFailure | None] = []
+            done = anyio.Event()
+            self._current = control
+            self._tg.start_soon(self._drive, job, media, control, send, outcome, done)
+            try:
+                async with receive:
+                    async for update in receive:
+                        yield update
+                result = outcome[0]
+                if isinstance(result, ExecutorFailure):
+                    raise result
+                if result is None:
+                    raise ExecutorFailure("executor_error", "the job stopped before it finished")
+                yield Result(result)
+            finally:
+                control.stop.set()
+                with anyio.CancelScope(shield=True):
+                    await done.wait()
+                self._current = None
+
+    # -- one job ------------------------------------------------------------------------------
+
+    async def _drive(self, job, media, control, send, outcome, done) -> None:
+        try:
+            async with send:
+                outcome.append(await anyio.to_thread.run_sync(self._job_sync, job, media, control))
+        finally:
+            done.set()
+
+    def _job_sync(self, job: JobSpec, media: Media, control: Control) -> Artifact | ExecutorFailure | None:
+        """Runs in a worker thread: every exception becomes an outcome (nothing here is anyio's)."""
+        assert self.generator is not None
+        self.counters.jobs += 1
+        try:
+            out = self.generator.run(job.request, media, control)
+            t0 = time.perf_counter()
+            staged = self.artifacts.staging(job.job_id, job.attempt)
+            write_mp4(staged, out.frames, fps=job.request.fps, audio=out.audio, sample_rate=out.sample_rate)
+            frames = int(out.frames.shape[0])
+            artifact = self.artifacts.commit(
+                staged, job_id=job.job_id, attempt=job.attempt, frames=frames, duration_s=frames / job.request.fps
+            )
+            self.counters.last_job = {**out.seconds, "mux": time.perf_counter() - t0, "steps": float(out.steps)}
+            return artifact
+        except StopRequested:
+            return None
+        except ExecutorFailure as exc:
+            return exc
+        except AttentionRefused as exc:
+            return ExecutorFailure("invalid", str(exc))
+        except Exception as exc:  # noqa: BLE001 - a worker thread: report whatever the model raised
+            kind, message, detail = classify(exc)
+            if kind == "oom":
+                self.counters.ooms += 1
+                tokens = self.generator.last_tokens or job.tokens
+                at = f" at a {tokens}-token sequence" if tokens else ""
+                message = f"out of memory on {self.settings.device}{at}: {exc}"[:2000]
+            return ExecutorFailure(kind, message, detail)
+
+    def _media(self, job: JobSpec) -> Media:
+        r = job.request
+
+        def path(upload_id: str | None) -> Path | None:
+            if upload_id is None:
+                return None
+            try:
+                return self._upload_path(upload_id)
+            except (FileNotFoundError, KeyError) as exc:
+                raise ExecutorFailure("invalid", f"upload {upload_id} is gone: {exc}") from exc
+
+        if r.keyframes is not None:
+            return Media(first=path(r.keyframes.first), last=path(r.keyframes.last))
+        if r.references is not None:
+            refs = r.references
+            return Media(
+                images=tuple(path(i) for i in refs.images),  # type: ignore[misc]
+                videos=tuple(path(i) for i in refs.videos),  # type: ignore[misc]
+                audios=tuple(path(i) for i in refs.audios),  # type: ignore[misc]
+            )
+        return Media()

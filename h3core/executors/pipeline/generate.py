@@ -1,0 +1,332 @@
+"""One MiniMax-H3 job, run in stages over the resident model (synchronous; the executor calls
+it from a worker thread).
+
+The stages are diffusers' own blocks (`MiniMaxH3Blocks`: before_encode, text_encoder,
+vae_encoder, denoise, decode), each wrapped in its own pipeline over the same components, so
+that h3core can time each one, skip the text encoder when the prompt's embeddings are cached,
+and stop between steps. A block inserted at the end of every denoising loop reports each step
+and raises `StopRequested` once the executor asks the job to stop; it derives from
+BaseException so diffusers' per-block error logging does not treat a requested stop as a
+failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from h3core.domain.request import GenerationRequest
+from h3core.executors.base import ExecutorFailure
+from h3core.executors.pipeline.attention import AttentionPlan, install
+from h3core.executors.pipeline.model import LoadedModel
+
+STAGES = ("before_encode", "text_encoder", "vae_encoder", "denoise", "decode")
+
+
+class StopRequested(BaseException):
+    """The executor asked the running job to stop at the next step boundary."""
+
+
+@dataclass(frozen=True)
+class Media:
+    """The job's uploads as local files, in the order the request lists them."""
+
+    first: Path | None = None
+    last: Path | None = None
+    images: tuple[Path, ...] = ()
+    videos: tuple[Path, ...] = ()
+    audios: tuple[Path, ...] = ()
+
+
+@dataclass
+class Output:
+    frames: np.ndarray  # uint8 [T, H, W, 3]
+    audio: np.ndarray  # float32 [2, samples] in [-1, 1]
+    sample_rate: int
+    steps: int
+    seconds: dict[str, float] = field(default_factory=dict)  # per stage
+    step_seconds: list[float] = field(default_factory=list)
+    encoded: bool = True  # False when the prompt embeddings came from the cache
+
+
+@dataclass
+class Control:
+    """What a running job shares with the thread that drives it."""
+
+    on_step: Callable[[int, int], None] = lambda step, total: None
+    on_stage: Callable[[str], None] = lambda stage: None
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+class Generator:
+    """The resident model plus one pipeline per stage; runs one job at a time."""
+
+    def __init__(self, model: LoadedModel, plan: AttentionPlan, *, cache_size: int = 32) -> None:
+        from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3Blocks
+
+        self.model = model
+        self.plan = plan
+        self.cache: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
+        self.cache_size = cache_size
+        self.encodes = 0  # text-encoder runs, for tests and metrics
+        self.cache_hits = 0
+        self.jobs = 0
+        with _quiet("diffusers.models.modeling_utils"):  # "attention backends are experimental", once per model
+            for name in ("transformer", "transformer_ref"):
+                if model.has(name):
+                    install(model.components[name], plan)
+            # diffusers' set_attention_backend also moves the global default; the VAEs keep native SDPA.
+            for name in ("vae", "audio_vae"):
+                _native(model.components[name])
+        blocks = MiniMaxH3Blocks()
+        for core in blocks.sub_blocks["denoise"].sub_blocks.values():
+            loop = core.sub_blocks["denoise"]
+            loop.sub_blocks["h3core_step"] = _StepBlock()
+            loop.set_progress_bar_config(disable=True)  # progress is the job's events, not a tqdm bar
+        pipeline_class = _pipeline_class()
+        self.stages = {}
+        for name in STAGES:
+            pipe = pipeline_class(blocks=blocks.sub_blocks[name])
+            # Every stage sees every component: geometry (latent channels, patch size) is read off the VAE and
+            # the transformer even by stages that do not run them.
+            pipe.register_components(**{k: v for k, v in model.components.items() if k in pipe._component_specs})
+            for k, v in model.components.items():
+                if k not in pipe._component_specs:
+                    object.__setattr__(pipe, k, v)  # read-only use: the geometry properties
+            pipe.set_progress_bar_config(disable=True)
+            pipe.h3_facts = model.facts
+            self.stages[name] = pipe
+        self._stage_inputs = {name: {i.name for i in blocks.sub_blocks[name].inputs if i.name} for name in STAGES}
+        self._encoder_outputs = tuple(o.name for o in blocks.sub_blocks["text_encoder"].intermediate_outputs)
+
+    @property
+    def last_tokens(self) -> int | None:
+        """Length of the packed sequence of the last transformer call (set by the attention guard)."""
+        for name in ("transformer", "transformer_ref"):
+            tokens = getattr(self.model.components.get(name), "_h3_tokens", None)
+            if tokens:
+                return tokens
+        return None
+
+    def check(self, request: GenerationRequest, media: Media) -> None:
+        """Refuse, before any work, what this model cannot do (ExecutorFailure 'invalid')."""
+        from diffusers.modular_pipelines.minimax_h3.modular_pipeline import align_num_frames
+
+        vae = self.model.components["vae"]
+        snapped = align_num_frames(request.frames, vae.config.clip_length, vae.tokens_chunk_size)
+        seconds = snapped / request.fps
+        facts = self.model.facts
+        if not facts.min_seconds <= seconds <= facts.max_seconds:
+            raise ExecutorFailure(
+                "invalid",
+                f"frames: {request.frames} (snapped to {snapped}, {seconds:.2f} s at {request.fps} fps) is outside the "
+                f"{facts.min_seconds:g}-{facts.max_seconds:g} s this model ({facts.name}) generates",
+            )
+        if request.mode == "ref2va" and not self.model.has("transformer_ref"):
+            raise ExecutorFailure("invalid", f"mode: ref2va needs the transformer_ref partition, which {self.model.root} lacks")
+        if media.videos and not self.model.video_processor_available:
+            raise ExecutorFailure(
+                "invalid", "references.videos: video references need Qwen3-VL's video processor (torchvision), not installed here"
+            )
+
+    def run(self, request: GenerationRequest, media: Media, control: Control) -> Output:
+        import torch
+
+        self.check(request, media)
+        self.jobs += 1
+        for name in ("transformer", "transformer_ref"):
+            if self.model.has(name):
+                self.model.components[name]._h3_tokens = None
+        seconds: dict[str, float] = {}
+        step_seconds: list[float] = []
+        inputs = self._inputs(request, media)
+        key = _cache_key(request)
+        state = None
+        encoded = True
+        last = time.perf_counter()
+
+        def after_step(i: int, total: int) -> None:
+            nonlocal last
+            now = time.perf_counter()
+            step_seconds.append(now - last)
+            last = now
+            control.on_step(i + 1, total)
+            if control.stop.is_set():
+                raise StopRequested
+
+        for pipe in self.stages.values():
+            pipe.h3_after_step = after_step
+        try:
+            for name in STAGES:
+                if control.stop.is_set():
+                    raise StopRequested
+                control.on_stage(name)
+                t0 = time.perf_counter()
+                if name == "text_encoder" and key in self.cache:
+                    self.cache.move_to_end(key)
+                    self.cache_hits += 1
+                    encoded = False
+                    for k, v in self.cache[key].items():
+                        state.set(k, v)
+                else:
+                    if name == "denoise":
+                        last = time.perf_counter()
+                    state = self._stage(name, state, inputs, before_steps=name != "decode" and not step_seconds)
+                    if name == "text_encoder":
+                        self.encodes += 1
+                        self._remember(key, {k: state.get(k) for k in self._encoder_outputs})
+                seconds[name] = time.perf_counter() - t0
+            videos, audio, rate = state.get("videos"), state.get("audio"), state.get("sampling_rate")
+            frames = (np.clip(np.asarray(videos[0], dtype=np.float32), 0.0, 1.0) * 255.0).round().astype(np.uint8)
+            sound = np.clip(audio[0].float().cpu().numpy(), -1.0, 1.0).astype(np.float32)
+            return Output(frames, sound, int(rate), len(step_seconds), seconds, step_seconds, encoded)
+        finally:
+            state = inputs = None
+            for pipe in self.stages.values():
+                pipe.h3_after_step = None
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+    def _stage(self, name: str, state, inputs: dict[str, Any], *, before_steps: bool):
+        pipe = self.stages[name]
+        try:
+            # Every stage gets the request's inputs (a stage keeps only those its blocks declare).
+            return pipe(state=state, **{k: v for k, v in inputs.items() if k in self._stage_inputs[name]})
+        except ValueError as exc:
+            # diffusers checks its inputs with ValueError; before the first step that is a refusal of the request.
+            if before_steps:
+                raise ExecutorFailure("invalid", f"{name}: {exc}") from exc
+            raise
+
+    def _inputs(self, request: GenerationRequest, media: Media) -> dict[str, Any]:
+        import torch
+
+        out: dict[str, Any] = {
+            "prompt": request.prompt,
+            "height": request.height,
+            "width": request.width,
+            "num_frames": request.frames,
+            # The scheduler's grid has one more point than there are model evaluations.
+            "num_inference_steps": request.steps + 1,
+            # A CPU generator draws the same noise whatever the device, so a seed means one video.
+            "generator": torch.Generator(device="cpu").manual_seed(request.seed),
+            "output_type": "np",
+        }
+        if request.mode == "fl2va":
+            from PIL import Image
+
+            if media.first is not None:
+                out["image"] = Image.open(media.first).convert("RGB")
+            if media.last is not None:
+                out["last_image"] = Image.open(media.last).convert("RGB")
+        elif request.mode == "ref2va":
+            from diffusers.modular_pipelines.minimax_h3 import (
+                MiniMaxH3AudioReference,
+                MiniMaxH3ImageReference,
+                MiniMaxH3VideoReference,
+            )
+
+            refs: list[Any] = [MiniMaxH3ImageReference.from_file(str(p)) for p in media.images]
+            refs += [MiniMaxH3VideoReference.from_file(str(p)) for p in media.videos]
+            refs += [MiniMaxH3AudioReference.from_file(str(p)) for p in media.audios]
+            out["references"] = refs
+        return out
+
+    def _remember(self, key: tuple, value: dict[str, Any]) -> None:
+        if self.cache_size <= 0:
+            return
+        self.cache[key] = value
+        while len(self.cache) > self.cache_size:
+            self.cache.popitem(last=False)
+
+
+def _cache_key(request: GenerationRequest) -> tuple:
+    """What the text encoder's output depends on: the prompt and the conditioning media.
+
+    Keyframes are put on the canvas before they are encoded, and video references are cut to
+    the clip, so the canvas and the frame count are part of the key where media is present.
+    """
+    if request.mode == "t2va":
+        return ("t2va", request.prompt)
+    return (request.mode, request.prompt, request.upload_ids(), request.width, request.height, request.frames)
+
+
+@contextlib.contextmanager
+def _quiet(logger: str):
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _native(model) -> None:
+    try:
+        model.set_attention_backend("native")
+    except (ValueError, AttributeError):  # a model with no diffusers attention modules
+        pass
+
+
+def _pipeline_class():
+    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ModularPipeline
+
+    class H3Pipeline(MiniMaxH3ModularPipeline):
+        """diffusers' pipeline with the clip window from the model's facts and a step callback."""
+
+        h3_facts = None
+        h3_after_step = None
+
+        @property
+        def min_duration(self):
+            return self.h3_facts.min_seconds if self.h3_facts else super().min_duration
+
+        @property
+        def max_duration(self):
+            return self.h3_facts.max_seconds if self.h3_facts else super().max_duration
+
+    return H3Pipeline
+
+
+def _step_block():
+    from diffusers.modular_pipelines import ModularPipelineBlocks
+
+    class StepBlock(ModularPipelineBlocks):
+        """Runs last in every denoising iteration: reports the step, stops if asked."""
+
+        model_name = "minimax-h3"
+
+        @property
+        def description(self) -> str:
+            return "h3core: report the finished step and stop between steps when asked"
+
+        @property
+        def inputs(self):
+            return []
+
+        @property
+        def intermediate_outputs(self):
+            return []
+
+        def __call__(self, components, block_state, i, t):
+            callback = getattr(components, "h3_after_step", None)
+            if callback is not None:
+                callback(i, len(block_state.timesteps))
+            return components, block_state
+
+    return StepBlock()
+
+
+_StepBlock = _step_block

@@ -1,0 +1,171 @@
+"""Load a MiniMax-H3 model folder once, from local files only, and keep it resident.
+
+The folder has the diffusers layout: one subfolder per component (`transformer/`,
+`transformer_ref/`, `vae/`, `audio_vae/`, `scheduler/`, `audio_scheduler/`, `text_encoder/`,
+`tokenizer/`, `processor/`). Only `transformer_ref/` is optional (without it, ref2va is
+refused). Nothing is fetched: every load passes `local_files_only=True`.
+
+An optional `h3core-model.json` states facts about the checkpoint that are not in its configs
+(its name, the clip lengths it was trained for); the released model's are the defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FACTS_FILE = "h3core-model.json"
+REQUIRED = ("transformer", "vae", "audio_vae", "scheduler", "audio_scheduler", "text_encoder", "tokenizer", "processor")
+OPTIONAL = ("transformer_ref",)
+
+
+class ModelError(Exception):
+    """The model folder cannot be loaded as asked; the message says which part and why."""
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    name: str = "minimax-h3"
+    min_seconds: float = 5.0  # the released checkpoint's window (diffusers refuses outside it)
+    max_seconds: float = 15.0
+
+    @classmethod
+    def read(cls, root: Path) -> ModelFacts:
+        path = root / FACTS_FILE
+        if not path.exists():
+            return cls()
+        try:
+            data = json.loads(path.read_text())
+            return cls(**{k: data[k] for k in ("name", "min_seconds", "max_seconds") if k in data})
+        except (ValueError, TypeError) as exc:
+            raise ModelError(f"{path}: {exc}") from exc
+
+
+@dataclass
+class LoadedModel:
+    """Every component, resident on its device, and what loading them cost."""
+
+    root: Path
+    facts: ModelFacts
+    device: Any  # torch.device
+    dtype: Any  # torch.dtype
+    components: dict[str, Any]
+    load_seconds: dict[str, float] = field(default_factory=dict)
+
+    def has(self, name: str) -> bool:
+        return self.components.get(name) is not None
+
+    @property
+    def video_processor_available(self) -> bool:
+        return getattr(self.components["processor"], "video_processor", None) is not None
+
+
+def image_processor_class():
+    """Qwen2-VL's image processor; the PIL one when torchvision is absent.
+
+    The fast processor needs torchvision, and PyPI's torchvision does not import beside a CPU
+    torch wheel; the PIL one computes the same pixel patches.
+    """
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+        return Qwen2VLImageProcessorPil
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+
+    return Qwen2VLImageProcessor
+
+
+def make_processor(tokenizer, image_processor, video_processor=None):
+    """A Qwen3-VL processor, allowing no video processor when torchvision is absent.
+
+    transformers checks each slot's class through a registry that, without torchvision, has no
+    video-processor entries at all, so an empty video slot fails that check; the processor itself
+    only needs the video processor for video inputs, which the executor refuses up front then.
+    """
+    from transformers import Qwen3VLProcessor
+
+    class _Processor(Qwen3VLProcessor):
+        def check_argument_for_proper_class(self, argument_name, argument):
+            if argument_name == "video_processor" and argument is None:
+                return None
+            return super().check_argument_for_proper_class(argument_name, argument)
+
+    return _Processor(image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor)
+
+
+def quiet_progress_bars() -> None:
+    """A service logs; it does not draw tqdm bars for every shard it loads or writes."""
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    diffusers_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()
+
+
+def load_model(root: Path, *, device: str = "cpu", dtype: str = "float32") -> LoadedModel:
+    """Load every component of the folder onto `device`; raises `ModelError` naming the part."""
+    import torch
+    from diffusers import (
+        AutoencoderKLMiniMaxH3,
+        AutoencoderKLMiniMaxH3Audio,
+        MiniMaxH3Scheduler,
+        MiniMaxH3Transformer3DModel,
+    )
+    from transformers import Qwen2TokenizerFast, Qwen3VLForConditionalGeneration
+
+    quiet_progress_bars()
+    root = Path(root)
+    if not root.is_dir():
+        raise ModelError(f"model folder {root} does not exist")
+    missing = [name for name in REQUIRED if not (root / name).is_dir()]
+    if missing:
+        raise ModelError(f"model folder {root} lacks {', '.join(missing)} (diffusers layout, one subfolder per component)")
+    try:
+        torch_dtype = getattr(torch, dtype)
+        torch_device = torch.device(device)
+    except (AttributeError, RuntimeError) as exc:
+        raise ModelError(f"bad device/dtype {device!r}/{dtype!r}: {exc}") from exc
+    facts = ModelFacts.read(root)
+    seconds: dict[str, float] = {}
+    comps: dict[str, Any] = {}
+
+    def timed(name: str, load):
+        t0 = time.perf_counter()
+        try:
+            comps[name] = load(root / name)
+        except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
+            raise ModelError(f"cannot load {name} from {root / name}: {type(exc).__name__}: {exc}") from exc
+        seconds[name] = time.perf_counter() - t0
+
+    def model(cls):
+        return lambda path: cls.from_pretrained(path, local_files_only=True, torch_dtype=torch_dtype).to(torch_device).eval()
+
+    timed("transformer", model(MiniMaxH3Transformer3DModel))
+    if (root / "transformer_ref").is_dir():
+        timed("transformer_ref", model(MiniMaxH3Transformer3DModel))
+    timed("vae", model(AutoencoderKLMiniMaxH3))
+    timed("audio_vae", model(AutoencoderKLMiniMaxH3Audio))
+    timed("scheduler", lambda p: MiniMaxH3Scheduler.from_pretrained(p, local_files_only=True))
+    timed("audio_scheduler", lambda p: MiniMaxH3Scheduler.from_pretrained(p, local_files_only=True))
+    timed("text_encoder", model(Qwen3VLForConditionalGeneration))
+    timed("tokenizer", lambda p: Qwen2TokenizerFast.from_pretrained(p, local_files_only=True))
+    timed("processor", lambda p: make_processor(comps["tokenizer"], image_processor_class().from_pretrained(p, local_files_only=True), _video_processor(p)))
+    return LoadedModel(root, facts, torch_device, torch_dtype, comps, seconds)
+
+
+def _video_processor(path: Path):
+    """Qwen3-VL's video processor when torchvision is importable and the folder configures one."""
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        return None
+    if not (path / "video_preprocessor_config.json").exists():
+        return None
+    from transformers import Qwen3VLVideoProcessor
+
+    return Qwen3VLVideoProcessor.from_pretrained(path, local_files_only=True)

@@ -1,0 +1,143 @@
+"""The in-process MiniMax-H3 executor through the runner, on a CPU, with the tiny random model
+written by `h3core model make-tiny` and loaded the way real weights are."""
+
+from __future__ import annotations
+
+import av
+import pytest
+import torch
+
+from tests.integration.pipeline.conftest import ended, req, slow, until, wrap_forward
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
+
+
+def types(runner, job_id):
+    return [e.type for e in runner.store.events(job_id)]
+
+
+def video_of(runner, state):
+    return runner.executor.artifacts.resolve(state.artifact.path)
+
+
+async def test_a_job_reports_every_step_and_writes_video_with_stereo_audio(make_runner):
+    async with make_runner() as runner:
+        job = await runner.submit(req(frames=20, steps=5))  # 20 frames snap up to 22 (17n + 5)
+        state = await ended(runner, job.job_id)
+    assert state.status == "done", state.error
+    assert types(runner, job.job_id) == ["submitted", "admitted", "running"] + ["progress"] * 5 + ["done"]
+    steps = [(e.body.step, e.body.total) for e in runner.store.events(job.job_id) if e.type == "progress"]
+    assert steps == [(i, 5) for i in range(1, 6)]
+    assert state.artifact.frames == 22 and state.artifact.duration_s == pytest.approx(22 / 24)
+    with av.open(str(video_of(runner, state))) as c:
+        video, audio = c.streams.video[0], c.streams.audio[0]
+        assert (video.codec_context.name, video.average_rate, video.width, video.height) == ("h264", 24, 64, 64)
+        assert (audio.codec_context.name, audio.channels, audio.rate) == ("aac", 2, 32000)
+        assert sum(1 for _ in c.decode(video=0)) == 22
+    running = runner.store.events(job.job_id)[2].body
+    assert running.executor == "pipeline" and running.info["attention"].startswith("native (asked auto")
+
+
+async def test_the_same_seed_gives_the_same_video_and_another_seed_does_not(make_runner):
+    async with make_runner() as runner:
+        a = await ended(runner, (await runner.submit(req(seed=11))).job_id)
+        b = await ended(runner, (await runner.submit(req(seed=11))).job_id)
+        c = await ended(runner, (await runner.submit(req(seed=12))).job_id)
+    assert a.artifact.sha256 == b.artifact.sha256 != c.artifact.sha256
+
+
+async def test_the_model_stays_loaded_and_a_repeated_prompt_is_not_encoded_again(make_runner):
+    async with make_runner() as runner:
+        for prompt in ("a red fox in snow", "a red fox in snow", "a heron at dawn"):
+            state = await ended(runner, (await runner.submit(req(prompt=prompt))).job_id)
+            assert state.status == "done"
+        ex = runner.executor
+        assert ex.counters.loads == 1 and ex.counters.jobs == 3
+        assert (ex.generator.encodes, ex.generator.cache_hits) == (2, 1)
+
+
+async def test_cancel_stops_within_a_step_and_the_next_job_is_unaffected(make_runner):
+    async with make_runner() as runner:
+        reference = await ended(runner, (await runner.submit(req(steps=8))).job_id)
+        undo = wrap_forward(runner, slow(0.3))
+        job = await runner.submit(req(steps=8))
+        await until(lambda: (runner.store.get(job.job_id).step or 0) >= 2)
+        k = runner.store.get(job.job_id).step
+        await runner.cancel(job.job_id)
+        state = await ended(runner, job.job_id)
+        undo()
+        after = await ended(runner, (await runner.submit(req(steps=8))).job_id)
+    assert state.status == "cancelled"
+    steps = [e.body.step for e in runner.store.events(job.job_id) if e.type == "progress"]
+    assert max(steps) <= k + 1 < 8
+    # The scheduler starts clean: the same request after a cancelled one gives the same video.
+    assert after.status == "done" and after.artifact.sha256 == reference.artifact.sha256
+
+
+async def test_an_out_of_memory_error_fails_the_job_as_oom_and_the_executor_recovers(make_runner):
+    calls = []
+
+    def oom_on_second_step(inner, args, kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return inner(*args, **kwargs)
+
+    async with make_runner() as runner:
+        undo = wrap_forward(runner, oom_on_second_step)
+        job = await runner.submit(req())
+        state = await ended(runner, job.job_id)
+        undo()
+        after = await ended(runner, (await runner.submit(req())).job_id)
+    assert state.status == "failed" and state.error.kind == "oom"
+    tokens = runner.executor.generator.last_tokens
+    assert f"out of memory on cpu at a {tokens}-token sequence" in state.error.message and "Tried to allocate 20.00 GiB" in state.error.message
+    assert [e.body.step for e in runner.store.events(job.job_id) if e.type == "progress"] == [1]
+    assert after.status == "done" and runner.executor.counters.ooms == 1
+
+
+async def test_another_exception_is_an_executor_error_with_type_and_message(make_runner):
+    def broken(inner, args, kwargs):
+        raise KeyError("rotary table")
+
+    async with make_runner() as runner:
+        undo = wrap_forward(runner, broken)
+        state = await ended(runner, (await runner.submit(req())).job_id)
+        undo()
+    assert state.error.kind == "executor_error" and state.error.message.startswith("KeyError:") and "rotary table" in state.error.message
+
+
+async def test_attention_that_would_fall_back_to_math_above_the_limit_is_refused(make_runner):
+    # CPU SDPA has no memory-efficient kernel, so 'efficient' here could only run as MATH.
+    async with make_runner(attention="efficient", math_max_tokens=16) as runner:
+        state = await ended(runner, (await runner.submit(req())).job_id)
+    assert state.status == "failed" and state.error.kind == "invalid"
+    assert "MATH fallback is allowed only up to 16 tokens" in state.error.message and "efficient" in state.error.message
+
+
+async def test_math_is_allowed_below_the_limit_and_recorded(make_runner):
+    async with make_runner(attention="efficient", math_max_tokens=100_000) as runner:
+        job = await runner.submit(req())
+        state = await ended(runner, job.job_id)
+    assert state.status == "done"
+    assert runner.store.events(job.job_id)[2].body.info["attention"].startswith("efficient (asked efficient; sdpa efficient; math up to 100000")
+
+
+async def test_a_clip_outside_the_models_window_is_refused_as_invalid(make_runner):
+    async with make_runner() as runner:
+        state = await ended(runner, (await runner.submit(req(frames=400))).job_id)
+    assert state.error.kind == "invalid" and state.error.message.startswith("frames: 400 (snapped to 413")
+
+
+async def test_keyframes_and_references_come_from_the_upload_store(make_runner, tmp_path):
+    from tests.factories import png
+
+    async def chunks(data):
+        yield data
+
+    async with make_runner() as runner:
+        key = await runner.uploads.put("image/png", chunks(png(96, 64)))
+        fl = await ended(runner, (await runner.submit(req(mode="fl2va", keyframes={"first": key.id}))).job_id)
+        ref = await ended(runner, (await runner.submit(req(mode="ref2va", references={"images": [key.id]}))).job_id)
+    assert fl.status == "done", fl.error
+    assert ref.status == "done", ref.error
