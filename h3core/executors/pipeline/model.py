@@ -38,9 +38,8 @@ class ModelFacts:
         if not path.exists():
             return cls()
         try:
-            data = json.loads(path.read_text())
-            return cls(**{k: data[k] for k in ("name", "min_seconds", "max_seconds") if k in data})
-        except (ValueError, TypeError) as exc:
+            return cls(**json.loads(path.read_text()))
+        except (ValueError, TypeError) as exc:  # bad JSON, or a key these facts do not have
             raise ModelError(f"{path}: {exc}") from exc
 
 

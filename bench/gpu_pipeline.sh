@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The pipeline benchmark on a GPU, as one script for the `device` tool (one H200 holds the
+# 1-rank figures and the kernel comparison). It uses the python that already has a CUDA torch,
+# diffusers and transformers (the device machine cannot reach a registry); the tiny model is
+# written on the spot, so no weights are needed. Results go to $OUT (or ./bench-gpu-out).
+#   run: bash bench/gpu_pipeline.sh
+set -euo pipefail
+PY=${PYTHON:-python3}
+OUT=${OUT:-bench-gpu-out}
+mkdir -p "$OUT"
+"$PY" -c 'import torch, diffusers, transformers; assert torch.cuda.is_available(), "no CUDA device"' 
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# Stage times on the tiny model (a GPU makes them launch-bound; the point is the split), then
+# a larger canvas to see denoising dominate.
+"$PY" bench/bench_pipeline.py --device cuda --dtype bfloat16 --steps 8 --seq 4096,8192,16384,32768 \
+    | tee "$OUT/pipeline-tiny.md"
+"$PY" bench/bench_pipeline.py --device cuda --dtype bfloat16 --size 768x1344 --frames 124 --steps 8 \
+    --attention-only --seq 8192,16384,32768,65536 | tee "$OUT/attention.md"

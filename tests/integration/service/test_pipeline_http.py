@@ -1,0 +1,51 @@
+"""The new user's path with real diffusion: `h3core serve` with no settings serves the pipeline
+executor on a tiny random MiniMax-H3 it writes beside the store; submit, watch, download, replay."""
+
+from __future__ import annotations
+
+import av
+import pytest
+
+from tests.integration.service.conftest import Servers, poll
+from tests.integration.service.test_client_cli import h3
+
+pytest.importorskip("diffusers", reason="the pipeline extra is not installed")
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_the_default_server_runs_real_diffusion_on_the_tiny_model(servers: Servers, tmp_path):
+    server = servers.make()
+    del server.env["H3_EXECUTOR"]  # the defaults, as the README's run command has them
+    server.start(timeout=120)
+    assert (server.root / "h3-tiny-model" / "h3core-model.json").exists()
+    with server.client() as api:
+        poll(lambda: api.get("/readyz").status_code == 200, 120, "the model to load", lambda: api.get("/readyz").text)
+        out = tmp_path / "fox.mp4"
+        run = h3(
+            "submit", "--url", server.url, "--prompt", "a red fox", "--width", "64", "--height", "64",
+            "--frames", "22", "--steps", "3", "--watch", "--download", str(out), timeout=120,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stdout + run.stderr + server.log()
+        job_id = api.get("/v1/jobs").json()["items"][0]["id"]
+        events = api.get(f"/v1/jobs/{job_id}/events").json()
+    assert [e["body"]["type"] for e in events] == ["submitted", "admitted", "running", "progress", "progress", "progress", "done"]
+    assert events[2]["body"]["executor"] == "pipeline" and "attention" in events[2]["body"]["info"]
+    with av.open(str(out)) as c:
+        assert c.streams.video[0].frames == 22 or sum(1 for _ in c.decode(video=0)) == 22
+        assert c.streams.audio[0].channels == 2
+    replay = h3("replay", job_id, "--db", str(server.db))
+    assert replay.returncode == 0 and "done" in replay.stdout, replay.stdout + replay.stderr
+
+
+def test_pipeline_settings_that_cannot_work_stop_the_server_with_the_setting_named(servers: Servers, tmp_path):
+    (tmp_path / "weights").mkdir()
+    bad_dir = h3("serve", "--port", "0", "--db", str(tmp_path / "a.db"), "--model-dir", str(tmp_path / "weights"))
+    assert bad_dir.returncode == 2 and "model_dir" in bad_dir.stderr and "lacks transformer" in bad_dir.stderr
+    made = h3("model", "make-tiny", str(tmp_path / "tiny"))
+    assert made.returncode == 0 and "serve it with --model-dir" in made.stderr, made.stderr
+    again = h3("model", "make-tiny", str(tmp_path / "tiny"))
+    assert again.returncode == 2 and "not empty" in again.stderr
+    sage = h3("serve", "--port", "0", "--db", str(tmp_path / "b.db"), "--attention", "sage", env={"H3_MODEL_DIR": str(tmp_path / "tiny")})
+    assert sage.returncode == 2 and "attention 'sage' needs a CUDA device" in sage.stderr, sage.stderr
+    slots = h3("serve", "--port", "0", "--db", str(tmp_path / "c.db"), "--slots", "2")
+    assert slots.returncode == 2 and "slots" in slots.stderr

@@ -1,0 +1,48 @@
+"""Loading a model folder: what is missing is named; the tiny model loads the way weights do."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("diffusers")
+
+from h3core.executors.pipeline.model import FACTS_FILE, ModelError, ModelFacts, load_model  # noqa: E402
+from h3core.executors.pipeline.tiny import make_tiny  # noqa: E402
+
+
+def test_a_missing_folder_or_component_is_named(tmp_path):
+    with pytest.raises(ModelError, match="does not exist"):
+        load_model(tmp_path / "nope")
+    (tmp_path / "transformer").mkdir()
+    with pytest.raises(ModelError, match="lacks vae, audio_vae, scheduler, audio_scheduler, text_encoder, tokenizer, processor"):
+        load_model(tmp_path)
+
+
+def test_a_broken_component_is_named(tmp_path):
+    root = make_tiny(tmp_path / "m")
+    (root / "vae" / "config.json").write_text("{not json")
+    with pytest.raises(ModelError, match="cannot load vae from"):
+        load_model(root)
+
+
+def test_the_tiny_model_loads_from_local_files_with_its_facts(tmp_path):
+    root = make_tiny(tmp_path / "m")
+    model = load_model(root)
+    assert model.facts == ModelFacts(name="minimax-h3-tiny", min_seconds=0.0, max_seconds=15.0)
+    assert model.has("transformer_ref") and set(model.load_seconds) >= {"transformer", "text_encoder", "vae"}
+    assert model.components["text_encoder"].config.text_config.num_hidden_layers == 51
+
+
+def test_facts_default_to_the_released_models_window_and_bad_facts_are_named(tmp_path):
+    assert ModelFacts.read(tmp_path) == ModelFacts(name="minimax-h3", min_seconds=5.0, max_seconds=15.0)
+    (tmp_path / FACTS_FILE).write_text(json.dumps({"min_seconds": 1, "colour": "red"}))
+    with pytest.raises(ModelError, match="colour"):
+        ModelFacts.read(tmp_path)
+
+
+def test_make_tiny_refuses_a_folder_with_something_in_it(tmp_path):
+    (tmp_path / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError):
+        make_tiny(tmp_path)
