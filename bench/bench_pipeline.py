@@ -131,7 +131,11 @@ def _reset_peak_rss() -> int:
 
 def attention(args) -> None:
     seqs = [int(s) for s in args.seq.split(",")]
-    how = "torch allocator peak over the call" if args.device.startswith("cuda") else "growth of the process's peak RSS over the call, peak mark reset just before it"
+    how = (
+        "torch allocator peak over the call"
+        if args.device.startswith("cuda")
+        else "growth of the process's peak RSS over the call, peak mark reset just before it"
+    )
     t = table(
         f"One attention call: extra memory by kernel and sequence length ({args.device}, {args.dtype}, 4 heads x 64)",
         ["kernel", *[f"{s} tokens" for s in seqs], "growth per 2x tokens"],
@@ -172,7 +176,9 @@ def main() -> None:
     print_machine(tempfile.gettempdir(), "Machine")
     import torch
 
-    console.print(f"torch {torch.__version__}, cuda {'yes: ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'no'}\n")
+    console.print(
+        f"torch {torch.__version__}, cuda {'yes: ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'no'}\n"
+    )
     if not args.attention_only:
         jobs(args)
     attention(args)

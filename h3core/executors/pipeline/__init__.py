@@ -6,3 +6,8 @@ model in the same layout; `attention.py` chooses the attention kernel on purpose
 async shell the runner drives. Everything here needs the `pipeline` extra (torch, diffusers,
 transformers).
 """
+
+# Light to import: torch, diffusers and transformers load when the executor starts.
+from h3core.executors.pipeline.executor import PipelineExecutor, PipelineSettings
+
+__all__ = ["PipelineExecutor", "PipelineSettings"]

@@ -27,7 +27,11 @@ Choice = Literal["auto", "sage", "flash", "efficient", "native"]
 CHOICES: tuple[str, ...] = ("auto", "sage", "flash", "efficient", "native")
 DEFAULT_MATH_MAX_TOKENS = 4096
 
-_SDPA = {"flash": ("FLASH_ATTENTION",), "efficient": ("EFFICIENT_ATTENTION",), "native": ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION")}
+_SDPA = {
+    "flash": ("FLASH_ATTENTION",),
+    "efficient": ("EFFICIENT_ATTENTION",),
+    "native": ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"),
+}
 
 
 class AttentionError(Exception):
@@ -171,14 +175,25 @@ def _point_at_sage_triton(model) -> None:
     name = AttentionBackendName._SAGE_QK_INT8_PV_FP16_TRITON
     _AttentionBackendRegistry._backends[name] = sage_triton_attention
     _AttentionBackendRegistry._constraints[name] = []
-    _AttentionBackendRegistry._supported_arg_names[name] = {"query", "key", "value", "attn_mask", "is_causal", "scale", "return_lse", "_parallel_config"}
+    _AttentionBackendRegistry._supported_arg_names[name] = {
+        "query",
+        "key",
+        "value",
+        "attn_mask",
+        "is_causal",
+        "scale",
+        "return_lse",
+        "_parallel_config",
+    }
     for module in model.modules():
         processor = getattr(module, "processor", None)
         if processor is not None and hasattr(processor, "_attention_backend"):
             processor._attention_backend = name
 
 
-def sage_triton_attention(query, key, value, attn_mask=None, is_causal=False, scale=None, return_lse=False, _parallel_config=None):
+def sage_triton_attention(
+    query, key, value, attn_mask=None, is_causal=False, scale=None, return_lse=False, _parallel_config=None
+):
     """diffusers' attention-backend signature over sageattention 1.x's Triton `sageattn`.
 
     diffusers hands tensors as (batch, sequence, heads, head_dim), which sageattn calls "NHD".

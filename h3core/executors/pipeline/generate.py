@@ -181,7 +181,9 @@ class Generator:
                 else:
                     if name == "denoise":
                         last = time.perf_counter()
-                    state = self._stage(name, state, inputs, before_steps=name != "decode" and not step_seconds)
+                    state = self._stage(
+                        name, state, inputs, before_steps=lambda stage=name: stage != "decode" and not step_seconds
+                    )
                     if name == "text_encoder":
                         self.encodes += 1
                         self._remember(key, {k: state.get(k) for k in self._encoder_outputs})
@@ -198,14 +200,14 @@ class Generator:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
 
-    def _stage(self, name: str, state, inputs: dict[str, Any], *, before_steps: bool):
+    def _stage(self, name: str, state, inputs: dict[str, Any], *, before_steps: Callable[[], bool]):
         pipe = self.stages[name]
         try:
             # Every stage gets the request's inputs (a stage keeps only those its blocks declare).
             return pipe(state=state, **{k: v for k, v in inputs.items() if k in self._stage_inputs[name]})
         except ValueError as exc:
             # diffusers checks its inputs with ValueError; before the first step that is a refusal of the request.
-            if before_steps:
+            if before_steps():
                 raise ExecutorFailure("invalid", f"{name}: {exc}") from exc
             raise
 

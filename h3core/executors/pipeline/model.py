@@ -153,7 +153,12 @@ def load_model(root: Path, *, device: str = "cpu", dtype: str = "float32") -> Lo
     timed("audio_scheduler", lambda p: MiniMaxH3Scheduler.from_pretrained(p, local_files_only=True))
     timed("text_encoder", model(Qwen3VLForConditionalGeneration))
     timed("tokenizer", lambda p: Qwen2TokenizerFast.from_pretrained(p, local_files_only=True))
-    timed("processor", lambda p: make_processor(comps["tokenizer"], image_processor_class().from_pretrained(p, local_files_only=True), _video_processor(p)))
+    timed(
+        "processor",
+        lambda p: make_processor(
+            comps["tokenizer"], image_processor_class().from_pretrained(p, local_files_only=True), _video_processor(p)
+        ),
+    )
     return LoadedModel(root, facts, torch_device, torch_dtype, comps, seconds)
 
 

@@ -106,7 +106,12 @@ def make_tiny(out: Path, *, seed: int = 0) -> Path:
                 num_attention_heads=2,
                 num_key_value_heads=1,
                 head_dim=16,
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3], "mrope_interleaved": True},
+                rope_parameters={
+                    "rope_type": "default",
+                    "rope_theta": 10000.0,
+                    "mrope_section": [2, 3, 3],
+                    "mrope_interleaved": True,
+                },
                 max_position_embeddings=4096,
             ),
             vision_config=dict(

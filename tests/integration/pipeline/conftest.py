@@ -48,7 +48,9 @@ def make_runner(tmp_path, tiny_model):
 
 
 def req(**kw) -> GenerationRequest:
-    return GenerationRequest(**{"prompt": "a red fox in snow", "width": 64, "height": 64, "frames": 22, "steps": 4, "seed": 7, **kw})
+    return GenerationRequest(
+        **{"prompt": "a red fox in snow", "width": 64, "height": 64, "frames": 22, "steps": 4, "seed": 7, **kw}
+    )
 
 
 async def ended(runner: Runner, job_id: str, timeout: float = 60.0):

@@ -91,7 +91,10 @@ async def test_an_out_of_memory_error_fails_the_job_as_oom_and_the_executor_reco
         after = await ended(runner, (await runner.submit(req())).job_id)
     assert state.status == "failed" and state.error.kind == "oom"
     tokens = runner.executor.generator.last_tokens
-    assert f"out of memory on cpu at a {tokens}-token sequence" in state.error.message and "Tried to allocate 20.00 GiB" in state.error.message
+    assert (
+        f"out of memory on cpu at a {tokens}-token sequence" in state.error.message
+        and "Tried to allocate 20.00 GiB" in state.error.message
+    )
     assert [e.body.step for e in runner.store.events(job.job_id) if e.type == "progress"] == [1]
     assert after.status == "done" and runner.executor.counters.ooms == 1
 
@@ -104,7 +107,11 @@ async def test_another_exception_is_an_executor_error_with_type_and_message(make
         undo = wrap_forward(runner, broken)
         state = await ended(runner, (await runner.submit(req())).job_id)
         undo()
-    assert state.error.kind == "executor_error" and state.error.message.startswith("KeyError:") and "rotary table" in state.error.message
+    assert (
+        state.error.kind == "executor_error"
+        and state.error.message.startswith("KeyError:")
+        and "rotary table" in state.error.message
+    )
 
 
 async def test_attention_that_would_fall_back_to_math_above_the_limit_is_refused(make_runner):
@@ -120,7 +127,11 @@ async def test_math_is_allowed_below_the_limit_and_recorded(make_runner):
         job = await runner.submit(req())
         state = await ended(runner, job.job_id)
     assert state.status == "done"
-    assert runner.store.events(job.job_id)[2].body.info["attention"].startswith("efficient (asked efficient; sdpa efficient; math up to 100000")
+    assert (
+        runner.store.events(job.job_id)[2]
+        .body.info["attention"]
+        .startswith("efficient (asked efficient; sdpa efficient; math up to 100000")
+    )
 
 
 async def test_a_clip_outside_the_models_window_is_refused_as_invalid(make_runner):

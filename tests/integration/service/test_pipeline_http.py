@@ -45,7 +45,16 @@ def test_pipeline_settings_that_cannot_work_stop_the_server_with_the_setting_nam
     assert made.returncode == 0 and "serve it with --model-dir" in made.stderr, made.stderr
     again = h3("model", "make-tiny", str(tmp_path / "tiny"))
     assert again.returncode == 2 and "not empty" in again.stderr
-    sage = h3("serve", "--port", "0", "--db", str(tmp_path / "b.db"), "--attention", "sage", env={"H3_MODEL_DIR": str(tmp_path / "tiny")})
+    sage = h3(
+        "serve",
+        "--port",
+        "0",
+        "--db",
+        str(tmp_path / "b.db"),
+        "--attention",
+        "sage",
+        env={"H3_MODEL_DIR": str(tmp_path / "tiny")},
+    )
     assert sage.returncode == 2 and "attention 'sage' needs a CUDA device" in sage.stderr, sage.stderr
     slots = h3("serve", "--port", "0", "--db", str(tmp_path / "c.db"), "--slots", "2")
     assert slots.returncode == 2 and "slots" in slots.stderr
