@@ -66,7 +66,7 @@ def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalU
     try:
         from h3core.executors.pipeline.attention import AttentionError
         from h3core.executors.pipeline.executor import PipelineExecutor, PipelineSettings
-        from h3core.executors.pipeline.model import FACTS_FILE, REQUIRED
+        from h3core.executors.pipeline.model import FACTS_FILE, missing_parts
         from h3core.executors.pipeline.tiny import make_tiny
     except ImportError as exc:
         raise SettingsError(
@@ -81,7 +81,7 @@ def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalU
         if not (model_dir / FACTS_FILE).exists():
             make_tiny(model_dir)
             log.warning("no H3_MODEL_DIR: serving a tiny random-weight MiniMax-H3 written to %s (noise, not video)", model_dir)
-    missing = [name for name in REQUIRED if not (model_dir / name).is_dir()]
+    missing = missing_parts(model_dir)
     if missing:
         raise SettingsError(f"model_dir: {model_dir} lacks {', '.join(missing)} (a diffusers-layout MiniMax-H3 folder)")
     try:

@@ -91,7 +91,7 @@ class Generator:
         blocks = MiniMaxH3Blocks()
         for core in blocks.sub_blocks["denoise"].sub_blocks.values():
             loop = core.sub_blocks["denoise"]
-            loop.sub_blocks["h3core_step"] = _StepBlock()
+            loop.sub_blocks["h3core_step"] = _step_block()
             loop.set_progress_bar_config(disable=True)  # progress is the job's events, not a tqdm bar
         pipeline_class = _pipeline_class()
         self.stages = {}
@@ -329,6 +329,3 @@ def _step_block():
             return components, block_state
 
     return StepBlock()
-
-
-_StepBlock = _step_block

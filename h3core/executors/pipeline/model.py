@@ -97,6 +97,11 @@ def make_processor(tokenizer, image_processor, video_processor=None):
     return _Processor(image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor)
 
 
+def missing_parts(root: Path) -> list[str]:
+    """The required component folders `root` lacks (cheap: for a start-up check before loading)."""
+    return [name for name in REQUIRED if not (Path(root) / name).is_dir()]
+
+
 def quiet_progress_bars() -> None:
     """A service logs; it does not draw tqdm bars for every shard it loads or writes."""
     from diffusers.utils import logging as diffusers_logging
@@ -121,7 +126,7 @@ def load_model(root: Path, *, device: str = "cpu", dtype: str = "float32") -> Lo
     root = Path(root)
     if not root.is_dir():
         raise ModelError(f"model folder {root} does not exist")
-    missing = [name for name in REQUIRED if not (root / name).is_dir()]
+    missing = missing_parts(root)
     if missing:
         raise ModelError(f"model folder {root} lacks {', '.join(missing)} (diffusers layout, one subfolder per component)")
     try:

@@ -31,7 +31,7 @@ def test_the_default_server_runs_real_diffusion_on_the_tiny_model(servers: Serve
     assert [e["body"]["type"] for e in events] == ["submitted", "admitted", "running", "progress", "progress", "progress", "done"]
     assert events[2]["body"]["executor"] == "pipeline" and "attention" in events[2]["body"]["info"]
     with av.open(str(out)) as c:
-        assert c.streams.video[0].frames == 22 or sum(1 for _ in c.decode(video=0)) == 22
+        assert sum(1 for _ in c.decode(video=0)) == 22
         assert c.streams.audio[0].channels == 2
     replay = h3("replay", job_id, "--db", str(server.db))
     assert replay.returncode == 0 and "done" in replay.stdout, replay.stdout + replay.stderr
