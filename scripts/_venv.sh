@@ -12,7 +12,7 @@ if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
     # The pipeline extra's torch: the CPU wheel unless one is installed (H3_TORCH picks another,
     # e.g. a CUDA build); a bare `torch` requirement would pull a multi-GB CUDA build.
-    if [[ ",$EXTRAS," == *",pipeline,"* ]] && ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
+    if [[ ",$EXTRAS," == *",pipeline,"* || ",$EXTRAS," == *",distributed,"* ]] && ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
         "$VENV/bin/python" -m pip install -q "${H3_TORCH:-torch==2.13.0}"
     fi
     "$VENV/bin/python" -m pip install -q -e "$ROOT${EXTRAS:+[$EXTRAS]}"

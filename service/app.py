@@ -67,8 +67,9 @@ def build_service(settings: Settings) -> Service:
     artifacts = LocalArtifactStore(settings.artifacts)
     uploads = LocalUploadStore(settings.uploads, limits={k: min(v, settings.max_upload_bytes) for k, v in DEFAULT_LIMITS.items()})
     policy = CapacityPolicy(load_profile(settings.capacity_profile))
-    runner = Runner(store, make_executor(settings, artifacts, uploads), settings.runner_config(), admission=policy)
-    return Service(settings, store, artifacts, uploads, policy, runner, Metrics(store))
+    executor = make_executor(settings, artifacts, uploads)
+    runner = Runner(store, executor, settings.runner_config(), admission=policy)
+    return Service(settings, store, artifacts, uploads, policy, runner, Metrics(store, executor))
 
 
 def _problem(status: int, detail: str, **extra) -> Response:

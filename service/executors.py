@@ -73,8 +73,11 @@ def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalU
             f"executor 'pipeline' needs the pipeline extra (torch, diffusers, transformers): "
             f"pip install 'h3core[pipeline]', or serve with --executor fake ({exc})"
         ) from exc
-    if settings.slots != 1:
+    topology = settings.topology()
+    if topology is None and settings.slots != 1:
         raise SettingsError("slots: the pipeline executor runs one job at a time on its device; set slots to 1")
+    if topology is not None and settings.slots not in (1, len(topology.group_sizes)):
+        raise SettingsError(f"slots: with devices set, each of the {len(topology.group_sizes)} groups is one slot; leave slots unset")
     model_dir = settings.model_dir
     if model_dir is None:
         model_dir = tiny_model_dir(settings)
@@ -84,18 +87,43 @@ def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalU
     missing = missing_parts(model_dir)
     if missing:
         raise SettingsError(f"model_dir: {model_dir} lacks {', '.join(missing)} (a diffusers-layout MiniMax-H3 folder)")
+    model = {
+        "model_dir": model_dir,
+        "device": settings.device,
+        "dtype": settings.dtype,
+        "attention": settings.attention,
+        "math_max_tokens": settings.attention_math_max_tokens,
+        "prompt_cache": settings.prompt_cache,
+    }
+    if topology is not None:
+        return _groups(settings, topology, model, artifacts, uploads)
     try:
-        return PipelineExecutor(
-            PipelineSettings(
-                model_dir=model_dir,
-                device=settings.device,
-                dtype=settings.dtype,
-                attention=settings.attention,
-                math_max_tokens=settings.attention_math_max_tokens,
-                prompt_cache=settings.prompt_cache,
+        return PipelineExecutor(PipelineSettings(**model), artifacts, _upload_path(uploads))
+    except (AttentionError, RuntimeError) as exc:
+        raise SettingsError(f"attention/device: {exc}") from exc
+
+
+def _groups(settings: Settings, topology, model: dict, artifacts: LocalArtifactStore, uploads: LocalUploadStore) -> Executor:
+    from importlib.util import find_spec
+
+    if find_spec("ray") is None:
+        raise SettingsError("devices: groups of devices need the distributed extra (ray): pip install 'h3core[pipeline,distributed]'")
+    from h3core.executors.distributed import ClusterSettings, DistributedExecutor, DistributedSettings
+    from h3core.executors.pipeline.attention import AttentionError
+
+    try:
+        return DistributedExecutor(
+            DistributedSettings(
+                **model,
+                topology=topology,
+                timeout_s=settings.group_timeout,
+                watchdog_s=settings.watchdog_interval,
+                rank_threads=settings.rank_threads,
+                budgets=dict(settings.group_budgets),
+                cluster=ClusterSettings(address=settings.ray_address),
             ),
             artifacts,
             _upload_path(uploads),
         )
-    except (AttentionError, RuntimeError) as exc:
-        raise SettingsError(f"attention/device: {exc}") from exc
+    except (AttentionError, RuntimeError, ValueError) as exc:
+        raise SettingsError(f"device/attention: {exc}") from exc

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import anyio
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 
 from h3core.adapters.store.base import EventStore
@@ -13,6 +13,7 @@ from h3core.bus import EventBus
 from h3core.domain.state import TERMINAL
 
 # Jobs take minutes (field notes §1: 11–14 min); the buckets span a fake second to an hour.
+GROUP_STATES = ("starting", "ready", "busy", "dead", "down")
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600)
 
 
@@ -32,10 +33,33 @@ class _StoreCollector:
         )
 
 
+class _GroupCollector:
+    """Device groups (an executor with `health()`): whether each is up, and how often it was rebuilt."""
+
+    def __init__(self, executor) -> None:
+        self.executor = executor
+
+    def collect(self):
+        up = GaugeMetricFamily("h3core_group_up", "1 when the device group can run a job (ready or busy).", labels=["group", "size"])
+        state = GaugeMetricFamily("h3core_group_state", "The device group's state (1 for the current one).", labels=["group", "state"])
+        rebuilds = CounterMetricFamily("h3core_group_rebuilds", "Rebuilds of the device group after a failure.", labels=["group"])
+        for h in self.executor.health():
+            group = str(h.index)
+            up.add_metric([group, str(h.size)], 1 if h.state in ("ready", "busy") else 0)
+            for name in GROUP_STATES:
+                state.add_metric([group, name], 1 if h.state == name else 0)
+            rebuilds.add_metric([group], h.rebuilds)
+        yield up
+        yield state
+        yield rebuilds
+
+
 class Metrics:
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: EventStore, executor=None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_StoreCollector(store))
+        if callable(getattr(executor, "health", None)):
+            self.registry.register(_GroupCollector(executor))
         self.duration = Histogram(
             "h3core_job_duration_seconds",
             "From first start to the end, for jobs that ended.",

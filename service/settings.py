@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from h3core.domain.events import FAILURE_KINDS
 from h3core.domain.retry import DEFAULT_RETRY_ON, RetryPolicy
+from h3core.domain.topology import Topology
 from h3core.runner import RunnerConfig
 
 ExecutorName = Literal["fake", "comfyui", "pipeline"]
@@ -76,6 +77,15 @@ class Settings(BaseSettings):
     attention: Literal["auto", "sage", "flash", "efficient", "native"] = "auto"
     attention_math_max_tokens: int = Field(default=4096, ge=0)  # longest sequence allowed on the MATH kernel
     prompt_cache: int = Field(default=32, ge=0)  # prompt embeddings kept by the pipeline executor
+    # Set: the pipeline runs on groups of Ray actors, one per device (device "cpu" or "cuda").
+    devices: int | None = Field(default=None, ge=1, le=1024)
+    group_size: str = "1"  # ranks per group: one size ("2") or the sizes in order ("2,1,1")
+    parallel: Literal["fsdp+ulysses", "fsdp", "ulysses"] = "fsdp+ulysses"
+    group_budgets: Annotated[dict[int, int], NoDecode] = {}  # tokens a group of each size fits: "1=40000,2=90000"
+    group_timeout: float = Field(default=120.0, gt=0)  # bound on every collective of a group
+    watchdog_interval: float = Field(default=10.0, gt=0)  # seconds between pings of idle groups
+    rank_threads: int | None = Field(default=None, ge=1)  # torch threads per rank on a CPU
+    ray_address: str | None = None  # an existing Ray cluster; unset: a local Ray on loopback
     comfyui_url: str | None = None
     comfyui_topology: Literal["single-gpu", "raylight"] = "single-gpu"
     comfyui_templates: Path | None = None  # a folder of extra workflow templates (*.json)
@@ -90,6 +100,19 @@ class Settings(BaseSettings):
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         return _split(value)
+
+    @field_validator("group_budgets", mode="before")
+    @classmethod
+    def _budgets(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        out = {}
+        for part in _split(value):
+            size, sep, tokens = part.partition("=")
+            if not sep:
+                raise ValueError(f"{part!r} is not size=tokens (e.g. 1=40000,2=90000)")
+            out[size.strip()] = tokens.strip()
+        return out
 
     @field_validator("api_tokens")
     @classmethod
@@ -111,9 +134,23 @@ class Settings(BaseSettings):
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
         return init_settings, env_settings, _TomlFile(settings_cls)
 
+    def topology(self) -> Topology | None:
+        """The device groups (None: the in-process pipeline); raises SettingsError naming the setting."""
+        if self.devices is None:
+            return None
+        try:
+            return Topology.parse(self.devices, self.group_size, self.parallel)
+        except ValueError as exc:
+            raise SettingsError(first_message(exc)) from exc
+
+    def runner_slots(self) -> int:
+        """One slot per group when the pipeline runs on groups; `slots` otherwise."""
+        topology = self.topology() if self.executor == "pipeline" else None
+        return self.slots if topology is None else len(topology.group_sizes)
+
     def runner_config(self) -> RunnerConfig:
         return RunnerConfig(
-            slots=self.slots,
+            slots=self.runner_slots(),
             stall_timeout_s=self.stall_timeout,
             attempt_deadline_s=self.attempt_deadline,
             cancel_grace_s=self.cancel_grace,
@@ -128,6 +165,15 @@ class Settings(BaseSettings):
             f"refusing to listen on {self.host} without API tokens: set H3_API_TOKENS (comma-separated), "
             "or listen on 127.0.0.1"
         )
+
+
+def first_message(exc: ValueError) -> str:
+    """A pydantic error's first message, without pydantic's decoration; other errors as they are."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        return str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+    return str(exc)
 
 
 def is_loopback(host: str) -> bool:

@@ -71,11 +71,22 @@ class Problem(BaseModel):
     ceiling: Ceiling | None = None
 
 
+class GroupView(BaseModel):
+    index: int
+    size: int
+    state: Literal["down", "starting", "ready", "busy", "dead"]
+    builds: int
+    rebuilds: int
+    last_error: str | None
+    build_seconds: float | None
+
+
 class ReadyView(BaseModel):
     status: Literal["ready", "not ready"]
     store: str
     executor: str
     runner: str
+    groups: list[GroupView] | None = None  # device groups, when the pipeline runs on them
 
 
 class CeilingView(BaseModel):

@@ -66,6 +66,10 @@ class ExecutorFailure(Exception):
         self.message = message
         self.detail = detail
 
+    def __reduce__(self):
+        # Crosses process boundaries (a rank's failure reaches the executor through Ray's pickling).
+        return type(self), (self.kind, self.message, self.detail)
+
 
 def classify(exc: BaseException) -> tuple[FailureKind, str, str | None]:
     """Map an exception an executor raised to (kind, message, detail)."""

@@ -7,7 +7,7 @@ from litestar import Response, get
 from litestar.openapi.datastructures import ResponseSpec
 
 from service.app import Service
-from service.views import CeilingsView, ReadyView, ceiling_view, problems
+from service.views import CeilingsView, GroupView, ReadyView, ceiling_view, problems
 
 
 @get("/healthz", summary="The process is up", sync_to_thread=False)
@@ -28,7 +28,9 @@ async def readyz(svc: Service) -> Response[ReadyView]:
     checks["executor"] = "ready" if executor.ready else f"not ready: {reason}" if reason else "not ready"
     checks["runner"] = "accepting" if svc.runner.accepting else "not accepting"
     ok = checks["store"] == "ok" and executor.ready and checks["runner"] == "accepting"
-    return Response(ReadyView(status="ready" if ok else "not ready", **checks), status_code=200 if ok else 503)
+    health = getattr(executor, "health", None)
+    groups = [GroupView.model_validate(h, from_attributes=True) for h in health()] if callable(health) else None
+    return Response(ReadyView(status="ready" if ok else "not ready", groups=groups, **checks), status_code=200 if ok else 503)
 
 
 @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4")

@@ -10,7 +10,6 @@ so no two jobs ever share the device.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -18,14 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
-import anyio.from_thread
 import anyio.to_thread
 
 from h3core.adapters.artifacts import ArtifactStore
-from h3core.adapters.video import write_mp4
-from h3core.domain.events import Artifact, Progress
-from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Result, Update, classify
-from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS, AttentionRefused, resolve
+from h3core.domain.events import Artifact
+from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Update
+from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS, resolve
+from h3core.executors.pipeline.driver import media_for, model_failure, save_video, stream
 from h3core.executors.pipeline.generate import Control, Generator, Media, StopRequested
 from h3core.executors.pipeline.model import ModelError, load_model
 
@@ -132,47 +130,16 @@ class PipelineExecutor:
             raise ExecutorFailure("executor_error", f"model did not load: {self._load_error}")
         async with self._lock:
             yield Heartbeat("starting")
-            media = self._media(job)
-            send, receive = anyio.create_memory_object_stream[Update](math.inf)
-
-            def report(update: Update) -> None:
-                try:
-                    anyio.from_thread.run_sync(send.send_nowait, update)
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    pass  # the runner stopped listening (a cancel); the stop flag follows
-
-            control = Control(
-                on_step=lambda step, total: report(Progress(step=step, total=total)),
-                on_stage=lambda stage: report(Heartbeat(stage)),
-            )
-            outcome: list[Artifact | ExecutorFailure | None] = []
-            done = anyio.Event()
+            media = media_for(job, self._upload_path)
+            control = Control()
             self._current = control
-            self._tg.start_soon(self._drive, job, media, control, send, outcome, done)
             try:
-                async with receive:
-                    async for update in receive:
-                        yield update
-                result = outcome[0]
-                if isinstance(result, ExecutorFailure):
-                    raise result
-                if result is None:
-                    raise ExecutorFailure("executor_error", "the job stopped before it finished")
-                yield Result(result)
+                async for update in stream(self._tg, lambda c: self._job_sync(job, media, c), control):
+                    yield update
             finally:
-                control.stop.set()
-                with anyio.CancelScope(shield=True):
-                    await done.wait()
                 self._current = None
 
     # -- one job ------------------------------------------------------------------------------
-
-    async def _drive(self, job, media, control, send, outcome, done) -> None:
-        try:
-            async with send:
-                outcome.append(await anyio.to_thread.run_sync(self._job_sync, job, media, control))
-        finally:
-            done.set()
 
     def _job_sync(self, job: JobSpec, media: Media, control: Control) -> Artifact | ExecutorFailure | None:
         """Runs in a worker thread: every exception becomes an outcome (nothing here is anyio's)."""
@@ -181,47 +148,12 @@ class PipelineExecutor:
         try:
             out = self.generator.run(job.request, media, control)
             t0 = time.perf_counter()
-            staged = self.artifacts.staging(job.job_id, job.attempt)
-            write_mp4(staged, out.frames, fps=job.request.fps, audio=out.audio, sample_rate=out.sample_rate)
-            frames = int(out.frames.shape[0])
-            artifact = self.artifacts.commit(
-                staged, job_id=job.job_id, attempt=job.attempt, frames=frames, duration_s=frames / job.request.fps
-            )
+            artifact = save_video(self.artifacts, job, out.frames, out.audio, out.sample_rate)
             self.counters.last_job = {**out.seconds, "mux": time.perf_counter() - t0, "steps": float(out.steps)}
             return artifact
         except StopRequested:
             return None
-        except ExecutorFailure as exc:
-            return exc
-        except AttentionRefused as exc:
-            return ExecutorFailure("invalid", str(exc))
         except Exception as exc:  # noqa: BLE001 - a worker thread: report whatever the model raised
-            kind, message, detail = classify(exc)
-            if kind == "oom":
-                self.counters.ooms += 1
-                tokens = self.generator.last_tokens or job.tokens
-                at = f" at a {tokens}-token sequence" if tokens else ""
-                message = f"out of memory on {self.settings.device}{at}: {exc}"[:2000]
-            return ExecutorFailure(kind, message, detail)
-
-    def _media(self, job: JobSpec) -> Media:
-        r = job.request
-
-        def path(upload_id: str | None) -> Path | None:
-            if upload_id is None:
-                return None
-            try:
-                return self._upload_path(upload_id)
-            except (FileNotFoundError, KeyError) as exc:
-                raise ExecutorFailure("invalid", f"upload {upload_id} is gone: {exc}") from exc
-
-        if r.keyframes is not None:
-            return Media(first=path(r.keyframes.first), last=path(r.keyframes.last))
-        if r.references is not None:
-            refs = r.references
-            return Media(
-                images=tuple(path(i) for i in refs.images),  # type: ignore[misc]
-                videos=tuple(path(i) for i in refs.videos),  # type: ignore[misc]
-                audios=tuple(path(i) for i in refs.audios),  # type: ignore[misc]
-            )
-        return Media()
+            failure = model_failure(exc, where=self.settings.device, tokens=self.generator.last_tokens or job.tokens)
+            self.counters.ooms += failure.kind == "oom"
+            return failure

@@ -57,6 +57,7 @@ class Output:
     seconds: dict[str, float] = field(default_factory=dict)  # per stage
     step_seconds: list[float] = field(default_factory=list)
     encoded: bool = True  # False when the prompt embeddings came from the cache
+    raw: np.ndarray | None = None  # float32 [T, H, W, 3] in [0, 1], before rounding (when asked for)
 
 
 @dataclass
@@ -66,6 +67,8 @@ class Control:
     on_step: Callable[[int, int], None] = lambda step, total: None
     on_stage: Callable[[str], None] = lambda stage: None
     stop: threading.Event = field(default_factory=threading.Event)
+    decode: bool = True  # False: stop after denoising (a rank that is not the one returning the video)
+    keep_raw: bool = False  # also return the decoded video before it is rounded to 8 bits
 
 
 class Generator:
@@ -81,7 +84,7 @@ class Generator:
         self.encodes = 0  # text-encoder runs, for tests and metrics
         self.cache_hits = 0
         self.jobs = 0
-        with _quiet("diffusers.models.modeling_utils"):  # "attention backends are experimental", once per model
+        with quiet("diffusers.models.modeling_utils"):  # "attention backends are experimental", once per model
             for name in ("transformer", "transformer_ref"):
                 if model.has(name):
                     install(model.components[name], plan)
@@ -170,6 +173,16 @@ class Generator:
             for name in STAGES:
                 if control.stop.is_set():
                     raise StopRequested
+                if name == "decode" and not control.decode:
+                    return Output(
+                        np.zeros((0, 0, 0, 3), np.uint8),
+                        np.zeros((2, 0), np.float32),
+                        0,
+                        len(step_seconds),
+                        seconds,
+                        step_seconds,
+                        encoded,
+                    )
                 control.on_stage(name)
                 t0 = time.perf_counter()
                 if name == "text_encoder" and key in self.cache:
@@ -189,9 +202,11 @@ class Generator:
                         self._remember(key, {k: state.get(k) for k in self._encoder_outputs})
                 seconds[name] = time.perf_counter() - t0
             videos, audio, rate = state.get("videos"), state.get("audio"), state.get("sampling_rate")
-            frames = (np.clip(np.asarray(videos[0], dtype=np.float32), 0.0, 1.0) * 255.0).round().astype(np.uint8)
+            raw = np.clip(np.asarray(videos[0], dtype=np.float32), 0.0, 1.0)
+            frames = (raw * 255.0).round().astype(np.uint8)
             sound = np.clip(audio[0].float().cpu().numpy(), -1.0, 1.0).astype(np.float32)
-            return Output(frames, sound, int(rate), len(step_seconds), seconds, step_seconds, encoded)
+            kept = raw if control.keep_raw else None
+            return Output(frames, sound, int(rate), len(step_seconds), seconds, step_seconds, encoded, kept)
         finally:
             state = inputs = None
             for pipe in self.stages.values():
@@ -265,7 +280,7 @@ def _cache_key(request: GenerationRequest) -> tuple:
 
 
 @contextlib.contextmanager
-def _quiet(logger: str):
+def quiet(logger: str):
     log = logging.getLogger(logger)
     level = log.level
     log.setLevel(logging.ERROR)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,8 +112,14 @@ def quiet_progress_bars() -> None:
     transformers_logging.disable_progress_bar()
 
 
-def load_model(root: Path, *, device: str = "cpu", dtype: str = "float32") -> LoadedModel:
-    """Load every component of the folder onto `device`; raises `ModelError` naming the part."""
+def load_model(
+    root: Path, *, device: str = "cpu", dtype: str = "float32", load_transformer: Callable[[Path], Any] | None = None
+) -> LoadedModel:
+    """Load every component of the folder onto `device`; raises `ModelError` naming the part.
+
+    `load_transformer(path)` replaces the plain load of `transformer/` and `transformer_ref/` (a
+    rank of a group loads them sharded).
+    """
     import torch
     from diffusers import (
         AutoencoderKLMiniMaxH3,
@@ -149,9 +156,10 @@ def load_model(root: Path, *, device: str = "cpu", dtype: str = "float32") -> Lo
     def model(cls):
         return lambda path: cls.from_pretrained(path, local_files_only=True, torch_dtype=torch_dtype).to(torch_device).eval()
 
-    timed("transformer", model(MiniMaxH3Transformer3DModel))
+    transformer = load_transformer or model(MiniMaxH3Transformer3DModel)
+    timed("transformer", transformer)
     if (root / "transformer_ref").is_dir():
-        timed("transformer_ref", model(MiniMaxH3Transformer3DModel))
+        timed("transformer_ref", transformer)
     timed("vae", model(AutoencoderKLMiniMaxH3))
     timed("audio_vae", model(AutoencoderKLMiniMaxH3Audio))
     timed("scheduler", lambda p: MiniMaxH3Scheduler.from_pretrained(p, local_files_only=True))

@@ -14,13 +14,6 @@ from h3core import LocalArtifactStore, Runner, RunnerConfig, SQLiteEventStore  #
 from h3core.adapters.uploads import LocalUploadStore  # noqa: E402
 from h3core.domain.request import GenerationRequest  # noqa: E402
 from h3core.executors.pipeline.executor import PipelineExecutor, PipelineSettings  # noqa: E402
-from h3core.executors.pipeline.tiny import make_tiny  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
-    """One tiny random MiniMax-H3 folder for the whole run (writing it takes a few seconds)."""
-    return make_tiny(tmp_path_factory.mktemp("model") / "tiny")
 
 
 @pytest.fixture

@@ -1,0 +1,75 @@
+"""Ray, as h3core uses it: a local instance pinned to loopback, or an operator's cluster.
+
+Without an address, Ray starts here. Left to its defaults it binds its gRPC servers to every
+interface and advertises the host's routable address; Ray's local-only mode (the switch it uses
+on laptops, `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`) keeps the node address and every port on
+127.0.0.1. The switch is read when `ray` is imported and inherited by Ray's own processes, so it
+is set before the import and, if `ray` was imported already, on its constants as well.
+
+With an address (`H3_RAY_ADDRESS`), h3core joins that cluster and places each group on one
+node (a strictly packed placement group), so a group's ranks still meet on that node's loopback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# Collective libraries pick an interface from the host name unless told; a group is on one node.
+RANK_ENV = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    address: str | None = None  # None: a local Ray on loopback
+    cpus: int | None = None  # logical CPUs of a local Ray (None: this machine's, at least one per rank)
+    gpus: int | None = None  # GPUs of a local Ray (None: Ray detects them)
+    object_store_bytes: int | None = None
+
+
+def connect(settings: ClusterSettings, *, ranks: int) -> bool:
+    """Start or join Ray unless this process already has; True if this call started it."""
+    if settings.address is None:
+        os.environ[LOCAL_ONLY] = "0"
+        if "ray" in sys.modules:
+            from ray._private import ray_constants
+
+            ray_constants.ENABLE_RAY_CLUSTER = False
+    import ray
+
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {
+        "include_dashboard": False,
+        "namespace": "h3core",
+        "log_to_driver": True,
+        "configure_logging": False,
+    }
+    if settings.address is None:
+        kwargs["num_cpus"] = max(settings.cpus or os.cpu_count() or 1, ranks)
+        if settings.gpus is not None:
+            kwargs["num_gpus"] = settings.gpus
+        if settings.object_store_bytes:
+            kwargs["object_store_memory"] = settings.object_store_bytes
+    else:
+        kwargs["address"] = settings.address
+    ray.init(**kwargs)
+    return True
+
+
+def disconnect() -> None:
+    import ray
+
+    ray.shutdown()
+
+
+def remote_rank():
+    """`RankWorker` as a Ray actor class; threaded, so poll/stop/ping answer while a job runs."""
+    import ray
+
+    from h3core.executors.distributed.rank import RankWorker
+
+    return ray.remote(max_concurrency=4, max_restarts=0)(RankWorker)

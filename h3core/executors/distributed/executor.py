@@ -1,0 +1,280 @@
+"""The multi-device pipeline executor: groups of Ray actors, each group one slot.
+
+On start it joins Ray (a local, loopback-only instance unless an address is given) and builds
+every group in the background; `/readyz` turns ready once one group can take a job. A job goes to
+the smallest idle group whose token budget fits it (`domain.topology.place`) and runs on all of
+that group's ranks at once; rank 0's steps stream to the runner. A group whose rank fails or
+dies is torn down at once and rebuilt before its next job; a watchdog pings idle groups and
+rebuilds any that stopped answering.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+
+from h3core.adapters.artifacts import ArtifactStore
+from h3core.domain.events import Artifact
+from h3core.domain.topology import Topology, can_ever_fit, place
+from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Update
+from h3core.executors.distributed.cluster import ClusterSettings, connect, disconnect
+from h3core.executors.distributed.group import Group, GroupError, GroupHealth
+from h3core.executors.distributed.rank import Payload, RankSpec
+from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS, resolve
+from h3core.executors.pipeline.driver import media_for, model_failure, save_video, stream
+from h3core.executors.pipeline.generate import Control
+
+
+@dataclass(frozen=True)
+class DistributedSettings:
+    model_dir: Path
+    topology: Topology
+    device: str = "cpu"  # "cpu" (gloo) or "cuda" (NCCL, one GPU per rank)
+    dtype: str = "float32"
+    attention: str = "auto"
+    math_max_tokens: int = DEFAULT_MATH_MAX_TOKENS
+    prompt_cache: int = 32
+    timeout_s: float = 120.0  # bound on every collective, so a rank never waits forever for a partner
+    watchdog_s: float = 10.0  # how often idle groups are pinged (and dead ones rebuilt)
+    grace_s: float = 2.0  # after a rank fails, how long to wait for the others' reports (root cause)
+    rank_threads: int | None = None  # torch threads per rank on a CPU
+    budgets: Mapping[int, int] = field(default_factory=dict)  # tokens a group of each size fits (measured)
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
+
+
+@dataclass
+class Counters:
+    jobs: int = 0
+    failures: dict[str, int] = field(default_factory=dict)  # by kind
+
+
+class DistributedExecutor:
+    name = "pipeline"
+
+    def __init__(self, settings: DistributedSettings, artifacts: ArtifactStore, upload_path: Callable[[str], Path]) -> None:
+        self.settings = settings
+        self.artifacts = artifacts
+        self._upload_path = upload_path
+        s = settings
+        if s.device not in ("cpu", "cuda"):
+            raise ValueError(f"device: a group runs on 'cpu' or 'cuda' (one GPU per rank), not {s.device!r}")
+        # Resolved now, so a kernel this machine cannot run is refused at start, not at the first job.
+        self.plan = resolve(s.attention, s.device, math_max_tokens=s.math_max_tokens)
+        self.groups = [
+            Group(plan, self._spec(plan.size), gpus_per_rank=1.0 if s.device == "cuda" else 0.0, grace_s=s.grace_s)
+            for plan in s.topology.groups()
+        ]
+        self.counters = Counters()
+        self._claimed: set[int] = set()  # groups running a job or being checked
+        self._building: set[int] = set()
+        self._changed = anyio.Event()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._start_error: str | None = None
+        self._controls: dict[int, Control] = {}
+        # Threads inside a Ray call (builds and pings are abandoned on shutdown); Ray is shut down only once none is.
+        self._inflight = 0
+        self._quiet = threading.Condition()
+
+    def _spec(self, size: int) -> RankSpec:
+        s = self.settings
+        parallel = s.topology.parallel
+        return RankSpec(
+            model_dir=str(s.model_dir),
+            device=s.device,
+            dtype=s.dtype,
+            attention=s.attention,
+            math_max_tokens=s.math_max_tokens,
+            prompt_cache=s.prompt_cache,
+            fsdp=size > 1 and "fsdp" in parallel,
+            ulysses=size > 1 and "ulysses" in parallel,
+            timeout_s=s.timeout_s,
+            threads=s.rank_threads,
+        )
+
+    # -- health -------------------------------------------------------------------------------
+
+    def health(self) -> list[GroupHealth]:
+        """A snapshot of every group's health."""
+        return [replace(g.health, ranks=[dict(r) for r in g.health.ranks]) for g in self.groups]
+
+    @property
+    def ready(self) -> bool:
+        return self._tg is not None and any(g.health.state in ("ready", "busy") for g in self.groups)
+
+    @property
+    def not_ready_reason(self) -> str | None:
+        if self._start_error:
+            return self._start_error
+        if self.ready:
+            return None
+        parts = [f"group {h.index}: {h.state}" + (f" ({h.last_error})" if h.last_error else "") for h in self.health()]
+        return "no group can take a job: " + "; ".join(parts)
+
+    # -- life ---------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        ranks = self.settings.topology.devices
+        started = False
+        async with anyio.create_task_group() as tg:
+            try:
+                started = await anyio.to_thread.run_sync(lambda: connect(self.settings.cluster, ranks=ranks))
+                self._tg = tg
+                for group in self.groups:
+                    self._rebuild(group)
+                tg.start_soon(self._watchdog)
+                yield
+            finally:
+                self._tg = None
+                for control in self._controls.values():
+                    control.stop.set()
+                tg.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(self._teardown_all)
+                    if started:
+                        # Killing the actors ended every build and ping; wait for their threads to leave Ray.
+                        await anyio.to_thread.run_sync(self._wait_quiet, 60.0)
+                        await anyio.to_thread.run_sync(disconnect)
+
+    def _teardown_all(self) -> None:
+        for group in self.groups:
+            group.teardown()
+
+    def _tracked(self, call: Callable[[], Any]) -> Any:
+        """Run `call` (which talks to Ray) in this worker thread, counted in `_inflight`."""
+        with self._quiet:
+            self._inflight += 1
+        try:
+            return call()
+        finally:
+            with self._quiet:
+                self._inflight -= 1
+                self._quiet.notify_all()
+
+    def _wait_quiet(self, timeout_s: float) -> None:
+        with self._quiet:
+            self._quiet.wait_for(lambda: self._inflight == 0, timeout_s)
+
+    def _rebuild(self, group: Group) -> None:
+        if self._tg is None or group.plan.index in self._building:
+            return
+        self._building.add(group.plan.index)
+        self._tg.start_soon(self._build, group)
+
+    async def _build(self, group: Group) -> None:
+        try:
+            # Abandoned on shutdown (loading real weights takes minutes); the actors are killed by the teardown.
+            await anyio.to_thread.run_sync(self._tracked, group.build, abandon_on_cancel=True)
+        except GroupError:
+            pass  # recorded in group.health; the watchdog tries again
+        finally:
+            self._building.discard(group.plan.index)
+            self._notify()
+
+    async def _watchdog(self) -> None:
+        while True:
+            await anyio.sleep(self.settings.watchdog_s)
+            for group in self.groups:
+                index = group.plan.index
+                if index in self._claimed or index in self._building:
+                    continue
+                if group.health.state == "ready":
+                    self._claimed.add(index)
+                    try:
+                        problem = await anyio.to_thread.run_sync(self._tracked, group.ping, abandon_on_cancel=True)
+                    finally:
+                        self._claimed.discard(index)
+                    if problem is not None:
+                        self._rebuild(group)
+                elif group.health.state == "dead":
+                    self._rebuild(group)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    # -- the contract -------------------------------------------------------------------------
+
+    def reference(self, job: JobSpec) -> str | None:
+        return None
+
+    def info(self, job: JobSpec) -> dict[str, str]:
+        s = self.settings
+        sizes = "+".join(str(n) for n in s.topology.group_sizes)
+        return {
+            "attention": self.plan.describe(),
+            "device": s.device,
+            "dtype": s.dtype,
+            "model": str(s.model_dir),
+            "groups": sizes,
+            "parallel": s.topology.parallel,
+        }
+
+    async def run(self, job: JobSpec) -> AsyncIterator[Update]:
+        if self._tg is None:
+            raise ExecutorFailure("executor_error", "the distributed executor is not running")
+        plans = [g.plan for g in self.groups]
+        if not can_ever_fit(job.tokens, plans, self.settings.budgets):
+            raise ExecutorFailure(
+                "invalid", f"tokens: {job.tokens} fit no group of this topology (budgets by size: {dict(self.settings.budgets)})"
+            )
+        group = None
+        while group is None:
+            idle = [g.plan for g in self.groups if g.health.state == "ready" and g.plan.index not in self._claimed]
+            chosen = place(job.tokens, idle, self.settings.budgets)
+            if chosen is not None:
+                group = self.groups[chosen.index]
+                self._claimed.add(chosen.index)
+                break
+            changed = self._changed
+            with anyio.move_on_after(5):
+                await changed.wait()
+            yield Heartbeat("waiting for a group")
+        control = Control()
+        self._controls[group.plan.index] = control
+        try:
+            yield Heartbeat(f"on {group.name} ({group.plan.size} ranks)")
+            payload = self._payload(job)
+            work = functools.partial(self._job_sync, group, job, payload)
+            async for update in stream(self._tg, lambda c: self._tracked(functools.partial(work, c)), control):
+                yield update
+        finally:
+            self._controls.pop(group.plan.index, None)
+            self._claimed.discard(group.plan.index)
+            if group.health.state == "dead":
+                self._rebuild(group)
+            self._notify()
+
+    def _payload(self, job: JobSpec) -> Payload:
+        media = media_for(job, self._upload_path)
+        roles = {
+            "first": (media.first,) if media.first else (),
+            "last": (media.last,) if media.last else (),
+            "images": media.images,
+            "videos": media.videos,
+            "audios": media.audios,
+        }
+        files = {role: tuple((p.name, p.read_bytes()) for p in paths) for role, paths in roles.items() if paths}
+        return Payload(request=job.request.model_dump(mode="json"), files=files)
+
+    def _job_sync(self, group: Group, job: JobSpec, payload: Payload, control: Control) -> Artifact | ExecutorFailure | None:
+        """Runs in a worker thread: every exception becomes an outcome."""
+        self.counters.jobs += 1
+        try:
+            out: dict[str, Any] | None = group.run(payload, control, stop_timeout_s=self.settings.timeout_s + 30.0)
+            if out is None:
+                return None
+            return save_video(self.artifacts, job, out["frames"], out["audio"], out["sample_rate"])
+        except Exception as exc:  # noqa: BLE001 - a worker thread: report whatever happened
+            failure = model_failure(exc, where=group.name, tokens=job.tokens)
+            self.counters.failures[failure.kind] = self.counters.failures.get(failure.kind, 0) + 1
+            return failure

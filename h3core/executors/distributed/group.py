@@ -1,0 +1,227 @@
+"""One group of ranks as the executor sees it: build it, run a job on every rank at once, follow
+rank 0's steps, stop it, and tear it down whole when any rank fails.
+
+Every method here is synchronous (Ray's API is); the executor calls them from worker threads.
+
+A failed rank takes the group with it. The other ranks may be waiting in a collective for the
+one that failed; they are not left to time out: the executor kills every actor of the group at
+once and builds a new group before the group's next job. The failure the job records is the
+root cause, chosen from what the ranks reported within a short grace: a rank that died
+(`executor_lost`) before one that ran out of memory (`oom`) before the errors that the others
+raised only because their partner was gone.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from h3core.domain.topology import GroupPlan
+from h3core.executors.base import ExecutorFailure
+from h3core.executors.distributed.cluster import RANK_ENV, remote_rank
+from h3core.executors.distributed.rank import Payload, RankSpec
+from h3core.executors.pipeline.generate import Control
+
+# Lower is closer to the root cause.
+_PRIORITY = {"executor_lost": 0, "oom": 1, "invalid": 2}
+
+
+class GroupError(Exception):
+    """The group could not be built (the message names the rank and the reason)."""
+
+
+@dataclass
+class GroupHealth:
+    index: int
+    size: int
+    state: str = "down"  # down | starting | ready | busy | dead
+    builds: int = 0
+    rebuilds: int = 0  # builds after the first: each one followed a failure or a dead rank
+    last_error: str | None = None
+    build_seconds: float | None = None
+    ranks: list[dict[str, Any]] = field(default_factory=list)  # what each rank reported at set-up
+
+
+class Group:
+    def __init__(
+        self,
+        plan: GroupPlan,
+        spec: RankSpec,
+        *,
+        gpus_per_rank: float = 0.0,
+        build_timeout_s: float = 600.0,
+        grace_s: float = 2.0,
+        poll_s: float = 0.05,
+    ) -> None:
+        self.plan = plan
+        self.spec = spec
+        self.gpus_per_rank = gpus_per_rank
+        self.build_timeout_s = build_timeout_s
+        self.grace_s = grace_s
+        self.poll_s = poll_s
+        self.actors: list[Any] = []
+        self.placement = None
+        self.health = GroupHealth(index=plan.index, size=plan.size)
+
+    @property
+    def name(self) -> str:
+        return f"group {self.plan.index}"
+
+    # -- life ---------------------------------------------------------------------------------
+
+    def build(self) -> None:
+        """Start one actor per rank on one node, join them into a process group, load the model."""
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.teardown()
+        h = self.health
+        h.state = "starting"
+        if h.builds:
+            h.rebuilds += 1
+        h.builds += 1
+        t0 = time.perf_counter()
+        size = self.plan.size
+        bundle = {"CPU": 1.0, **({"GPU": self.gpus_per_rank} if self.gpus_per_rank else {})}
+        try:
+            self.placement = placement_group([bundle] * size, strategy="STRICT_PACK", name=f"h3core-{self.name}")
+            ray.get(self.placement.ready(), timeout=self.build_timeout_s)
+            remote = remote_rank()
+            self.actors = [
+                remote.options(
+                    num_cpus=1,
+                    num_gpus=self.gpus_per_rank,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement, placement_group_bundle_index=rank),
+                    runtime_env={"env_vars": RANK_ENV},
+                ).remote(rank, size, self.spec)
+                for rank in range(size)
+            ]
+            rendezvous = ray.get(self.actors[0].rendezvous.remote(), timeout=self.build_timeout_s)
+            h.ranks = ray.get([a.setup.remote(rendezvous) for a in self.actors], timeout=self.build_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - Ray's errors, a rank's load error: the group is not usable
+            self.teardown()
+            h.state = "dead"
+            h.last_error = f"{self.name} did not start: {_describe(exc)}"
+            raise GroupError(h.last_error) from exc
+        h.build_seconds = time.perf_counter() - t0
+        h.state = "ready"
+
+    def teardown(self) -> None:
+        """Kill every rank at once (none is left waiting in a collective) and free the placement."""
+        if not self.actors and self.placement is None:
+            return
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001, S110 - already gone
+                pass
+        self.actors = []
+        if self.placement is not None:
+            try:
+                remove_placement_group(self.placement)
+            except Exception:  # noqa: BLE001, S110 - already removed
+                pass
+            self.placement = None
+        self.health.state = "dead"
+
+    def ping(self, timeout_s: float = 10.0) -> str | None:
+        """None when every rank answers; otherwise what is wrong (and the group is torn down)."""
+        import ray
+
+        if not self.actors:
+            return f"{self.name} has no ranks"
+        refs = [a.ping.remote() for a in self.actors]
+        for rank, ref in enumerate(refs):
+            try:
+                ray.get(ref, timeout=timeout_s)
+            except Exception as exc:  # noqa: BLE001 - dead or unresponsive: either way not usable
+                reason = f"rank {rank} of {self.name} did not answer a ping: {_describe(exc)}"
+                self.health.last_error = reason
+                self.teardown()
+                return reason
+        return None
+
+    # -- one job ------------------------------------------------------------------------------
+
+    def run(self, payload: Payload, control: Control, *, stop_timeout_s: float) -> dict[str, Any] | None:
+        """Run `payload` on every rank; rank 0's result, None when stopped; raises `ExecutorFailure`."""
+        import ray
+
+        self.health.state = "busy"
+        actors = list(self.actors)
+        refs = {a.run.remote(payload): rank for rank, a in enumerate(actors)}
+        results: dict[int, Any] = {}
+        failures: list[tuple[int, ExecutorFailure]] = []
+        first_failure: float | None = None
+        stop_deadline: float | None = None
+        try:
+            while refs:
+                ready, _ = ray.wait(list(refs), num_returns=1, timeout=self.poll_s)
+                self._relay(actors[0], control)
+                for ref in ready:
+                    rank = refs.pop(ref)
+                    try:
+                        results[rank] = ray.get(ref)
+                    except Exception as exc:  # noqa: BLE001 - every way a rank can fail is classified below
+                        failures.append((rank, self._failure(rank, exc)))
+                        first_failure = first_failure or time.monotonic()
+                now = time.monotonic()
+                if first_failure is not None and now - first_failure > self.grace_s:
+                    break
+                if control.stop.is_set() and stop_deadline is None:
+                    stop_deadline = now + stop_timeout_s
+                    actors[0].stop.remote()
+                if stop_deadline is not None and now > stop_deadline and not failures:
+                    self.health.last_error = f"{self.name} did not stop within {stop_timeout_s:g} s"
+                    self.teardown()
+                    return None
+            if failures:
+                failures.sort(key=lambda f: (_PRIORITY.get(f[1].kind, 9), f[0]))
+                root = failures[0][1]
+                clean = root.kind == "invalid" and not refs and len(failures) == len(actors)
+                if not clean:  # a refused request leaves every rank where it was; anything else does not
+                    self.health.last_error = root.message
+                    self.teardown()
+                raise root
+            self._relay(actors[0], control)
+            return results.get(0)
+        finally:
+            if self.health.state == "busy":
+                self.health.state = "ready"
+
+    def _relay(self, rank0, control: Control) -> None:
+        import ray
+
+        try:
+            events = ray.get(rank0.poll.remote(), timeout=5.0)
+        except Exception:  # noqa: BLE001 - rank 0 gone: its run() reference says how
+            return
+        for event in events:
+            if event[0] == "step":
+                control.on_step(event[1], event[2])
+            else:
+                control.on_stage(event[1])
+
+    def _failure(self, rank: int, exc: BaseException) -> ExecutorFailure:
+        from ray.exceptions import RayActorError, RayTaskError
+
+        pid = next((r.get("pid") for r in self.health.ranks if r.get("rank") == rank), None)
+        who = f"rank {rank} of {self.name}" + (f" (pid {pid})" if pid else "")
+        if isinstance(exc, RayActorError):
+            return ExecutorFailure("executor_lost", f"{who} died mid-job: {_describe(exc)}", type(exc).__name__)
+        cause = exc.cause if isinstance(exc, RayTaskError) else exc
+        if isinstance(cause, ExecutorFailure):
+            message = cause.message if cause.kind == "invalid" else f"{self.name}: {cause.message}"
+            return ExecutorFailure(cause.kind, message[:2000], cause.detail)
+        return ExecutorFailure("executor_error", f"{who}: {_describe(cause or exc)}", type(cause or exc).__name__)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = next((line for line in text if line.strip()), "")
+    return f"{type(exc).__name__}: {first}"[:500]

@@ -1,0 +1,103 @@
+"""Groups of real Ray actors on a CPU (gloo, Ray on loopback) serving the tiny model.
+
+One local Ray for the session; each test builds its own groups (about 8 s for two ranks here).
+Faults are injected inside a rank through Ray's `__ray_call__`, with functions from `faults`,
+which is pickled by value so the actors need not import the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+pytest.importorskip("ray", reason="the distributed extra is not installed")
+pytest.importorskip("diffusers", reason="the pipeline extra is not installed")
+
+import ray  # noqa: E402
+
+from h3core import LocalArtifactStore, RetryPolicy, Runner, RunnerConfig, SQLiteEventStore  # noqa: E402
+from h3core.adapters.uploads import LocalUploadStore  # noqa: E402
+from h3core.domain.request import GenerationRequest  # noqa: E402
+from h3core.domain.topology import Topology  # noqa: E402
+from h3core.executors.distributed.cluster import ClusterSettings, connect, disconnect  # noqa: E402
+from h3core.executors.distributed.executor import DistributedExecutor, DistributedSettings  # noqa: E402
+from tests.integration.distributed import faults  # noqa: E402
+
+ray.cloudpickle.register_pickle_by_value(faults)
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    started = connect(ClusterSettings(cpus=4), ranks=4)
+    yield
+    if started:
+        disconnect()
+
+
+@pytest.fixture
+def make_runner(tmp_path, tiny_model, local_ray):
+    uploads = LocalUploadStore(tmp_path / "uploads")
+
+    @asynccontextmanager
+    async def make(devices: int = 2, group_size: str = "2", parallel: str = "fsdp+ulysses", **settings) -> AsyncIterator[Runner]:
+        topology = Topology.parse(devices, group_size, parallel)  # type: ignore[arg-type]
+        settings.setdefault("timeout_s", 30.0)
+        executor = DistributedExecutor(
+            DistributedSettings(model_dir=tiny_model, topology=topology, rank_threads=1, **settings),
+            LocalArtifactStore(tmp_path / "artifacts"),
+            lambda upload_id: uploads.path(uploads.get(upload_id)),
+        )
+        store = SQLiteEventStore(tmp_path / "h3.db", durable=False)
+        config = RunnerConfig(
+            slots=len(topology.group_sizes),
+            stall_timeout_s=60.0,
+            cancel_grace_s=60.0,
+            poll_interval_s=0.05,
+            retry=RetryPolicy(max_attempts=1),
+        )
+        runner = Runner(store, executor, config)
+        runner.uploads = uploads
+        async with anyio.create_task_group() as tg:
+            await tg.start(runner.run)
+            await until(lambda: all(h.state == "ready" for h in executor.health()), timeout=120)
+            yield runner
+            tg.cancel_scope.cancel()
+
+    return make
+
+
+def req(**kw) -> GenerationRequest:
+    return GenerationRequest(
+        **{"prompt": "a red fox in snow", "width": 64, "height": 64, "frames": 22, "steps": 4, "seed": 7, **kw}
+    )
+
+
+async def until(predicate, timeout: float = 60.0) -> None:
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.02)
+
+
+async def ended(runner: Runner, job_id: str, timeout: float = 120.0):
+    await until(lambda: runner.store.get(job_id).terminal, timeout)
+    return runner.store.get(job_id)
+
+
+async def steps_seen(runner: Runner, job_id: str, n: int, timeout: float = 60.0) -> None:
+    await until(lambda: (runner.store.get(job_id).step or 0) >= n or runner.store.get(job_id).terminal, timeout)
+
+
+def on_rank(executor: DistributedExecutor, group: int, rank: int, fn, *args):
+    """Run `fn(worker, *args)` inside a rank's actor; returns its result."""
+    return ray.get(executor.groups[group].actors[rank].__ray_call__.remote(fn, *args), timeout=30)
+
+
+def kill_rank(executor: DistributedExecutor, group: int, rank: int) -> int:
+    pid = on_rank(executor, group, rank, faults.pid)
+    os.kill(pid, signal.SIGKILL)
+    return pid

@@ -1,0 +1,51 @@
+"""Faults injected into a rank (run there through `__ray_call__`; pickled by value)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+
+def pid(worker) -> int:
+    return os.getpid()
+
+
+def _wrap(worker, around) -> None:
+    transformer = worker.generator.model.components["transformer"]
+    inner = transformer.forward
+
+    @functools.wraps(inner)
+    def forward(*args, **kwargs):
+        return around(inner, *args, **kwargs)
+
+    transformer.forward = forward
+
+
+def slow(worker, seconds: float) -> None:
+    """Every transformer call on this rank first sleeps (its partners wait for it in a collective)."""
+
+    def around(inner, *args, **kwargs):
+        time.sleep(seconds)
+        return inner(*args, **kwargs)
+
+    _wrap(worker, around)
+
+
+def oom_on_call(worker, n: int) -> None:
+    """The n-th transformer call on this rank raises torch's out-of-memory error."""
+    import torch
+
+    calls = [0]
+
+    def around(inner, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == n:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (injected)")
+        return inner(*args, **kwargs)
+
+    _wrap(worker, around)
+
+
+def jobs(worker) -> tuple[int, bool]:
+    return worker.jobs, worker.busy

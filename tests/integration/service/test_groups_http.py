@@ -1,0 +1,127 @@
+"""`h3core serve --devices 2 --group-size 2` on a CPU: a real server whose pipeline runs on a
+two-rank group of Ray actors; it serves jobs, survives a rank being killed mid-job, keeps every
+socket on loopback, and leaves no process behind when stopped."""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+import time
+
+import pytest
+
+from tests.integration.service.conftest import Servers, poll, wait_job
+
+pytest.importorskip("diffusers", reason="the pipeline extra is not installed")
+pytest.importorskip("ray", reason="the distributed extra is not installed")
+psutil = pytest.importorskip("psutil")
+pytestmark = pytest.mark.timeout(400)
+
+JOB = {"prompt": "a red fox in snow", "width": 64, "height": 64, "frames": 22, "steps": 3}
+
+
+def tree(pid: int) -> list:
+    return [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+
+
+def ranks(pid: int) -> list:
+    return [p for p in psutil.Process(pid).children(recursive=True) if _title(p).startswith("ray::RankWorker")]
+
+
+def _title(p) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def listening(pid: int) -> set[str]:
+    out = set()
+    for p in tree(pid):
+        try:
+            for c in p.net_connections(kind="inet"):
+                if c.status == psutil.CONN_LISTEN:
+                    out.add(c.laddr.ip)
+        except psutil.Error:
+            pass
+    return out
+
+
+def loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+def test_a_two_rank_group_serves_jobs_and_survives_a_rank_killed_mid_job(servers: Servers, tiny_model):
+    server = servers.make(
+        {
+            "H3_EXECUTOR": "pipeline",
+            "H3_MODEL_DIR": str(tiny_model),
+            "H3_DEVICES": "2",
+            "H3_GROUP_SIZE": "2",
+            "H3_RANK_THREADS": "1",
+            "H3_GROUP_TIMEOUT": "30",
+        }
+    )
+    server.start(timeout=120)
+    with server.client() as api:
+        poll(lambda: api.get("/readyz").status_code == 200, 180, "the group to start", lambda: api.get("/readyz").text + server.log())
+        (group,) = api.get("/readyz").json()["groups"]
+        assert (group["size"], group["state"], group["rebuilds"]) == (2, "ready", 0)
+        addresses = listening(server.proc.pid)
+        assert addresses and all(loopback(a) for a in addresses), addresses
+
+        first = api.post("/v1/jobs", json=JOB).json()
+        assert wait_job(api, first["id"], timeout=120)["status"] == "done"
+        running = next(e for e in api.get(f"/v1/jobs/{first['id']}/events").json() if e["body"]["type"] == "running")
+        assert running["body"]["info"]["groups"] == "2" and running["body"]["info"]["parallel"] == "fsdp+ulysses"
+
+        # A long job; one rank is killed once it is under way. The attempt fails as executor_lost,
+        # the group is rebuilt, and the retry (the default policy retries executor_lost) finishes.
+        long = api.post("/v1/jobs", json={**JOB, "steps": 400}).json()
+        poll(lambda: (api.get(f"/v1/jobs/{long['id']}").json()["step"] or 0) >= 2, 60, "the long job to step")
+        victim = ranks(server.proc.pid)[-1]
+        victim.send_signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        poll(
+            lambda: any(e["body"]["type"] == "attempt_failed" for e in api.get(f"/v1/jobs/{long['id']}/events").json()),
+            30, "the attempt to fail",
+        )  # fmt: skip
+        assert time.monotonic() - t0 < 20
+        lost = next(e["body"] for e in api.get(f"/v1/jobs/{long['id']}/events").json() if e["body"]["type"] == "attempt_failed")
+        assert lost["kind"] == "executor_lost" and "of group 0" in lost["message"], lost
+        api.post(f"/v1/jobs/{long['id']}/cancel")  # 400 steps of retry are not needed to make the point
+        assert wait_job(api, long["id"], timeout=120)["status"] in ("cancelled", "done")
+
+        after = api.post("/v1/jobs", json=JOB).json()
+        assert wait_job(api, after["id"], timeout=180)["status"] == "done"
+        (group,) = api.get("/readyz").json()["groups"]
+        assert group["rebuilds"] == 1 and group["state"] == "ready"
+        metrics = api.get("/metrics").text
+        assert 'h3core_group_rebuilds_total{group="0"} 1.0' in metrics
+        assert 'h3core_group_up{group="0",size="2"} 1.0' in metrics
+    pids = [p.pid for p in tree(server.proc.pid)]
+    server.stop(timeout=60)
+    poll(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids), 30,
+         "every Ray process to exit")  # fmt: skip
+
+
+def test_group_settings_that_cannot_work_stop_the_server_with_the_setting_named(tmp_path, tiny_model):
+    from tests.integration.service.test_client_cli import h3
+
+    env = {"H3_MODEL_DIR": str(tiny_model)}
+
+    def serve(*args: str):
+        return h3("serve", "--port", "0", "--db", str(tmp_path / "h3.db"), *args, env=env)
+
+    uneven = serve("--devices", "3", "--group-size", "2")
+    assert uneven.returncode == 2 and "group_size: 2 does not divide devices (3)" in uneven.stderr, uneven.stderr
+    mixed = serve("--devices", "4", "--group-size", "2,1")
+    assert mixed.returncode == 2 and "use 3 devices, but devices is 4" in mixed.stderr, mixed.stderr
+    ordinal = serve("--devices", "2", "--device", "cuda:1")
+    assert ordinal.returncode == 2 and "a group runs on 'cpu' or 'cuda'" in ordinal.stderr, ordinal.stderr
+    slots = serve("--devices", "2", "--group-size", "1", "--slots", "3")
+    assert slots.returncode == 2 and "each of the 2 groups is one slot" in slots.stderr, slots.stderr
+    budgets = serve("--devices", "2", "--group-budgets", "1:4000")
+    assert budgets.returncode == 2 and "group_budgets" in budgets.stderr and "size=tokens" in budgets.stderr, budgets.stderr

@@ -1,0 +1,76 @@
+"""The two diffusers 0.42.1 rough edges that `sharding` works around on a CPU. Each test fails
+when its workaround is no longer needed (diffusers fixed it: remove the workaround) or no longer
+works."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers", reason="the pipeline extra is not installed")
+
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+from h3core.executors.distributed import sharding  # noqa: E402
+from h3core.executors.pipeline.tiny import TRANSFORMER  # noqa: E402
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_diffusers_still_takes_the_device_index_modulo_zero_accelerators_on_a_cpu(one_rank_group):
+    from diffusers import ContextParallelConfig, MiniMaxH3Transformer3DModel
+
+    assert torch.accelerator.device_count() == 0  # the case: a machine without an accelerator
+    model = MiniMaxH3Transformer3DModel(**TRANSFORMER)
+    with pytest.raises(ZeroDivisionError):  # if this stops raising, drop sharding._resolved_on
+        model.enable_parallelism(config=ContextParallelConfig(ulysses_degree=2, ulysses_anything=True))
+    # That the workaround works is shown by the two-rank Ulysses runs in tests/integration/distributed.
+
+
+def _gather_case(rank: int, world: int, path: str, results) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world)
+    try:
+        mine = torch.full((2, 3 + rank, 4), float(rank))  # uneven along dim 1: 3 and 4 rows
+        try:
+            dist.all_gather([torch.empty(2, 3 + r, 4) for r in range(world)], mine)
+            plain = "gathered"
+        except RuntimeError as exc:
+            plain = str(exc)
+        gathered = sharding._padded_all_gather(mine, 1, dist.group.WORLD)
+        results.put((rank, plain, gathered.shape, gathered[0, :, 0].tolist()))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_gloo_refuses_uneven_all_gather_and_the_padded_gather_trims_back(tmp_path):
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_gather_case, args=(rank, 2, str(tmp_path / "store"), results)) for rank in range(2)]
+    for p in procs:
+        p.start()
+    got = sorted(results.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+    assert [g[0] for g in got] == [0, 1]
+    for _rank, plain, shape, column in got:
+        assert "invalid tensor size" in plain, f"gloo now gathers uneven shards ({plain}): drop install_gloo_gather"
+        assert tuple(shape) == (2, 7, 4)
+        assert column == [0.0] * 3 + [1.0] * 4
+
+
+def test_the_gloo_gather_replaces_diffusers_once():
+    from diffusers.hooks import context_parallel
+
+    original = context_parallel._all_gather_anything
+    try:
+        sharding.install_gloo_gather()
+        sharding.install_gloo_gather()
+        assert context_parallel._all_gather_anything is sharding._padded_all_gather
+    finally:
+        context_parallel._all_gather_anything = original
