@@ -13,8 +13,10 @@ through `distributed.group.Group`, the code the executor runs, and reports:
 - **memory per rank**: parameter bytes the rank holds, and its peak over one warm job (the CUDA
   allocator's peak on a GPU; on a CPU the process's peak RSS, reset before the job, so it
   includes the resident text encoder and VAEs);
-- **collective share**: time in collective ops (torch profiler; dispatcher-level `c10d::` and
-  `_c10d_functional::` ops, waits included) over the denoising time, on rank 0;
+- **collective share**: on rank 0, over one warm job, the time spent at every place a rank waits
+  for its partners (FSDP2's parameter all-gathers, Ulysses' all-to-alls and size exchanges, the
+  sequence gather, the stop flag's all-reduce; each wrapped with a timer) over the denoising
+  time. Waiting for a slower partner counts as collective time;
 - **rebuild**: after rank 1 is killed (SIGKILL) while idle, how long until a ping finds it gone,
   and how long a new group takes to build.
 
@@ -85,7 +87,7 @@ def main() -> None:
         f"{args.threads} thread(s) per rank)",
         ["configuration", "cold start s", "first job s", "warm job s", "step ms (median)", "collectives % of denoise"],
         caption="cold start: actors + process group + model load, ranks loading in parallel. warm job: median of "
-        f"{args.jobs} jobs after the first. collectives: rank 0, one warm job, torch profiler.",
+        f"{args.jobs} jobs after the first. collectives: rank 0, one warm job, timed at each collective call site.",
     )
     memory = table(
         "Memory per rank (one warm job)",
@@ -120,9 +122,9 @@ def main() -> None:
             ray.get([a.__ray_call__.remote(probes.reset_peak) for a in group.actors])
             profiled = size > 1
             if profiled:
-                ray.get(group.actors[0].__ray_call__.remote(probes.start_profile))
+                ray.get(group.actors[0].__ray_call__.remote(probes.start_comm_timer))
             out = group.run(payload, Control(), stop_timeout_s=600)
-            comm = ray.get(group.actors[0].__ray_call__.remote(probes.stop_profile)) if profiled else {}
+            comm = ray.get(group.actors[0].__ray_call__.remote(probes.stop_comm_timer)) if profiled else {}
             denoise_ms = out["seconds"]["denoise"] * 1000
             share = f"{100 * sum(comm.values()) / denoise_ms:.0f}" if profiled else "-"
             speed.add_row(name, f"{cold:.1f}", f"{first:.2f}", f"{statistics.median(walls):.2f}", f"{1000 * statistics.median(steps):.1f}", share)

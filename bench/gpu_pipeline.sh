@@ -17,3 +17,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
     | tee "$OUT/pipeline-tiny.md"
 "$PY" bench/bench_pipeline.py --device cuda --dtype bfloat16 --size 768x1344 --frames 124 --steps 8 \
     --attention-only --seq 8192,16384,32768,65536 | tee "$OUT/attention.md"
+# One rank of a group on the GPU (Ray, NCCL process group of one), when ray imports.
+if "$PY" -c 'import ray' 2>/dev/null; then
+    "$PY" bench/bench_groups.py --device cuda --dtype bfloat16 --configs 1 --steps 8 | tee "$OUT/groups-1rank.md"
+fi
