@@ -21,3 +21,20 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if "$PY" -c 'import ray' 2>/dev/null; then
     "$PY" bench/bench_groups.py --device cuda --dtype bfloat16 --configs 1 --steps 8 | tee "$OUT/groups-1rank.md"
 fi
+# Parts placed apart: the text encoder in host memory, the rest on the GPU; one tiny job must run.
+"$PY" - <<'PY' | tee "$OUT/placement.txt"
+import tempfile, time
+from pathlib import Path
+from h3core.domain.request import GenerationRequest
+from h3core.executors.pipeline.attention import resolve
+from h3core.executors.pipeline.generate import Control, Generator, Media
+from h3core.executors.pipeline.model import load_model
+from h3core.executors.pipeline.tiny import make_tiny
+root = make_tiny(Path(tempfile.mkdtemp()) / "tiny")
+for placement in ({}, {"text_encoder": "cpu"}, {"text_encoder": "cpu", "vae": "cpu"}):
+    model = load_model(root, device="cuda", dtype="bfloat16", placement=placement)
+    t0 = time.perf_counter()
+    out = Generator(model, resolve("auto", "cuda")).run(
+        GenerationRequest(prompt="a red fox", width=64, height=64, frames=22, steps=4, seed=1), Media(), Control())
+    print(f"placement {placement or 'all on cuda'}: {out.frames.shape} in {time.perf_counter() - t0:.2f} s, stages {out.seconds}")
+PY

@@ -94,6 +94,7 @@ def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalU
         "attention": settings.attention,
         "math_max_tokens": settings.attention_math_max_tokens,
         "prompt_cache": settings.prompt_cache,
+        "placement": settings.placement(),
     }
     if topology is not None:
         return _groups(settings, topology, model, artifacts, uploads)

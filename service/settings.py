@@ -77,6 +77,8 @@ class Settings(BaseSettings):
     attention: Literal["auto", "sage", "flash", "efficient", "native"] = "auto"
     attention_math_max_tokens: int = Field(default=4096, ge=0)  # longest sequence allowed on the MATH kernel
     prompt_cache: int = Field(default=32, ge=0)  # prompt embeddings kept by the pipeline executor
+    text_encoder_device: str | None = None  # where the text encoder lives (unset: with the transformer)
+    vae_device: str | None = None  # where both VAEs live (unset: with the transformer)
     # Set: the pipeline runs on groups of Ray actors, one per device (device "cpu" or "cuda").
     devices: int | None = Field(default=None, ge=1, le=1024)
     group_size: str = "1"  # ranks per group: one size ("2") or the sizes in order ("2,1,1")
@@ -142,6 +144,11 @@ class Settings(BaseSettings):
             return Topology.parse(self.devices, self.group_size, self.parallel)
         except ValueError as exc:
             raise SettingsError(first_message(exc)) from exc
+
+    def placement(self) -> dict[str, str]:
+        """Parts placed apart from the transformer."""
+        parts = {"text_encoder": self.text_encoder_device, "vae": self.vae_device}
+        return {part: device for part, device in parts.items() if device}
 
     def runner_slots(self) -> int:
         """One slot per group when the pipeline runs on groups; `slots` otherwise."""

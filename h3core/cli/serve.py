@@ -38,6 +38,8 @@ def serve(
     dtype: Annotated[str | None, _opt("H3_DTYPE", "float32, bfloat16 or float16 (pipeline) [float32].")] = None,
     attention: Annotated[str | None, _opt("H3_ATTENTION", "auto, sage, flash, efficient or native (pipeline) [auto].")] = None,
     attention_math_max_tokens: Annotated[int | None, _opt("H3_ATTENTION_MATH_MAX_TOKENS", "Longest sequence the MATH kernel may take [4096].")] = None,
+    text_encoder_device: Annotated[str | None, _opt("H3_TEXT_ENCODER_DEVICE", "Where the text encoder lives, e.g. cpu beside a GPU transformer [with the transformer].")] = None,
+    vae_device: Annotated[str | None, _opt("H3_VAE_DEVICE", "Where both VAEs live [with the transformer].")] = None,
     devices: Annotated[int | None, _opt("H3_DEVICES", "Run the pipeline on this many devices as groups of Ray actors [unset: in-process].")] = None,
     group_size: Annotated[str | None, _opt("H3_GROUP_SIZE", "Ranks per group, or the sizes in order (2,1,1); each group is one slot [1].")] = None,
     parallel: Annotated[str | None, _opt("H3_PARALLEL", "fsdp+ulysses, fsdp or ulysses within a group [fsdp+ulysses].")] = None,

@@ -47,6 +47,7 @@ class DistributedSettings:
     watchdog_s: float = 10.0  # how often idle groups are pinged (and dead ones rebuilt)
     grace_s: float = 2.0  # after a rank fails, how long to wait for the others' reports (root cause)
     rank_threads: int | None = None  # torch threads per rank on a CPU
+    placement: Mapping[str, str] = field(default_factory=dict)  # "text_encoder" / "vae" -> "cpu" or "cuda"
     budgets: Mapping[int, int] = field(default_factory=dict)  # tokens a group of each size fits (measured)
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
@@ -65,8 +66,9 @@ class DistributedExecutor:
         self.artifacts = artifacts
         self._upload_path = upload_path
         s = settings
-        if s.device not in ("cpu", "cuda"):
-            raise ValueError(f"device: a group runs on 'cpu' or 'cuda' (one GPU per rank), not {s.device!r}")
+        for name, where in {"device": s.device, **{f"{part}_device": d for part, d in s.placement.items()}}.items():
+            if where not in ("cpu", "cuda"):
+                raise ValueError(f"{name}: a group's ranks run on 'cpu' or 'cuda' (each rank's own GPU), not {where!r}")
         # Resolved now, so a kernel this machine cannot run is refused at start, not at the first job.
         self.plan = resolve(s.attention, s.device, math_max_tokens=s.math_max_tokens)
         self.groups = [
@@ -98,6 +100,7 @@ class DistributedExecutor:
             ulysses=size > 1 and "ulysses" in parallel,
             timeout_s=s.timeout_s,
             threads=s.rank_threads,
+            placement=tuple(sorted(s.placement.items())),
         )
 
     # -- health -------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ class RankSpec:
     ulysses: bool = True
     timeout_s: float = 60.0  # bound on every collective
     threads: int | None = None  # torch intra-op threads on a CPU (None: torch's default)
+    placement: tuple[tuple[str, str], ...] = ()  # ("text_encoder", "cpu"), ...; "cuda" is the rank's GPU
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,8 @@ class RankWorker:
                     sharding.enable_ulysses(model, mesh, self.device)
                 return model
 
-        model = load_model(Path(s.model_dir), device=str(self.device), dtype=s.dtype, load_transformer=loader)
+        placement = {part: str(self.device) if where == "cuda" else where for part, where in s.placement}
+        model = load_model(Path(s.model_dir), device=str(self.device), dtype=s.dtype, load_transformer=loader, placement=placement)
         self.generator = Generator(model, plan, cache_size=s.prompt_cache)
         self.facts = {
             "rank": self.rank,

@@ -11,7 +11,7 @@ so no two jobs ever share the device.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +36,7 @@ class PipelineSettings:
     attention: str = "auto"
     math_max_tokens: int = DEFAULT_MATH_MAX_TOKENS
     prompt_cache: int = 32  # prompt embeddings kept (entries)
+    placement: Mapping[str, str] = field(default_factory=dict)  # "text_encoder" / "vae" -> device, where not `device`
 
 
 @dataclass
@@ -107,7 +108,7 @@ class PipelineExecutor:
 
     def _load_sync(self) -> Generator:
         s = self.settings
-        model = load_model(s.model_dir, device=s.device, dtype=s.dtype)
+        model = load_model(s.model_dir, device=s.device, dtype=s.dtype, placement=s.placement)
         return Generator(model, self.plan, cache_size=s.prompt_cache)
 
     # -- the contract -------------------------------------------------------------------------

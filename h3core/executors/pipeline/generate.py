@@ -31,6 +31,14 @@ from h3core.executors.pipeline.attention import AttentionPlan, install
 from h3core.executors.pipeline.model import LoadedModel
 
 STAGES = ("before_encode", "text_encoder", "vae_encoder", "denoise", "decode")
+# The part whose device a stage runs on (the text encoder and the VAEs may be placed apart).
+STAGE_PART = {
+    "before_encode": "transformer",
+    "text_encoder": "text_encoder",
+    "vae_encoder": "vae",
+    "denoise": "transformer",
+    "decode": "vae",
+}
 
 
 class StopRequested(BaseException):
@@ -108,6 +116,7 @@ class Generator:
                     object.__setattr__(pipe, k, v)  # read-only use: the geometry properties
             pipe.set_progress_bar_config(disable=True)
             pipe.h3_facts = model.facts
+            pipe.h3_device = model.device_of(STAGE_PART[name])
             self.stages[name] = pipe
         self._stage_inputs = {name: {i.name for i in blocks.sub_blocks[name].inputs if i.name} for name in STAGES}
         self._encoder_outputs = tuple(o.name for o in blocks.sub_blocks["text_encoder"].intermediate_outputs)
@@ -217,6 +226,8 @@ class Generator:
 
     def _stage(self, name: str, state, inputs: dict[str, Any], *, before_steps: Callable[[], bool]):
         pipe = self.stages[name]
+        if state is not None:
+            move_state(state, pipe.h3_device)
         try:
             # Every stage gets the request's inputs (a stage keeps only those its blocks declare).
             return pipe(state=state, **{k: v for k, v in inputs.items() if k in self._stage_inputs[name]})
@@ -268,6 +279,23 @@ class Generator:
             self.cache.popitem(last=False)
 
 
+def move_state(state, device) -> None:
+    """Hand the tensors a stage left over to the device the next stage runs on (parts may be apart)."""
+    import torch
+
+    def moved(value):
+        if isinstance(value, torch.Tensor):
+            return value if value.device == device else value.to(device)
+        if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
+            return type(value)(moved(v) for v in value)
+        return value
+
+    for key, value in list(state.values.items()):
+        new = moved(value)
+        if new is not value:
+            state.values[key] = new
+
+
 def _cache_key(request: GenerationRequest) -> tuple:
     """What the text encoder's output depends on: the prompt and the conditioning media.
 
@@ -305,6 +333,11 @@ def _pipeline_class():
 
         h3_facts = None
         h3_after_step = None
+        h3_device = None  # where this stage runs (diffusers' blocks place their tensors on `_execution_device`)
+
+        @property
+        def _execution_device(self):
+            return self.h3_device if self.h3_device is not None else super()._execution_device
 
         @property
         def min_duration(self):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 FACTS_FILE = "h3core-model.json"
 REQUIRED = ("transformer", "vae", "audio_vae", "scheduler", "audio_scheduler", "text_encoder", "tokenizer", "processor")
 OPTIONAL = ("transformer_ref",)
+PLACEABLE = ("text_encoder", "vae")  # parts that may live on another device than the transformer
 
 
 class ModelError(Exception):
@@ -54,6 +55,11 @@ class LoadedModel:
     dtype: Any  # torch.dtype
     components: dict[str, Any]
     load_seconds: dict[str, float] = field(default_factory=dict)
+    placement: dict[str, Any] = field(default_factory=dict)  # part -> torch.device, where not `device`
+
+    def device_of(self, part: str):
+        """Where a part runs: "text_encoder" and "vae" (both VAEs) may be placed apart from the transformer."""
+        return self.placement.get(part, self.device)
 
     def has(self, name: str) -> bool:
         return self.components.get(name) is not None
@@ -113,12 +119,18 @@ def quiet_progress_bars() -> None:
 
 
 def load_model(
-    root: Path, *, device: str = "cpu", dtype: str = "float32", load_transformer: Callable[[Path], Any] | None = None
+    root: Path,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    load_transformer: Callable[[Path], Any] | None = None,
+    placement: Mapping[str, str] | None = None,
 ) -> LoadedModel:
     """Load every component of the folder onto `device`; raises `ModelError` naming the part.
 
     `load_transformer(path)` replaces the plain load of `transformer/` and `transformer_ref/` (a
-    rank of a group loads them sharded).
+    rank of a group loads them sharded). `placement` puts "text_encoder" or "vae" (both VAEs) on
+    another device, e.g. the text encoder in host memory beside a GPU-resident transformer.
     """
     import torch
     from diffusers import (
@@ -136,11 +148,15 @@ def load_model(
     missing = missing_parts(root)
     if missing:
         raise ModelError(f"model folder {root} lacks {', '.join(missing)} (diffusers layout, one subfolder per component)")
+    unknown = set(placement or {}) - set(PLACEABLE)
+    if unknown:
+        raise ModelError(f"placement: only {', '.join(PLACEABLE)} can be placed apart, not {', '.join(sorted(unknown))}")
     try:
         torch_dtype = getattr(torch, dtype)
         torch_device = torch.device(device)
+        placed = {part: torch.device(d) for part, d in (placement or {}).items() if torch.device(d) != torch_device}
     except (AttributeError, RuntimeError) as exc:
-        raise ModelError(f"bad device/dtype {device!r}/{dtype!r}: {exc}") from exc
+        raise ModelError(f"bad device/dtype {device!r}/{dtype!r}/{dict(placement or {})}: {exc}") from exc
     facts = ModelFacts.read(root)
     seconds: dict[str, float] = {}
     comps: dict[str, Any] = {}
@@ -153,18 +169,19 @@ def load_model(
             raise ModelError(f"cannot load {name} from {root / name}: {type(exc).__name__}: {exc}") from exc
         seconds[name] = time.perf_counter() - t0
 
-    def model(cls):
-        return lambda path: cls.from_pretrained(path, local_files_only=True, torch_dtype=torch_dtype).to(torch_device).eval()
+    def model(cls, part: str = "transformer"):
+        target = placed.get(part, torch_device)
+        return lambda path: cls.from_pretrained(path, local_files_only=True, torch_dtype=torch_dtype).to(target).eval()
 
     transformer = load_transformer or model(MiniMaxH3Transformer3DModel)
     timed("transformer", transformer)
     if (root / "transformer_ref").is_dir():
         timed("transformer_ref", transformer)
-    timed("vae", model(AutoencoderKLMiniMaxH3))
-    timed("audio_vae", model(AutoencoderKLMiniMaxH3Audio))
+    timed("vae", model(AutoencoderKLMiniMaxH3, "vae"))
+    timed("audio_vae", model(AutoencoderKLMiniMaxH3Audio, "vae"))
     timed("scheduler", lambda p: MiniMaxH3Scheduler.from_pretrained(p, local_files_only=True))
     timed("audio_scheduler", lambda p: MiniMaxH3Scheduler.from_pretrained(p, local_files_only=True))
-    timed("text_encoder", model(Qwen3VLForConditionalGeneration))
+    timed("text_encoder", model(Qwen3VLForConditionalGeneration, "text_encoder"))
     timed("tokenizer", lambda p: Qwen2TokenizerFast.from_pretrained(p, local_files_only=True))
     timed(
         "processor",
@@ -172,7 +189,7 @@ def load_model(
             comps["tokenizer"], image_processor_class().from_pretrained(p, local_files_only=True), _video_processor(p)
         ),
     )
-    return LoadedModel(root, facts, torch_device, torch_dtype, comps, seconds)
+    return LoadedModel(root, facts, torch_device, torch_dtype, comps, seconds, placed)
 
 
 def _video_processor(path: Path):

@@ -120,7 +120,9 @@ def test_group_settings_that_cannot_work_stop_the_server_with_the_setting_named(
     mixed = serve("--devices", "4", "--group-size", "2,1")
     assert mixed.returncode == 2 and "use 3 devices, but devices is 4" in mixed.stderr, mixed.stderr
     ordinal = serve("--devices", "2", "--device", "cuda:1")
-    assert ordinal.returncode == 2 and "a group runs on 'cpu' or 'cuda'" in ordinal.stderr, ordinal.stderr
+    assert ordinal.returncode == 2 and "device: a group's ranks run on 'cpu' or 'cuda'" in ordinal.stderr, ordinal.stderr
+    placed = serve("--devices", "2", "--text-encoder-device", "cuda:1")
+    assert placed.returncode == 2 and "text_encoder_device: a group's ranks run on" in placed.stderr, placed.stderr
     slots = serve("--devices", "2", "--group-size", "1", "--slots", "3")
     assert slots.returncode == 2 and "each of the 2 groups is one slot" in slots.stderr, slots.stderr
     budgets = serve("--devices", "2", "--group-budgets", "1:4000")
