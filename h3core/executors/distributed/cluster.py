@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# Ray's core installs a C++ failure-signal handler in the process that calls ray.init; it takes
+# SIGTERM before the service's own graceful-shutdown handler. The service stops itself.
+NO_SIGNAL_HANDLER = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
 # Collective libraries pick an interface from the host name unless told; a group is on one node.
 RANK_ENV = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
 
@@ -32,6 +35,7 @@ class ClusterSettings:
 
 def connect(settings: ClusterSettings, *, ranks: int) -> bool:
     """Start or join Ray unless this process already has; True if this call started it."""
+    os.environ.setdefault(NO_SIGNAL_HANDLER, "1")
     if settings.address is None:
         os.environ[LOCAL_ONLY] = "0"
         if "ray" in sys.modules:
