@@ -8,10 +8,13 @@ is set before the import and, if `ray` was imported already, on its constants as
 
 With an address (`H3_RAY_ADDRESS`), h3core joins that cluster and places each group on one
 node (a strictly packed placement group), so a group's ranks still meet on that node's loopback.
+A loopback address (a cluster on this machine) keeps the local-only switch too: without it Ray
+rewrites 127.0.0.1 to the host's routable address before connecting.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import sys
 from dataclasses import dataclass
@@ -36,7 +39,9 @@ class ClusterSettings:
 def connect(settings: ClusterSettings, *, ranks: int) -> bool:
     """Start or join Ray unless this process already has; True if this call started it."""
     os.environ.setdefault(NO_SIGNAL_HANDLER, "1")
-    if settings.address is None:
+    if settings.address is None or _loopback(settings.address):
+        # Also for a cluster on this machine's loopback: Ray would otherwise rewrite 127.0.0.1 to
+        # the host's routable address before it connects.
         os.environ[LOCAL_ONLY] = "0"
         if "ray" in sys.modules:
             from ray._private import ray_constants
@@ -62,6 +67,16 @@ def connect(settings: ClusterSettings, *, ranks: int) -> bool:
         kwargs["address"] = settings.address
     ray.init(**kwargs)
     return True
+
+
+def _loopback(address: str) -> bool:
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def disconnect() -> None:

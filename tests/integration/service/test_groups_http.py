@@ -127,3 +127,50 @@ def test_group_settings_that_cannot_work_stop_the_server_with_the_setting_named(
     assert slots.returncode == 2 and "each of the 2 groups is one slot" in slots.stderr, slots.stderr
     budgets = serve("--devices", "2", "--group-budgets", "1:4000")
     assert budgets.returncode == 2 and "group_budgets" in budgets.stderr and "size=tokens" in budgets.stderr, budgets.stderr
+
+
+def test_with_a_ray_address_the_groups_are_placed_on_that_cluster(servers: Servers, tiny_model, tmp_path):
+    """An operator's Ray (here a head started with `ray start --block`, loopback only): the
+    service joins it instead of starting its own, and its ranks run on that cluster's node."""
+    import secrets
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.integration.conftest import clean_env
+    from tests.integration.service.conftest import free_port
+
+    port = free_port()
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    # The operator's cluster requires a token (Ray's default); the service is given the same one.
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env = {**clean_env(), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **auth}
+    head = subprocess.Popen(
+        [ray_cli, "start", "--head", "--block", "--port", str(port), "--num-cpus", "2", "--include-dashboard", "false",
+         "--node-ip-address", "127.0.0.1"],
+        env=env, stdout=open(tmp_path / "head.log", "wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        server = servers.make(
+            {
+                "H3_EXECUTOR": "pipeline",
+                "H3_MODEL_DIR": str(tiny_model),
+                "H3_DEVICES": "1",
+                "H3_RANK_THREADS": "1",
+                "H3_RAY_ADDRESS": f"127.0.0.1:{port}",
+                **auth,
+            }
+        )
+        server.start(timeout=120)
+        with server.client() as api:
+            poll(lambda: api.get("/readyz").status_code == 200, 180, "the group to start", lambda: api.get("/readyz").text + server.log())
+            assert not ranks(server.proc.pid), "with an address the service must not start Ray itself"
+            assert ranks(head.pid), "the rank should run on the operator's cluster"
+            job = api.post("/v1/jobs", json=JOB).json()
+            assert wait_job(api, job["id"], timeout=120)["status"] == "done"
+        server.stop(timeout=60)
+        poll(lambda: not ranks(head.pid), 30, "the service's ranks to leave the cluster when it stops")
+        assert head.poll() is None, "stopping the service must leave the operator's cluster running"
+    finally:
+        head.terminate()
+        head.wait(60)
