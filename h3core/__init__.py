@@ -37,6 +37,7 @@ from h3core.domain.events import (
 from h3core.domain.request import GenerationRequest, Keyframes, References
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent, JobState, apply, fold
+from h3core.domain.topology import GroupPlan, Topology, place
 from h3core.executors import (
     Executor,
     ExecutorFailure,
@@ -57,9 +58,8 @@ from h3core.runner import (
 )
 
 __all__ = [
-    "FAILURE_KINDS",
-    "Admit",
     "AdmissionPolicy",
+    "Admit",
     "AdmitAll",
     "Admitted",
     "Artifact",
@@ -77,11 +77,13 @@ __all__ = [
     "EventStore",
     "Executor",
     "ExecutorFailure",
+    "FAILURE_KINDS",
     "Failed",
     "FailureKind",
     "FakeExecutor",
     "FakePlan",
     "GenerationRequest",
+    "GroupPlan",
     "Heartbeat",
     "IdempotencyMismatch",
     "IllegalEvent",
@@ -92,9 +94,9 @@ __all__ = [
     "MemoryEventStore",
     "NotCancellable",
     "Progress",
+    "References",
     "Refuse",
     "Refused",
-    "References",
     "Result",
     "RetryPolicy",
     "Runner",
@@ -104,8 +106,10 @@ __all__ = [
     "SchemaTooNew",
     "ShuttingDown",
     "Submitted",
+    "Topology",
     "UnknownJob",
     "apply",
     "classify",
     "fold",
+    "place",
 ]

@@ -58,6 +58,9 @@ def connect(settings: ClusterSettings, *, ranks: int) -> bool:
         "configure_logging": False,
     }
     if settings.address is None:
+        # "local": always a new instance of our own. With None, Ray joins whatever cluster it finds
+        # on this machine (RAY_ADDRESS, or the file a `ray start` leaves in /tmp/ray, even a dead one).
+        kwargs["address"] = "local"
         kwargs["num_cpus"] = max(settings.cpus or os.cpu_count() or 1, ranks)
         if settings.gpus is not None:
             kwargs["num_gpus"] = settings.gpus

@@ -62,6 +62,9 @@ def test_a_two_rank_group_serves_jobs_and_survives_a_rank_killed_mid_job(servers
             "H3_GROUP_SIZE": "2",
             "H3_RANK_THREADS": "1",
             "H3_GROUP_TIMEOUT": "30",
+            # Without H3_RAY_ADDRESS the service starts a Ray of its own, whatever Ray's own
+            # variable (or a file left by an old `ray start`) says.
+            "RAY_ADDRESS": "127.0.0.1:9",
         }
     )
     server.start(timeout=120)
