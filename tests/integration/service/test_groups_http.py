@@ -177,3 +177,7 @@ def test_with_a_ray_address_the_groups_are_placed_on_that_cluster(servers: Serve
     finally:
         head.terminate()
         head.wait(60)
+        # `ray start` leaves its address in /tmp/ray for later ray.init() calls; this one is gone.
+        left = Path("/tmp/ray/ray_current_cluster")
+        if left.exists() and left.read_text().strip() == f"127.0.0.1:{port}":
+            left.unlink()
