@@ -235,9 +235,17 @@ class DistributedExecutor:
             idle = [g.plan for g in self.groups if g.health.state == "ready" and g.plan.index not in self._claimed]
             chosen = place(job.tokens, idle, self.settings.budgets)
             if chosen is not None:
-                group = self.groups[chosen.index]
+                candidate = self.groups[chosen.index]
                 self._claimed.add(chosen.index)
-                break
+                # A rank may have died since the watchdog last looked: find out now, not with a failed attempt.
+                problem = await anyio.to_thread.run_sync(self._tracked, candidate.ping)
+                if problem is None:
+                    group = candidate
+                    break
+                self._claimed.discard(chosen.index)
+                self._rebuild(candidate)
+                yield Heartbeat(f"rebuilding {candidate.name}: {problem}")
+                continue
             changed = self._changed
             with anyio.move_on_after(5):
                 await changed.wait()

@@ -213,7 +213,7 @@ class Group:
         pid = next((r.get("pid") for r in self.health.ranks if r.get("rank") == rank), None)
         who = f"rank {rank} of {self.name}" + (f" (pid {pid})" if pid else "")
         if isinstance(exc, RayActorError):
-            return ExecutorFailure("executor_lost", f"{who} died mid-job: {_describe(exc)}", type(exc).__name__)
+            return ExecutorFailure("executor_lost", f"{who} is gone: {_describe(exc)}", type(exc).__name__)
         cause = exc.cause if isinstance(exc, RayTaskError) else exc
         if isinstance(cause, ExecutorFailure):
             message = cause.message if cause.kind == "invalid" else f"{self.name}: {cause.message}"

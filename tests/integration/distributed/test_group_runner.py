@@ -114,3 +114,14 @@ async def test_the_watchdog_rebuilds_an_idle_group_whose_rank_died(make_runner):
         assert "did not answer a ping" in executor.health()[0].last_error
         job = await runner.submit(req(steps=2))
         assert (await ended(runner, job.job_id)).status == "done"
+
+
+async def test_a_rank_that_died_while_idle_is_found_before_the_next_job_not_by_it(make_runner):
+    async with make_runner(watchdog_s=3600.0) as runner:  # no watchdog round in this test
+        executor = runner.executor
+        kill_rank(executor, 0, 1)
+        job = await runner.submit(req(steps=2))
+        state = await ended(runner, job.job_id)
+        assert state.status == "done" and state.attempt == 1, state.attempt_errors
+        assert "attempt_failed" not in [e.type for e in runner.store.events(job.job_id)]
+        assert executor.health()[0].rebuilds == 1
