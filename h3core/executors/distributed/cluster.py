@@ -32,8 +32,6 @@ RANK_ENV = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
 class ClusterSettings:
     address: str | None = None  # None: a local Ray on loopback
     cpus: int | None = None  # logical CPUs of a local Ray (None: this machine's, at least one per rank)
-    gpus: int | None = None  # GPUs of a local Ray (None: Ray detects them)
-    object_store_bytes: int | None = None
 
 
 def connect(settings: ClusterSettings, *, ranks: int) -> bool:
@@ -62,10 +60,6 @@ def connect(settings: ClusterSettings, *, ranks: int) -> bool:
         # on this machine (RAY_ADDRESS, or the file a `ray start` leaves in /tmp/ray, even a dead one).
         kwargs["address"] = "local"
         kwargs["num_cpus"] = max(settings.cpus or os.cpu_count() or 1, ranks)
-        if settings.gpus is not None:
-            kwargs["num_gpus"] = settings.gpus
-        if settings.object_store_bytes:
-            kwargs["object_store_memory"] = settings.object_store_bytes
     else:
         kwargs["address"] = settings.address
     ray.init(**kwargs)

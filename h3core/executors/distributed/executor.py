@@ -52,12 +52,6 @@ class DistributedSettings:
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
 
-@dataclass
-class Counters:
-    jobs: int = 0
-    failures: dict[str, int] = field(default_factory=dict)  # by kind
-
-
 class DistributedExecutor:
     name = "pipeline"
 
@@ -75,12 +69,10 @@ class DistributedExecutor:
             Group(plan, self._spec(plan.size), gpus_per_rank=1.0 if s.device == "cuda" else 0.0, grace_s=s.grace_s)
             for plan in s.topology.groups()
         ]
-        self.counters = Counters()
         self._claimed: set[int] = set()  # groups running a job or being checked
         self._building: set[int] = set()
         self._changed = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
-        self._start_error: str | None = None
         self._controls: dict[int, Control] = {}
         # Threads inside a Ray call (builds and pings are abandoned on shutdown); Ray is shut down only once none is.
         self._inflight = 0
@@ -115,8 +107,6 @@ class DistributedExecutor:
 
     @property
     def not_ready_reason(self) -> str | None:
-        if self._start_error:
-            return self._start_error
         if self.ready:
             return None
         parts = [f"group {h.index}: {h.state}" + (f" ({h.last_error})" if h.last_error else "") for h in self.health()]
@@ -279,13 +269,10 @@ class DistributedExecutor:
 
     def _job_sync(self, group: Group, job: JobSpec, payload: Payload, control: Control) -> Artifact | ExecutorFailure | None:
         """Runs in a worker thread: every exception becomes an outcome."""
-        self.counters.jobs += 1
         try:
             out: dict[str, Any] | None = group.run(payload, control, stop_timeout_s=self.settings.timeout_s + 30.0)
             if out is None:
                 return None
             return save_video(self.artifacts, job, out["frames"], out["audio"], out["sample_rate"])
         except Exception as exc:  # noqa: BLE001 - a worker thread: report whatever happened
-            failure = model_failure(exc, where=group.name, tokens=job.tokens)
-            self.counters.failures[failure.kind] = self.counters.failures.get(failure.kind, 0) + 1
-            return failure
+            return model_failure(exc, where=group.name, tokens=job.tokens)

@@ -126,7 +126,9 @@ class RankWorker:
                 return model
 
         placement = {part: str(self.device) if where == "cuda" else where for part, where in s.placement}
-        model = load_model(Path(s.model_dir), device=str(self.device), dtype=s.dtype, load_transformer=loader, placement=placement)
+        model = load_model(
+            Path(s.model_dir), device=str(self.device), dtype=s.dtype, load_transformer=loader, placement=placement
+        )
         self.generator = Generator(model, plan, cache_size=s.prompt_cache)
         self.facts = {
             "rank": self.rank,
@@ -185,22 +187,6 @@ class RankWorker:
 
     def ping(self) -> dict[str, Any]:
         return {"rank": self.rank, "pid": os.getpid(), "busy": self.busy, "jobs": self.jobs}
-
-    def memory(self) -> dict[str, int]:
-        """This rank's parameter bytes, and its peak memory (device peak on a GPU, peak RSS on a CPU)."""
-        import resource
-
-        import torch
-
-        from h3core.executors.distributed.sharding import local_param_bytes
-
-        assert self.generator is not None
-        out = {"param_bytes": local_param_bytes(self.generator.model.components["transformer"])}
-        if self.device is not None and self.device.type == "cuda":
-            out["peak_bytes"] = int(torch.cuda.max_memory_allocated(self.device))
-        else:
-            out["peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        return out
 
 
 def _media(payload: Payload, folder: Path) -> Media:
