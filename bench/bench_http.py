@@ -178,7 +178,7 @@ class Server:
 
     def start(self, timeout: float = 60) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("H3_")}
-        env.update(H3_FAKE_STEP_SECONDS="0", H3_SLOTS=str(self.slots), PYTHONPATH=str(ROOT))
+        env.update(H3_EXECUTOR="fake", H3_FAKE_STEP_SECONDS="0", H3_SLOTS=str(self.slots), PYTHONPATH=str(ROOT))
         for attempt in range(3):
             self.port = free_port()
             args = ["--port", str(self.port), "--db", str(self.db), "--artifacts", str(self.root / "artifacts")]
@@ -746,7 +746,7 @@ def main() -> None:
     size = cached.stat().st_size / 2**20
     console.print(
         f"Store: {cached} ({size:,.0f} MiB, {len(ids):,} done jobs, {meta['events']:,} events, schema v{SCHEMA_VERSION}), {built}.\n"
-        f"Server: `python -m h3core.cli serve` (uvicorn {version('uvicorn')} with {_http_impl()}, litestar {version('litestar')}; store durable=True, the service's default), H3_SLOTS={args.slots}, H3_FAKE_STEP_SECONDS=0, "
+        f"Server: `python -m h3core.cli serve` (uvicorn {version('uvicorn')} with {_http_impl()}, litestar {version('litestar')}; store durable=True, the service's default), H3_EXECUTOR=fake, H3_SLOTS={args.slots}, H3_FAKE_STEP_SECONDS=0, "
         f"a fresh copy of the store per pass. Client: httpx {version('httpx')} AsyncClient on anyio, HTTP/1.1 keep-alive, "
         "one client (one connection) per loop, in this process.\n"
         f"Client and server share this machine's {len(os.sched_getaffinity(0))} cores: the client's CPU is part of "

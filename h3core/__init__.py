@@ -19,7 +19,6 @@ from h3core.domain.admission import (
     Refuse,
 )
 from h3core.domain.events import (
-    FAILURE_KINDS,
     Admitted,
     Artifact,
     AttemptFailed,
@@ -29,11 +28,11 @@ from h3core.domain.events import (
     Done,
     Event,
     Failed,
-    FailureKind,
     Progress,
     Running,
     Submitted,
 )
+from h3core.domain.failures import FAILURE_KINDS, FailureKind
 from h3core.domain.request import GenerationRequest, Keyframes, References
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent, JobState, apply, fold

@@ -32,11 +32,11 @@ from h3core.domain.events import (
     CancelRequested,
     Done,
     Failed,
-    FailureKind,
     Progress,
     Running,
     Submitted,
 )
+from h3core.domain.failures import FailureKind
 from h3core.domain.geometry import Media
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
@@ -293,38 +293,54 @@ class Runner:
     async def _dispatch(self, tg: anyio.abc.TaskGroup, slots: anyio.Semaphore) -> None:
         while True:
             await slots.acquire()
+            free = 1
+            while slots.value:  # every slot free now is filled from the same read of the queue
+                slots.acquire_nowait()
+                free += 1
             try:
-                state = await self._claim_next()
+                claimed = await self._claim(free)
             except BaseException:
-                slots.release()
+                for _ in range(free):
+                    slots.release()
                 raise
-            tg.start_soon(self._job, state, slots)
+            for _ in range(free - len(claimed)):
+                slots.release()
+            for state in claimed:
+                tg.start_soon(self._job, state, slots)
 
-    async def _claim_next(self) -> JobState:
+    async def _claim(self, wanted: int) -> list[JobState]:
+        """Mark up to `wanted` queued jobs running (at least one: waits for work)."""
         while True:
             wake = self._wake
-            for state in await self._call(self.store.queued, self.config.slots + len(self._busy) + 1):
-                if state.job_id in self._busy:
-                    continue
-                spec = JobSpec(state.job_id, state.attempt + 1, state.request, state.tokens)
-                try:
-                    running: Body = Running(
-                        attempt=spec.attempt,
-                        executor=self.executor.name,
-                        executor_ref=self.executor.reference(spec),
-                        info=self.executor.info(spec),
-                    )
-                except Exception as exc:  # the executor cannot even describe this job: end it, go on
-                    kind, message, detail = classify(exc)
-                    running = Failed(kind="invalid", message=f"the executor refused the job: {message}", detail=detail)
-                try:
-                    state = await self._append(state.job_id, [running], expected_seq=state.last_seq)
-                except (Conflict, IllegalEvent):
-                    continue  # cancelled or taken meanwhile
-                if state.status == "running":
-                    return state
-            with anyio.move_on_after(self.config.poll_interval_s):
-                await wake.wait()
+            # Our own jobs can be queued while their task ends (a retry): skip those.
+            queued = await self._call(self.store.queued, wanted, frozenset(self._busy))
+            if not queued:
+                with anyio.move_on_after(self.config.poll_interval_s):
+                    await wake.wait()
+                continue
+            outcomes = await self.writer.append_many([(s.job_id, [self._start(s)], s.last_seq) for s in queued])
+            claimed = [o for o in outcomes if not isinstance(o, Exception) and o.status == "running"]
+            if claimed:
+                return claimed
+            # None taken: each was cancelled or taken meanwhile (Conflict), or refused by the
+            # executor (now failed). Look again at once, unless the log itself refused them all.
+            if all(isinstance(o, IllegalEvent) for o in outcomes):
+                with anyio.move_on_after(self.config.poll_interval_s):
+                    await wake.wait()
+
+    def _start(self, state: JobState) -> Body:
+        """The event that starts a queued job's next attempt, or fails it if the executor refuses."""
+        spec = JobSpec(state.job_id, state.attempt + 1, state.request, state.tokens)
+        try:
+            return Running(
+                attempt=spec.attempt,
+                executor=self.executor.name,
+                executor_ref=self.executor.reference(spec),
+                info=self.executor.info(spec),
+            )
+        except Exception as exc:  # the executor cannot even describe this job: end it, go on
+            kind, message, detail = classify(exc)
+            return Failed(kind="invalid", message=f"the executor refused the job: {message}", detail=detail)
 
     async def _watch_store(self) -> None:
         """Notice cancels other processes stored for our running jobs."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import anyio
 from anyio.abc import TaskStatus
 
-from h3core.adapters.store.base import AppendOutcome, EventStore
+from h3core.adapters.store.base import AppendOutcome, AppendRequest, EventStore
 from h3core.bus import EventBus
 from h3core.domain.events import Body
 from h3core.domain.state import JobState
@@ -43,23 +43,30 @@ class GroupWriter:
         self.appends = 0
 
     async def append(self, job_id: str, bodies: Sequence[Body], expected_seq: int | None = None) -> JobState:
+        (outcome,) = await self.append_many([(job_id, bodies, expected_seq)])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def append_many(self, requests: Sequence[AppendRequest]) -> list[JobState | Exception]:
+        """Several appends, each all or nothing (`EventStore.append_batch`); each one's new state,
+        or the exception that refused it, in order. They share a commit when they fit a batch."""
         if not self._running:  # before the runner starts (a submit from the CLI), or after it ends
-            state, events = await anyio.to_thread.run_sync(
-                lambda: self.store.append(job_id, bodies, expected_seq=expected_seq), limiter=self._thread
-            )
-            self.bus.publish(events)
-            return state
-        item = _Pending(job_id, bodies, expected_seq)
-        self._pending.append(item)
-        self._wake.set()
-        # Once queued, the append will happen: wait for its outcome even if we are cancelled,
-        # so the caller never believes in an event that was, or was not, written.
-        with anyio.CancelScope(shield=True):
-            await item.done.wait()
-        if isinstance(item.outcome, Exception):
-            raise item.outcome
-        assert item.outcome is not None
-        return item.outcome[0]
+            outcomes = await anyio.to_thread.run_sync(self.store.append_batch, requests, limiter=self._thread)
+            for outcome in outcomes:
+                if not isinstance(outcome, Exception):
+                    self.bus.publish(outcome[1])
+        else:
+            items = [_Pending(*request) for request in requests]
+            self._pending.extend(items)
+            self._wake.set()
+            # Once queued, the appends will happen: wait for their outcomes even if we are
+            # cancelled, so the caller never believes in an event that was, or was not, written.
+            with anyio.CancelScope(shield=True):
+                for item in items:
+                    await item.done.wait()
+            outcomes = [item.outcome for item in items if item.outcome is not None]
+        return [outcome if isinstance(outcome, Exception) else outcome[0] for outcome in outcomes]
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Write until `close()` and the queue is empty. Run it shielded: writes must outlive the
@@ -85,7 +92,7 @@ class GroupWriter:
                 for item, outcome in zip(batch, outcomes, strict=True):
                     item.outcome = outcome
                     if not isinstance(outcome, Exception):
-                        self.bus.publish(outcome[1])
+                        self.bus.publish(outcome[1])  # here, in commit order
                     item.done.set()
         finally:
             self._running = False

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-from h3core.domain.events import FAILURE_KINDS
+from h3core.domain.failures import unknown_kinds
 from h3core.domain.retry import DEFAULT_RETRY_ON, RetryPolicy
 from h3core.domain.topology import Topology
 from h3core.runner import RunnerConfig
@@ -127,9 +127,8 @@ class Settings(BaseSettings):
     @field_validator("retry_on")
     @classmethod
     def _kinds(cls, kinds: list[str]) -> list[str]:
-        unknown = [k for k in kinds if k not in FAILURE_KINDS]
-        if unknown:
-            raise ValueError(f"unknown failure kind(s) {unknown}; known: {list(FAILURE_KINDS)}")
+        if error := unknown_kinds(kinds):
+            raise ValueError(error)
         return kinds
 
     @classmethod

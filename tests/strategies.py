@@ -5,7 +5,6 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from h3core.domain.events import (
-    FAILURE_KINDS,
     Admitted,
     AttemptFailed,
     Body,
@@ -17,6 +16,7 @@ from h3core.domain.events import (
     Running,
     Submitted,
 )
+from h3core.domain.failures import FAILURE_KINDS
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import JobState

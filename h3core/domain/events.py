@@ -7,23 +7,13 @@ construct ("a job made progress"); the store gives them their place in the log.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
 
+from h3core.domain.failures import FailureKind
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
-
-FailureKind = Literal[
-    "oom",  # the device ran out of memory
-    "executor_error",  # the executor raised something else
-    "executor_lost",  # the executor (process, actor, server) went away mid-job
-    "stalled",  # no progress within the stall timeout
-    "deadline",  # the attempt ran past its deadline
-    "interrupted",  # h3core itself stopped or died mid-job
-    "invalid",  # the job cannot run as asked (bad input the executor found)
-]
-FAILURE_KINDS: tuple[str, ...] = get_args(FailureKind)
 
 
 class _Body(BaseModel):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from h3core.domain.failures import unknown_kinds
+
 # Retryable by default: failures of the machinery around a job, not of the job itself. An OOM
 # or an invalid request fails the same way again, so retrying those only wastes a GPU.
 DEFAULT_RETRY_ON = ("executor_lost", "interrupted")  # sorted, as the validator keeps it
@@ -22,11 +24,8 @@ class RetryPolicy(BaseModel):
     @field_validator("retry_on")
     @classmethod
     def _known_kinds(cls, kinds: tuple[str, ...]) -> tuple[str, ...]:
-        from h3core.domain.events import FAILURE_KINDS
-
-        unknown = [k for k in kinds if k not in FAILURE_KINDS]
-        if unknown:
-            raise ValueError(f"unknown failure kind(s) {unknown}; known: {list(FAILURE_KINDS)}")
+        if error := unknown_kinds(kinds):
+            raise ValueError(error)
         return tuple(sorted(set(kinds)))
 
     def allows_retry(self, kind: str, attempt: int) -> bool:

@@ -29,7 +29,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from h3core.domain.events import Artifact, FailureKind, Progress
+from h3core.domain.events import Artifact, Progress
+from h3core.domain.failures import FailureKind
 from h3core.domain.request import GenerationRequest
 
 

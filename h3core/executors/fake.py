@@ -21,7 +21,8 @@ import numpy as np
 
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.video import write_mp4
-from h3core.domain.events import FAILURE_KINDS, FailureKind, Progress
+from h3core.domain.events import Progress
+from h3core.domain.failures import FAILURE_KINDS, FailureKind
 from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Result, Update
 
 _DIRECTIVE = re.compile(r"\[fake\s+([^\]]*)\]")

@@ -15,6 +15,7 @@ from h3core import (
     Progress,
     Refuse,
     Refused,
+    RetryPolicy,
     Runner,
     RunnerConfig,
     Running,
@@ -140,6 +141,35 @@ async def test_an_executor_that_will_not_stop_still_ends_after_the_grace_period(
         nxt = await runner.submit(request(steps=2))
         await wait_until(ended(runner, nxt.job_id), timeout=5)
         assert runner.executor.cleanups >= 1
+
+
+async def test_a_retried_job_whose_executor_is_still_stopping_is_not_started_twice(make_runner):
+    # Past its deadline the attempt is ended (a retry: queued again) while the executor's
+    # cleanup still runs; a free slot must not start the same job beside it.
+    plan = FakePlan(step_seconds=0.05, cleanup_seconds=1.0)
+    retry = RetryPolicy(max_attempts=2, retry_on=("deadline",))
+    async with make_runner(plan=plan, slots=2, attempt_deadline_s=0.3, cancel_grace_s=0.1, retry=retry) as runner:
+        job = await runner.submit(request(steps=200))
+        await wait_until(lambda: runner.store.get(job.job_id).status == "queued" and runner.store.get(job.job_id).attempt == 1)
+        await anyio.sleep(0.5)  # the first attempt's cleanup has 0.5 s to go
+        assert runner.store.get(job.job_id).status == "queued" and runner.executor.runs == 1
+        await wait_until(lambda: runner.store.get(job.job_id).attempt == 2, timeout=5)
+        assert runner.executor.cleanups == 1, "the second attempt started after the first one's cleanup"
+        await runner.cancel(job.job_id)
+
+
+async def test_free_slots_are_filled_from_one_read_of_the_queue(make_runner, tmp_path):
+    store = SQLiteEventStore(tmp_path / "claims.db", durable=False)
+    ids = [(await Runner(store, None).submit(request(steps=2))).job_id for _ in range(6)]
+    reads = []
+    queued = store.queued
+    store.queued = lambda limit, exclude=(): reads.append(limit) or queued(limit, exclude)
+    async with make_runner(plan=FakePlan(step_seconds=0.2), store=store, slots=4) as runner:
+        await wait_until(lambda: sum(store.get(j).status == "running" for j in ids) == 4)
+        assert reads == [4], "the four free slots took four jobs with one read"
+        assert runner.writer.batches == 1, "and started them in one commit"
+        await wait_until(ended(runner, *ids), timeout=10)
+    assert all(store.get(j).status == "done" for j in ids)
 
 
 async def test_stopping_the_runner_mid_job_records_an_interruption_and_a_restart_finishes_it(make_runner, tmp_path):

@@ -21,7 +21,7 @@ for listing. Implementations must honour:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
@@ -91,8 +91,9 @@ class EventStore(Protocol):
         """Newest first, with each job's cursor (its submission order); `before` pages on."""
         ...
 
-    def queued(self, limit: int = 100) -> list[JobState]:
-        """Queued jobs in the order they should run."""
+    def queued(self, limit: int = 100, exclude: Collection[str] = ()) -> list[JobState]:
+        """Queued jobs in the order they should run, leaving out the ids in `exclude` (a runner's
+        claim skips jobs it still holds, so it parses only the states it can take)."""
         ...
 
     def unfinished(self) -> list[JobState]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
 
 from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
@@ -101,8 +101,8 @@ class MemoryEventStore:
             jobs = [s for s in self._ordered() if s.status in statuses]
             return sorted(jobs, key=lambda s: (-s.priority, self._order[s.job_id]))
 
-    def queued(self, limit: int = 100) -> list[JobState]:
-        return self._queue_sorted({"queued"})[:limit]
+    def queued(self, limit: int = 100, exclude: Collection[str] = ()) -> list[JobState]:
+        return [s for s in self._queue_sorted({"queued"}) if s.job_id not in exclude][:limit]
 
     def unfinished(self) -> list[JobState]:
         return self._queue_sorted({"submitted", "queued", "running"})

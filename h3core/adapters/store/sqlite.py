@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -281,10 +281,11 @@ class SQLiteEventStore:
         rows = self._read(sql + " ORDER BY queue_order DESC LIMIT ?", (*params, limit))
         return [(order, JobState.model_validate_json(s)) for order, s in rows]
 
-    def queued(self, limit: int = 100) -> list[JobState]:
+    def queued(self, limit: int = 100, exclude: Collection[str] = ()) -> list[JobState]:
+        skip = f" AND job_id NOT IN ({', '.join('?' * len(exclude))})" if exclude else ""
         rows = self._read(
-            "SELECT state FROM jobs WHERE status = 'queued' ORDER BY priority DESC, queue_order LIMIT ?",
-            (limit,),
+            f"SELECT state FROM jobs WHERE status = 'queued'{skip} ORDER BY priority DESC, queue_order LIMIT ?",
+            (*exclude, limit),
         )
         return [JobState.model_validate_json(s) for (s,) in rows]
 

@@ -31,7 +31,10 @@ from tests.integration.distributed import faults  # noqa: E402
 ray.cloudpickle.register_pickle_by_value(faults)
 
 
-@pytest.fixture(scope="session")
+# Package scope: this Ray is gone before the service tests start Ray clusters of their own.
+# A server's Ray has died (GCS and raylet at once, no log) while another cluster ran beside it:
+# three times, never with one cluster alone.
+@pytest.fixture(scope="package")
 def local_ray():
     started = connect(ClusterSettings(cpus=4), ranks=4)
     yield

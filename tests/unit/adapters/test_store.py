@@ -66,6 +66,8 @@ def test_queue_order_is_priority_then_fifo_and_a_retry_keeps_its_place(store):
     assert [store.queue_position(j) for j in "abcd"] == [None, 2, 1, 3]
     store.append("a", [AttemptFailed(kind="interrupted", message="m", attempt=1)])
     assert [s.job_id for s in store.queued()] == ["c", "a", "b", "d"]
+    assert [s.job_id for s in store.queued(2, exclude={"a", "c"})] == ["b", "d"]
+    assert [s.job_id for s in store.queued(1, exclude=["zz"])] == ["c"]
     assert [s.job_id for s in store.unfinished()] == ["c", "a", "b", "d"]
 
 
