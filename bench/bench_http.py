@@ -165,12 +165,13 @@ class Server:
     root: Path
     slots: int
     profile: Path | None = None
+    role: str = "all"  # H3_ROLE: "runner" has no HTTP (and is started before its "api" partner)
     port: int = 0
     proc: subprocess.Popen | None = None
     log: Path = field(init=False)
 
     def __post_init__(self) -> None:
-        self.log = self.root / "server.log"
+        self.log = self.root / f"server-{self.role}.log"
 
     @property
     def url(self) -> str:
@@ -179,6 +180,7 @@ class Server:
     def start(self, timeout: float = 60) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("H3_")}
         env.update(H3_EXECUTOR="fake", H3_FAKE_STEP_SECONDS="0", H3_SLOTS=str(self.slots), PYTHONPATH=str(ROOT))
+        env.update(H3_ROLE=self.role, H3_POLL_INTERVAL="0.05")  # a runner apart sees new work by polling
         for attempt in range(3):
             self.port = free_port()
             args = ["--port", str(self.port), "--db", str(self.db), "--artifacts", str(self.root / "artifacts")]
@@ -193,8 +195,14 @@ class Server:
                 self.proc = subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self.root)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and self.proc.poll() is None:
+                if self.role == "runner":
+                    if "ready" in self.log.read_text():
+                        return
+                    time.sleep(0.05)
+                    continue
                 try:
-                    if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    # /readyz in the api role: the runner process is up too.
+                    if httpx.get(f"{self.url}/{'readyz' if self.role == 'api' else 'healthz'}", timeout=1).status_code == 200:
                         return
                 except httpx.TransportError:
                     pass
@@ -235,7 +243,7 @@ class Load:
 
 
 async def load(url: str, ids: list[str], *, pollers: int, submitters: int, warmup: float, seconds: float, poll_every: float,
-               server_pid: int, seed: int) -> Load:  # fmt: skip
+               server_pids: list[int], seed: int) -> Load:  # fmt: skip
     out = Load()
     clock = time.perf_counter
     # One client, so one keep-alive connection, per loop. A single AsyncClient shared by 72 loops
@@ -291,9 +299,9 @@ async def load(url: str, ids: list[str], *, pollers: int, submitters: int, warmu
             for k in range(submitters):
                 tg.start_soon(submitter, clients[pollers + k])
             await anyio.sleep(start - clock())
-            cpu0, srv0 = time.process_time(), cpu_seconds(server_pid)
+            cpu0, srv0 = time.process_time(), sum(map(cpu_seconds, server_pids))
             await anyio.sleep(end - clock())
-            out.client_cpu_s, out.server_cpu_s = time.process_time() - cpu0, cpu_seconds(server_pid) - srv0
+            out.client_cpu_s, out.server_cpu_s = time.process_time() - cpu0, sum(map(cpu_seconds, server_pids)) - srv0
             tg.cancel_scope.cancel()
         out.window_s = seconds
         out.window = (d0 + timedelta(seconds=warmup), d0 + timedelta(seconds=warmup + seconds))
@@ -347,9 +355,14 @@ def run_pass(name: str, args: argparse.Namespace, cached: Path, ids: list[str], 
     root.mkdir(parents=True)
     db = root / "h3.db"
     shutil.copyfile(cached, db)  # every pass starts from the same file
+    os.sync()  # written back now, not by the kernel during the pass (it slowed every fsync of one)
     pollers = 0 if name == "submits only" else args.pollers
     submitters = 0 if name == "pollers only" else args.submitters
-    server = Server(db, root, args.slots, profile=profile)
+    # --split: the runner in a process of its own (H3_ROLE=runner), the HTTP API in another (api).
+    servers = [Server(db, root, args.slots, role="runner"), Server(db, root, args.slots, role="api")] if args.split and profile is None else []
+    server = servers[-1] if servers else Server(db, root, args.slots, profile=profile)
+    for s in servers[:-1]:
+        s.start()
     server.start()
     try:
         assert server.proc is not None
@@ -362,7 +375,7 @@ def run_pass(name: str, args: argparse.Namespace, cached: Path, ids: list[str], 
                 warmup=args.warmup,
                 seconds=args.seconds,
                 poll_every=args.poll_every,
-                server_pid=server.proc.pid,
+                server_pids=[s.proc.pid for s in servers or [server] if s.proc is not None],
                 seed=len(name),
             )  # fmt: skip
         )
@@ -372,7 +385,8 @@ def run_pass(name: str, args: argparse.Namespace, cached: Path, ids: list[str], 
             time.sleep(args.drain)
             drain = (d0, datetime.now(UTC))
     finally:
-        server.stop()
+        for s in reversed(servers or [server]):
+            s.stop()
     assert result.window is not None
     e2e = end_to_end(db, base_order, result.window, drain)
     err = f", errors {result.errors}" if result.errors else ""
@@ -453,7 +467,7 @@ def report(passes: list[Pass], args: argparse.Namespace) -> None:
     t = table(
         "Where the CPU went during the window",
         ["pass", "server CPU/wall", "client CPU/wall", "together", "machine has", "server CPU ms / request"],
-        caption="server: utime+stime of the server process (all threads, /proc/PID/stat); client: this process. "
+        caption="server: utime+stime of the server process (all threads, /proc/PID/stat; with --split, of both processes); client: this process. "
         "server CPU ms / request: server CPU time / HTTP requests answered in the window (in passes with submits it "
         "includes the runner's work for the jobs, which runs in the server process). "
         "Both run on the same cores, so what the client spends is taken from the server. A Python process does "
@@ -730,6 +744,10 @@ def main() -> None:
         "--breakdown", type=int, default=0, metavar="N",
         help="then time each step of a GET and a POST in this process, N calls each (default 0: skip)",
     )  # fmt: skip
+    ap.add_argument(
+        "--split", action="store_true",
+        help="run the service as two processes on the same store: H3_ROLE=runner (the jobs) and H3_ROLE=api (HTTP)",
+    )  # fmt: skip
     ap.add_argument("--keep", action="store_true", help="keep each pass's DB and server log under WORKDIR/pass-NAME")
     args = ap.parse_args()
     names = [n.strip() for n in args.passes.split(",") if n.strip()]
@@ -743,11 +761,17 @@ def main() -> None:
     cached, meta, reused = cached_store(args.workdir, args.jobs)
     ids, base_order = stored_ids(cached)
     built = "reused from cache" if reused else f"built in {meta['build_s']:.1f} s"
+    split = (
+        "; --split: two processes on that store, H3_ROLE=runner (the jobs, H3_POLL_INTERVAL=0.05) and H3_ROLE=api "
+        "(HTTP; sees the runner's events by following the store)"
+        if args.split
+        else ""
+    )
     size = cached.stat().st_size / 2**20
     console.print(
         f"Store: {cached} ({size:,.0f} MiB, {len(ids):,} done jobs, {meta['events']:,} events, schema v{SCHEMA_VERSION}), {built}.\n"
         f"Server: `python -m h3core.cli serve` (uvicorn {version('uvicorn')} with {_http_impl()}, litestar {version('litestar')}; store durable=True, the service's default), H3_EXECUTOR=fake, H3_SLOTS={args.slots}, H3_FAKE_STEP_SECONDS=0, "
-        f"a fresh copy of the store per pass. Client: httpx {version('httpx')} AsyncClient on anyio, HTTP/1.1 keep-alive, "
+        f"a fresh copy of the store per pass{split}. Client: httpx {version('httpx')} AsyncClient on anyio, HTTP/1.1 keep-alive, "
         "one client (one connection) per loop, in this process.\n"
         f"Client and server share this machine's {len(os.sched_getaffinity(0))} cores: the client's CPU is part of "
         "the cost of every figure below.\n"

@@ -26,6 +26,7 @@ from h3core.bus import EventBus
 from h3core.domain.admission import AdmissionPolicy, AdmitAll, Refuse
 from h3core.domain.events import (
     Admitted,
+    Artifact,
     AttemptFailed,
     Body,
     Cancelled,
@@ -42,9 +43,14 @@ from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent, JobState
 from h3core.executors.base import Executor, Heartbeat, JobSpec, Result, Resumable, classify
-from h3core.writer import GroupWriter
+from h3core.writer import GroupWriter, Queued
 
 T = TypeVar("T")
+
+# Progress events an attempt may have queued to the writer and not yet seen written. They are
+# written in order; the executor does not wait for each to reach the disk (the terminal event
+# does wait for all of them), so a slow or busy store costs a job no time per step.
+PROGRESS_IN_FLIGHT = 16
 
 
 class RunnerConfig(BaseModel):
@@ -99,6 +105,7 @@ class _Attempt:
     driver_done: bool = False
     ended: bool = False  # the terminal (or retry) event is written
     resume: bool = False  # re-attached after a restart: follow, do not start
+    reported: list[Queued] = field(default_factory=list)  # progress handed to the writer, oldest first
 
     def wake(self) -> None:
         self.signal.set()
@@ -249,6 +256,24 @@ class Runner:
         finally:
             self._accepting = False
 
+    async def admit_only(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Accept submits and cancels, group-committed as `run` does, and run no job: for a
+        process that only takes requests while another process's runner runs the jobs (it sees
+        them in the store). Cancelling this stops admitting."""
+        try:
+            async with anyio.create_task_group() as writing:
+                await writing.start(self._write_shielded)
+                try:
+                    self._accepting = True
+                    self.started = True
+                    task_status.started()
+                    await anyio.sleep_forever()
+                finally:
+                    self._accepting = False
+                    self.writer.close()
+        finally:
+            self._accepting = False
+
     async def _write_shielded(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with anyio.CancelScope(shield=True):
             await self.writer.run(task_status=task_status)
@@ -392,12 +417,15 @@ class Runner:
                         if a.result is not None:
                             raise RuntimeError(f"executor yielded {type(update).__name__} after its result")
                         if isinstance(update, Result):
+                            if not isinstance(update.artifact, Artifact):
+                                raise TypeError(f"executor returned {update.artifact!r}, not an Artifact")
                             a.result = update
                         elif isinstance(update, Progress):
                             if not a.ended:
-                                a.state = await self._append(a.state.job_id, [update])
+                                await self._report(a, update)
                         elif not isinstance(update, Heartbeat):
                             raise TypeError(f"executor yielded {update!r}, not Progress, Heartbeat or Result")
+                await self._settle(a)  # a refused progress event fails the attempt
             if a.result is None and not scope.cancel_called:
                 a.error = ("executor_error", "executor finished without a result", None)
         except Exception as exc:  # errors only: cancellation is a BaseException and passes
@@ -406,6 +434,28 @@ class Runner:
         finally:
             a.driver_done = True
             a.wake()
+
+    async def _report(self, a: _Attempt, update: Progress) -> None:
+        self._settled(a)
+        a.reported.append(self.writer.enqueue(a.state.job_id, [update]))
+        await self._settle(a, keep=PROGRESS_IN_FLIGHT)
+
+    async def _settle(self, a: _Attempt, *, keep: int = 0, quiet: bool = False) -> None:
+        """Wait until at most `keep` of the attempt's progress events are unwritten."""
+        while len(a.reported) > keep:
+            await a.reported[0].done.wait()
+            self._settled(a, quiet=quiet)
+
+    def _settled(self, a: _Attempt, *, quiet: bool = False) -> None:
+        """Take the outcomes of the progress events written so far: the newest state, or the
+        store's refusal (an executor breaking the progress contract), raised unless `quiet`."""
+        while a.reported and a.reported[0].done.is_set():
+            outcome = a.reported.pop(0).outcome
+            if isinstance(outcome, Exception):
+                if not quiet:
+                    raise outcome
+            elif outcome is not None:
+                a.state = outcome[0]
 
     async def _watch(self, a: _Attempt, driver: anyio.CancelScope, tg: anyio.abc.TaskGroup) -> None:
         """Stop the driver on cancel, stall or deadline; end the job if it will not stop."""
@@ -461,6 +511,7 @@ class Runner:
             await self._write_end(a, interrupted=interrupted, grace_expired=grace_expired)
 
     async def _write_end(self, a: _Attempt, *, interrupted: bool, grace_expired: bool) -> None:
+        await self._settle(a, quiet=True)  # the terminal event comes after every progress event
         body = self._outcome(a, interrupted=interrupted, grace_expired=grace_expired)
         while True:
             try:

@@ -21,7 +21,9 @@ from h3core.domain.state import JobState
 
 
 @dataclass
-class _Pending:
+class Queued:
+    """An append handed to the writer."""
+
     job_id: str
     bodies: Sequence[Body]
     expected_seq: int | None
@@ -34,7 +36,7 @@ class GroupWriter:
         self.store = store
         self.bus = bus
         self.max_batch = max_batch
-        self._pending: list[_Pending] = []
+        self._pending: list[Queued] = []
         self._wake = anyio.Event()
         self._running = False
         self._closing = False
@@ -57,9 +59,7 @@ class GroupWriter:
                 if not isinstance(outcome, Exception):
                     self.bus.publish(outcome[1])
         else:
-            items = [_Pending(*request) for request in requests]
-            self._pending.extend(items)
-            self._wake.set()
+            items = [self.enqueue(*request) for request in requests]
             # Once queued, the appends will happen: wait for their outcomes even if we are
             # cancelled, so the caller never believes in an event that was, or was not, written.
             with anyio.CancelScope(shield=True):
@@ -67,6 +67,16 @@ class GroupWriter:
                     await item.done.wait()
             outcomes = [item.outcome for item in items if item.outcome is not None]
         return [outcome if isinstance(outcome, Exception) else outcome[0] for outcome in outcomes]
+
+    def enqueue(self, job_id: str, bodies: Sequence[Body], expected_seq: int | None = None) -> Queued:
+        """Queue an append and return at once (only while `run` runs): it will be written, in order
+        after everything queued before it; its `done` is set once it is, with its `outcome`."""
+        if not self._running:
+            raise RuntimeError("enqueue needs the writer running; use append")
+        item = Queued(job_id, bodies, expected_seq)
+        self._pending.append(item)
+        self._wake.set()
+        return item
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Write until `close()` and the queue is empty. Run it shielded: writes must outlive the

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -21,8 +22,10 @@ from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.profiles import load_profile
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
+from h3core.bus import EventBus
 from h3core.domain.capacity import CapacityPolicy
 from h3core.runner import Runner
+from h3core.tail import StoreTail
 from service.auth import bearer_guard
 from service.executors import make_executor
 from service.metrics import Metrics
@@ -39,8 +42,10 @@ class Service:
     artifacts: LocalArtifactStore
     uploads: LocalUploadStore
     policy: CapacityPolicy
-    runner: Runner
+    runner: Runner  # in the api role, only for submitting and cancelling: its jobs run elsewhere
     metrics: Metrics
+    bus: EventBus  # every event this process learns of: the runner's, or the store tail's
+    tail: StoreTail | None = None  # api role: what a runner process stores reaches `bus` through it
     started: datetime = field(default_factory=lambda: datetime.now(UTC))
     stopping: bool = False
     _runner_scope: anyio.CancelScope | None = None
@@ -58,8 +63,18 @@ class Service:
         self._loop = asyncio.get_running_loop()
         with anyio.CancelScope() as scope:
             self._runner_scope = scope
-            await self.runner.run(task_status=task_status)
-        self.runner.bus.close()  # after the runner's last events (the interruptions) went out
+            if self.tail is None:
+                await self.runner.run(task_status=task_status)
+            else:
+                async with anyio.create_task_group() as tg:
+                    await tg.start(self.tail.run)
+                    await self.runner.admit_only(task_status=task_status)
+        self.bus.close()  # after the runner's last events (the interruptions) went out
+
+    @property
+    def runner_lock(self) -> Path:
+        """Held by the process that runs this store's jobs (see `h3core.adapters.lock`)."""
+        return Path(f"{self.settings.db}.runner.lock")
 
 
 def build_service(settings: Settings) -> Service:
@@ -67,9 +82,14 @@ def build_service(settings: Settings) -> Service:
     artifacts = LocalArtifactStore(settings.artifacts)
     uploads = LocalUploadStore(settings.uploads, limits={k: min(v, settings.max_upload_bytes) for k, v in DEFAULT_LIMITS.items()})
     policy = CapacityPolicy(load_profile(settings.capacity_profile))
+    if settings.role == "api":  # no executor here: the runner process has it
+        runner = Runner(store, None, settings.runner_config(), admission=policy)  # type: ignore[arg-type]
+        bus = EventBus()
+        tail = StoreTail(store, bus, interval_s=settings.tail_interval)
+        return Service(settings, store, artifacts, uploads, policy, runner, Metrics(store), bus, tail)
     executor = make_executor(settings, artifacts, uploads)
     runner = Runner(store, executor, settings.runner_config(), admission=policy)
-    return Service(settings, store, artifacts, uploads, policy, runner, Metrics(store, executor))
+    return Service(settings, store, artifacts, uploads, policy, runner, Metrics(store, executor), runner.bus)
 
 
 def _problem(status: int, detail: str, **extra) -> Response:
@@ -116,7 +136,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg:
             await tg.start(svc.run_runner)
-            tg.start_soon(svc.metrics.follow, svc.runner.bus)
+            tg.start_soon(svc.metrics.follow, svc.bus)
             try:
                 yield
             finally:

@@ -21,6 +21,9 @@ from h3core.domain.topology import Topology
 from h3core.runner import RunnerConfig
 
 ExecutorName = Literal["fake", "comfyui", "pipeline"]
+# all: HTTP and the runner in one process. api: HTTP only, following the store for what a runner
+# process writes. runner: the runner only (no HTTP), for an api process on the same store.
+Role = Literal["all", "api", "runner"]
 
 
 class SettingsError(ValueError):
@@ -56,6 +59,8 @@ class _TomlFile(PydanticBaseSettingsSource):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="H3_", extra="forbid", frozen=True)
 
+    role: Role = "all"
+    tail_interval: float = Field(default=0.05, gt=0, le=10)  # api role: how often it looks for new events
     host: str = "127.0.0.1"
     port: int = Field(default=8100, ge=0, le=65535)
     db: Path = Path("h3core.db")
@@ -65,6 +70,7 @@ class Settings(BaseSettings):
     api_tokens: Annotated[list[str], NoDecode] = []
     fake_step_seconds: float = Field(default=0.5, ge=0)
     stall_timeout: float = Field(default=600.0, gt=0)
+    poll_interval: float = Field(default=0.5, gt=0, le=60)  # how often a runner looks for work others stored
     attempt_deadline: float | None = Field(default=None, gt=0)
     cancel_grace: float = Field(default=30.0, ge=0)
     slots: int = Field(default=1, ge=1, le=256)
@@ -158,6 +164,7 @@ class Settings(BaseSettings):
         return RunnerConfig(
             slots=self.runner_slots(),
             stall_timeout_s=self.stall_timeout,
+            poll_interval_s=self.poll_interval,
             attempt_deadline_s=self.attempt_deadline,
             cancel_grace_s=self.cancel_grace,
             retry=RetryPolicy(max_attempts=self.max_attempts, retry_on=tuple(self.retry_on)),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 from types import TracebackType
 
@@ -47,7 +48,15 @@ class RunnerLock:
             raise RuntimeError(f"{self.path} is already held by this object")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # A few tries: `holder()` takes a shared lock for an instant to look.
+            for wait in (0.01, 0.05, 0.1, 0.25, None):
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if wait is None:
+                        raise
+                    time.sleep(wait)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or None
             os.close(fd)
@@ -58,6 +67,22 @@ class RunnerLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
+
+    @staticmethod
+    def holder(path: str | Path) -> str | None:
+        """Who holds the lock at `path` now (its pid as written), or None if no one does.
+        Looks without taking it for longer than an instant."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+        finally:
+            os.close(fd)  # closing the descriptor also drops the shared lock, if we got it
+        return None
 
     def release(self) -> None:
         fd, self._fd = self._fd, None

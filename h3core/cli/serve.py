@@ -21,6 +21,9 @@ def _opt(envvar: str, help: str, **kw):
 
 @app.command()
 def serve(
+    role: Annotated[str | None, _opt("H3_ROLE", "all: HTTP and runner in one process; api: HTTP only; runner: jobs only (no HTTP) [all].")] = None,
+    tail_interval: Annotated[float | None, _opt("H3_TAIL_INTERVAL", "api role: seconds between looks for events the runner process stored [0.05].")] = None,
+    poll_interval: Annotated[float | None, _opt("H3_POLL_INTERVAL", "Seconds between a runner's looks for work other processes stored [0.5].")] = None,
     host: Annotated[str | None, _opt("H3_HOST", "Address to listen on [127.0.0.1].")] = None,
     port: Annotated[int | None, _opt("H3_PORT", "Port [8100].")] = None,
     db: Annotated[Path | None, _opt("H3_DB", "SQLite store [h3core.db].")] = None,
@@ -72,10 +75,17 @@ def serve(
         fail(f"invalid setting: {first_error(exc)}")
     except (SettingsError, ProfileError) as exc:
         fail(str(exc))
-    lock = take_runner_lock(settings.db)
+    lock = take_runner_lock(settings.db) if settings.role != "api" else None  # the api role runs no job
+    if settings.role == "runner":
+        try:
+            _run_jobs(application.state.service)
+        finally:
+            lock.release()
+        return
     auth = f"{len(settings.api_tokens)} API token(s)" if settings.api_tokens else "no authentication (loopback only)"
     console_err().print(
-        f"h3core: http://{settings.host}:{settings.port}  store {settings.db}  executor {settings.executor}  {auth}  "
+        f"h3core: http://{settings.host}:{settings.port}  store {settings.db}  "
+        f"{'runner in another process' if lock is None else f'executor {settings.executor}'}  {auth}  "
         f"({_server_impl()})"
     )
     config = uvicorn.Config(
@@ -98,7 +108,32 @@ def serve(
     try:
         server.run()
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
+
+
+def _run_jobs(svc) -> None:
+    """The runner role: the jobs of the store, with the executor the settings name, until SIGTERM
+    or SIGINT; no HTTP (an api-role process on the same store takes the requests)."""
+    import functools
+
+    import anyio
+
+    from h3core.cli.worker import serve_runner
+
+    s = svc.settings
+    console_err().print(f"h3core runner: pid {os.getpid()}, store {s.db}, executor {s.executor}, slots {svc.runner.config.slots}")
+    try:
+        how = anyio.run(functools.partial(serve_runner, svc.runner, verbose=False, name="h3core runner"), backend_options=_loop_options())
+    finally:
+        svc.store.close()
+    console_err().print(f"h3core runner: stopped ({how})")
+
+
+def _loop_options() -> dict[str, bool]:
+    from importlib.util import find_spec
+
+    return {"use_uvloop": find_spec("uvloop") is not None}  # as uvicorn's "auto" would pick
 
 
 def _server_impl() -> str:

@@ -101,7 +101,7 @@ async def _print_events(events: AsyncIterator[Event]) -> None:
         _log_event(e)
 
 
-async def _serve(runner: Runner, *, verbose: bool) -> str:
+async def serve_runner(runner: Runner, *, verbose: bool, name: str = "worker") -> str:
     """Run until SIGTERM or SIGINT; return the signal's name. Cancelling the runner is its shutdown."""
     received: list[str] = []
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -117,7 +117,7 @@ async def _serve(runner: Runner, *, verbose: bool) -> str:
                             async for signum in signals:
                                 received.append(signal.Signals(signum).name)
                                 console_err().print(
-                                    f"worker: {received[-1]} received, stopping "
+                                    f"{name}: {received[-1]} received, stopping "
                                     "(running jobs are recorded as interrupted)"
                                 )
                                 run_scope.cancel()
@@ -125,7 +125,7 @@ async def _serve(runner: Runner, *, verbose: bool) -> str:
 
                         tg.start_soon(stop_on_signal)
                         await tg.start(runner.run)
-                        console_err().print("worker: ready")
+                        console_err().print(f"{name}: ready")
                 printer.cancel_scope.cancel()
             # What the runner wrote while stopping (the interrupted attempts), not yet printed.
             while events is not None:
@@ -185,7 +185,7 @@ def worker(
                 f"worker: pid {os.getpid()}, store {db}, artifacts {artifacts}, slots {slots}; "
                 "stop with SIGTERM or Ctrl-C"
             )
-            how = anyio.run(functools.partial(_serve, runner, verbose=verbose))
+            how = anyio.run(functools.partial(serve_runner, runner, verbose=verbose))
             console_err().print(f"worker: stopped ({how})")
     finally:
         lock.release()

@@ -159,7 +159,7 @@ async def job_stream(
         after = last_event_id or 0
         while True:
             # Subscribe before reading the store, so nothing falls between the two.
-            async with svc.runner.bus.subscribe(job_id) as live:
+            async with svc.bus.subscribe(job_id) as live:
                 for e in await _call(svc.store.events, job_id, after):
                     yield _sse(e)
                     after = e.seq
@@ -170,7 +170,7 @@ async def job_stream(
                         try:
                             e = await live.receive()
                         except anyio.EndOfStream:
-                            if svc.runner.bus.closed:
+                            if svc.bus.closed:
                                 return  # the service is stopping: end the stream, let it stop
                             break  # we fell behind and were dropped: catch up from the store
                         if e.seq <= after:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+
 import anyio
 import av
 import pytest
 
 from h3core import (
     Admitted,
+    Artifact,
     FakePlan,
     GenerationRequest,
     IdempotencyMismatch,
@@ -23,6 +26,7 @@ from h3core import (
 )
 from h3core.adapters.artifacts import sha256_file
 from h3core.executors.base import Result
+from h3core.runner import PROGRESS_IN_FLIGHT
 from tests.factories import request, submitted
 from tests.unit.conftest import wait_until
 
@@ -172,6 +176,40 @@ async def test_free_slots_are_filled_from_one_read_of_the_queue(make_runner, tmp
     assert all(store.get(j).status == "done" for j in ids)
 
 
+async def test_the_executor_does_not_wait_for_each_progress_event_to_be_written(make_runner, tmp_path):
+    store = SQLiteEventStore(tmp_path / "slow.db", durable=False)
+    job = (await Runner(store, None).submit(request(steps=40))).job_id
+    gate, yielded = threading.Event(), []
+    append_batch = store.append_batch
+
+    def held(items):  # the disk is slow: no progress event is written until the test says so
+        if any(b.type == "progress" for _, bodies, _ in items for b in bodies):
+            gate.wait(10)
+        return append_batch(items)
+
+    store.append_batch = held
+
+    async with make_runner(store=store) as runner:
+        real = runner.executor.run
+
+        async def counted(spec):
+            async for update in real(spec):
+                if isinstance(update, Progress):
+                    yielded.append(update.step)
+                yield update
+
+        runner.executor.run = counted
+        # Not one progress event is written, yet the executor ran on: up to PROGRESS_IN_FLIGHT queued.
+        await wait_until(lambda: len(yielded) == PROGRESS_IN_FLIGHT + 1)
+        await anyio.sleep(0.1)
+        assert len(yielded) == PROGRESS_IN_FLIGHT + 1, "and no further than that"
+        assert types(runner, job) == ["submitted", "admitted", "running"]
+        gate.set()
+        await wait_until(ended(runner, job))
+    assert types(runner, job) == ["submitted", "admitted", "running"] + ["progress"] * 40 + ["done"]
+    assert [e.body.step for e in store.events(job) if e.type == "progress"] == list(range(1, 41))
+
+
 async def test_stopping_the_runner_mid_job_records_an_interruption_and_a_restart_finishes_it(make_runner, tmp_path):
     store = SQLiteEventStore(tmp_path / "shared.db", durable=False)
     async with make_runner(plan=FakePlan(step_seconds=0.05), store=store) as runner:
@@ -249,9 +287,26 @@ async def test_an_executor_breaking_the_progress_contract_fails_the_job(make_run
     assert state.error.kind == "executor_error" and "does not advance" in state.error.message
 
 
+async def test_an_executor_returning_something_that_is_not_an_artifact_fails_the_job(make_runner):
+    async def sloppy(job):
+        yield Result(artifact={"path": "x.mp4"})  # type: ignore[arg-type]
+
+    async with make_runner() as runner:
+        real = runner.executor.run
+        runner.executor.run = sloppy
+        job = await runner.submit(request())
+        await wait_until(ended(runner, job.job_id))
+        runner.executor.run = real
+        nxt = await runner.submit(request(steps=1))
+        await wait_until(ended(runner, nxt.job_id))  # the runner survived it
+    state = runner.store.get(job.job_id)
+    assert state.status == "failed" and state.error.kind == "executor_error" and "not an Artifact" in state.error.message
+    assert runner.store.get(nxt.job_id).status == "done"
+
+
 async def test_an_executor_yielding_after_its_result_fails_the_job(make_runner):
     async def chatty(job):
-        yield Result(artifact=None)  # type: ignore[arg-type]
+        yield Result(Artifact(path="x.mp4", bytes=0, sha256="0" * 64, frames=1, duration_s=0.04))
         yield Progress(step=1, total=1)
 
     async with make_runner() as runner:

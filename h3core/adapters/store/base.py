@@ -120,4 +120,14 @@ class EventStore(Protocol):
         """Every stored event, job by job in submission order, fetched in batches."""
         ...
 
+    def cursor(self) -> int:
+        """The position of the newest stored event, of any job (0: none yet)."""
+        ...
+
+    def events_after(self, cursor: int, limit: int = 1000) -> list[tuple[int, Event]]:
+        """Events of every job stored after `cursor`, in the order they were stored, each with
+        its position: what a process follows to see what other processes write. Gap-free: an
+        event never appears after one stored later."""
+        ...
+
     def close(self) -> None: ...

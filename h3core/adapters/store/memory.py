@@ -19,6 +19,7 @@ class MemoryEventStore:
         self._states: dict[str, JobState] = {}
         self._order: dict[str, int] = {}  # job -> submission order
         self._keys: dict[str, str] = {}  # idempotency key -> job
+        self._stored: list[Event] = []  # every event, in the order stored (positions start at 1)
 
     def _commit(self, state: JobState, events: Sequence[Event]) -> None:
         if isinstance(events[0].body, Submitted):
@@ -29,6 +30,7 @@ class MemoryEventStore:
             self._order[state.job_id] = len(self._order) + 1
             self._logs[state.job_id] = []
         self._logs[state.job_id].extend(events)
+        self._stored.extend(events)
         self._states[state.job_id] = state
 
     def append(
@@ -128,6 +130,14 @@ class MemoryEventStore:
     def all_events(self, batch: int = 10_000) -> Iterator[Event]:
         for job_id in self.job_ids():
             yield from self.events(job_id)
+
+    def cursor(self) -> int:
+        with self._lock:
+            return len(self._stored)
+
+    def events_after(self, cursor: int, limit: int = 1000) -> list[tuple[int, Event]]:
+        with self._lock:
+            return list(enumerate(self._stored[cursor : cursor + limit], start=cursor + 1))
 
     def close(self) -> None:
         pass

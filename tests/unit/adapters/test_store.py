@@ -184,3 +184,36 @@ def test_a_batch_commits_each_append_or_returns_its_refusal_in_place(store):
     assert [e.type for e in store.events("a")] == ["submitted", "admitted", "running", "progress"]
     assert [e.type for e in store.events("b")] == ["submitted"]
     assert store.get("c") is None
+
+
+def test_events_after_follows_every_job_in_the_order_stored(store):
+    assert store.cursor() == 0 and store.events_after(0) == []
+    store.append("a", [submitted(), Admitted()])
+    start = store.cursor()
+    store.append("b", [submitted()])
+    store.append("a", [Running(attempt=1, executor="x")])
+    with pytest.raises(IllegalEvent):  # refused: leaves no position behind
+        store.append("b", [Running(attempt=1, executor="x")])
+    store.append_batch([("b", [Admitted()], None), ("a", [Progress(step=1, total=4)], None)])
+    rows = store.events_after(start)
+    assert [(e.job_id, e.type) for _, e in rows] == [
+        ("b", "submitted"), ("a", "running"), ("b", "admitted"), ("a", "progress"),
+    ]  # fmt: skip
+    positions = [p for p, _ in rows]
+    assert positions == sorted(positions) and positions[0] > start and store.cursor() == positions[-1]
+    assert store.events_after(positions[1], limit=2) == rows[2:4]
+    assert [e for _, e in rows if e.job_id == "a"] == store.events("a", after_seq=2)
+
+
+def test_a_writer_waits_for_another_processs_write_lock_up_to_its_busy_timeout(tmp_path):
+    import threading
+
+    path = tmp_path / "h3.db"
+    patient, hasty = SQLiteEventStore(path, busy_timeout_s=30), SQLiteEventStore(path, busy_timeout_s=0.2)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # another process writing
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        hasty.append("j", [submitted()])
+    threading.Timer(0.3, lambda: holder.execute("COMMIT")).start()
+    patient.append("j", [submitted()])  # waits out the other writer, then writes
+    assert hasty.get("j").status == "submitted"

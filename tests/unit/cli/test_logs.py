@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 from datetime import UTC, datetime, timedelta
@@ -450,6 +451,17 @@ def test_runner_lock_is_exclusive_and_released(tmp_path):
     with RunnerLock(path):  # released on exit: the next one gets it
         pass
     assert path.exists()  # never deleted (see the module docstring)
+
+
+def test_the_lock_holder_can_be_seen_without_taking_the_lock(tmp_path):
+    path = tmp_path / "h3.db.runner.lock"
+    assert RunnerLock.holder(path) is None  # no file yet
+    with RunnerLock(path):
+        assert RunnerLock.holder(path) == str(os.getpid())
+        assert RunnerLock.holder(path) == str(os.getpid())  # looking twice takes nothing
+    assert RunnerLock.holder(path) is None
+    with RunnerLock(path):  # a look just before does not keep it from being taken
+        pass
 
 
 def test_worker_refuses_a_store_another_worker_holds(cli, db):

@@ -1,0 +1,37 @@
+"""Following the store: every event any process stores, published to a bus in store order.
+
+An API process that runs no runner of its own (`H3_ROLE=api`) sees the jobs a runner process
+runs this way: live streams and metrics read the bus as they would beside an in-process runner.
+The store is the only channel between the processes, so neither depends on the other being up:
+a tail started late, or one that fell behind, reads what it missed from the store.
+"""
+
+from __future__ import annotations
+
+import anyio
+from anyio.abc import TaskStatus
+
+from h3core.adapters.store.base import EventStore
+from h3core.bus import EventBus
+
+
+class StoreTail:
+    def __init__(self, store: EventStore, bus: EventBus, *, interval_s: float = 0.05, batch: int = 1000) -> None:
+        self.store = store
+        self.bus = bus
+        self.interval_s = interval_s  # how long a new event can wait to be seen, at most
+        self.batch = batch
+        self.position = 0  # the last event published
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """From the events stored from now on, until cancelled. Subscribers get history from the
+        store themselves (as they do beside a runner), so the tail starts at the newest event."""
+        self.position = await anyio.to_thread.run_sync(self.store.cursor)
+        task_status.started()
+        while True:
+            rows = await anyio.to_thread.run_sync(self.store.events_after, self.position, self.batch)
+            if rows:
+                self.position = rows[-1][0]
+                self.bus.publish(e for _, e in rows)
+            if len(rows) < self.batch:  # caught up: wait; behind: read on at once
+                await anyio.sleep(self.interval_s)

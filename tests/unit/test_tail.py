@@ -1,0 +1,38 @@
+"""The store tail: what another process stores reaches this process's bus, in order, once."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from h3core.adapters.store.sqlite import SQLiteEventStore
+from h3core.bus import EventBus
+from h3core.domain.events import Admitted, Progress, Running
+from h3core.tail import StoreTail
+from tests.factories import submitted
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_events_another_connection_stores_are_published_in_order_once(tmp_path):
+    path = tmp_path / "h3.db"
+    mine, theirs = SQLiteEventStore(path, durable=False), SQLiteEventStore(path, durable=False)
+    theirs.append("old", [submitted(), Admitted()])  # before the tail: not published
+    bus = EventBus()
+    tail = StoreTail(mine, bus, interval_s=0.01, batch=3)  # a batch smaller than the backlog
+    async with bus.subscribe() as everything, bus.subscribe("b") as only_b, anyio.create_task_group() as tg:
+        await tg.start(tail.run)
+        theirs.append("a", [submitted(), Admitted(), Running(attempt=1, executor="x")])
+        theirs.append("b", [submitted(), Admitted()])
+        theirs.append_batch([("a", [Progress(step=1, total=2)], None), ("b", [Running(attempt=1, executor="x")], None)])
+        seen = []
+        with anyio.fail_after(5):
+            while len(seen) < 7:
+                seen.append(await everything.receive())
+        assert [(e.job_id, e.seq) for e in seen] == [("a", 1), ("a", 2), ("a", 3), ("b", 1), ("b", 2), ("a", 4), ("b", 3)]
+        assert [(e.job_id, e.seq) for e in [only_b.receive_nowait() for _ in range(3)]] == [("b", 1), ("b", 2), ("b", 3)]
+        await anyio.sleep(0.05)  # nothing is published twice
+        with pytest.raises(anyio.WouldBlock):
+            everything.receive_nowait()
+        assert tail.position == theirs.cursor()
+        tg.cancel_scope.cancel()
