@@ -715,7 +715,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=2, help="load before the window, not counted (default 2)")
     ap.add_argument("--pollers", type=int, default=64, help="concurrent GET /v1/jobs/{id} loops (default 64)")
     ap.add_argument("--submitters", type=int, default=8, help="concurrent POST /v1/jobs loops (default 8)")
-    ap.add_argument("--slots", type=int, default=4, help="H3_SLOTS for the server (default 4)")
+    ap.add_argument("--slots", type=int, default=16, help="H3_SLOTS for the server (default 16)")
     ap.add_argument(
         "--poll-every",
         type=float,
