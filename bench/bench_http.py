@@ -7,7 +7,7 @@
 
 The server is the real one (`python -m h3core.cli serve`) in a subprocess, on a store holding
 `--jobs` finished jobs, with the zero-time fake executor (H3_FAKE_STEP_SECONDS=0). The client is
-httpx.AsyncClient (HTTP/1.1 keep-alive) on anyio in this process, on the same machine: client
+aiohttp (HTTP/1.1 keep-alive) on anyio in this process, on the same machine: client
 and server share its cores, so the client's CPU is part of every figure. See bench/README.md.
 """
 
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import aiohttp
 import anyio
 import httpx
 
@@ -246,19 +247,24 @@ async def load(url: str, ids: list[str], *, pollers: int, submitters: int, warmu
                server_pids: list[int], seed: int) -> Load:  # fmt: skip
     out = Load()
     clock = time.perf_counter
-    # One client, so one keep-alive connection, per loop. A single AsyncClient shared by 72 loops
-    # spends its CPU in httpcore's pool bookkeeping, which scans every connection for each
-    # request (measured here: 20 GET/s at 100% client CPU), and would measure the client, not the service.
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    # One session, so one keep-alive connection, per loop. aiohttp, not httpx: the client shares
+    # the machine with the server, and httpx.AsyncClient cost 0.8 ms of CPU per GET here (a whole
+    # core at 1,242 GET/s, more than the server spent); a single client shared by 72 loops was
+    # worse still (httpcore scans its whole pool per request).
+    timeout = aiohttp.ClientTimeout(total=60)
+    body = json.dumps(SUBMIT_BODY).encode()
+    post_headers = {"Content-Type": "application/json"}
     async with AsyncExitStack() as stack:
         clients = [
-            await stack.enter_async_context(httpx.AsyncClient(base_url=url, limits=limits, timeout=60, verify=False))
+            await stack.enter_async_context(
+                aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=1), timeout=timeout)
+            )
             for _ in range(pollers + submitters)
         ]
         p0, d0 = clock(), datetime.now(UTC)
         start, end = p0 + warmup, p0 + warmup + seconds
 
-        async def poller(k: int, client: httpx.AsyncClient) -> None:
+        async def poller(k: int, client: aiohttp.ClientSession) -> None:
             rng = random.Random(seed * 1000 + k)
             # Paced pollers each start at a random phase and keep to their own schedule, so they do
             # not fire together (64 in step would be a burst of 64 every period).
@@ -269,27 +275,29 @@ async def load(url: str, ids: list[str], *, pollers: int, submitters: int, warmu
                     due = max(due + poll_every, clock())  # a late answer: the next one goes at once
                 t0 = clock()
                 try:
-                    r = await client.get(f"/v1/jobs/{rng.choice(ids)}")
-                    ok = r.status_code == 200
-                except httpx.HTTPError as exc:
-                    ok, r = False, type(exc).__name__
+                    async with client.get(f"/v1/jobs/{rng.choice(ids)}") as r:
+                        await r.read()
+                    ok, what = r.status == 200, str(r.status)
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    ok, what = False, type(exc).__name__
                 t1 = clock()
                 if not ok:
-                    out.error(f"GET {getattr(r, 'status_code', r)}")
+                    out.error(f"GET {what}")
                 elif t0 >= start and t1 <= end:
                     out.poll_s.append(t1 - t0)
 
-        async def submitter(client: httpx.AsyncClient) -> None:
+        async def submitter(client: aiohttp.ClientSession) -> None:
             while True:
                 t0 = clock()
                 try:
-                    r = await client.post("/v1/jobs", json=SUBMIT_BODY)
-                    ok = r.status_code == 201
-                except httpx.HTTPError as exc:
-                    ok, r = False, type(exc).__name__
+                    async with client.post("/v1/jobs", data=body, headers=post_headers) as r:
+                        await r.read()
+                    ok, what = r.status == 201, str(r.status)
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    ok, what = False, type(exc).__name__
                 t1 = clock()
                 if not ok:
-                    out.error(f"POST {getattr(r, 'status_code', r)}")
+                    out.error(f"POST {what}")
                 elif t0 >= start and t1 <= end:
                     out.submit_s.append(t1 - t0)
 
@@ -771,7 +779,7 @@ def main() -> None:
     console.print(
         f"Store: {cached} ({size:,.0f} MiB, {len(ids):,} done jobs, {meta['events']:,} events, schema v{SCHEMA_VERSION}), {built}.\n"
         f"Server: `python -m h3core.cli serve` (uvicorn {version('uvicorn')} with {_http_impl()}, litestar {version('litestar')}; store durable=True, the service's default), H3_EXECUTOR=fake, H3_SLOTS={args.slots}, H3_FAKE_STEP_SECONDS=0, "
-        f"a fresh copy of the store per pass{split}. Client: httpx {version('httpx')} AsyncClient on anyio, HTTP/1.1 keep-alive, "
+        f"a fresh copy of the store per pass{split}. Client: aiohttp {version('aiohttp')} ClientSession on anyio (asyncio), HTTP/1.1 keep-alive, "
         "one client (one connection) per loop, in this process.\n"
         f"Client and server share this machine's {len(os.sched_getaffinity(0))} cores: the client's CPU is part of "
         "the cost of every figure below.\n"
