@@ -484,3 +484,9 @@ def test_backup_copies_a_store_in_use(tmp_path):
     assert copy.events("a") == store.events("a")
     again = CliRunner().invoke(app, ["backup", str(tmp_path / "copy.db"), "--db", str(db)])
     assert again.exit_code == 2 and "already exists" in again.output
+
+
+def test_serve_help_shows_every_default_even_a_word(cli):
+    out = run(cli, "serve", "--help", env={"COLUMNS": "300"}).output
+    for shown in ("[pipeline]", "[all]", "[h3core.db]", "[127.0.0.1]", "[0.5]"):
+        assert shown in out, f"{shown} missing from serve --help"
