@@ -490,3 +490,16 @@ def test_serve_help_shows_every_default_even_a_word(cli):
     out = run(cli, "serve", "--help", env={"COLUMNS": "300"}).output
     for shown in ("[pipeline]", "[all]", "[h3core.db]", "[127.0.0.1]", "[0.5]"):
         assert shown in out, f"{shown} missing from serve --help"
+
+
+def test_serve_freezes_what_start_up_made_so_full_collections_skip_it():
+    import gc
+
+    from h3core.cli.serve import _freeze_startup_objects
+
+    before = gc.get_freeze_count()
+    try:
+        _freeze_startup_objects()
+        assert gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()
