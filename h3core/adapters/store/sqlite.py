@@ -95,10 +95,6 @@ class SQLiteEventStore:
         self._busy_timeout_s = busy_timeout_s
         self._w = self._connect(busy_timeout_s, durable)
         self._migrate()
-        # From here the writer waits for the write lock in `_begin`, not in SQLite's busy handler,
-        # whose sleeps grow to 100 ms: with a second writing process (an API beside a runner)
-        # that made a commit wait tens of ms for a lock held a fraction of one.
-        self._w.execute("PRAGMA busy_timeout = 0")
         self._r = self._connect(busy_timeout_s, durable)
         # Point reads (one row by key) get their own connection, so they never wait behind a
         # scan on `_r` (a listing, a count): the service answers them on its event loop.
@@ -117,18 +113,26 @@ class SQLiteEventStore:
         return conn
 
     def _begin(self) -> None:
-        """BEGIN IMMEDIATE: the write lock, waited for in short sleeps up to the busy timeout."""
+        """BEGIN IMMEDIATE: the write lock, waited for in short sleeps up to the busy timeout.
+
+        Not in SQLite's busy handler, whose sleeps grow to 100 ms: with a second writing process
+        (an API beside a runner) that made a commit wait tens of ms for a lock held a fraction of
+        one. Every other statement keeps the handler (a CI run once saw one need it)."""
         deadline = time.monotonic() + self._busy_timeout_s
         pause = 0.0001
-        while True:
-            try:
-                self._w.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:  # extended codes too
-                    raise
-            time.sleep(pause)
-            pause = min(pause * 2, 0.002)
+        self._w.execute("PRAGMA busy_timeout = 0")
+        try:
+            while True:
+                try:
+                    self._w.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:  # extended codes too
+                        raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.002)
+        finally:
+            self._w.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
