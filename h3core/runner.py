@@ -260,19 +260,16 @@ class Runner:
         """Accept submits and cancels, group-committed as `run` does, and run no job: for a
         process that only takes requests while another process's runner runs the jobs (it sees
         them in the store). Cancelling this stops admitting."""
-        try:
-            async with anyio.create_task_group() as writing:
-                await writing.start(self._write_shielded)
-                try:
-                    self._accepting = True
-                    self.started = True
-                    task_status.started()
-                    await anyio.sleep_forever()
-                finally:
-                    self._accepting = False
-                    self.writer.close()
-        finally:
-            self._accepting = False
+        async with anyio.create_task_group() as writing:
+            await writing.start(self._write_shielded)
+            try:
+                self._accepting = True
+                self.started = True
+                task_status.started()
+                await anyio.sleep_forever()
+            finally:
+                self._accepting = False
+                self.writer.close()
 
     async def _write_shielded(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with anyio.CancelScope(shield=True):
@@ -339,19 +336,17 @@ class Runner:
             wake = self._wake
             # Our own jobs can be queued while their task ends (a retry): skip those.
             queued = await self._call(self.store.queued, wanted, frozenset(self._busy))
-            if not queued:
-                with anyio.move_on_after(self.config.poll_interval_s):
-                    await wake.wait()
-                continue
-            outcomes = await self.writer.append_many([(s.job_id, [self._start(s)], s.last_seq) for s in queued])
-            claimed = [o for o in outcomes if not isinstance(o, Exception) and o.status == "running"]
-            if claimed:
-                return claimed
-            # None taken: each was cancelled or taken meanwhile (Conflict), or refused by the
-            # executor (now failed). Look again at once, unless the log itself refused them all.
-            if all(isinstance(o, IllegalEvent) for o in outcomes):
-                with anyio.move_on_after(self.config.poll_interval_s):
-                    await wake.wait()
+            if queued:
+                outcomes = await self.writer.append_many([(s.job_id, [self._start(s)], s.last_seq) for s in queued])
+                claimed = [o for o in outcomes if not isinstance(o, Exception) and o.status == "running"]
+                if claimed:
+                    return claimed
+                # None taken: each was cancelled or taken meanwhile (Conflict), or refused by the
+                # executor (now failed). Look again at once, unless the log itself refused them all.
+                if not all(isinstance(o, IllegalEvent) for o in outcomes):
+                    continue
+            with anyio.move_on_after(self.config.poll_interval_s):
+                await wake.wait()
 
     def _start(self, state: JobState) -> Body:
         """The event that starts a queued job's next attempt, or fails it if the executor refuses."""

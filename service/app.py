@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -71,10 +70,6 @@ class Service:
                     await self.runner.admit_only(task_status=task_status)
         self.bus.close()  # after the runner's last events (the interruptions) went out
 
-    @property
-    def runner_lock(self) -> Path:
-        """Held by the process that runs this store's jobs (see `h3core.adapters.lock`)."""
-        return Path(f"{self.settings.db}.runner.lock")
 
 
 def build_service(settings: Settings) -> Service:

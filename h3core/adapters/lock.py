@@ -22,6 +22,11 @@ from pathlib import Path
 from types import TracebackType
 
 
+def runner_lock_path(db: str | Path) -> Path:
+    """The lock a store's runner holds: beside the store file."""
+    return Path(f"{db}.runner.lock")
+
+
 class LockHeld(RuntimeError):
     """Another process holds the lock."""
 

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from h3core.adapters.lock import LockHeld, RunnerLock
+from h3core.adapters.lock import LockHeld, RunnerLock, runner_lock_path
 from h3core.adapters.store.sqlite import SchemaTooNew, SQLiteEventStore
 
 EXIT_DATA = 1  # the stored or given data is wrong
@@ -134,7 +134,7 @@ def first_error(exc: ValidationError) -> str:
 def take_runner_lock(db: Path) -> RunnerLock:
     """One store takes one runner (`serve` or `worker`): a second would fight the first over
     its running jobs. Exits 3 naming the holder if the store is taken."""
-    lock_path = Path(f"{db}.runner.lock")
+    lock_path = runner_lock_path(db)
     try:
         lock = RunnerLock(lock_path)
         lock.acquire()

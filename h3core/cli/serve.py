@@ -61,16 +61,17 @@ def serve(
     """Serve the HTTP API (OpenAPI at /schema). Tokens come from H3_API_TOKENS only (never a flag)."""
     import uvicorn
 
-    from service.app import create_app
+    from service.app import build_service, create_app
     from service.settings import Settings, SettingsError
 
     if config is not None:
         os.environ["H3_CONFIG"] = str(config)
-    given = {k: v for k, v in locals().items() if k not in ("config", "uvicorn", "create_app", "Settings", "SettingsError") and v is not None}
+    given = {k: v for k, v in locals().items() if k not in ("config", "uvicorn", "build_service", "create_app", "Settings", "SettingsError") and v is not None}
     try:
         settings = Settings(**given)
         settings.check_exposure()
-        application = create_app(settings)
+        service = build_service(settings)
+        application = create_app(settings, service) if settings.role != "runner" else None  # no HTTP there
     except ValidationError as exc:
         fail(f"invalid setting: {first_error(exc)}")
     except (SettingsError, ProfileError) as exc:
@@ -78,7 +79,7 @@ def serve(
     lock = take_runner_lock(settings.db) if settings.role != "api" else None  # the api role runs no job
     if settings.role == "runner":
         try:
-            _run_jobs(application.state.service)
+            _run_jobs(service)
         finally:
             lock.release()
         return
@@ -100,7 +101,7 @@ def serve(
         timeout_graceful_shutdown=max(5, int(settings.cancel_grace) + 5),
         access_log=settings.log_level == "debug",
     )
-    server = _server(config, on_exit=application.state.service.begin_shutdown)
+    server = _server(config, on_exit=service.begin_shutdown)
     _freeze_startup_objects()
     # uvicorn re-raises the signal it stopped on, once it is done; a stop we asked for is a
     # clean exit (status 0), so the re-raised signal lands on a handler that does nothing.
@@ -153,7 +154,7 @@ def _server_impl() -> str:
     """What uvicorn's "auto" picks: uvloop and httptools when installed (uvicorn[standard])."""
     from importlib.util import find_spec
 
-    loop = "uvloop" if find_spec("uvloop") is not None else "asyncio"
+    loop = "uvloop" if _loop_options()["use_uvloop"] else "asyncio"
     http = "httptools" if find_spec("httptools") is not None else "h11"
     return f"{loop}, {http}"
 

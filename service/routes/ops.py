@@ -6,7 +6,7 @@ import anyio
 from litestar import Response, get
 from litestar.openapi.datastructures import ResponseSpec
 
-from h3core.adapters.lock import RunnerLock
+from h3core.adapters.lock import RunnerLock, runner_lock_path
 from service.app import Service
 from service.views import CeilingsView, GroupView, ReadyView, ceiling_view, problems
 
@@ -25,9 +25,10 @@ async def readyz(svc: Service) -> Response[ReadyView]:
     except Exception as exc:  # any failure to write means not ready; report it, do not crash
         checks["store"] = f"not writable: {exc}"
     if svc.tail is not None:  # api role: the jobs run in the process holding the runner lock
-        holder = await anyio.to_thread.run_sync(RunnerLock.holder, svc.runner_lock)
+        lock = runner_lock_path(svc.settings.db)
+        holder = await anyio.to_thread.run_sync(RunnerLock.holder, lock)
         checks["executor"] = f"in the runner process ({svc.settings.executor})"
-        running = f"process {holder} runs the jobs" if holder else f"no runner process (nothing holds {svc.runner_lock})"
+        running = f"process {holder} runs the jobs" if holder else f"no runner process (nothing holds {lock})"
         checks["runner"] = running if svc.runner.accepting else "not accepting"
         ok = checks["store"] == "ok" and holder is not None and svc.runner.accepting
         return Response(ReadyView(status="ready" if ok else "not ready", **checks), status_code=200 if ok else 503)

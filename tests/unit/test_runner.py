@@ -153,12 +153,16 @@ async def test_a_retried_job_whose_executor_is_still_stopping_is_not_started_twi
     plan = FakePlan(step_seconds=0.05, cleanup_seconds=1.0)
     retry = RetryPolicy(max_attempts=2, retry_on=("deadline",))
     async with make_runner(plan=plan, slots=2, attempt_deadline_s=0.3, cancel_grace_s=0.1, retry=retry) as runner:
+        real, cleaned_at_start = runner.executor.run, {}
+
+        def run(spec):  # what had been cleaned up when each attempt began
+            cleaned_at_start[spec.attempt] = runner.executor.cleanups
+            return real(spec)
+
+        runner.executor.run = run
         job = await runner.submit(request(steps=200))
-        await wait_until(lambda: runner.store.get(job.job_id).status == "queued" and runner.store.get(job.job_id).attempt == 1)
-        await anyio.sleep(0.5)  # the first attempt's cleanup has 0.5 s to go
-        assert runner.store.get(job.job_id).status == "queued" and runner.executor.runs == 1
         await wait_until(lambda: runner.store.get(job.job_id).attempt == 2, timeout=5)
-        assert runner.executor.cleanups == 1, "the second attempt started after the first one's cleanup"
+        assert cleaned_at_start == {1: 0, 2: 1}, "the second attempt began after the first one's cleanup"
         await runner.cancel(job.job_id)
 
 
