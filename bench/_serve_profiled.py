@@ -3,7 +3,7 @@
     python bench/_serve_profiled.py OUT.prof --port P --db DB --artifacts DIR --uploads DIR
 
 The app is built the way `h3core serve` builds it (Settings from H3_* and these flags, then
-service.app.create_app) and run by uvicorn with the same options. The main thread (the event
+h3core.service.app.create_app) and run by uvicorn with the same options. The main thread (the event
 loop: HTTP parsing, routing, handlers, serialisation) and every worker thread started afterwards
 (anyio's to_thread pool: store reads and appends) get their own cProfile.Profile, timed with
 time.thread_time: each thread's CPU time, so time spent blocked (waiting for a lock, a socket, an
@@ -33,8 +33,8 @@ def main() -> None:
 
     import uvicorn
 
-    from service.app import create_app
-    from service.settings import Settings
+    from h3core.service.app import create_app
+    from h3core.service.settings import Settings
 
     settings = Settings(port=args.port, db=args.db, artifacts=args.artifacts, uploads=args.uploads)
     app = create_app(settings)

@@ -61,8 +61,8 @@ def serve(
     """Serve the HTTP API (OpenAPI at /schema). Tokens come from H3_API_TOKENS only (never a flag)."""
     import uvicorn
 
-    from service.app import build_service, create_app
-    from service.settings import Settings, SettingsError
+    from h3core.service.app import build_service, create_app
+    from h3core.service.settings import Settings, SettingsError
 
     if config is not None:
         os.environ["H3_CONFIG"] = str(config)

@@ -7,8 +7,8 @@ from litestar import Response, get
 from litestar.openapi.datastructures import ResponseSpec
 
 from h3core.adapters.lock import RunnerLock, runner_lock_path
-from service.app import Service
-from service.views import CeilingsView, GroupView, ReadyView, ceiling_view, problems
+from h3core.service.context import Service
+from h3core.service.views import CeilingsView, GroupView, ReadyView, ceiling_view, problems
 
 
 @get("/healthz", summary="The process is up", sync_to_thread=False)

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import anyio
-import anyio.abc
 from litestar import Litestar, Request, Response, Router
 from litestar.di import Provide
 from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
@@ -17,74 +13,11 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE, HTTP_422_UNPROCESSABLE_ENTITY, HTTP_500_INTERNAL_SERVER_ERROR
 
-from h3core.adapters.artifacts import LocalArtifactStore
-from h3core.adapters.profiles import load_profile
-from h3core.adapters.store.sqlite import SQLiteEventStore
-from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
-from h3core.bus import EventBus
-from h3core.domain.capacity import CapacityPolicy
-from h3core.runner import Runner
-from h3core.tail import StoreTail
-from service.auth import bearer_guard
-from service.executors import make_executor
-from service.metrics import Metrics
-from service.settings import Settings
-from service.strictness import ModelStrictness
-
-
-@dataclass
-class Service:
-    """Everything a request handler may touch, made once per process."""
-
-    settings: Settings
-    store: SQLiteEventStore
-    artifacts: LocalArtifactStore
-    uploads: LocalUploadStore
-    policy: CapacityPolicy
-    runner: Runner  # in the api role, only for submitting and cancelling: its jobs run elsewhere
-    metrics: Metrics
-    bus: EventBus  # every event this process learns of: the runner's, or the store tail's
-    tail: StoreTail | None = None  # api role: what a runner process stores reaches `bus` through it
-    started: datetime = field(default_factory=lambda: datetime.now(UTC))
-    stopping: bool = False
-    _runner_scope: anyio.CancelScope | None = None
-    _loop: asyncio.AbstractEventLoop | None = None
-
-    def begin_shutdown(self) -> None:
-        """Stop now (SIGTERM): stop admitting, stop the runner, which records running jobs as
-        interrupted, then end the live streams, so open connections do not hold the stop up.
-        Safe to call from a signal handler."""
-        self.stopping = True
-        if self._loop is not None and self._runner_scope is not None:
-            self._loop.call_soon_threadsafe(self._runner_scope.cancel)
-
-    async def run_runner(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        self._loop = asyncio.get_running_loop()
-        with anyio.CancelScope() as scope:
-            self._runner_scope = scope
-            if self.tail is None:
-                await self.runner.run(task_status=task_status)
-            else:
-                async with anyio.create_task_group() as tg:
-                    await tg.start(self.tail.run)
-                    await self.runner.admit_only(task_status=task_status)
-        self.bus.close()  # after the runner's last events (the interruptions) went out
-
-
-
-def build_service(settings: Settings) -> Service:
-    store = SQLiteEventStore(settings.db)
-    artifacts = LocalArtifactStore(settings.artifacts)
-    uploads = LocalUploadStore(settings.uploads, limits={k: min(v, settings.max_upload_bytes) for k, v in DEFAULT_LIMITS.items()})
-    policy = CapacityPolicy(load_profile(settings.capacity_profile))
-    if settings.role == "api":  # no executor here: the runner process has it
-        runner = Runner(store, None, settings.runner_config(), admission=policy)  # type: ignore[arg-type]
-        bus = EventBus()
-        tail = StoreTail(store, bus, interval_s=settings.tail_interval)
-        return Service(settings, store, artifacts, uploads, policy, runner, Metrics(store), bus, tail)
-    executor = make_executor(settings, artifacts, uploads)
-    runner = Runner(store, executor, settings.runner_config(), admission=policy)
-    return Service(settings, store, artifacts, uploads, policy, runner, Metrics(store, executor), runner.bus)
+from h3core.service.auth import bearer_guard
+from h3core.service.context import Service, build_service
+from h3core.service.routes import jobs, ops, uploads
+from h3core.service.settings import Settings
+from h3core.service.strictness import ModelStrictness
 
 
 def _problem(status: int, detail: str, **extra) -> Response:
@@ -122,8 +55,6 @@ def _internal_error(request: Request, exc: Exception) -> Response:
 
 
 def create_app(settings: Settings | None = None, service: Service | None = None) -> Litestar:
-    from service.routes import jobs, ops, uploads
-
     settings = settings or Settings()
     svc = service or build_service(settings)
 

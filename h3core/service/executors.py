@@ -10,7 +10,7 @@ from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.uploads import LocalUploadStore
 from h3core.executors.base import Executor
 from h3core.executors.fake import FakeExecutor, FakePlan
-from service.settings import Settings, SettingsError
+from h3core.service.settings import Settings, SettingsError
 
 log = logging.getLogger("h3core.service")
 

@@ -9,8 +9,8 @@ from litestar.exceptions import HTTPException
 from litestar.params import Parameter
 
 from h3core.adapters.uploads import CONTENT_TYPES, Upload, UploadRejected
-from service.app import Service
-from service.views import problems
+from h3core.service.context import Service
+from h3core.service.views import problems
 
 
 @post(

@@ -19,9 +19,9 @@ from h3core.domain.geometry import Media
 from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
 from h3core.runner import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
-from service.app import Service
-from service.ranges import Unsatisfiable, parse_range
-from service.views import ApiStatus, JobCreate, JobPage, JobView, job_view, problems
+from h3core.service.context import Service
+from h3core.service.ranges import Unsatisfiable, parse_range
+from h3core.service.views import ApiStatus, JobCreate, JobPage, JobView, job_view, problems
 
 STREAM_RESYNC_S = 10.0  # also catch events stored by other processes (a CLI cancel)
 
