@@ -10,14 +10,17 @@ from h3core.adapters.store import (
     UnknownJob,
 )
 from h3core.bus import EventBus
+from h3core.contracts import LiveContract
 from h3core.domain.admission import (
     AdmissionPolicy,
     Admit,
     AdmitAll,
     Ceiling,
+    Contract,
     Decision,
     Refuse,
 )
+from h3core.domain.capabilities import Capabilities, FrameWindow, GroupBudget, ModeReadiness
 from h3core.domain.events import (
     Admitted,
     Artifact,
@@ -41,6 +44,7 @@ from h3core.executors import (
     Executor,
     ExecutorFailure,
     FakeExecutor,
+    FakeLimits,
     FakePlan,
     Heartbeat,
     JobSpec,
@@ -67,8 +71,10 @@ __all__ = [
     "Body",
     "CancelRequested",
     "Cancelled",
+    "Capabilities",
     "Ceiling",
     "Conflict",
+    "Contract",
     "Decision",
     "Done",
     "Event",
@@ -80,8 +86,11 @@ __all__ = [
     "Failed",
     "FailureKind",
     "FakeExecutor",
+    "FakeLimits",
     "FakePlan",
+    "FrameWindow",
     "GenerationRequest",
+    "GroupBudget",
     "GroupPlan",
     "Heartbeat",
     "IdempotencyMismatch",
@@ -89,8 +98,10 @@ __all__ = [
     "JobSpec",
     "JobState",
     "Keyframes",
+    "LiveContract",
     "LocalArtifactStore",
     "MemoryEventStore",
+    "ModeReadiness",
     "NotCancellable",
     "Progress",
     "References",

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import anyio
@@ -23,7 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from h3core.adapters.store.base import Conflict, EventStore
 from h3core.bus import EventBus
+from h3core.contracts import CapabilityFile, LiveContract, publish_capabilities
 from h3core.domain.admission import AdmissionPolicy, AdmitAll, Refuse
+from h3core.domain.capabilities import MODES, Capabilities
 from h3core.domain.events import (
     Admitted,
     Artifact,
@@ -61,6 +64,9 @@ class RunnerConfig(BaseModel):
     attempt_deadline_s: float | None = Field(default=None, gt=0)
     cancel_grace_s: float = Field(default=30.0, ge=0)  # time an executor gets to stop
     poll_interval_s: float = Field(default=0.5, gt=0)  # to see work other processes stored
+    # A job not started this long after it was admitted fails `deadline` (waiting for a slot, or
+    # for its mode to become ready); None: it waits as long as it takes.
+    queue_timeout_s: float | None = Field(default=None, gt=0)
     retry: RetryPolicy = RetryPolicy()
 
 
@@ -126,13 +132,19 @@ class Runner:
         admission: AdmissionPolicy | None = None,
         bus: EventBus | None = None,
         id_factory: Callable[[], str] = new_job_id,
+        board: CapabilityFile | None = None,
     ) -> None:
+        """`board`: where to publish what the executor can run, for processes that admit jobs
+        this runner runs (an API process on the same store)."""
         self.store = store
         self.executor = executor
         self.config = config or RunnerConfig()
-        self.admission = admission or AdmitAll()
+        # By default a request is judged against what the executor says it can run (a runner
+        # that only submits, for another process's executor, is given that one's contract).
+        self.admission = admission or (LiveContract(executor.capabilities) if executor is not None else AdmitAll())
         self.bus = bus or EventBus()
         self._new_id = id_factory
+        self.board = board
         self.writer = GroupWriter(store, self.bus)
         self._attempts: dict[str, _Attempt] = {}
         self._busy: set[str] = set()  # job ids whose task is alive (cleanup may outlive the attempt)
@@ -249,6 +261,10 @@ class Runner:
                         self.started = True
                         task_status.started()
                         tg.start_soon(self._watch_store)
+                        if self.board is not None:
+                            tg.start_soon(publish_capabilities, self.executor, self.board)
+                        if self.config.queue_timeout_s is not None:
+                            tg.start_soon(self._expire_queued, self.config.queue_timeout_s)
                         await self._dispatch(tg, slots)
                 finally:
                     self._accepting = False
@@ -331,32 +347,39 @@ class Runner:
                 tg.start_soon(self._job, state, slots)
 
     async def _claim(self, wanted: int) -> list[JobState]:
-        """Mark up to `wanted` queued jobs running (at least one: waits for work)."""
+        """Mark up to `wanted` queued jobs running (at least one: waits for work). Only jobs in a
+        mode the executor can start now are taken; the others wait in the queue, in order."""
         while True:
             wake = self._wake
-            # Our own jobs can be queued while their task ends (a retry): skip those.
-            queued = await self._call(self.store.queued, wanted, frozenset(self._busy))
-            if queued:
-                outcomes = await self.writer.append_many([(s.job_id, [self._start(s)], s.last_seq) for s in queued])
-                claimed = [o for o in outcomes if not isinstance(o, Exception) and o.status == "running"]
-                if claimed:
-                    return claimed
-                # None taken: each was cancelled or taken meanwhile (Conflict), or refused by the
-                # executor (now failed). Look again at once, unless the log itself refused them all.
-                if not all(isinstance(o, IllegalEvent) for o in outcomes):
-                    continue
+            caps = self.executor.capabilities()
+            runnable = caps.runnable_modes
+            if runnable:
+                modes = None if set(runnable) >= set(MODES) else frozenset(runnable)
+                # Our own jobs can be queued while their task ends (a retry): skip those.
+                queued = await self._call(self.store.queued, wanted, frozenset(self._busy), modes)
+                if queued:
+                    outcomes = await self.writer.append_many([(s.job_id, [self._start(s, caps)], s.last_seq) for s in queued])
+                    claimed = [o for o in outcomes if not isinstance(o, Exception) and o.status == "running"]
+                    if claimed:
+                        return claimed
+                    # None taken: each was cancelled or taken meanwhile (Conflict), or refused by the
+                    # executor (now failed). Look again at once, unless the log itself refused them all.
+                    if not all(isinstance(o, IllegalEvent) for o in outcomes):
+                        continue
             with anyio.move_on_after(self.config.poll_interval_s):
                 await wake.wait()
 
-    def _start(self, state: JobState) -> Body:
-        """The event that starts a queued job's next attempt, or fails it if the executor refuses."""
+    def _start(self, state: JobState, caps: Capabilities) -> Body:
+        """The event that starts a queued job's next attempt, or fails it if the executor refuses.
+        It records where the attempt runs (`caps.identity()`) beside what the executor chose."""
         spec = JobSpec(state.job_id, state.attempt + 1, state.request, state.tokens)
         try:
+            self.executor.check(spec)
             return Running(
                 attempt=spec.attempt,
                 executor=self.executor.name,
                 executor_ref=self.executor.reference(spec),
-                info=self.executor.info(spec),
+                info={**caps.identity(), **self.executor.info(spec)},
             )
         except Exception as exc:  # the executor cannot even describe this job: end it, go on
             kind, message, detail = classify(exc)
@@ -373,6 +396,30 @@ class Runner:
                 if state is not None and state.cancel_requested:
                     attempt.cancel = True
                     attempt.wake()
+
+    async def _expire_queued(self, limit_s: float) -> None:
+        """Fail jobs that were not started within `limit_s` of their admission."""
+        every = min(max(limit_s / 10, self.config.poll_interval_s), 30.0)
+        while True:
+            await anyio.sleep(every)
+            now = datetime.now(UTC)
+            caps = self.executor.capabilities()
+            for state in await self._call(self.store.unfinished):
+                if state.status != "queued" or state.attempt or state.admitted_at is None or state.job_id in self._busy:
+                    continue
+                waited = (now - state.admitted_at).total_seconds()
+                if waited < limit_s:
+                    continue
+                why = caps.waiting_reason(state.request.mode)
+                body = Failed(
+                    kind="deadline",
+                    message=f"not started within {limit_s:g}s of admission (waited {waited:.0f}s"
+                    + (f"; {why})" if why else "; every slot was busy)"),
+                )
+                try:
+                    await self._append(state.job_id, [body], expected_seq=state.last_seq)
+                except (Conflict, IllegalEvent):
+                    pass  # it moved on meanwhile (started or cancelled)
 
     # -- one attempt ------------------------------------------------------------------------
 

@@ -1,4 +1,8 @@
-"""Capacity profiles on disk: TOML files an operator edits; one ships as the default."""
+"""Capacity profiles on disk: TOML files an operator edits; the measured ones ship built in.
+
+Each built-in profile names the executors it describes (`match`); the service applies the first
+that describes an executor's hardware, kernel and group size, and none where nothing matches
+(no memory budget is invented for hardware nobody measured)."""
 
 from __future__ import annotations
 
@@ -17,11 +21,21 @@ class ProfileError(ValueError):
     """A profile file that cannot be used, with the file and field named."""
 
 
-def load_profile(path: str | Path | None = None) -> CapacityProfile:
-    """The profile at `path`, or the built-in default when `path` is None."""
+def builtin_profiles() -> list[CapacityProfile]:
+    """Every profile shipped with h3core, by name."""
+    folder = resources.files("h3core.profiles")
+    names = sorted(e.name.removesuffix(".toml") for e in folder.iterdir() if e.name.endswith(".toml"))
+    return [load_profile(name=n) for n in names]
+
+
+def load_profile(path: str | Path | None = None, *, name: str = DEFAULT_PROFILE) -> CapacityProfile:
+    """The profile at `path`, or the built-in one called `name` when `path` is None."""
     if path is None:
-        text = resources.files("h3core.profiles").joinpath(f"{DEFAULT_PROFILE}.toml").read_text()
-        where = f"built-in profile {DEFAULT_PROFILE}"
+        try:
+            text = resources.files("h3core.profiles").joinpath(f"{name}.toml").read_text()
+        except FileNotFoundError as exc:
+            raise ProfileError(f"no built-in capacity profile {name!r}") from exc
+        where = f"built-in profile {name}"
     else:
         where = str(path)
         try:
@@ -35,3 +49,11 @@ def load_profile(path: str | Path | None = None) -> CapacityProfile:
     except ValidationError as exc:
         fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ProfileError(f"{where}: {fields}") from exc
+
+
+def load_profile_ref(ref: str | Path) -> CapacityProfile:
+    """A profile named by an operator: a TOML file's path, or a built-in profile's name."""
+    text = str(ref)
+    if Path(text).exists() or text.endswith(".toml") or "/" in text:
+        return load_profile(text)
+    return load_profile(name=text)

@@ -15,8 +15,9 @@ import typer
 from pydantic import ValidationError
 
 from h3core.adapters.artifacts import LocalArtifactStore
+from h3core.adapters.profiles import builtin_profiles
 from h3core.cli.app import app
-from h3core.cli.capacity import ProfileOption, admission
+from h3core.cli.capacity import ProfileOption, admission, profile_named
 from h3core.cli.common import (
     DbOption,
     console_err,
@@ -27,6 +28,7 @@ from h3core.cli.common import (
     ts,
 )
 from h3core.cli.replay import fields
+from h3core.contracts import CapabilityFile, LiveContract, capabilities_path
 from h3core.domain.events import (
     Artifact,
     Event,
@@ -76,7 +78,7 @@ def enqueue(
     except ValidationError as exc:
         fail(f"invalid job: {first_error(exc)}")
     with open_store(db, create=True) as store:
-        runner = Runner(store, FakeExecutor(_NoArtifacts()), RunnerConfig(retry=retry), admission=admission(profile))
+        runner = Runner(store, FakeExecutor(_NoArtifacts()), RunnerConfig(retry=retry), admission=admission(db, profile))
         try:
             state = anyio.run(
                 functools.partial(runner.submit, request, priority=priority, idempotency_key=idempotency_key)
@@ -180,7 +182,8 @@ def worker(
             except OSError as exc:
                 fail(f"cannot use {artifacts} for artifacts: {exc.strerror or exc}")
             executor = FakeExecutor(artifact_store, default=FakePlan(step_seconds=fake_step_seconds))
-            runner = Runner(store, executor, config, admission=admission(profile))
+            contract = LiveContract(executor.capabilities, builtin_profiles(), profile=profile_named(profile))
+            runner = Runner(store, executor, config, admission=contract, board=CapabilityFile(capabilities_path(db)))
             console_err().print(
                 f"worker: pid {os.getpid()}, store {db}, artifacts {artifacts}, slots {slots}; "
                 "stop with SIGTERM or Ctrl-C"

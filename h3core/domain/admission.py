@@ -1,30 +1,42 @@
-"""Admission: may this request become a job? A pure policy over the request alone.
+"""Admission: may this request become a job? A pure judgement over the request alone.
 
-A refused request never becomes a job: the caller gets the reason and the limit instead. The
-default admits everything; the capacity model supplies the real policy.
+A refused request never becomes a job: the caller gets the reason and the limit instead.
+`Contract` is the one judgement of the service: the capacity profile (what fits in memory on
+measured hardware) and the executor's capabilities (its modes, its model's clip window, its
+groups' budgets, its kernel's limit, its upload slots) together. `/v1/ceilings` is computed by
+the same code: `ceiling(shape)` is, by construction, the largest frame count `decide` admits for
+that shape, and a refusal carries the same ceiling with the reason that binds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from h3core.domain.geometry import Media
+from h3core.domain.capabilities import Capabilities, GroupBudget
+from h3core.domain.capacity import CapacityProfile, Shape
+from h3core.domain.geometry import CLIP, FPS, Media, count_tokens, snap_frames
 from h3core.domain.request import GenerationRequest
 
-CeilingReason = Literal["vram", "quality", "api_limit"]
+CeilingReason = Literal["vram", "unverified", "quality", "model_window", "mode_unavailable", "api_limit"]
+
+# The API's hard cap where no profile sets one (field notes §5: the old API's cap, 50 s at 24 fps).
+DEFAULT_API_MAX_FRAMES = 1200
+# The canvases the console offers (field notes §5), listed where no profile names its own.
+DEFAULT_RESOLUTIONS: tuple[tuple[int, int], ...] = ((832, 480), (1024, 576), (1344, 768), (448, 256))
 
 
 class Ceiling(BaseModel):
-    """The largest frame count admitted for a request's shape, and what sets it."""
+    """The frame counts admitted for a request's shape, and what sets the largest."""
 
     model_config = ConfigDict(frozen=True)
 
     max_frames: int
     reason: CeilingReason
-    verified: bool = True  # False where no measurement backs the limit
+    verified: bool = True  # False where no measurement backs the limit, or that what it admits fits in memory
+    min_frames: int = 1
 
 
 class Admit(BaseModel):
@@ -40,6 +52,7 @@ class Refuse(BaseModel):
     admitted: Literal[False] = False
     detail: str
     ceiling: Ceiling | None = None
+    reason: CeilingReason | None = None  # the limit this request broke (the ceiling's may differ)
 
 
 Decision = Admit | Refuse
@@ -55,7 +68,190 @@ class AdmissionPolicy(Protocol):
 
 
 class AdmitAll:
-    """Admits every valid request. The default until capacity is measured."""
+    """Admits every valid request."""
 
     def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
         return Admit()
+
+
+class CeilingRow(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    shape: Shape
+    min_frames: int
+    max_frames: int
+    reason: CeilingReason
+    verified: bool
+    tokens_at_max: int | None  # the sequence length of a request at the ceiling
+    budget_tokens: int | None  # the largest budget of a group that can take this shape
+    why: str  # the binding limit in words
+
+
+class _Limit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    reason: CeilingReason
+    why: str
+    verified: bool = True
+
+
+class Contract:
+    """What is admitted is what the executor will run. Pure: a function of its inputs."""
+
+    def __init__(self, capabilities: Capabilities, profile: CapacityProfile | None = None) -> None:
+        self.caps = capabilities
+        self.profile = profile
+        self.api_max_frames = profile.api_max_frames if profile is not None else DEFAULT_API_MAX_FRAMES
+        self.resolutions = profile.resolutions if profile is not None else DEFAULT_RESOLUTIONS
+
+    # -- the one judgement -------------------------------------------------------------------
+
+    def _judge(self, request: GenerationRequest, media: Mapping[str, Media], tokens: int) -> _Limit | None:
+        """None if `request` is admissible, else the limit it breaks."""
+        caps, shape = self.caps, Shape.of(request)
+        mode = caps.mode(request.mode)
+        if not mode.served:
+            return _Limit(reason="mode_unavailable", why=f"mode {request.mode} is not served by {caps.executor}: {mode.reason or 'not offered'}")
+        for name, count in _media_counts(request).items():
+            most = caps.media.get(name)
+            if most is not None and count > most:
+                return _Limit(reason="mode_unavailable", why=f"{name}: {caps.executor} takes at most {most} here, the request has {count}")
+        refs = request.references
+        if refs is not None and caps.max_references is not None and refs.count() > caps.max_references:
+            return _Limit(reason="mode_unavailable", why=f"references: at most {caps.max_references} in all, the request has {refs.count()}")
+        if refs is not None and not caps.audio_alone and refs.audios and not (refs.images or refs.videos):
+            return _Limit(reason="mode_unavailable", why="references.audios: an audio reference needs an image or video reference beside it")
+        window = caps.window
+        if window is not None and not window.admits(request.frames):
+            snapped = snap_frames(request.frames)
+            return _Limit(
+                reason="model_window",
+                why=f"{request.frames} frames snap to {snapped} ({snapped / FPS:.2f} s), outside the {window.describe()} window",
+            )
+        cap = self._quality_cap(shape)
+        if cap is not None and request.frames > cap:
+            return _Limit(reason="quality", why=f"the quality cap at {shape.width}x{shape.height} is {cap} frames")
+        if request.frames > self.api_max_frames:
+            return _Limit(reason="api_limit", why=f"the API limit is {self.api_max_frames} frames")
+        if caps.max_tokens is not None and tokens > caps.max_tokens:
+            kernel = f" ({caps.max_tokens_reason})" if caps.max_tokens_reason else ""
+            return _Limit(reason="vram", why=f"it needs {tokens} tokens, over the attention kernel's {caps.max_tokens}-token limit{kernel}")
+        budget = self._budget(shape)
+        if budget is not None and (budget.tokens is not None and tokens > budget.tokens):
+            reason: CeilingReason = "vram" if budget.verified else "unverified"
+            return _Limit(reason=reason, verified=budget.verified, why=f"it needs {tokens} tokens, over the {budget.tokens}-token budget ({budget.source})")
+        if budget is None:
+            assert self.profile is not None
+            refs = self.profile.references
+            return _Limit(
+                reason="unverified", verified=False,
+                why=f"requests with references have no measured memory budget on {self.profile.name}, and this profile "
+                f"rejects them ({refs.note or 'references.policy = reject'})",
+            )  # fmt: skip
+        return None
+
+    def _quality_cap(self, shape: Shape) -> int | None:
+        if self.profile is None:
+            return None
+        caps = [c.max_frames for c in self.profile.quality_caps if (c.width, c.height) == (shape.width, shape.height)]
+        return min(caps) if caps else None
+
+    def _budget(self, shape: Shape) -> GroupBudget | None:
+        """The budget a request of this shape is held to: the largest group's (a job may go to
+        any group it fits). None: such requests are refused outright (references, where the
+        profile rejects them)."""
+        groups = self.caps.groups
+        best = max(groups, key=lambda g: (g.tokens is None, g.tokens or 0))  # no budget at all is the largest
+        if shape.has_references and self.profile is not None:
+            refs = self.profile.references
+            if refs.policy == "reject":
+                return None
+            tokens = refs.budget_tokens if best.tokens is None else min(refs.budget_tokens or 0, best.tokens)
+            return GroupBudget(size=best.size, tokens=tokens, verified=False, source=f"references budget of {self.profile.name}, unverified")
+        return best
+
+    # -- what callers see --------------------------------------------------------------------
+
+    def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
+        media = media or {}
+        tokens = count_tokens(request, media).total
+        limit = self._judge(request, media, tokens)
+        if limit is None:
+            return Admit(tokens=tokens)
+        row = self.ceiling(request, media)
+        ceiling = Ceiling(max_frames=row.max_frames, reason=row.reason, verified=row.verified, min_frames=row.min_frames)
+        shape = Shape.of(request)
+        where = f"{shape.width}x{shape.height} {shape.mode}"
+        if row.max_frames == 0:
+            admitted = "no frame count is admitted for this shape"
+        else:
+            admitted = f"{row.min_frames}-{row.max_frames} frames are admitted ({row.reason})"
+        detail = f"{request.frames} frames at {where} refused ({limit.reason}): {limit.why}; {admitted}"
+        return Refuse(detail=detail, ceiling=ceiling, reason=limit.reason)
+
+    def ceiling(self, like: Shape | GenerationRequest, media: Mapping[str, Media] | None = None) -> CeilingRow:
+        """The frame counts admitted for requests like `like` (all but its length)."""
+        media = media or {}
+        template = like.request(1) if isinstance(like, Shape) else like
+        shape = Shape.of(template)
+
+        def judge(frames: int) -> _Limit | None:
+            request = template.model_copy(update={"frames": frames})
+            return self._judge(request, media, count_tokens(request, media).total)
+
+        window = self.caps.window
+        low = window.min_frames if window is not None else 1
+        top = self.api_max_frames
+        for bound in (self._quality_cap(shape), window.max_frames if window is not None else None):
+            if bound is not None:
+                top = min(top, bound)
+        # Tokens and the window only change at snapped counts (17n + 5); caps in frames cut
+        # anywhere. From the window's start admission is monotone in frames: walk the snapped
+        # counts (and the top itself) upwards until the first refusal.
+        best = 0
+        refusal = judge(low)
+        if refusal is None:
+            best = low
+            for frames in [*range(snap_frames(low), top, CLIP), top, top + 1]:
+                if frames <= best:
+                    continue
+                refusal = judge(frames)
+                if refusal is not None:
+                    break
+                best = frames
+        assert refusal is not None  # top + 1 breaks whatever set top
+        tokens = count_tokens(template.model_copy(update={"frames": best}), media).total if best else None
+        budget = self._budget(shape)
+        # Verified: a measurement backs the limit that binds, and that what it admits fits in memory.
+        verified = refusal.verified and budget is not None and budget.verified
+        return CeilingRow(
+            shape=shape, min_frames=low if best else 0, max_frames=best, reason=refusal.reason, verified=verified,
+            tokens_at_max=tokens, budget_tokens=budget.tokens if budget is not None else None, why=refusal.why,
+        )  # fmt: skip
+
+    def ceilings(self, resolutions: Sequence[tuple[int, int]] | None = None) -> list[CeilingRow]:
+        """The table the console reads: every offered resolution, for each mode."""
+        rows = []
+        for w, h in resolutions or self.resolutions:
+            for shape in (
+                Shape(mode="t2va", width=w, height=h),
+                Shape(mode="fl2va", width=w, height=h, keyframes=1),
+                Shape(mode="fl2va", width=w, height=h, keyframes=2),
+                Shape(mode="ref2va", width=w, height=h, ref_images=1),
+            ):
+                rows.append(self.ceiling(shape))
+        return rows
+
+
+def _media_counts(request: GenerationRequest) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if request.keyframes is not None:
+        for key in ("first", "last"):
+            if getattr(request.keyframes, key) is not None:
+                out[f"keyframes.{key}"] = 1
+    if request.references is not None:
+        for key in ("images", "videos", "audios"):
+            n = len(getattr(request.references, key))
+            if n:
+                out[f"references.{key}"] = n
+    return out

@@ -1,12 +1,14 @@
-"""Admission by measured capacity: one token budget, with its evidence attached.
+"""Measured capacity: one token budget per profile, with its evidence attached.
 
-A `CapacityProfile` is data an operator edits: the hardware, the attention kernel, the measured
-runs (ran or ran out of memory), quality caps, the API's hard cap, and what to do where nothing
-was measured (requests with references). The budget is derived from the measurements, never
-typed in: the largest run that fit, plus a stated share of the gap to the smallest that did not.
+A `CapacityProfile` is data an operator edits: the hardware and kernel it was measured on (and
+which executors it describes: `match`), the measured runs (ran or ran out of memory), quality
+caps, the API's hard cap, and what to do where nothing was measured (requests with references).
+The budget is derived from the measurements, never typed in: the largest run that fit, plus a
+stated share of the gap to the smallest that did not. A budget with no out-of-memory run above
+it is *unverified*: it says what ran, not where memory ends.
 
-`CapacityPolicy` is the one code path that judges a submission and produces the ceilings table:
-`ceiling(shape)` is, by construction, the largest frame count `decide` admits for that shape.
+Admission itself (the profile judged together with what the executor can run) is
+`h3core.domain.admission.Contract`.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from h3core.domain.admission import Admit, Ceiling, CeilingReason, Decision, Refuse
-from h3core.domain.geometry import CLIP, Media, TokenCount, count_tokens, snap_frames
+from h3core.domain.capabilities import Capabilities, GroupBudget
+from h3core.domain.geometry import count_tokens
 from h3core.domain.request import GenerationRequest, Keyframes, Mode, References
 
 Outcome = Literal["ran", "oom"]
@@ -75,11 +77,41 @@ class Budget(_Data):
     smallest_oom_tokens: int | None
     safety_margin: float
 
+    @property
+    def verified(self) -> bool:
+        """Only an out-of-memory run bounds a budget from above; without one it is a floor."""
+        return self.smallest_oom is not None
+
+
+class ProfileMatch(_Data):
+    """Which executors a profile describes: every field given must equal the executor's own
+    (`device` is a case-insensitive part of its hardware name)."""
+
+    executor: str | None = None
+    topology: str | None = None
+    device: str | None = None
+    kernel: str | None = None
+    model: str | None = None
+    group_size: int | None = Field(default=None, ge=1)
+
+    def matches(self, caps: Capabilities, size: int) -> bool:
+        return (
+            (self.executor is None or self.executor == caps.executor)
+            and (self.model is None or self.model == caps.model)
+            and (self.topology is None or self.topology == caps.topology)
+            and (self.device is None or self.device.lower() in caps.hardware.lower())
+            and (self.kernel is None or self.kernel == caps.kernel)
+            and (self.group_size is None or self.group_size == size)
+        )
+
 
 class CapacityProfile(_Data):
     name: str
     hardware: str
     attention: str
+    # The executors (hardware, kernel, group size) this profile was measured on; none: any.
+    match: tuple[ProfileMatch, ...] = ()
+    source: str = "measured"  # how the points were obtained ("measured", "probed with random weights")
     api_max_frames: int = Field(ge=1)
     # Where between the largest run that fit (0.0) and the smallest OOM (1.0) the budget sits.
     safety_margin: float = Field(default=0.0, ge=0.0, lt=1.0)
@@ -102,6 +134,22 @@ class CapacityProfile(_Data):
                 f"at {bad.tokens} tokens, but a run of {ran} tokens fit"
             )
         return self
+
+    def describes(self, caps: Capabilities, size: int) -> bool:
+        return not self.match or any(m.matches(caps, size) for m in self.match)
+
+    def describes_run(self, executor: str, info: Mapping[str, str]) -> bool:
+        """Whether a job that ran with this `Running` identity is evidence for this profile: it
+        must have recorded where it ran, and that must be what the profile describes."""
+        if "hardware" not in info:
+            return False
+        caps = Capabilities.of_run(executor, info)
+        return any(self.describes(caps, g.size) for g in caps.groups)
+
+    def group_budget(self, size: int) -> GroupBudget:
+        b = self.budget()
+        note = "" if b.verified else ", unverified: no out-of-memory run measured"
+        return GroupBudget(size=size, tokens=b.tokens, verified=b.verified, source=f"profile {self.name}{note}")
 
     def budget(self) -> Budget:
         plain = [p for p in self.points if p.ref_images == 0]
@@ -177,115 +225,6 @@ class Shape(_Data):
         )  # fmt: skip
 
 
-class CeilingRow(_Data):
-    shape: Shape
-    max_frames: int
-    reason: CeilingReason
-    verified: bool
-    tokens_at_max: int | None  # the sequence length of a request at the ceiling
-    budget_tokens: int | None
-
-
-_REASON_ORDER: dict[str, int] = {"vram": 0, "quality": 1, "api_limit": 2}
-
-
-class CapacityPolicy:
-    """The admission policy for a measured profile. Pure: a function of the profile."""
-
-    def __init__(self, profile: CapacityProfile) -> None:
-        self.profile = profile
-        self.budget = profile.budget()
-
-    # The single judgement both `decide` and `ceiling` rest on.
-    def _judge(self, request: GenerationRequest, media: Mapping[str, Media]) -> tuple[Ceiling | None, TokenCount]:
-        """None if `request` is admissible, else the kind of limit it breaks."""
-        p = self.profile
-        shape = Shape.of(request)
-        tokens = count_tokens(request, media)
-        cap = self._quality_cap(shape)
-        if cap is not None and request.frames > cap:
-            return Ceiling(max_frames=cap, reason="quality"), tokens
-        if request.frames > p.api_max_frames:
-            return Ceiling(max_frames=p.api_max_frames, reason="api_limit"), tokens
-        budget, verified = self._budget_for(shape)
-        if budget is None or tokens.total > budget:
-            return Ceiling(max_frames=0, reason="vram", verified=verified), tokens
-        return None, tokens
-
-    def _quality_cap(self, shape: Shape) -> int | None:
-        caps = [c.max_frames for c in self.profile.quality_caps if (c.width, c.height) == (shape.width, shape.height)]
-        return min(caps) if caps else None
-
-    def _budget_for(self, shape: Shape) -> tuple[int | None, bool]:
-        if not shape.has_references:
-            return self.budget.tokens, True
-        refs = self.profile.references
-        return (refs.budget_tokens if refs.policy == "budget" else None), False
-
-    def ceiling(self, like: Shape | GenerationRequest, media: Mapping[str, Media] | None = None) -> CeilingRow:
-        """The largest frame count admitted for requests like `like` (all but its length)."""
-        media = media or {}
-        template = like.request(1) if isinstance(like, Shape) else like
-        shape = Shape.of(template)
-        budget, verified = self._budget_for(shape)
-        top = self.profile.api_max_frames
-        cap = self._quality_cap(shape)
-        if cap is not None:
-            top = min(top, cap)
-        # Tokens only change at snapped counts (17n + 5), and admission is monotone in frames:
-        # walk those upwards (and `top` itself) until the first refusal.
-        best = 0
-        for frames in [*range(snap_frames(1), top, CLIP), top]:
-            if self._judge(template.model_copy(update={"frames": frames}), media)[0] is not None:
-                break
-            best = frames
-        if best > 0 and best == top:
-            reason: CeilingReason = "quality" if cap is not None and cap <= self.profile.api_max_frames else "api_limit"
-        else:
-            reason = "vram"
-        tokens = count_tokens(template.model_copy(update={"frames": best}), media).total if best else None
-        return CeilingRow(
-            shape=shape, max_frames=best, reason=reason, verified=verified, tokens_at_max=tokens, budget_tokens=budget
-        )
-
-    def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
-        media = media or {}
-        shape = Shape.of(request)
-        limit, tokens = self._judge(request, media)
-        if limit is None:
-            return Admit(tokens=tokens.total)
-        row = self.ceiling(request, media)
-        ceiling = Ceiling(max_frames=row.max_frames, reason=row.reason, verified=row.verified)
-        where = f"{shape.width}x{shape.height} {shape.mode}"
-        if limit.reason == "vram" and row.budget_tokens is None:
-            why = (
-                f"requests with references have no measured memory budget on {self.profile.name}, "
-                f"and this profile rejects them ({self.profile.references.note or 'references.policy = reject'})"
-            )
-        elif limit.reason == "vram":
-            unverified = " (unverified: no measurement backs this budget)" if not row.verified else ""
-            why = f"it needs {tokens.total} tokens, over the {row.budget_tokens}-token budget of {self.profile.name}{unverified}"
-        elif limit.reason == "quality":
-            why = f"the quality cap at {shape.width}x{shape.height} is {limit.max_frames} frames"
-        else:
-            why = f"the API limit is {self.profile.api_max_frames} frames"
-        detail = f"{request.frames} frames at {where} refused: {why}; at most {row.max_frames} frames are admitted ({row.reason})"
-        return Refuse(detail=detail, ceiling=ceiling)
-
-    def ceilings(self) -> list[CeilingRow]:
-        """The table the console reads: every offered resolution, for each mode."""
-        rows = []
-        for w, h in self.profile.resolutions:
-            for shape in (
-                Shape(mode="t2va", width=w, height=h),
-                Shape(mode="fl2va", width=w, height=h, keyframes=1),
-                Shape(mode="fl2va", width=w, height=h, keyframes=2),
-                Shape(mode="ref2va", width=w, height=h, ref_images=1),
-            ):
-                rows.append(self.ceiling(shape))
-        return rows
-
-
 class Evidence(_Data):
     job_id: str
     tokens: int
@@ -339,3 +278,17 @@ def evidence_points(points: Sequence[MeasuredPoint]) -> list[Evidence]:
         Evidence(job_id=f"profile:{p.width}x{p.height}x{p.frames}", tokens=p.tokens, outcome=p.outcome, references=p.ref_images > 0)
         for p in points
     ]
+
+
+def applicable(profiles: Sequence[CapacityProfile], caps: Capabilities) -> tuple[CapacityProfile | None, Capabilities]:
+    """The profile describing this executor (its largest group), and its capabilities with each
+    group's budget filled in from the first profile that describes that group. A budget the
+    executor states itself (an operator's setting) is kept."""
+    budgets = {}
+    for group in caps.groups:
+        found = next((p for p in profiles if p.describes(caps, group.size)), None)
+        if found is not None:
+            budgets[group.size] = found.group_budget(group.size)
+    largest = max((g.size for g in caps.groups), default=1)
+    primary = next((p for p in profiles if p.describes(caps, largest)), None)
+    return primary, caps.with_budgets(budgets)

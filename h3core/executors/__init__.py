@@ -8,6 +8,6 @@ from h3core.executors.base import (
     Result,
     classify,
 )
-from h3core.executors.fake import FakeExecutor, FakePlan
+from h3core.executors.fake import FakeExecutor, FakeLimits, FakePlan
 
-__all__ = ["Executor", "ExecutorFailure", "FakeExecutor", "FakePlan", "Heartbeat", "JobSpec", "Result", "classify"]
+__all__ = ["Executor", "ExecutorFailure", "FakeExecutor", "FakeLimits", "FakePlan", "Heartbeat", "JobSpec", "Result", "classify"]

@@ -19,7 +19,15 @@ An executor is given a `JobSpec` and returns an async iterator (`run`). It must:
 `running()` is an async context manager the runner holds for the executor's whole life: on
 entry it loads what the executor needs (once, before any job) and starts any background tasks
 it owns (a websocket, a watchdog) in its own task group; on exit it stops them and releases
-everything. `ready` says whether it can take a job now.
+everything.
+
+`capabilities()` states what the executor can run, as of now: the modes it serves and whether
+each can start a job now, its model's clip window, its groups' token budgets, its kernel's
+limit, its upload slots. Admission judges every submission against it (with the capacity
+profile), and the runner starts attempts only in modes it says are ready; it must be cheap and
+do no I/O (both ask often). `check(job)` is the executor's own pre-check, made before an attempt
+starts: it raises `ExecutorFailure("invalid", ...)` for a job it cannot run. Whatever the
+capabilities admit, `check` must pass (the contract property tests hold every executor to it).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from h3core.domain.capabilities import Capabilities
 from h3core.domain.events import Artifact, Progress
 from h3core.domain.failures import FailureKind
 from h3core.domain.request import GenerationRequest
@@ -87,10 +96,15 @@ def classify(exc: BaseException) -> tuple[FailureKind, str, str | None]:
 class Executor(Protocol):
     name: str
 
-    @property
-    def ready(self) -> bool: ...
-
     def running(self) -> AbstractAsyncContextManager[None]: ...
+
+    def capabilities(self) -> Capabilities:
+        """What this executor can run now (cheap, no I/O)."""
+        ...
+
+    def check(self, job: JobSpec) -> None:
+        """Raise `ExecutorFailure("invalid", ...)` if this executor cannot run `job` (cheap, no side effects)."""
+        ...
 
     def reference(self, job: JobSpec) -> str | None:
         """The executor's own id for this attempt, known before it starts (for the log)."""

@@ -5,6 +5,11 @@ way torch raises it), hang, finish without a result, or finish. Plans come from 
 constructor (per job id, or a default) or from a directive in the prompt, so a demo or a test in
 another process can steer a job: `[fake step=0.2 fail_at=3 kind=oom]`. The artifact is a real
 H.264 + AAC mp4 with the request's frame count, drawn small, so downloads work end to end.
+
+`FakeLimits` gives it limits of its own (modes, a clip window, a token budget, upload slots),
+which it states in `capabilities()` and enforces in `check()`, and `set_ready` makes modes
+unready (as a server that went away), so the contract between admission, dispatch and an
+executor can be tested without a model.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import re
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import anyio
@@ -21,8 +26,10 @@ import numpy as np
 
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.video import write_mp4
+from h3core.domain.capabilities import MODES, Capabilities, FrameWindow, GroupBudget, ModeReadiness
 from h3core.domain.events import Progress
 from h3core.domain.failures import FAILURE_KINDS, FailureKind
+from h3core.domain.geometry import FPS, count_tokens, snap_frames
 from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Result, Update
 
 _DIRECTIVE = re.compile(r"\[fake\s+([^\]]*)\]")
@@ -68,6 +75,17 @@ class FakePlan:
         return plan
 
 
+@dataclass(frozen=True)
+class FakeLimits:
+    """What the fake executor can run (none of it by default: it runs anything valid)."""
+
+    modes: tuple[str, ...] = MODES
+    min_seconds: float = 0.0
+    max_seconds: float | None = None  # of the snapped frame count, as a model's window
+    budget_tokens: int | None = None
+    media: Mapping[str, int] = field(default_factory=dict)  # most uploads per field ("references.videos")
+
+
 class FakeExecutor:
     name = "fake"
 
@@ -77,18 +95,60 @@ class FakeExecutor:
         *,
         default: FakePlan | None = None,
         plans: Mapping[str, FakePlan] | Callable[[JobSpec], FakePlan | None] | None = None,
+        limits: FakeLimits | None = None,
     ) -> None:
         self.artifacts = artifacts
         self.default = default or FakePlan()
         self._plans = plans
+        self.limits = limits or FakeLimits()
         self._ready = False
+        self._unready: dict[str, str] = {}  # mode -> why it cannot start a job now
         self._videos: OrderedDict[tuple[int, int, int, int], bytes] = OrderedDict()
         self.runs = 0  # attempts started, for tests
         self.cleanups = 0  # attempts whose cleanup ran
 
-    @property
-    def ready(self) -> bool:
-        return self._ready
+    def capabilities(self) -> Capabilities:
+        lim = self.limits
+        window = None
+        if lim.min_seconds or lim.max_seconds is not None:
+            window = FrameWindow(min_seconds=lim.min_seconds, max_seconds=lim.max_seconds, source="fake limits")
+        modes = []
+        for mode in MODES:
+            if mode not in lim.modes:
+                modes.append(ModeReadiness(mode=mode, served=False, ready=False, reason="not in the fake's limits"))
+            elif not self._ready or mode in self._unready:
+                modes.append(ModeReadiness(mode=mode, ready=False, reason=self._unready.get(mode, "not started")))
+            else:
+                modes.append(ModeReadiness(mode=mode))
+        budget = GroupBudget(size=1, tokens=lim.budget_tokens, verified=lim.budget_tokens is not None, source="fake limits")
+        return Capabilities(executor=self.name, hardware="fake", modes=tuple(modes), window=window, groups=(budget,), media=dict(lim.media))
+
+    def set_ready(self, ready: bool, reason: str = "not ready", modes: tuple[str, ...] = MODES) -> None:
+        """Make `modes` unready (or ready again), as a server that went away and came back."""
+        for mode in modes:
+            if ready:
+                self._unready.pop(mode, None)
+            else:
+                self._unready[mode] = reason
+
+    def check(self, job: JobSpec) -> None:
+        """The fake's own pre-check of its limits, written apart from admission's contract."""
+        r, lim = job.request, self.limits
+        if r.mode not in lim.modes:
+            raise ExecutorFailure("invalid", f"mode: the fake does not serve {r.mode}")
+        seconds = snap_frames(r.frames) / FPS
+        if seconds < lim.min_seconds or (lim.max_seconds is not None and seconds > lim.max_seconds):
+            raise ExecutorFailure("invalid", f"frames: {r.frames} frames are {seconds:.2f} s, outside the fake's window")
+        if lim.budget_tokens is not None and count_tokens(r).total > lim.budget_tokens:
+            raise ExecutorFailure("invalid", f"tokens: over the fake's {lim.budget_tokens}-token budget")
+        given = {
+            "keyframes.first": int(r.keyframes is not None and r.keyframes.first is not None),
+            "keyframes.last": int(r.keyframes is not None and r.keyframes.last is not None),
+            **{f"references.{k}": len(getattr(r.references, k)) if r.references else 0 for k in ("images", "videos", "audios")},
+        }
+        for name, most in lim.media.items():
+            if given.get(name, 0) > most:
+                raise ExecutorFailure("invalid", f"{name}: the fake takes at most {most}")
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -117,6 +177,7 @@ class FakeExecutor:
     async def run(self, job: JobSpec) -> AsyncIterator[Update]:
         plan = self.plan_for(job)
         total = job.request.steps
+        self.check(job)
         self.runs += 1
         try:
             yield Heartbeat("loaded")

@@ -10,11 +10,11 @@ import anyio
 import anyio.abc
 
 from h3core.adapters.artifacts import LocalArtifactStore
-from h3core.adapters.profiles import load_profile
+from h3core.adapters.profiles import builtin_profiles, load_profile_ref
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
 from h3core.bus import EventBus
-from h3core.domain.capacity import CapacityPolicy
+from h3core.contracts import CapabilityFile, LiveContract, capabilities_path
 from h3core.runner import Runner
 from h3core.service.executors import make_executor
 from h3core.service.metrics import Metrics
@@ -30,7 +30,7 @@ class Service:
     store: SQLiteEventStore
     artifacts: LocalArtifactStore
     uploads: LocalUploadStore
-    policy: CapacityPolicy
+    contract: LiveContract  # admission and /v1/ceilings: the profile and what the executor can run
     runner: Runner  # in the api role, only for submitting and cancelling: its jobs run elsewhere
     metrics: Metrics
     bus: EventBus  # every event this process learns of: the runner's, or the store tail's
@@ -66,12 +66,17 @@ def build_service(settings: Settings) -> Service:
     store = SQLiteEventStore(settings.db)
     artifacts = LocalArtifactStore(settings.artifacts)
     uploads = LocalUploadStore(settings.uploads, limits={k: min(v, settings.max_upload_bytes) for k, v in DEFAULT_LIMITS.items()})
-    policy = CapacityPolicy(load_profile(settings.capacity_profile))
-    if settings.role == "api":  # no executor here: the runner process has it
-        runner = Runner(store, None, settings.runner_config(), admission=policy)  # type: ignore[arg-type]
+    explicit = load_profile_ref(settings.capacity_profile) if settings.capacity_profile is not None else None
+    if settings.role == "api":  # no executor here: the runner process has it, and states what it can run
+        board = CapabilityFile(capabilities_path(settings.db), interval_s=settings.tail_interval)
+        contract = LiveContract(board.read, builtin_profiles(), profile=explicit)
+        runner = Runner(store, None, settings.runner_config(), admission=contract)  # type: ignore[arg-type]
         bus = EventBus()
         tail = StoreTail(store, bus, interval_s=settings.tail_interval)
-        return Service(settings, store, artifacts, uploads, policy, runner, Metrics(store), bus, tail)
+        return Service(settings, store, artifacts, uploads, contract, runner, Metrics(store), bus, tail)
     executor = make_executor(settings, artifacts, uploads)
-    runner = Runner(store, executor, settings.runner_config(), admission=policy)
-    return Service(settings, store, artifacts, uploads, policy, runner, Metrics(store, executor), runner.bus)
+    contract = LiveContract(executor.capabilities, builtin_profiles(), profile=explicit)
+    # An API process beside this one admits against what this executor states it can run.
+    board = CapabilityFile(capabilities_path(settings.db))
+    runner = Runner(store, executor, settings.runner_config(), admission=contract, board=board)
+    return Service(settings, store, artifacts, uploads, contract, runner, Metrics(store, executor), runner.bus)

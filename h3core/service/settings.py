@@ -72,11 +72,12 @@ class Settings(BaseSettings):
     stall_timeout: float = Field(default=600.0, gt=0)
     poll_interval: float = Field(default=0.5, gt=0, le=60)  # how often a runner looks for work others stored
     attempt_deadline: float | None = Field(default=None, gt=0)
+    queue_timeout: float | None = Field(default=None, gt=0)  # a job not started this long after admission fails `deadline`
     cancel_grace: float = Field(default=30.0, ge=0)
     slots: int = Field(default=1, ge=1, le=256)
     max_attempts: int = Field(default=2, ge=1, le=100)
     retry_on: Annotated[list[str], NoDecode] = list(DEFAULT_RETRY_ON)
-    capacity_profile: Path | None = None
+    capacity_profile: str | None = None  # a TOML file or a built-in profile's name; unset: the built-in one that matches
     model_dir: Path | None = None  # none: the pipeline serves a tiny random model written beside the store
     device: str = "cpu"  # torch device of the pipeline executor ("cpu", "cuda", "cuda:1")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -166,6 +167,7 @@ class Settings(BaseSettings):
             stall_timeout_s=self.stall_timeout,
             poll_interval_s=self.poll_interval,
             attempt_deadline_s=self.attempt_deadline,
+            queue_timeout_s=self.queue_timeout,
             cancel_grace_s=self.cancel_grace,
             retry=RetryPolicy(max_attempts=self.max_attempts, retry_on=tuple(self.retry_on)),
         )

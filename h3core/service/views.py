@@ -7,8 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from h3core.domain.admission import Ceiling
-from h3core.domain.capacity import CeilingRow
+from h3core.domain.admission import Ceiling, CeilingRow, Contract
 from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
 
@@ -55,6 +54,9 @@ class JobView(BaseModel):
     warnings: list[str]
     artifact: ArtifactView | None
     tokens: int | None
+    # Queued and unable to start now, and why (the executor is not ready for its mode); null when
+    # the job waits only for a free slot, or is not queued.
+    waiting: str | None = None
     request: GenerationRequest
 
 
@@ -69,6 +71,7 @@ class Problem(BaseModel):
     detail: str
     errors: list[dict[str, str]] | None = None
     ceiling: Ceiling | None = None
+    reason: str | None = None  # a refused submission: the limit it broke (vram, model_window, mode_unavailable, ...)
 
 
 class GroupView(BaseModel):
@@ -81,11 +84,20 @@ class GroupView(BaseModel):
     build_seconds: float | None
 
 
+class ModeView(BaseModel):
+    mode: str
+    served: bool  # false: this deployment never runs the mode (submits are refused)
+    ready: bool  # true: a job in this mode can start now
+    reason: str | None
+
+
 class ReadyView(BaseModel):
     status: Literal["ready", "not ready"]
     store: str
     executor: str
     runner: str
+    modes: list[ModeView]
+    problems: list[str]  # every reason a mode cannot run now, none left out
     groups: list[GroupView] | None = None  # device groups, when the pipeline runs on them
 
 
@@ -95,18 +107,38 @@ class CeilingView(BaseModel):
     height: int
     keyframes: int
     reference_images: int
+    min_frames: int
     max_frames: int
     max_seconds: float
-    reason: str
+    reason: str  # what sets max_frames: vram, unverified, quality, model_window, mode_unavailable, api_limit
     verified: bool
     tokens_at_max: int | None
+    why: str
+
+
+class BudgetView(BaseModel):
+    group_size: int
+    tokens: int | None  # null: nothing measured or configured for groups of this size
+    verified: bool
+    source: str
+
+
+class WindowView(BaseModel):
+    min_seconds: float
+    max_seconds: float | None
+    source: str
 
 
 class CeilingsView(BaseModel):
-    profile: str
+    executor: str
     hardware: str
-    attention: str
-    budget_tokens: int
+    kernel: str | None
+    profile: str | None  # the capacity profile that describes this executor, if any
+    profile_hardware: str | None
+    attention: str | None
+    budgets: list[BudgetView]
+    window: WindowView | None  # the model's clip window
+    max_tokens: int | None  # the attention kernel's own limit
     api_max_frames: int
     fps: int = 24
     ceilings: list[CeilingView]
@@ -116,7 +148,7 @@ def api_status(state: JobState) -> ApiStatus:
     return "queued" if state.status in ("submitted", "queued") else state.status  # type: ignore[return-value]
 
 
-def job_view(state: JobState, *, now: datetime, queue_position: int | None, base: str = "") -> JobView:
+def job_view(state: JobState, *, now: datetime, queue_position: int | None, base: str = "", waiting: str | None = None) -> JobView:
     start = state.started_at
     elapsed = ((state.finished_at or now) - start).total_seconds() if start else 0.0
     error = ErrorView(kind=state.error.kind, message=state.error.message, detail=state.error.detail) if state.error else None
@@ -143,6 +175,7 @@ def job_view(state: JobState, *, now: datetime, queue_position: int | None, base
         warnings=list(state.warnings),
         artifact=artifact,
         tokens=state.tokens,
+        waiting=waiting if api_status(state) == "queued" else None,
         request=state.request,
     )
 
@@ -151,8 +184,22 @@ def ceiling_view(row: CeilingRow) -> CeilingView:
     s = row.shape
     return CeilingView(
         mode=s.mode, width=s.width, height=s.height, keyframes=s.keyframes, reference_images=s.ref_images,
-        max_frames=row.max_frames, max_seconds=round(row.max_frames / 24, 3), reason=row.reason,
-        verified=row.verified, tokens_at_max=row.tokens_at_max,
+        min_frames=row.min_frames, max_frames=row.max_frames, max_seconds=round(row.max_frames / 24, 3), reason=row.reason,
+        verified=row.verified, tokens_at_max=row.tokens_at_max, why=row.why,
+    )  # fmt: skip
+
+
+def ceilings_view(contract: Contract) -> CeilingsView:
+    caps, profile = contract.caps, contract.profile
+    window = caps.window
+    return CeilingsView(
+        executor=caps.executor, hardware=caps.hardware, kernel=caps.kernel,
+        profile=profile.name if profile else None, profile_hardware=profile.hardware if profile else None,
+        attention=profile.attention if profile else None,
+        budgets=[BudgetView(group_size=g.size, tokens=g.tokens, verified=g.verified, source=g.source or "none measured") for g in caps.groups],
+        window=WindowView(min_seconds=window.min_seconds, max_seconds=window.max_seconds, source=window.source) if window else None,
+        max_tokens=caps.max_tokens, api_max_frames=contract.api_max_frames,
+        ceilings=[ceiling_view(r) for r in contract.ceilings()],
     )  # fmt: skip
 
 

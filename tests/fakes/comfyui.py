@@ -285,6 +285,7 @@ class FakeComfyUI:
       caching           False: nothing is cached between prompts (like --cache-none)
       model_files       {"diffusion_models"|"text_encoders"|"vae"|"checkpoints": [names]}: validate model
                         names against these; None (default) accepts any name
+      missing_nodes     node classes the server lacks: left out of /object_info, refused in a prompt
       video_size, max_video_frames  what SaveVideo writes (64x64, at most 240 frames)
     For assertions: `history` (live dict), `queue_pending`, `queue_running`, `running_prompt_id`,
     `current_node`, `current_step`, `sockets`, `uploads`, `received` [(method, path?query, JSON or None)].
@@ -307,6 +308,7 @@ class FakeComfyUI:
         self.http_delay: float = 0.0
         self.caching: bool = True  # False: like --cache-none
         self.model_files: dict[str, list[str]] | None = None  # folder -> names; None: any name is accepted
+        self.missing_nodes: set[str] = set()  # node classes this server lacks (as without a custom node pack)
         self.video_size: tuple[int, int] = (64, 64)
         self.max_video_frames: int = 240
         # -- for assertions
@@ -798,11 +800,11 @@ class FakeComfyUI:
         return web.Response(status=200)
 
     async def _object_info(self, request: web.Request) -> web.Response:
-        return web.json_response({name: self._info(name) for name in NODE_INFO})
+        return web.json_response({name: self._info(name) for name in NODE_INFO if name not in self.missing_nodes})
 
     async def _object_info_one(self, request: web.Request) -> web.Response:
         name = request.match_info["node_class"]
-        return web.json_response({name: self._info(name)} if name in NODE_INFO else {})
+        return web.json_response({name: self._info(name)} if name in NODE_INFO and name not in self.missing_nodes else {})
 
     # -- files ---------------------------------------------------------------------------------------------
 
@@ -929,7 +931,7 @@ class FakeComfyUI:
                 }
                 return (False, error, [], {})
             class_type = prompt[x]["class_type"]
-            if class_type not in NODE_INFO:
+            if class_type not in NODE_INFO or class_type in self.missing_nodes:
                 error = {
                     "type": "invalid_prompt",
                     "message": f"Cannot execute because node {class_type} does not exist.",

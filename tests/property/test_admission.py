@@ -7,11 +7,20 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from h3core.adapters.profiles import ProfileError, load_profile
-from h3core.domain.capacity import CapacityPolicy, CapacityProfile, Shape
+from h3core.domain.admission import Contract
+from h3core.domain.capabilities import Capabilities
+from h3core.domain.capacity import CapacityProfile, Shape, applicable
 from h3core.domain.request import GenerationRequest
 
 PROFILE = load_profile()
-POLICY = CapacityPolicy(PROFILE)
+# The deployment the built-in profile describes: ComfyUI + Raylight, no clip window of its own.
+PROFILE_SAYS, DEPLOYMENT = applicable([PROFILE], Capabilities(executor="comfyui", topology="raylight", model="minimax-h3"))
+POLICY = Contract(DEPLOYMENT, PROFILE_SAYS)
+
+
+def test_the_profile_describes_the_deployment_and_gives_its_budget():
+    assert PROFILE_SAYS is PROFILE
+    assert [(g.size, g.tokens, g.verified) for g in DEPLOYMENT.groups] == [(1, 133_236, True)]
 
 sides = st.integers(1, 64).map(lambda n: n * 32)
 shapes = st.one_of(
@@ -57,7 +66,7 @@ def test_every_measured_run_is_admitted_and_every_oom_refused():
     for p in PROFILE.points + PROFILE.references.points:
         decision = POLICY.decide(p.request())
         if p.outcome == "oom":
-            assert not decision.admitted and decision.ceiling.reason == "vram", p
+            assert not decision.admitted and decision.ceiling.reason == ("unverified" if p.ref_images else "vram"), p
             assert decision.ceiling.max_frames < p.frames
         elif p.frames <= PROFILE.api_max_frames:
             assert decision.admitted, (p, decision)
@@ -73,7 +82,7 @@ def test_the_default_ceilings_table():
         (1344, 768): (430, "vram"),
         (448, 256): (1200, "quality"),
     }
-    assert POLICY.budget.tokens == 133_236
+    assert PROFILE.budget().tokens == 133_236
 
 
 def test_reference_limits_say_they_are_unverified():
@@ -85,10 +94,10 @@ def test_reference_limits_say_they_are_unverified():
 
 def test_a_rejecting_reference_policy_refuses_every_reference_request():
     profile = PROFILE.model_copy(update={"references": PROFILE.references.model_copy(update={"policy": "reject"})})
-    policy = CapacityPolicy(profile)
+    policy = Contract(DEPLOYMENT, profile)
     decision = policy.decide(GenerationRequest(prompt="p", mode="ref2va", references={"images": ["a"]}, frames=5))
     assert not decision.admitted and "no measured memory budget" in decision.detail
-    assert decision.ceiling.max_frames == 0 and decision.ceiling.verified is False
+    assert decision.ceiling.max_frames == 0 and decision.ceiling.verified is False and decision.reason == "unverified"
 
 
 @given(st.integers(0, 99).map(lambda m: m / 100))

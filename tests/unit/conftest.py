@@ -27,10 +27,10 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> No
 def make_runner(tmp_path):
     @asynccontextmanager
     async def make(
-        plan: FakePlan | None = None, plans=None, store=None, **config
+        plan: FakePlan | None = None, plans=None, store=None, limits=None, **config
     ) -> AsyncIterator[Runner]:
         store = store or SQLiteEventStore(tmp_path / "h3.db", durable=False)
-        executor = FakeExecutor(LocalArtifactStore(tmp_path / "artifacts"), default=plan, plans=plans)
+        executor = FakeExecutor(LocalArtifactStore(tmp_path / "artifacts"), default=plan, plans=plans, limits=limits)
         cfg = {"stall_timeout_s": 5.0, "cancel_grace_s": 2.0, "poll_interval_s": 0.05, **config}
         runner = Runner(store, executor, RunnerConfig(**cfg))
         async with anyio.create_task_group() as tg:

@@ -171,7 +171,7 @@ async def test_free_slots_are_filled_from_one_read_of_the_queue(make_runner, tmp
     ids = [(await Runner(store, None).submit(request(steps=2))).job_id for _ in range(6)]
     reads = []
     queued = store.queued
-    store.queued = lambda limit, exclude=(): reads.append(limit) or queued(limit, exclude)
+    store.queued = lambda limit, exclude=(), modes=None: reads.append(limit) or queued(limit, exclude, modes)
     async with make_runner(plan=FakePlan(step_seconds=0.2), store=store, slots=4) as runner:
         await wait_until(lambda: sum(store.get(j).status == "running" for j in ids) == 4)
         assert reads == [4], "the four free slots took four jobs with one read"
@@ -350,12 +350,9 @@ async def test_runner_config_is_validated():
 
 
 async def test_done_and_oom_events_carry_the_requests_token_count(make_runner):
-    from h3core.adapters.profiles import load_profile
-    from h3core.domain.capacity import CapacityPolicy
     from h3core.domain.geometry import count_tokens
 
-    async with make_runner() as runner:
-        runner.admission = CapacityPolicy(load_profile())
+    async with make_runner() as runner:  # by default admission is the executor's contract, which counts tokens
         ok = await runner.submit(request(steps=2, width=448, height=256, frames=48))
         oom = await runner.submit(request(steps=2, width=448, height=256, frames=96, prompt="x [fake fail_at=1 kind=oom]"))
         await wait_until(ended(runner, ok.job_id, oom.job_id))

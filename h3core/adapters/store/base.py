@@ -91,9 +91,10 @@ class EventStore(Protocol):
         """Newest first, with each job's cursor (its submission order); `before` pages on."""
         ...
 
-    def queued(self, limit: int = 100, exclude: Collection[str] = ()) -> list[JobState]:
+    def queued(self, limit: int = 100, exclude: Collection[str] = (), modes: Collection[str] | None = None) -> list[JobState]:
         """Queued jobs in the order they should run, leaving out the ids in `exclude` (a runner's
-        claim skips jobs it still holds, so it parses only the states it can take)."""
+        claim skips jobs it still holds, so it parses only the states it can take) and, where
+        `modes` is given, jobs in other modes (the executor cannot start those now)."""
         ...
 
     def unfinished(self) -> list[JobState]:

@@ -103,8 +103,10 @@ class MemoryEventStore:
             jobs = [s for s in self._ordered() if s.status in statuses]
             return sorted(jobs, key=lambda s: (-s.priority, self._order[s.job_id]))
 
-    def queued(self, limit: int = 100, exclude: Collection[str] = ()) -> list[JobState]:
-        return [s for s in self._queue_sorted({"queued"}) if s.job_id not in exclude][:limit]
+    def queued(self, limit: int = 100, exclude: Collection[str] = (), modes: Collection[str] | None = None) -> list[JobState]:
+        return [
+            s for s in self._queue_sorted({"queued"}) if s.job_id not in exclude and (modes is None or s.request.mode in modes)
+        ][:limit]
 
     def unfinished(self) -> list[JobState]:
         return self._queue_sorted({"submitted", "queued", "running"})

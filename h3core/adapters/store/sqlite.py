@@ -305,11 +305,12 @@ class SQLiteEventStore:
         rows = self._read(sql + " ORDER BY queue_order DESC LIMIT ?", (*params, limit))
         return [(order, JobState.model_validate_json(s)) for order, s in rows]
 
-    def queued(self, limit: int = 100, exclude: Collection[str] = ()) -> list[JobState]:
+    def queued(self, limit: int = 100, exclude: Collection[str] = (), modes: Collection[str] | None = None) -> list[JobState]:
         skip = f" AND job_id NOT IN ({', '.join('?' * len(exclude))})" if exclude else ""
+        only = f" AND json_extract(state, '$.request.mode') IN ({', '.join('?' * len(modes))})" if modes is not None else ""
         rows = self._read(
-            f"SELECT state FROM jobs WHERE status = 'queued'{skip} ORDER BY priority DESC, queue_order LIMIT ?",
-            (*exclude, limit),
+            f"SELECT state FROM jobs WHERE status = 'queued'{skip}{only} ORDER BY priority DESC, queue_order LIMIT ?",
+            (*exclude, *(modes or ()), limit),
         )
         return [JobState.model_validate_json(s) for (s,) in rows]
 

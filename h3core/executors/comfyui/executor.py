@@ -23,11 +23,12 @@ from typing import Any
 import anyio
 
 from h3core.adapters.artifacts import ArtifactStore
+from h3core.domain.capabilities import MEDIA_FIELDS, MODES, Capabilities, FrameWindow, ModeReadiness
 from h3core.domain.events import Progress
 from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Result, Update
 from h3core.executors.comfyui.client import ComfyClient, HistoryEntry, PromptRejected, Unreachable
 from h3core.executors.comfyui.feed import LogTail, SocketFeed
-from h3core.executors.comfyui.templates import Template, TemplateError, media_of, pick
+from h3core.executors.comfyui.templates import MEDIA_OWNER, Template, TemplateError, media_of, pick
 
 _PROMPTS = uuid.UUID("6c3e1d2a-8f4b-4a57-9a57-3f6f3f0b7c11")  # namespace of our prompt ids
 VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".mov")
@@ -70,38 +71,74 @@ class ComfyUIExecutor:
         self.client = client or ComfyClient(settings.url)
         self.feed = SocketFeed(settings.url, settings.client_id)
         self._ready = False
-        self.problems: list[str] = []  # what the server lacks for our templates
+        self._info: dict[str, Any] | None = None  # the server's /object_info, as last read
+        self._info_connects = -1  # the socket connection it was read on
 
-    @property
-    def ready(self) -> bool:
-        """Started, ComfyUI's socket is up, and the server has every node our templates use."""
-        return self.not_ready_reason is None
+    def capabilities(self) -> Capabilities:
+        """Per mode: served when a template exists for it and the server (as last seen) has every
+        node and input it uses; ready while the socket is up and the server's nodes are known."""
+        s = self.settings
+        connected = self._ready and self.feed.connected
+        known = self._info is not None and self._info_connects == self.feed.connects
+        modes, media = [], {}
+        window: FrameWindow | None = None
+        for mode in MODES:
+            try:
+                template = pick(self.templates, mode, s.topology)
+            except TemplateError as exc:
+                modes.append(ModeReadiness(mode=mode, served=False, ready=False, reason=str(exc)))
+                continue
+            missing = template.missing_on(self._info) if self._info is not None else []
+            if missing:
+                modes.append(ModeReadiness(mode=mode, served=False, ready=False, reason="; ".join(missing)))
+            elif not self._ready:
+                modes.append(ModeReadiness(mode=mode, ready=False, reason="not started"))
+            elif not connected:
+                modes.append(ModeReadiness(mode=mode, ready=False, reason=f"no connection to ComfyUI at {s.url}"))
+            elif not known:
+                modes.append(ModeReadiness(mode=mode, ready=False, reason=f"reading the nodes of ComfyUI at {s.url}"))
+            else:
+                modes.append(ModeReadiness(mode=mode))
+            for name in MEDIA_FIELDS:
+                if MEDIA_OWNER[name] == mode:
+                    media[name] = len(template.media.get(name, ()))
+            if self._info is not None and not missing:
+                # One window for every mode: the range all the graphs in service take (the built-in
+                # ones bind frames to the same kind of node).
+                least, most, where = template.value_range(self._info, "frames")
+                if least is not None or most is not None:
+                    if window is not None:
+                        least = max(least or 1, window.least)
+                        most = most if window.most is None else window.most if most is None else min(most, window.most)
+                        where = window.source.removesuffix(" on the server") + (f", {where}" if where not in window.source else "")
+                    window = FrameWindow(least=max(1, least or 1), most=most, source=f"{where} on the server")
+        return Capabilities(
+            executor=self.name, hardware=f"ComfyUI at {s.url}", model="minimax-h3", topology=s.topology, modes=tuple(modes),
+            media=media, window=window,
+        )  # fmt: skip
 
-    @property
-    def not_ready_reason(self) -> str | None:
-        if not self._ready:
-            return "not started"
-        if not self.feed.connected:
-            return f"no connection to ComfyUI at {self.settings.url}"
-        if self.problems:
-            return "; ".join(self.problems[:5])
-        return None
+    def check(self, job: JobSpec) -> None:
+        template = self._template(job)
+        if self._info is not None and (missing := template.missing_on(self._info)):
+            raise ExecutorFailure("invalid", f"ComfyUI at {self.settings.url} cannot run {template.name}: {'; '.join(missing)}")
+        placeholders = {upload_id: f"h3-{upload_id}" for ids in media_of(job.request).values() for upload_id in ids}
+        try:
+            template.build(job.request, placeholders)
+        except TemplateError as exc:
+            raise ExecutorFailure("invalid", str(exc)) from exc
 
     async def _check_nodes(self) -> None:
-        """Check the templates this executor uses against the server's nodes, each time the
-        socket (re)connects: a wrong class or input name shows in /readyz, not at the first job."""
-        seen = -1
+        """Read the server's nodes each time the socket (re)connects: a template whose node or
+        input is missing takes its mode out of service, visibly, instead of failing a job."""
         while True:
-            if self.feed.connected and self.feed.connects != seen:
+            if self.feed.connected and self.feed.connects != self._info_connects:
+                connects = self.feed.connects
                 try:
                     info = await self.client.object_info()
                 except Unreachable:
                     await anyio.sleep(1.0)
                     continue
-                seen = self.feed.connects
-                self.problems = [
-                    p for t in self.templates.values() if t.topology == self.settings.topology for p in t.missing_on(info)
-                ]
+                self._info, self._info_connects = info, connects
             await anyio.sleep(1.0)
 
     @asynccontextmanager

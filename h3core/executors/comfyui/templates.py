@@ -29,6 +29,8 @@ MEDIA_FIELDS = {
     "references.videos": "video",
     "references.audios": "audio",
 }
+# The mode whose template has a place for each upload field.
+MEDIA_OWNER = {"keyframes.first": "fl2va", "keyframes.last": "fl2va", **{f"references.{k}": "ref2va" for k in ("images", "videos", "audios")}}
 NEEDED_MEDIA: dict[str, tuple[str, ...]] = {
     "t2va": (),
     "fl2va": ("keyframes.first", "keyframes.last"),
@@ -112,6 +114,25 @@ class Template(_Data):
             if cls in object_info and name not in known and name.split(".")[0] not in known:
                 problems.append(f"{self.name}: {cls} has no input {name!r} on the server")
         return problems
+
+    def value_range(self, object_info: Mapping[str, Any], name: str) -> tuple[int | None, int | None, str]:
+        """The range a server's nodes take for request value `name` (every input it is bound to:
+        the largest minimum and the smallest maximum), and which inputs set it."""
+        low: int | None = None
+        high: int | None = None
+        where = []
+        for i in self.values.get(name, ()):
+            cls = self.graph[i.node]["class_type"]
+            spec = (object_info.get(cls) or {}).get("input") or {}
+            entry = {**(spec.get("optional") or {}), **(spec.get("required") or {})}.get(i.input)
+            options = entry[1] if isinstance(entry, list) and len(entry) > 1 and isinstance(entry[1], dict) else {}
+            if isinstance(options.get("min"), int):
+                low = options["min"] if low is None else max(low, options["min"])
+            if isinstance(options.get("max"), int):
+                high = options["max"] if high is None else min(high, options["max"])
+            if "min" in options or "max" in options:
+                where.append(f"{cls}.{i.input}")
+        return low, high, ", ".join(where)
 
     def build(self, request: GenerationRequest, uploaded: Mapping[str, str]) -> dict[str, dict[str, Any]]:
         """The graph for one request. `uploaded` maps the request's upload ids to server file names."""

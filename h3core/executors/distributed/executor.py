@@ -23,6 +23,7 @@ import anyio.abc
 import anyio.to_thread
 
 from h3core.adapters.artifacts import ArtifactStore
+from h3core.domain.capabilities import Capabilities, GroupBudget
 from h3core.domain.events import Artifact
 from h3core.domain.topology import Topology, can_ever_fit, place
 from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Update
@@ -32,6 +33,8 @@ from h3core.executors.distributed.rank import Payload, RankSpec
 from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS, resolve
 from h3core.executors.pipeline.driver import media_for, model_failure, save_video, stream
 from h3core.executors.pipeline.generate import Control
+from h3core.executors.pipeline.limits import ModelLimits
+from h3core.executors.pipeline.model import device_name
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ class DistributedExecutor:
                 raise ValueError(f"{name}: a group's ranks run on 'cpu' or 'cuda' (each rank's own GPU), not {where!r}")
         # Resolved now, so a kernel this machine cannot run is refused at start, not at the first job.
         self.plan = resolve(s.attention, s.device, math_max_tokens=s.math_max_tokens)
+        self.limits = ModelLimits.of(s.model_dir)
+        self.hardware = device_name(s.device)
         self.groups = [
             Group(plan, self._spec(plan.size), gpus_per_rank=1.0 if s.device == "cuda" else 0.0, grace_s=s.grace_s)
             for plan in s.topology.groups()
@@ -101,16 +106,34 @@ class DistributedExecutor:
         """A snapshot of every group's health."""
         return [replace(g.health, ranks=[dict(r) for r in g.health.ranks]) for g in self.groups]
 
-    @property
-    def ready(self) -> bool:
-        return self._tg is not None and any(g.health.state in ("ready", "busy") for g in self.groups)
+    def capabilities(self) -> Capabilities:
+        s = self.settings
+        groups = tuple(
+            GroupBudget(size=size, tokens=s.budgets[size], source="group_budgets setting, unverified")
+            if size in s.budgets
+            else GroupBudget(size=size)
+            for size in sorted(set(s.topology.group_sizes))
+        )
+        topology = "+".join(str(n) for n in s.topology.group_sizes)
+        return self.limits.capabilities(
+            hardware=self.hardware, kernel=self.plan.kernel, not_ready=self._not_ready(), groups=groups, topology=topology
+        )
 
-    @property
-    def not_ready_reason(self) -> str | None:
-        if self.ready:
+    def _not_ready(self) -> str | None:
+        if self._tg is not None and any(g.health.state in ("ready", "busy") for g in self.groups):
             return None
-        parts = [f"group {h.index}: {h.state}" + (f" ({h.last_error})" if h.last_error else "") for h in self.health()]
+        if self._tg is None:
+            return "not started"
+        # Read each group's fields, not a copy of its ranks: rank threads update those meanwhile.
+        parts = [f"group {g.plan.index}: {g.health.state}" + (f" ({g.health.last_error})" if g.health.last_error else "") for g in self.groups]
         return "no group can take a job: " + "; ".join(parts)
+
+    def check(self, job: JobSpec) -> None:
+        self.limits.check(job.request)
+        if not can_ever_fit(job.tokens, [g.plan for g in self.groups], self.settings.budgets):
+            raise ExecutorFailure(
+                "invalid", f"tokens: {job.tokens} fit no group of this topology (budgets by size: {dict(self.settings.budgets)})"
+            )
 
     # -- life ---------------------------------------------------------------------------------
 
@@ -215,11 +238,7 @@ class DistributedExecutor:
     async def run(self, job: JobSpec) -> AsyncIterator[Update]:
         if self._tg is None:
             raise ExecutorFailure("executor_error", "the distributed executor is not running")
-        plans = [g.plan for g in self.groups]
-        if not can_ever_fit(job.tokens, plans, self.settings.budgets):
-            raise ExecutorFailure(
-                "invalid", f"tokens: {job.tokens} fit no group of this topology (budgets by size: {dict(self.settings.budgets)})"
-            )
+        self.check(job)
         group = None
         while group is None:
             idle = [g.plan for g in self.groups if g.health.state == "ready" and g.plan.index not in self._claimed]

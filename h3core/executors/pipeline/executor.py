@@ -20,12 +20,14 @@ import anyio
 import anyio.to_thread
 
 from h3core.adapters.artifacts import ArtifactStore
+from h3core.domain.capabilities import Capabilities
 from h3core.domain.events import Artifact
 from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Update
 from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS, resolve
 from h3core.executors.pipeline.driver import media_for, model_failure, save_video, stream
 from h3core.executors.pipeline.generate import Control, Generator, Media, StopRequested
-from h3core.executors.pipeline.model import ModelError, load_model
+from h3core.executors.pipeline.limits import ModelLimits
+from h3core.executors.pipeline.model import ModelError, device_name, load_model
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class PipelineExecutor:
         self._upload_path = upload_path
         # Resolved now, so a kernel this machine cannot run is refused at start, not at the first job.
         self.plan = resolve(settings.attention, settings.device, math_max_tokens=settings.math_max_tokens)
+        self.limits = ModelLimits.of(settings.model_dir)  # what the folder lets it run, before the weights load
+        self.hardware = device_name(settings.device)
         self.generator: Generator | None = None
         self.counters = Counters()
         self._load_error: str | None = None
@@ -67,17 +71,20 @@ class PipelineExecutor:
 
     # -- life ---------------------------------------------------------------------------------
 
-    @property
-    def ready(self) -> bool:
-        return self.generator is not None and self._tg is not None
+    def capabilities(self) -> Capabilities:
+        return self.limits.capabilities(hardware=self.hardware, kernel=self.plan.kernel, not_ready=self._not_ready())
 
-    @property
-    def not_ready_reason(self) -> str | None:
+    def _not_ready(self) -> str | None:
+        if self._tg is None:
+            return "not started"
         if self._load_error:
             return f"model did not load: {self._load_error}"
         if self.generator is None:
             return f"loading the model from {self.settings.model_dir}"
         return None
+
+    def check(self, job: JobSpec) -> None:
+        self.limits.check(job.request)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

@@ -25,9 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from h3core.domain.geometry import snap_frames
 from h3core.domain.request import GenerationRequest
 from h3core.executors.base import ExecutorFailure
 from h3core.executors.pipeline.attention import AttentionPlan, install
+from h3core.executors.pipeline.limits import ModelLimits
 from h3core.executors.pipeline.model import LoadedModel
 
 STAGES = ("before_encode", "text_encoder", "vae_encoder", "denoise", "decode")
@@ -87,6 +89,7 @@ class Generator:
 
         self.model = model
         self.plan = plan
+        self.limits = ModelLimits.of(model.root)
         self.cache: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
         self.cache_size = cache_size
         self.encodes = 0  # text-encoder runs, for tests and metrics
@@ -132,24 +135,7 @@ class Generator:
 
     def check(self, request: GenerationRequest, media: Media) -> None:
         """Refuse, before any work, what this model cannot do (ExecutorFailure 'invalid')."""
-        from diffusers.modular_pipelines.minimax_h3.modular_pipeline import align_num_frames
-
-        vae = self.model.components["vae"]
-        snapped = align_num_frames(request.frames, vae.config.clip_length, vae.tokens_chunk_size)
-        seconds = snapped / request.fps
-        facts = self.model.facts
-        if not facts.min_seconds <= seconds <= facts.max_seconds:
-            raise ExecutorFailure(
-                "invalid",
-                f"frames: {request.frames} (snapped to {snapped}, {seconds:.2f} s at {request.fps} fps) is outside the "
-                f"{facts.min_seconds:g}-{facts.max_seconds:g} s this model ({facts.name}) generates",
-            )
-        if request.mode == "ref2va" and not self.model.has("transformer_ref"):
-            raise ExecutorFailure("invalid", f"mode: ref2va needs the transformer_ref partition, which {self.model.root} lacks")
-        if media.videos and not self.model.video_processor_available:
-            raise ExecutorFailure(
-                "invalid", "references.videos: video references need Qwen3-VL's video processor (torchvision), not installed here"
-            )
+        self.limits.check(request)
 
     def run(self, request: GenerationRequest, media: Media, control: Control) -> Output:
         import torch
@@ -244,7 +230,9 @@ class Generator:
             "prompt": request.prompt,
             "height": request.height,
             "width": request.width,
-            "num_frames": request.frames,
+            # The count the model makes (17n + 5): diffusers' ref2va blocks snap it for the encoder
+            # but hand the raw count to the denoiser, which refuses anything unsnapped.
+            "num_frames": snap_frames(request.frames),
             # The scheduler's grid has one more point than there are model evaluations.
             "num_inference_steps": request.steps + 1,
             # A CPU generator draws the same noise whatever the device, so a seed means one video.

@@ -104,6 +104,16 @@ def make_processor(tokenizer, image_processor, video_processor=None):
     return _Processor(image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor)
 
 
+def device_name(device: str) -> str:
+    """What a torch device is, as capacity profiles name hardware ("NVIDIA H200", "cpu")."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(dev)
+    return dev.type
+
+
 def missing_parts(root: Path) -> list[str]:
     """The required component folders `root` lacks (cheap: for a start-up check before loading)."""
     return [name for name in REQUIRED if not (Path(root) / name).is_dir()]

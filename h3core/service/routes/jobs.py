@@ -46,7 +46,8 @@ async def _state(svc: Service, job_id: str) -> JobState:
 
 async def _view(svc: Service, state: JobState) -> JobView:
     position = svc.store.queue_position(state.job_id) if state.status == "queued" else None
-    return job_view(state, now=datetime.now(UTC), queue_position=position)
+    waiting = svc.contract.source().waiting_reason(state.request.mode) if state.status == "queued" else None
+    return job_view(state, now=datetime.now(UTC), queue_position=position, waiting=waiting)
 
 
 def _media(svc: Service, request: GenerationRequest) -> dict[str, Media]:
@@ -93,7 +94,7 @@ async def create_job(
         state = await svc.runner.submit(request, priority=data.priority, idempotency_key=idempotency_key, media=media)
     except Refused as exc:
         ceiling = exc.decision.ceiling.model_dump() if exc.decision.ceiling else None
-        raise HTTPException(status_code=422, detail=exc.decision.detail, extra={"ceiling": ceiling}) from None
+        raise HTTPException(status_code=422, detail=exc.decision.detail, extra={"ceiling": ceiling, "reason": exc.decision.reason}) from None
     except IdempotencyMismatch as exc:
         raise HTTPException(status_code=409, detail=str(exc), extra={"job_id": exc.job_id}) from None
     except ShuttingDown as exc:
@@ -121,7 +122,8 @@ async def list_jobs(
     rows = await _call(lambda: svc.store.list_jobs(status=status, limit=limit + 1, before=int(cursor) if cursor else None))
     now = datetime.now(UTC)
     page = rows[:limit]
-    items = [job_view(s, now=now, queue_position=None) for _, s in page]
+    caps = svc.contract.source()
+    items = [job_view(s, now=now, queue_position=None, waiting=caps.waiting_reason(s.request.mode)) for _, s in page]
     return JobPage(items=items, next_cursor=str(page[-1][0]) if len(rows) > limit else None)
 
 

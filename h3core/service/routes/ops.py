@@ -8,7 +8,7 @@ from litestar.openapi.datastructures import ResponseSpec
 
 from h3core.adapters.lock import RunnerLock, runner_lock_path
 from h3core.service.context import Service
-from h3core.service.views import CeilingsView, GroupView, ReadyView, ceiling_view, problems
+from h3core.service.views import CeilingsView, GroupView, ModeView, ReadyView, ceilings_view, problems
 
 
 @get("/healthz", summary="The process is up", sync_to_thread=False)
@@ -16,7 +16,7 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@get("/readyz", summary="The store is writable and the executor ready", responses={503: ResponseSpec(data_container=ReadyView, description="not ready, and why")})
+@get("/readyz", summary="The store is writable and the executor can run at least one mode", responses={503: ResponseSpec(data_container=ReadyView, description="not ready, and why")})
 async def readyz(svc: Service) -> Response[ReadyView]:
     checks: dict[str, str] = {}
     try:
@@ -24,22 +24,24 @@ async def readyz(svc: Service) -> Response[ReadyView]:
         checks["store"] = "ok"
     except Exception as exc:  # any failure to write means not ready; report it, do not crash
         checks["store"] = f"not writable: {exc}"
+    caps = svc.contract.source()
+    modes = [ModeView(mode=m.mode, served=m.served, ready=m.runnable, reason=m.reason) for m in caps.modes]
+    problems = caps.problems()
+    servable = caps.runnable_modes
+    executor = f"ready for {', '.join(servable)}" if servable else "not ready: " + "; ".join(problems)
+    groups = None
     if svc.tail is not None:  # api role: the jobs run in the process holding the runner lock
         lock = runner_lock_path(svc.settings.db)
         holder = await anyio.to_thread.run_sync(RunnerLock.holder, lock)
-        checks["executor"] = f"in the runner process ({svc.settings.executor})"
-        running = f"process {holder} runs the jobs" if holder else f"no runner process (nothing holds {lock})"
-        checks["runner"] = running if svc.runner.accepting else "not accepting"
-        ok = checks["store"] == "ok" and holder is not None and svc.runner.accepting
-        return Response(ReadyView(status="ready" if ok else "not ready", **checks), status_code=200 if ok else 503)
-    executor = svc.runner.executor
-    reason = getattr(executor, "not_ready_reason", None)
-    checks["executor"] = "ready" if executor.ready else f"not ready: {reason}" if reason else "not ready"
-    checks["runner"] = "accepting" if svc.runner.accepting else "not accepting"
-    ok = checks["store"] == "ok" and executor.ready and checks["runner"] == "accepting"
-    health = getattr(executor, "health", None)
-    groups = [GroupView.model_validate(h, from_attributes=True) for h in health()] if callable(health) else None
-    return Response(ReadyView(status="ready" if ok else "not ready", groups=groups, **checks), status_code=200 if ok else 503)
+        checks["runner"] = (f"process {holder} runs the jobs" if holder else f"no runner process (nothing holds {lock})") if svc.runner.accepting else "not accepting"
+        ok = checks["store"] == "ok" and holder is not None and svc.runner.accepting and bool(servable)
+    else:
+        checks["runner"] = "accepting" if svc.runner.accepting else "not accepting"
+        ok = checks["store"] == "ok" and bool(servable) and svc.runner.accepting
+        health = getattr(svc.runner.executor, "health", None)
+        groups = [GroupView.model_validate(h, from_attributes=True) for h in health()] if callable(health) else None
+    view = ReadyView(status="ready" if ok else "not ready", executor=executor, modes=modes, problems=problems, groups=groups, **checks)
+    return Response(view, status_code=200 if ok else 503)
 
 
 @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4")
@@ -49,12 +51,7 @@ async def metrics(svc: Service) -> bytes:
 
 @get("/ceilings", summary="Frame limits per resolution and mode, from the code that judges submissions", responses=problems(401))
 async def ceilings(svc: Service) -> CeilingsView:
-    p = svc.policy
-    return CeilingsView(
-        profile=p.profile.name, hardware=p.profile.hardware, attention=p.profile.attention,
-        budget_tokens=p.budget.tokens, api_max_frames=p.profile.api_max_frames,
-        ceilings=[ceiling_view(r) for r in p.ceilings()],
-    )  # fmt: skip
+    return ceilings_view(svc.contract.current())
 
 
 handlers = [healthz, readyz, metrics]

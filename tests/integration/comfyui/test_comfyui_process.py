@@ -37,7 +37,8 @@ def test_serve_runs_jobs_on_comfyui_end_to_end(tmp_path, comfy):
             view = api.get(f"/v1/jobs/{job['id']}").json()
             video = api.get(view["artifact"]["url"])
             assert video.status_code == 200 and len(video.content) == view["artifact"]["bytes"]
-            assert api.get("/readyz").json()["executor"] == "ready"
+            ready = api.get("/readyz").json()
+            assert ready["executor"] == "ready for t2va, fl2va, ref2va" and ready["problems"] == []
         server.stop()
     finally:
         servers.kill_all()

@@ -12,6 +12,7 @@ import anyio
 import av
 import pytest
 
+from h3core import Refused
 from h3core.domain.request import GenerationRequest
 from tests.integration.comfyui.conftest import ended, png_path, types, until
 
@@ -153,19 +154,23 @@ async def test_raylight_progress_comes_from_the_log_trusting_only_the_requests_s
     assert steps and steps[-1] == 12 and all(0 < s <= 12 for s in steps) and len(steps) > 2
 
 
-async def test_comfyui_unreachable_fails_the_attempt_within_the_bound(make_runner, comfy):
-    await comfy.pause_listening()
+async def test_comfyui_unreachable_mid_job_fails_the_attempt_within_the_bound_and_the_retry_waits_for_it(make_runner, comfy):
+    comfy.step_seconds = 0.1
     async with make_runner() as runner:
-        job = await runner.submit(req(), )
+        await until(lambda: runner.executor.capabilities().ready)
+        job = await runner.submit(req(steps=10))
+        await until(lambda: (runner.store.get(job.job_id).step or 0) >= 1)
+        await comfy.pause_listening()
         with anyio.fail_after(15):
             while not (runner.store.get(job.job_id).attempt_errors or runner.store.get(job.job_id).terminal):
                 await anyio.sleep(0.05)
         state = runner.store.get(job.job_id)
         err = state.attempt_errors[0] if state.attempt_errors else state.error
         assert err.kind == "executor_lost" and "unreachable" in err.message
+        assert state.status == "queued", "the retry waits for ComfyUI instead of spending its attempt"
         await comfy.resume_listening()
         state = await ended(runner, job.job_id)
-    assert state.status == "done"
+    assert state.status == "done" and state.attempt == 2
 
 
 async def test_raylights_start_up_bar_is_not_taken_for_sampling_progress(make_runner, comfy):
@@ -181,14 +186,47 @@ async def test_raylights_start_up_bar_is_not_taken_for_sampling_progress(make_ru
     assert len(steps) >= 3 and steps[0] < 4, steps
 
 
-async def test_readiness_names_a_node_the_server_lacks(make_runner, comfy):
+async def test_a_mode_whose_template_needs_a_node_the_server_lacks_is_not_served_and_the_others_are(make_runner, comfy):
     from h3core.executors.comfyui.templates import builtin_templates
 
     async with make_runner() as runner:
-        await until(lambda: runner.executor.ready)
+        await until(lambda: runner.executor.capabilities().runnable_modes == ("t2va", "fl2va", "ref2va"))
         broken = builtin_templates()["minimax-h3-t2va-single-gpu"]
         graph = {**broken.graph, "8": {"class_type": "KSamplerSelectPro", "inputs": {"sampler_name": "euler"}}}
         runner.executor.templates = {**runner.executor.templates, broken.name: broken.model_copy(update={"graph": graph})}
         await comfy.restart()  # the socket reconnects: the nodes are checked again
-        await until(lambda: not runner.executor.ready and runner.executor.problems)
-        assert "node class KSamplerSelectPro is not installed on the server" in runner.executor.not_ready_reason
+        await until(lambda: not runner.executor.capabilities().mode("t2va").served)
+        caps = runner.executor.capabilities()
+        assert "node class KSamplerSelectPro is not installed on the server" in caps.mode("t2va").reason
+        await until(lambda: runner.executor.capabilities().runnable_modes == ("fl2va", "ref2va"))
+        with pytest.raises(Refused) as refused:
+            await runner.submit(req(steps=4))
+        assert refused.value.decision.reason == "mode_unavailable" and "KSamplerSelectPro" in refused.value.decision.detail
+
+
+async def test_with_comfyui_down_a_job_waits_queued_without_using_an_attempt_and_runs_when_it_is_back(make_runner, comfy):
+    async with make_runner() as runner:
+        await until(lambda: runner.executor.capabilities().ready)
+        await comfy.go_down()
+        await until(lambda: not runner.executor.capabilities().ready)
+        job = await runner.submit(req(steps=4))
+        assert "no connection to ComfyUI" in runner.executor.capabilities().waiting_reason("t2va")
+        await comfy.come_up()
+        state = await ended(runner, job.job_id)
+    assert state.status == "done" and state.attempt == 1, state
+    assert types(runner, job.job_id)[:3] == ["submitted", "admitted", "running"]
+
+
+async def test_a_comfyui_lacking_the_fl2va_nodes_still_serves_t2va_and_refuses_fl2va_at_submit(make_runner, comfy):
+    comfy.missing_nodes = {"LoadImage"}  # the keyframe and reference graphs load images; text to video does not
+    async with make_runner() as runner:
+        await until(lambda: runner.executor.capabilities().runnable_modes == ("t2va",))
+        caps = runner.executor.capabilities()
+        assert not caps.mode("fl2va").served and "node class LoadImage is not installed" in caps.mode("fl2va").reason
+        with pytest.raises(Refused) as refused:
+            await runner.submit(req(mode="fl2va", keyframes={"first": "k1"}))
+        job = await runner.submit(req(steps=4))
+        state = await ended(runner, job.job_id)
+    assert refused.value.decision.reason == "mode_unavailable" and refused.value.decision.ceiling.max_frames == 0
+    assert state.status == "done"
+    assert runner.store.job_ids() == [job.job_id]

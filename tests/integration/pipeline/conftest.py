@@ -23,7 +23,7 @@ def make_runner(tmp_path, tiny_model):
     @asynccontextmanager
     async def make(*, loaded: bool = True, **settings) -> AsyncIterator[Runner]:
         executor = PipelineExecutor(
-            PipelineSettings(model_dir=tiny_model, **settings),
+            PipelineSettings(**{"model_dir": tiny_model, **settings}),
             LocalArtifactStore(tmp_path / "artifacts"),
             lambda upload_id: uploads.path(uploads.get(upload_id)),
         )
@@ -33,7 +33,7 @@ def make_runner(tmp_path, tiny_model):
         async with anyio.create_task_group() as tg:
             await tg.start(runner.run)
             if loaded:
-                await until(lambda: executor.ready or executor.not_ready_reason.startswith("model did not load"))
+                await until(lambda: executor.capabilities().ready or "model did not load" in "".join(executor.capabilities().problems()))
             yield runner
             tg.cancel_scope.cancel()
 

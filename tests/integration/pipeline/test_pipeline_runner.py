@@ -134,10 +134,16 @@ async def test_math_is_allowed_below_the_limit_and_recorded(make_runner):
     )
 
 
-async def test_a_clip_outside_the_models_window_is_refused_as_invalid(make_runner):
+async def test_a_clip_outside_the_models_window_is_refused_at_submission(make_runner):
+    from h3core import Refused
+
     async with make_runner() as runner:
-        state = await ended(runner, (await runner.submit(req(frames=400))).job_id)
-    assert state.error.kind == "invalid" and state.error.message.startswith("frames: 400 (snapped to 413")
+        with pytest.raises(Refused) as refused:
+            await runner.submit(req(frames=400))
+        assert runner.store.job_ids() == []
+    decision = refused.value.decision
+    assert decision.reason == "model_window" and decision.ceiling.max_frames == 345
+    assert "400 frames snap to 413 (17.21 s), outside the 0-15 s (model facts of minimax-h3-tiny) window" in decision.detail
 
 
 async def test_keyframes_and_references_come_from_the_upload_store(make_runner, tmp_path):
@@ -152,3 +158,26 @@ async def test_keyframes_and_references_come_from_the_upload_store(make_runner, 
         ref = await ended(runner, (await runner.submit(req(mode="ref2va", references={"images": [key.id]}))).job_id)
     assert fl.status == "done", fl.error
     assert ref.status == "done", ref.error
+
+
+async def test_a_model_folder_whose_facts_widen_the_window_makes_a_30_second_clip(make_runner, tiny_model, tmp_path):
+    """The window is the folder's fact: widened there, the contract admits 30 s and diffusers'
+    own window check (which reads the pipeline's min/max duration) lets it run."""
+    import json
+    import shutil
+
+    from h3core import Contract
+    from h3core.executors.pipeline.model import FACTS_FILE
+
+    wide = tmp_path / "wide"
+    shutil.copytree(tiny_model, wide)
+    facts = json.loads((wide / FACTS_FILE).read_text())
+    (wide / FACTS_FILE).write_text(json.dumps({**facts, "max_seconds": 30.0}))
+    async with make_runner(model_dir=wide) as runner:
+        contract = Contract(runner.executor.capabilities())
+        assert contract.ceiling(req(width=32, height=32)).max_frames == 719  # 17 * 42 + 5: 29.96 s
+        assert not contract.decide(req(width=32, height=32, frames=720)).admitted
+        job = await runner.submit(req(width=32, height=32, frames=719, steps=1))
+        state = await ended(runner, job.job_id, timeout=120)
+    assert state.status == "done", state.error
+    assert state.artifact.frames == 719 and state.artifact.duration_s == pytest.approx(719 / 24)

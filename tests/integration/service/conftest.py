@@ -176,7 +176,8 @@ def api_server(tmp_path_factory) -> Iterator[Server]:
     Tests that use it leave it idle: they cancel whatever long job they start.
     """
     s = Servers(tmp_path_factory.mktemp("api"))
-    server = s.start()
+    # The deployment's profile applied to the fake executor: its ceilings are the ones tested.
+    server = s.start({"H3_CAPACITY_PROFILE": "4x2080ti-sage-fp16"})
     try:
         yield server
         server.stop()

@@ -81,7 +81,8 @@ def test_a_body_that_is_not_a_json_object_is_refused(api):
 
 def test_over_capacity_is_422_with_the_ceiling_that_v1_ceilings_lists(api):
     problem = refused(api, {"prompt": "a long fox", "frames": 900})  # at the default 1344x768, t2va
-    assert set(problem) == {"detail", "ceiling"}, problem
+    assert set(problem) == {"detail", "ceiling", "reason"}, problem
+    assert problem["reason"] == "vram"
     assert problem["ceiling"]["max_frames"] == 430
     assert problem["ceiling"]["reason"] == "vram"
     assert problem["ceiling"]["verified"] is True
@@ -115,7 +116,9 @@ def test_ceilings_lists_every_profile_resolution_and_mode(api):
     body = r.json()
     assert body["profile"] == "4x2080ti-sage-fp16"
     assert body["api_max_frames"] == 1200 and body["fps"] == 24
-    assert body["budget_tokens"] > 0
+    assert body["executor"] == "fake" and body["budgets"] == [
+        {"group_size": 1, "tokens": 133_236, "verified": True, "source": "profile 4x2080ti-sage-fp16"}
+    ]
     shapes = {(c["width"], c["height"]) for c in body["ceilings"]}
     assert shapes == {(832, 480), (1024, 576), (1344, 768), (448, 256)}
     for w, h in shapes:
@@ -183,3 +186,19 @@ def test_a_bad_upload_is_refused(api, data, content_type, status, field):
     problem = r.json()
     assert problem["detail"]
     assert [e["field"] for e in problem["errors"]] == [field], problem
+
+
+def test_the_default_server_states_only_the_models_window(servers):
+    """The default server (the pipeline on the tiny model, on a CPU): no profile describes it, so
+    /v1/ceilings shows no ceiling beyond the model's window, and a submit past it is refused so."""
+    pytest.importorskip("diffusers", reason="the pipeline extra is not installed")
+    server = servers.make()
+    del server.env["H3_EXECUTOR"]
+    server.start(timeout=120)
+    with server.client() as api:
+        body = api.get("/v1/ceilings").json()
+        assert body["profile"] is None and body["window"] == {"min_seconds": 0.0, "max_seconds": 15.0, "source": "model facts of minimax-h3-tiny"}
+        assert {(c["max_frames"], c["reason"]) for c in body["ceilings"]} == {(345, "model_window")}
+        problem = refused(api, {"prompt": "a long fox", "width": 64, "height": 64, "frames": 346})
+        assert problem["reason"] == "model_window" and problem["ceiling"]["max_frames"] == 345
+        assert "346 frames snap to 362 (15.08 s)" in problem["detail"]

@@ -12,54 +12,112 @@ from tests.factories import artifact, submitted
 cli = CliRunner()
 
 
-def test_show_prints_the_default_ceilings_with_reasons():
-    result = cli.invoke(app, ["capacity", "show"])
-    assert result.exit_code == 0, result.output
-    rows = dict(
+def _t2va_rows(output):
+    return dict(
         (m.group(1), (int(m.group(2)), m.group(3)))
-        for m in re.finditer(r"(\d+x\d+)\s+│ t2va\s+│\s+(\d+) │\s+[\d.]+ │ (\w+)", result.output)
+        for m in re.finditer(r"(\d+x\d+)\s+│ t2va\s+│\s+(\d+) │\s+[\d.]+ │ (\w+)", output)
     )
-    assert rows == {"832x480": (1127, "vram"), "1024x576": (753, "vram"), "1344x768": (430, "vram"), "448x256": (1200, "quality")}
+
+
+def test_show_prints_a_profiles_ceilings_with_reasons(tmp_path):
+    args = ["capacity", "show", "--db", str(tmp_path / "h3.db"), "--executor", "fake", "--profile", "4x2080ti-sage-fp16"]
+    result = cli.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert _t2va_rows(result.output) == {"832x480": (1127, "vram"), "1024x576": (753, "vram"), "1344x768": (430, "vram"), "448x256": (1200, "quality")}
     assert "133,236" in result.output and "134,546" in result.output
+
+
+def test_show_prints_the_executors_effective_ceilings_not_the_profiles_alone(tmp_path, monkeypatch):
+    """The default server (the pipeline on the tiny model, on a CPU): no profile describes it, so
+    the model's window is the only ceiling."""
+    monkeypatch.chdir(tmp_path)
+    result = cli.invoke(app, ["capacity", "show", "--db", str(tmp_path / "h3.db")])
+    assert result.exit_code == 0, result.output
+    assert "none describes this executor" in result.output and "0-15 s (model facts of minimax-h3-tiny)" in result.output
+    assert set(_t2va_rows(result.output).values()) == {(345, "model_window")}
+
+
+def test_show_reads_what_the_running_executor_published(tmp_path):
+    from h3core.contracts import CapabilityFile, capabilities_path
+    from h3core.domain.capabilities import Capabilities, ModeReadiness
+
+    db = tmp_path / "h3.db"
+    CapabilityFile(capabilities_path(db)).publish(
+        Capabilities(executor="comfyui", topology="raylight", model="minimax-h3", modes=(ModeReadiness(mode="t2va"),))
+    )
+    result = cli.invoke(app, ["capacity", "show", "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert f"as the runner on {db} states it" in result.output and "4x2080ti-sage-fp16" in result.output
+    assert _t2va_rows(result.output)["832x480"] == (1127, "vram")
+    assert "fl2va NOT SERVED" in result.output
 
 
 def test_show_names_a_bad_profile_and_its_field(tmp_path):
     bad = tmp_path / "p.toml"
     bad.write_text('name = "x"\n')
-    result = cli.invoke(app, ["capacity", "show", "--profile", str(bad)])
+    result = cli.invoke(app, ["capacity", "show", "--executor", "fake", "--db", str(tmp_path / "h3.db"), "--profile", str(bad)])
     assert result.exit_code == 2 and "hardware" in result.output
 
 
-def _job(store, job_id, tokens, outcome, **req):
-    store.append(job_id, [submitted(**req), Admitted(tokens=tokens), Running(attempt=1, executor="x")])
+DEPLOYMENT = {"hardware": "ComfyUI at http://127.0.0.1:8188", "topology": "raylight", "model_name": "minimax-h3", "group_sizes": "1"}
+TINY_CPU = {"hardware": "cpu", "model_name": "minimax-h3-tiny", "group_sizes": "1"}
+
+
+def _job(store, job_id, tokens, outcome, executor="comfyui", info=DEPLOYMENT, **req):
+    store.append(job_id, [submitted(**req), Admitted(tokens=tokens), Running(attempt=1, executor=executor, info=info)])
     if outcome == "ran":
         store.append(job_id, [Done(artifact=artifact(), tokens=tokens)])
     else:
         store.append(job_id, [Failed(kind="oom", message="CUDA out of memory", tokens=tokens)])
 
 
-def test_fit_proposes_a_budget_and_names_the_jobs_that_bound_it(tmp_path):
+def _fit(db, *args):
+    result = cli.invoke(app, ["capacity", "fit", "--db", str(db), "--profile", "4x2080ti-sage-fp16", *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_fit_proposes_a_budget_from_the_profiles_points_and_the_jobs_that_ran_on_its_hardware(tmp_path):
     db = tmp_path / "h3.db"
     store = SQLiteEventStore(db)
     _job(store, "small", 90_000, "ran", width=1344, height=768, frames=300)
-    _job(store, "big", 120_000, "ran", width=832, height=480, frames=1000)
-    _job(store, "toobig", 125_000, "oom", width=1024, height=576, frames=720)
-    _job(store, "huge", 150_000, "oom")
+    _job(store, "big", 133_900, "ran", width=832, height=480, frames=1130)
+    _job(store, "toobig", 134_200, "oom", width=1024, height=576, frames=780)
+    store.close()
+    out = _fit(db)
+    assert "6 ran, 4 out of memory" in out  # the profile's 4 runs and 3 OOMs, and the jobs' 2 and 1
+    assert "job big (t2va 832x480x1130): 133,900 tokens" in out
+    assert "job toobig (t2va 1024x576x780): 134,200 tokens" in out
+    assert "proposed budget: 133,900 tokens (profile now: 133,236; +664)" in out
+    assert 'width = 832, height = 480, frames = 1130, outcome = "ran"' in out
+
+
+def test_fit_ignores_jobs_that_ran_elsewhere_and_never_goes_below_a_measured_run(tmp_path):
+    """One tiny-model CPU job must not propose cutting the 2080 Ti budget to its 110 tokens."""
+    db = tmp_path / "h3.db"
+    store = SQLiteEventStore(db)
+    _job(store, "tiny", 110, "ran", executor="pipeline", info=TINY_CPU, width=32, height=32, frames=5)
+    _job(store, "old", 110, "ran", executor="pipeline", info={})  # recorded before runs said where they ran
+    store.close()
+    out = _fit(db)
+    assert "2 finished job(s) ran where this profile does not describe" in out
+    assert "no job in the store ran where this profile describes" in out and "proposed budget" not in out
+    store = SQLiteEventStore(db)
+    _job(store, "low", 120_000, "oom")  # an OOM below measured runs is a contradiction, not a new bound
+    store.close()
+    out = _fit(db)
+    assert "CONTRADICTION" in out and "job low" in out
+    assert "proposed budget: 133,236 tokens (profile now: 133,236; +0)" in out
+
+
+def test_fit_checks_each_built_in_profile_against_its_own_jobs(tmp_path):
+    db = tmp_path / "h3.db"
+    store = SQLiteEventStore(db)
+    h200 = {"hardware": "NVIDIA H200", "model_name": "minimax-h3", "group_sizes": "1", "kernel": "cudnn"}
+    _job(store, "h", 90_000, "ran", executor="pipeline", info=h200)
     store.close()
     result = cli.invoke(app, ["capacity", "fit", "--db", str(db)])
     assert result.exit_code == 0, result.output
-    assert "2 done, 2 out of memory" in result.output
-    assert "job big (t2va 832x480x1000): 120,000 tokens" in result.output
-    assert "job toobig (t2va 1024x576x720): 125,000 tokens" in result.output
-    assert "proposed budget: 120,000 tokens (profile now: 133,236; -13,236)" in result.output
-    assert 'width = 832, height = 480, frames = 1000, outcome = "ran"' in result.output
-
-
-def test_fit_flags_evidence_that_contradicts_one_budget(tmp_path):
-    db = tmp_path / "h3.db"
-    store = SQLiteEventStore(db)
-    _job(store, "ok", 130_000, "ran")
-    _job(store, "odd", 100_000, "oom")
-    store.close()
-    result = cli.invoke(app, ["capacity", "fit", "--db", str(db)])
-    assert "CONTRADICTION" in result.output and "job odd" in result.output
+    h200_part = result.output.split("profile 1xh200-bf16")[1].split("profile 4x2080ti")[0]
+    assert "proposed budget: 90,000 tokens (profile now: 73,386; +16,614)" in h200_part
+    assert "no job in the store ran where this profile describes" in result.output.split("profile 4x2080ti")[1]

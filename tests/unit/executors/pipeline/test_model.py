@@ -83,3 +83,16 @@ def test_a_stages_leftover_tensors_follow_it_to_the_next_stages_device():
     assert isinstance(state.get("pair"), tuple) and all(t.device.type == "meta" for t in state.get("pair"))
     assert state.get("mixed")[0].device.type == "meta" and state.get("mixed")[1] == "text"
     assert state.get("height") == 64
+
+
+def test_diffusers_is_given_the_frame_count_the_model_makes(tmp_path):
+    """diffusers' ref2va blocks snap the count for the encoder but not for the denoiser, which then
+    refused every ref2va job whose length was not 17n + 5 (found by the admission contract test)."""
+    from h3core.domain.request import GenerationRequest
+    from h3core.executors.pipeline.attention import resolve
+    from h3core.executors.pipeline.generate import Generator, Media
+
+    generator = Generator(load_model(make_tiny(tmp_path / "m")), resolve("auto", "cpu"))
+    for frames, snapped in ((1, 5), (6, 22), (22, 22), (48, 56)):
+        request = GenerationRequest(mode="t2va", prompt="p", width=32, height=32, frames=frames)
+        assert generator._inputs(request, Media())["num_frames"] == snapped

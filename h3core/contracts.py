@@ -1,0 +1,144 @@
+"""The live admission contract: the pure `Contract`, rebuilt whenever what the executor can run
+changes (a ComfyUI came back, a model finished loading, a group died).
+
+The capabilities come from a source: the executor itself when it runs in this process, or the
+file a runner process publishes beside the store (`CapabilityFile`) for an API process that
+admits jobs another process runs. Either way, submission and `/v1/ceilings` judge with the
+same `Contract`, built from the same capabilities and the capacity profile that describes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+
+from h3core.domain.admission import Contract, Decision
+from h3core.domain.capabilities import MODES, Capabilities, ModeReadiness
+from h3core.domain.capacity import CapacityProfile, applicable
+from h3core.domain.geometry import Media
+from h3core.domain.request import GenerationRequest
+
+if TYPE_CHECKING:
+    from h3core.executors.base import Executor
+
+CapabilitySource = Callable[[], Capabilities]
+
+
+class LiveContract:
+    """An `AdmissionPolicy` over the executor's current capabilities.
+
+    `profiles` are matched against the capabilities (the first that describes a group gives its
+    budget); `profile`, when given, is the operator's explicit choice and applies whatever the
+    hardware says."""
+
+    def __init__(
+        self, source: CapabilitySource, profiles: Sequence[CapacityProfile] = (), *, profile: CapacityProfile | None = None
+    ) -> None:
+        self.source = source
+        self.profiles = tuple(profiles)
+        self.explicit = profile
+        self._cached: tuple[Capabilities, Contract] | None = None
+        self._lock = threading.Lock()
+
+    def current(self) -> Contract:
+        caps = self.source()
+        with self._lock:
+            if self._cached is not None and self._cached[0] == caps:
+                return self._cached[1]
+            if self.explicit is not None:
+                profile, effective = applicable([self.explicit.model_copy(update={"match": ()})], caps)
+            else:
+                profile, effective = applicable(self.profiles, caps)
+            contract = Contract(effective, profile)
+            self._cached = (caps, contract)
+            return contract
+
+    def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
+        return self.current().decide(request, media)
+
+
+def capabilities_path(db: Path | str) -> Path:
+    """Where a runner process publishes its executor's capabilities for an API process."""
+    return Path(f"{db}.capabilities.json")
+
+
+class CapabilityFile:
+    """Capabilities written by the process running the executor, read by another process.
+
+    Written whole and renamed into place, so a reader sees the old statement or the new one;
+    read at most once per `interval_s` (a submit must not pay for a file read)."""
+
+    def __init__(self, path: Path, *, interval_s: float = 0.25, clock: Callable[[], float] | None = None) -> None:
+        import time
+
+        self.path = Path(path)
+        self.interval_s = interval_s
+        self._clock = clock or time.monotonic
+        self._read_at = -float("inf")
+        self._stamp: tuple[int, int] | None = None
+        self._caps: Capabilities | None = None
+        self._lock = threading.Lock()
+
+    def publish(self, caps: Capabilities) -> None:
+        tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(caps.model_dump_json())
+        os.replace(tmp, self.path)
+
+    def read(self) -> Capabilities:
+        with self._lock:
+            now = self._clock()
+            if now - self._read_at >= self.interval_s:
+                self._read_at = now
+                self._refresh()
+            if self._caps is None:
+                return unknown()
+            return self._caps
+
+    def _refresh(self) -> None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            self._caps, self._stamp = None, None
+            return
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self._stamp:
+            return
+        try:
+            self._caps = Capabilities.model_validate(json.loads(self.path.read_text()))
+            self._stamp = stamp
+        except (OSError, ValueError):
+            pass  # replaced while read, or written by another version: keep what we had
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def unknown(executor: str = "unknown") -> Capabilities:
+    """What an API process assumes before any runner process has stated its capabilities."""
+    why = "no runner process has stated what it can run yet"
+    return Capabilities(executor=executor, modes=tuple(ModeReadiness(mode=m, ready=False, reason=why) for m in MODES))
+
+
+async def publish_capabilities(executor: Executor, board: CapabilityFile, *, interval_s: float = 0.25) -> None:
+    """Publish the executor's capabilities whenever they change, until cancelled; then say that
+    nothing runs here any more (an API process then holds its jobs queued, not admitted blind)."""
+    last: Capabilities | None = None
+    try:
+        while True:
+            caps = executor.capabilities()
+            if caps != last:
+                await anyio.to_thread.run_sync(board.publish, caps)
+                last = caps
+            await anyio.sleep(interval_s)
+    finally:
+        if last is not None:
+            why = "the runner process stopped"
+            stopped = last.with_modes(ModeReadiness(mode=m.mode, served=m.served, ready=False, reason=why if m.served else m.reason) for m in last.modes)
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(board.publish, stopped)
