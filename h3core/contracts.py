@@ -133,12 +133,11 @@ async def publish_capabilities(executor: Executor, board: CapabilityFile, *, int
         while True:
             caps = executor.capabilities()
             if caps != last:
-                await anyio.to_thread.run_sync(board.publish, caps)
+                board.publish(caps)  # a small file, rarely: on the loop, not a worker thread
                 last = caps
             await anyio.sleep(interval_s)
     finally:
         if last is not None:
             why = "the runner process stopped"
             stopped = last.with_modes(ModeReadiness(mode=m.mode, served=m.served, ready=False, reason=why if m.served else m.reason) for m in last.modes)
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(board.publish, stopped)
+            board.publish(stopped)
