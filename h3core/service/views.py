@@ -56,6 +56,7 @@ class JobView(BaseModel):
     artifact: ArtifactView | None
     tokens: int | None
     request: GenerationRequest
+    remixed_from: str | None = None  # the job whose parameters this one reuses with a new prompt
 
 
 class JobPage(BaseModel):
@@ -144,6 +145,7 @@ def job_view(state: JobState, *, now: datetime, queue_position: int | None, base
         artifact=artifact,
         tokens=state.tokens,
         request=state.request,
+        remixed_from=state.remixed_from,
     )
 
 
