@@ -13,7 +13,6 @@ import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Literal
 
 import anyio
@@ -57,9 +56,6 @@ CREATE_MAX_BYTES = DEFAULT_LIMITS["image"] * 4 // 3 + (1 << 20)
 # A placeholder upload id, to validate a request before its input_reference is stored.
 _PENDING_UPLOAD = "u_" + "0" * 32
 _DATA_URL = re.compile(r"^data:(image/[A-Za-z0-9.+-]+);base64,(.*)$", re.S)
-# Previews decode video on a worker thread; two at once at most, so a burst of them cannot take
-# every thread the service has.
-_PREVIEWS = anyio.CapacityLimiter(2)
 _PREVIEW_MAKERS: dict[str, tuple[Callable[..., bytes], str]] = {
     "thumbnail": (previews.thumbnail, previews.THUMBNAIL_TYPE),
     "spritesheet": (previews.spritesheet, previews.SPRITESHEET_TYPE),
@@ -307,7 +303,7 @@ async def video_content(
         if variant == "video":
             return await ranged_file(path, request.headers.get("range"), media_type=artifact.media_type, etag=artifact.sha256)
         make, media_type = _PREVIEW_MAKERS[variant]
-        data = await anyio.to_thread.run_sync(lambda: make(Path(path), frames=artifact.frames), limiter=_PREVIEWS)
+        data = await anyio.to_thread.run_sync(lambda: make(path, frames=artifact.frames), limiter=svc.previews)
     except FileNotFoundError:
         raise VideoApiError(404, f"video {video_id}'s file is missing from the artifact store", param="video_id", code="content_missing") from None
     return Response(data, media_type=media_type, headers={"ETag": f'"{artifact.sha256}-{variant}"'})
