@@ -205,3 +205,14 @@ def test_every_error_on_these_routes_has_openais_shape(server):
         error = r.json()["error"]
         assert set(error) >= {"message", "type", "param", "code"} and error["message"], (name, error)
     assert answers["json body"].json()["error"]["param"] == "steps"  # JSON keeps its types: "2" is not a number
+
+
+def test_a_file_lost_without_a_delete_is_not_found_and_not_reported_deleted(client, server):
+    video = create_to_completed(client, size="448x256", seconds="0.5", frames=12, steps=1)
+    for lost in server.artifacts.glob(f"{video.id}/*.mp4"):
+        lost.unlink()
+    for variant in ("video", "thumbnail"):
+        with pytest.raises(openai.NotFoundError) as err:
+            client.videos.download_content(video.id, variant=variant)
+        assert err.value.body["code"] == "content_missing"
+    assert client.videos.retrieve(video.id).expires_at is None
