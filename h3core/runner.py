@@ -180,17 +180,19 @@ class Runner:
         idempotency_key: str | None = None,
         job_id: str | None = None,
         media: Mapping[str, Media] | None = None,
+        remixed_from: str | None = None,
     ) -> JobState:
         """Admit and store a job. Raises `Refused`, `IdempotencyMismatch` or `ShuttingDown`.
 
         `media` is what is known of the request's uploads, for admission to count their tokens.
+        `remixed_from`: the job this one remixes (same parameters, a new prompt), kept in its log.
         """
         if not self._accepting and self.started:
             raise ShuttingDown("h3core is shutting down and admits no new jobs")
         if idempotency_key is not None:
             existing = await self._call(self.store.by_idempotency_key, idempotency_key)
             if existing is not None:
-                return self._same_or_mismatch(existing, request, priority, idempotency_key)
+                return self._same_or_mismatch(existing, request, priority, remixed_from, idempotency_key)
         decision = self.admission.decide(request, media)
         if isinstance(decision, Refuse):
             raise Refused(decision)
@@ -201,6 +203,7 @@ class Runner:
                 retry=self.config.retry,
                 warnings=request.warnings(),
                 idempotency_key=idempotency_key,
+                remixed_from=remixed_from,
             ),
             Admitted(tokens=decision.tokens),
         ]
@@ -212,13 +215,15 @@ class Runner:
             existing = await self._call(self.store.by_idempotency_key, idempotency_key)
             if existing is None:
                 raise
-            return self._same_or_mismatch(existing, request, priority, idempotency_key)
+            return self._same_or_mismatch(existing, request, priority, remixed_from, idempotency_key)
         self._poke()
         return state
 
     @staticmethod
-    def _same_or_mismatch(existing: JobState, request: GenerationRequest, priority: int, key: str) -> JobState:
-        if existing.request == request and existing.priority == priority:
+    def _same_or_mismatch(
+        existing: JobState, request: GenerationRequest, priority: int, remixed_from: str | None, key: str
+    ) -> JobState:
+        if existing.request == request and existing.priority == priority and existing.remixed_from == remixed_from:
             return existing
         raise IdempotencyMismatch(key, existing.job_id)
 

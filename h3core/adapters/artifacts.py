@@ -3,7 +3,8 @@
 Contract (`ArtifactStore`): `staging(job_id, attempt)` gives a fresh path to write to;
 `commit(...)` moves it into place atomically and returns the `Artifact` (size and sha256 of
 what is on disk); `resolve(artifact.path)` gives the file back, refusing any path that would
-leave the store's root.
+leave the store's root. `delete(artifact.path)` removes a committed file on purpose and records
+when, so that `deleted_at` tells a deleted file from a lost one; the job's log is untouched.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from h3core.domain.events import Artifact
 
 _SAFE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_DELETED = ".deleted"  # beside the file's name: when it was deleted on purpose (ISO 8601)
 
 
 @runtime_checkable
@@ -28,6 +31,14 @@ class ArtifactStore(Protocol):
     ) -> Artifact: ...
 
     def resolve(self, rel_path: str) -> Path: ...
+
+    def delete(self, rel_path: str) -> datetime:
+        """Remove the file; return when it was deleted (the first deletion's time, if deleted before)."""
+        ...
+
+    def deleted_at(self, rel_path: str) -> datetime | None:
+        """When `delete` removed the file; None if it never did."""
+        ...
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -74,3 +85,27 @@ class LocalArtifactStore:
         if not path.is_relative_to(self.root):
             raise ValueError(f"artifact path {rel_path!r} leaves the artifact store")
         return path
+
+    def delete(self, rel_path: str) -> datetime:
+        path = self.resolve(rel_path)
+        when = self.deleted_at(rel_path)
+        if when is None:
+            # The record first, then the file: no file is ever gone without saying it was deleted.
+            when = datetime.now(UTC)
+            marker = path.with_name(path.name + _DELETED)
+            part = marker.with_name(marker.name + ".part")
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            with open(part, "w") as f:
+                f.write(when.isoformat())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(part, marker)
+        path.unlink(missing_ok=True)
+        return when
+
+    def deleted_at(self, rel_path: str) -> datetime | None:
+        path = self.resolve(rel_path)
+        try:
+            return datetime.fromisoformat(path.with_name(path.name + _DELETED).read_text())
+        except FileNotFoundError:
+            return None

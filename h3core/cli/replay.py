@@ -55,6 +55,8 @@ def fields(event: Event) -> str:
             ]
             if b.idempotency_key:
                 parts.append(f"key={b.idempotency_key}")
+            if b.remixed_from:
+                parts.append(f"remix of {b.remixed_from}")
             if b.warnings:
                 parts.append(f"{len(b.warnings)} warning(s)")
             parts.append(f"prompt={short(r.prompt, 60)!r}")

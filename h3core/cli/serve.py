@@ -31,6 +31,7 @@ def serve(
     uploads: Annotated[Path | None, _opt("H3_UPLOADS", "Folder for keyframes and references \\[uploads].")] = None,
     executor: Annotated[str | None, _opt("H3_EXECUTOR", "pipeline, comfyui or fake \\[pipeline].")] = None,
     slots: Annotated[int | None, _opt("H3_SLOTS", "Jobs run at once \\[1].")] = None,
+    openai_models: Annotated[str | None, _opt("H3_OPENAI_MODELS", "Model names /v1/videos answers to, comma-separated; the first is reported \\[minimax-h3].")] = None,
     stall_timeout: Annotated[float | None, _opt("H3_STALL_TIMEOUT", "Seconds without progress before a job is stalled \\[600].")] = None,
     queue_timeout: Annotated[float | None, _opt("H3_QUEUE_TIMEOUT", "Seconds a job may wait unstarted after admission, then fails 'deadline' \\[no limit].")] = None,
     fake_step_seconds: Annotated[float | None, _opt("H3_FAKE_STEP_SECONDS", "The fake executor's time per step \\[0.5].")] = None,

@@ -7,6 +7,7 @@ import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -49,6 +50,12 @@ class _NoArtifacts:
         raise RuntimeError("enqueue does not run jobs")
 
     def resolve(self, rel_path: str) -> Path:
+        raise RuntimeError("enqueue does not run jobs")
+
+    def delete(self, rel_path: str) -> datetime:
+        raise RuntimeError("enqueue does not run jobs")
+
+    def deleted_at(self, rel_path: str) -> datetime | None:
         raise RuntimeError("enqueue does not run jobs")
 
 

@@ -27,6 +27,8 @@ class Submitted(_Body):
     retry: RetryPolicy = RetryPolicy()
     warnings: tuple[str, ...] = ()
     idempotency_key: str | None = None
+    # The job whose parameters this one reuses with a new prompt (a remix); None in older logs.
+    remixed_from: str | None = Field(default=None, min_length=1, max_length=64)
 
 
 class Admitted(_Body):

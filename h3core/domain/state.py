@@ -65,6 +65,7 @@ class JobState(BaseModel):
     retry: RetryPolicy = RetryPolicy()
     warnings: tuple[str, ...] = ()
     idempotency_key: str | None = None
+    remixed_from: str | None = None
     created_at: datetime
     updated_at: datetime
     admitted_at: datetime | None = None
@@ -109,6 +110,7 @@ def apply(state: JobState | None, event: Event) -> JobState:
             retry=body.retry,
             warnings=body.warnings,
             idempotency_key=body.idempotency_key,
+            remixed_from=body.remixed_from,
             created_at=event.at,
             updated_at=event.at,
         )

@@ -15,7 +15,7 @@ from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE, HTTP_422_UN
 
 from h3core.service.auth import bearer_guard
 from h3core.service.context import Service, build_service
-from h3core.service.routes import jobs, ops, uploads
+from h3core.service.routes import jobs, ops, uploads, videos
 from h3core.service.settings import Settings
 from h3core.service.strictness import ModelStrictness
 
@@ -39,7 +39,9 @@ def _validation_error(_: Request, exc: ValidationException) -> Response:
     return _problem(HTTP_422_UNPROCESSABLE_ENTITY, f"invalid {named}", errors=errors or None)
 
 
-def _http_error(_: Request, exc: HTTPException) -> Response:
+def _http_error(request: Request, exc: HTTPException) -> Response:
+    if videos.owns(request.url.path):  # no route matched (404, 405) under /v1/videos
+        return videos.on_http_error(request, exc)
     if exc.status_code == HTTP_413_REQUEST_ENTITY_TOO_LARGE:
         return _problem(exc.status_code, exc.detail or "request body too large")
     headers = exc.headers or {}
@@ -75,7 +77,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
     guard = bearer_guard(settings.api_tokens)  # None without tokens: no guard runs at all
     v1 = Router(
         path="/v1",
-        route_handlers=[*jobs.handlers, *uploads.handlers, *ops.v1_handlers],
+        route_handlers=[*jobs.handlers, *uploads.handlers, *ops.v1_handlers, videos.router],
         guards=[guard] if guard is not None else [],
     )
     app = Litestar(

@@ -36,6 +36,9 @@ class Service:
     bus: EventBus  # every event this process learns of: the runner's, or the store tail's
     tail: StoreTail | None = None  # api role: what a runner process stores reaches `bus` through it
     started: datetime = field(default_factory=lambda: datetime.now(UTC))
+    # Previews (thumbnails, spritesheets) decode video on worker threads: two at once at most, so
+    # a burst of them cannot take every thread the service has.
+    previews: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
     stopping: bool = False
     _runner_scope: anyio.CancelScope | None = None
     _loop: asyncio.AbstractEventLoop | None = None

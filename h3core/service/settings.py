@@ -68,6 +68,8 @@ class Settings(BaseSettings):
     uploads: Path = Path("uploads")
     executor: ExecutorName = "pipeline"
     api_tokens: Annotated[list[str], NoDecode] = []
+    # Model names the OpenAI-compatible Videos API answers to; video objects report the first.
+    openai_models: Annotated[list[str], NoDecode] = Field(default=["minimax-h3"], min_length=1)
     fake_step_seconds: float = Field(default=0.5, ge=0)
     stall_timeout: float = Field(default=600.0, gt=0)
     poll_interval: float = Field(default=0.5, gt=0, le=60)  # how often a runner looks for work others stored
@@ -105,7 +107,7 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(default=500 << 20, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
-    @field_validator("api_tokens", "retry_on", mode="before")
+    @field_validator("api_tokens", "retry_on", "openai_models", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         return _split(value)

@@ -58,6 +58,7 @@ class JobView(BaseModel):
     # the job waits only for a free slot, or is not queued.
     waiting: str | None = None
     request: GenerationRequest
+    remixed_from: str | None = None  # the job whose parameters this one reuses with a new prompt
 
 
 class JobPage(BaseModel):
@@ -177,6 +178,7 @@ def job_view(state: JobState, *, now: datetime, queue_position: int | None, base
         tokens=state.tokens,
         waiting=waiting if api_status(state) == "queued" else None,
         request=state.request,
+        remixed_from=state.remixed_from,
     )
 
 

@@ -266,6 +266,22 @@ async def test_idempotent_submission(make_runner):
             await runner.submit(request(prompt="another"), idempotency_key="k")
 
 
+async def test_a_remix_keeps_its_source_in_its_log_and_its_key_covers_it(make_runner, tmp_path):
+    async with make_runner(plan=FakePlan(step_seconds=0.05)) as runner:
+        source = await runner.submit(request())
+        remix = await runner.submit(request(prompt="again"), remixed_from=source.job_id, idempotency_key="r")
+        assert (await runner.submit(request(prompt="again"), remixed_from=source.job_id, idempotency_key="r")).job_id == remix.job_id
+        with pytest.raises(IdempotencyMismatch):
+            await runner.submit(request(prompt="again"), remixed_from=None, idempotency_key="r")
+    reopened = SQLiteEventStore(tmp_path / "h3.db")  # what a restarted service reads
+    try:
+        assert reopened.get(remix.job_id).remixed_from == source.job_id
+        assert reopened.events(remix.job_id)[0].body.remixed_from == source.job_id
+        assert reopened.get(source.job_id).remixed_from is None
+    finally:
+        reopened.close()
+
+
 async def test_a_refused_request_never_becomes_a_job(make_runner):
     class RefuseAll:
         def decide(self, req: GenerationRequest, media=None):

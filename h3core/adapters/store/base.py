@@ -86,9 +86,20 @@ class EventStore(Protocol):
     def by_idempotency_key(self, key: str) -> JobState | None: ...
 
     def list_jobs(
-        self, *, status: Status | None = None, limit: int = 50, before: int | None = None
+        self,
+        *,
+        status: Status | None = None,
+        limit: int = 50,
+        before: int | None = None,
+        after: int | None = None,
+        oldest_first: bool = False,
     ) -> list[tuple[int, JobState]]:
-        """Newest first, with each job's cursor (its submission order); `before` pages on."""
+        """Newest first (or oldest first), with each job's cursor (its submission order); only
+        jobs whose cursor is below `before` and above `after`, so either pages on."""
+        ...
+
+    def cursor_of(self, job_id: str) -> int | None:
+        """The job's cursor in `list_jobs` (its submission order); None for an unknown job."""
         ...
 
     def queued(self, limit: int = 100, exclude: Collection[str] = (), modes: Collection[str] | None = None) -> list[JobState]:

@@ -87,16 +87,28 @@ class MemoryEventStore:
         return [self._states[j] for j in sorted(self._order, key=self._order.__getitem__)]
 
     def list_jobs(
-        self, *, status: Status | None = None, limit: int = 50, before: int | None = None
+        self,
+        *,
+        status: Status | None = None,
+        limit: int = 50,
+        before: int | None = None,
+        after: int | None = None,
+        oldest_first: bool = False,
     ) -> list[tuple[int, JobState]]:
         with self._lock:
+            ordered = self._ordered()
             out = [
                 (self._order[s.job_id], s)
-                for s in reversed(self._ordered())
+                for s in (ordered if oldest_first else reversed(ordered))
                 if (status is None or s.status == status)
                 and (before is None or self._order[s.job_id] < before)
+                and (after is None or self._order[s.job_id] > after)
             ]
         return out[:limit]
+
+    def cursor_of(self, job_id: str) -> int | None:
+        with self._lock:
+            return self._order.get(job_id)
 
     def _queue_sorted(self, statuses: set[str]) -> list[JobState]:
         with self._lock:

@@ -290,7 +290,13 @@ class SQLiteEventStore:
         return JobState.model_validate_json(rows[0][0]) if rows else None
 
     def list_jobs(
-        self, *, status: Status | None = None, limit: int = 50, before: int | None = None
+        self,
+        *,
+        status: Status | None = None,
+        limit: int = 50,
+        before: int | None = None,
+        after: int | None = None,
+        oldest_first: bool = False,
     ) -> list[tuple[int, JobState]]:
         where, params = [], []
         if status is not None:
@@ -299,11 +305,18 @@ class SQLiteEventStore:
         if before is not None:
             where.append("queue_order < ?")
             params.append(before)
+        if after is not None:
+            where.append("queue_order > ?")
+            params.append(after)
         sql = "SELECT queue_order, state FROM jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        rows = self._read(sql + " ORDER BY queue_order DESC LIMIT ?", (*params, limit))
+        rows = self._read(sql + f" ORDER BY queue_order {'ASC' if oldest_first else 'DESC'} LIMIT ?", (*params, limit))
         return [(order, JobState.model_validate_json(s)) for order, s in rows]
+
+    def cursor_of(self, job_id: str) -> int | None:
+        rows = self._point("SELECT queue_order FROM jobs WHERE job_id = ?", (job_id,))
+        return rows[0][0] if rows else None
 
     def queued(self, limit: int = 100, exclude: Collection[str] = (), modes: Collection[str] | None = None) -> list[JobState]:
         skip = f" AND job_id NOT IN ({', '.join('?' * len(exclude))})" if exclude else ""

@@ -8,19 +8,18 @@ from typing import Annotated
 
 import anyio
 from litestar import Request, Response, get, post
-from litestar.exceptions import HTTPException, NotFoundException, ValidationException
+from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 
 from h3core.domain.events import Event
-from h3core.domain.geometry import Media
-from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
 from h3core.runner import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
 from h3core.service.context import Service
-from h3core.service.ranges import Unsatisfiable, parse_range
+from h3core.service.files import ranged_file
+from h3core.service.submission import in_thread, job_state, submit
 from h3core.service.views import ApiStatus, JobCreate, JobPage, JobView, job_view, problems
 
 STREAM_RESYNC_S = 10.0  # also catch events stored by other processes (a CLI cancel)
@@ -33,44 +32,10 @@ STREAM_RESYNC_S = 10.0  # also catch events stored by other processes (a CLI can
 # the list, a job's whole log) go to a thread.
 
 
-async def _call(fn, *args):
-    return await anyio.to_thread.run_sync(lambda: fn(*args))
-
-
-async def _state(svc: Service, job_id: str) -> JobState:
-    state = svc.store.get(job_id)
-    if state is None:
-        raise NotFoundException(f"no job {job_id!r}")
-    return state
-
-
 async def _view(svc: Service, state: JobState) -> JobView:
     position = svc.store.queue_position(state.job_id) if state.status == "queued" else None
     waiting = svc.contract.source().waiting_reason(state.request.mode) if state.status == "queued" else None
     return job_view(state, now=datetime.now(UTC), queue_position=position, waiting=waiting)
-
-
-def _media(svc: Service, request: GenerationRequest) -> dict[str, Media]:
-    """Check every upload the request names exists and is of the right kind; collect their media."""
-    wanted: list[tuple[str, str, str]] = []  # (field, id, kind)
-    if request.keyframes is not None:
-        wanted += [(f"keyframes.{k}", v, "image") for k, v in (("first", request.keyframes.first), ("last", request.keyframes.last)) if v]
-    if request.references is not None:
-        for name, kind in (("images", "image"), ("videos", "video"), ("audios", "audio")):
-            wanted += [(f"references.{name}.{i}", v, kind) for i, v in enumerate(getattr(request.references, name))]
-    media: dict[str, Media] = {}
-    errors = []
-    for where, upload_id, kind in wanted:
-        upload = svc.uploads.get(upload_id)
-        if upload is None:
-            errors.append({"field": where, "message": f"no upload {upload_id!r} (POST /v1/uploads first)"})
-        elif upload.kind != kind:
-            errors.append({"field": where, "message": f"upload {upload_id!r} is {upload.kind}, not {kind}"})
-        else:
-            media[upload_id] = upload.media()
-    if errors:
-        raise ValidationException(detail="invalid uploads", extra=[{"key": e["field"], "message": e["message"]} for e in errors])
-    return media
 
 
 @post(
@@ -86,12 +51,9 @@ async def create_job(
     data: JobCreate,
     idempotency_key: Annotated[str | None, Parameter(header="Idempotency-Key", min_length=1, max_length=200)] = None,
 ) -> Response[JobView]:
-    request = data.generation()
-    # Reading the uploads' records is file I/O: a thread, and only when the request names any.
-    media = await _call(_media, svc, request) if request.keyframes is not None or request.references is not None else {}
     existing = svc.store.by_idempotency_key(idempotency_key) if idempotency_key else None
     try:
-        state = await svc.runner.submit(request, priority=data.priority, idempotency_key=idempotency_key, media=media)
+        state = await submit(svc, data.generation(), priority=data.priority, idempotency_key=idempotency_key)
     except Refused as exc:
         ceiling = exc.decision.ceiling.model_dump() if exc.decision.ceiling else None
         raise HTTPException(status_code=422, detail=exc.decision.detail, extra={"ceiling": ceiling, "reason": exc.decision.reason}) from None
@@ -109,7 +71,7 @@ async def create_job(
 
 @get("/jobs/{job_id:str}", summary="A job's status", responses=problems(401, 404, 422))
 async def get_job(svc: Service, job_id: str) -> JobView:
-    return await _view(svc, await _state(svc, job_id))
+    return await _view(svc, job_state(svc, job_id))
 
 
 @get("/jobs", summary="Jobs, newest first", responses=problems(400, 401, 422))
@@ -119,7 +81,7 @@ async def list_jobs(
     cursor: Annotated[str | None, Parameter(pattern=r"^\d{1,18}$")] = None,
     limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
 ) -> JobPage:
-    rows = await _call(lambda: svc.store.list_jobs(status=status, limit=limit + 1, before=int(cursor) if cursor else None))
+    rows = await in_thread(lambda: svc.store.list_jobs(status=status, limit=limit + 1, before=int(cursor) if cursor else None))
     now = datetime.now(UTC)
     page = rows[:limit]
     caps = svc.contract.source()
@@ -140,8 +102,8 @@ async def cancel_job(svc: Service, job_id: str) -> JobView:
 
 @get("/jobs/{job_id:str}/events", summary="A job's event log", responses=problems(401, 404, 422))
 async def job_events(svc: Service, job_id: str) -> list[Event]:
-    await _state(svc, job_id)
-    return await _call(svc.store.events, job_id)
+    job_state(svc, job_id)
+    return await in_thread(svc.store.events, job_id)
 
 
 def _sse(event: Event) -> ServerSentEventMessage:
@@ -155,14 +117,14 @@ async def job_stream(
     last_event_id: Annotated[int | None, Parameter(header="Last-Event-ID", ge=0)] = None,
 ) -> ServerSentEvent:
     """The history so far (after Last-Event-ID), then each event as it is stored, ending after the terminal one."""
-    await _state(svc, job_id)
+    job_state(svc, job_id)
 
     async def events() -> AsyncIterator[ServerSentEventMessage]:
         after = last_event_id or 0
         while True:
             # Subscribe before reading the store, so nothing falls between the two.
             async with svc.bus.subscribe(job_id) as live:
-                for e in await _call(svc.store.events, job_id, after):
+                for e in await in_thread(svc.store.events, job_id, after):
                     yield _sse(e)
                     after = e.seq
                     if e.terminal:
@@ -195,36 +157,18 @@ async def job_stream(
 @get(
     "/jobs/{job_id:str}/video",
     summary="The finished video (supports Range)",
-    responses=problems(401, 404, 409, 416, 422),
+    responses=problems(401, 404, 409, 410, 416, 422),
     media_type="video/mp4",
 )
 async def job_video(svc: Service, request: Request, job_id: str) -> Stream:
-    state = await _state(svc, job_id)
+    state = job_state(svc, job_id)
     if state.artifact is None:
         raise HTTPException(status_code=409, detail=f"job {job_id} has no video: it is {state.status}")
+    deleted = svc.artifacts.deleted_at(state.artifact.path)
+    if deleted is not None:
+        raise HTTPException(status_code=410, detail=f"job {job_id}'s video was deleted at {deleted.isoformat()}; its log remains")
     path = svc.artifacts.resolve(state.artifact.path)
-    size = (await anyio.Path(path).stat()).st_size
-    try:
-        span = parse_range(request.headers.get("range"), size)
-    except Unsatisfiable:
-        raise HTTPException(status_code=416, detail=f"range not satisfiable for {size} bytes", headers={"Content-Range": f"bytes */{size}"}) from None
-    start, end = span if span is not None else (0, size - 1)
-    headers = {"Accept-Ranges": "bytes", "Content-Length": str(end - start + 1), "ETag": f'"{state.artifact.sha256}"'}
-    if span is not None:
-        headers["Content-Range"] = f"bytes {start}-{end}/{size}"
-
-    async def body() -> AsyncIterator[bytes]:
-        async with await anyio.open_file(path, "rb") as f:
-            await f.seek(start)
-            remaining = end - start + 1
-            while remaining > 0:
-                chunk = await f.read(min(1 << 16, remaining))
-                if not chunk:
-                    return
-                remaining -= len(chunk)
-                yield chunk
-
-    return Stream(body(), status_code=206 if span else 200, headers=headers, media_type=state.artifact.media_type)
+    return await ranged_file(path, request.headers.get("range"), media_type=state.artifact.media_type, etag=state.artifact.sha256)
 
 
 handlers = [create_job, get_job, list_jobs, cancel_job, job_events, job_stream, job_video]

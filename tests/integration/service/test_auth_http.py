@@ -33,8 +33,9 @@ Call = Callable[[httpx.Client], httpx.Response]
 def routes(done_id: str, running_ids: list[str]) -> dict[str, Call]:
     """Every /v1 route, each as a call that succeeds (2xx) given a valid token.
 
-    `running_ids` are jobs to cancel: each successful cancel call takes one.
+    `running_ids` are jobs to cancel: each successful cancel (or delete of a video) takes one.
     """
+    video = {"prompt": "a guarded fox", "size": "448x256", "seconds": "1", "steps": 1}
     return {
         "GET /v1/jobs": lambda c: c.get("/v1/jobs"),
         "POST /v1/jobs": lambda c: c.post("/v1/jobs", json={"prompt": "a guarded fox", **SMALL, "steps": 1}),
@@ -45,7 +46,19 @@ def routes(done_id: str, running_ids: list[str]) -> dict[str, Call]:
         "POST /v1/jobs/{id}/cancel": lambda c: c.post(f"/v1/jobs/{running_ids.pop()}/cancel"),
         "POST /v1/uploads": lambda c: c.post("/v1/uploads", content=png(), headers={"Content-Type": "image/png"}),
         "GET /v1/ceilings": lambda c: c.get("/v1/ceilings"),
+        "POST /v1/videos": lambda c: c.post("/v1/videos", json=video),
+        "GET /v1/videos": lambda c: c.get("/v1/videos"),
+        "GET /v1/videos/{video_id}": lambda c: c.get(f"/v1/videos/{done_id}"),
+        "GET /v1/videos/{video_id}/content": lambda c: c.get(f"/v1/videos/{done_id}/content", headers={"Range": "bytes=0-9"}),
+        "POST /v1/videos/{video_id}/remix": lambda c: c.post(f"/v1/videos/{done_id}/remix", json={"prompt": "again"}),
+        "DELETE /v1/videos/{video_id}": lambda c: c.delete(f"/v1/videos/{running_ids.pop()}"),
     }
+
+
+def refused_says_token(r: httpx.Response) -> bool:
+    """/v1/videos answers in OpenAI's error shape, the rest in h3core's."""
+    body = r.json()
+    return "token" in (body["error"]["message"] if "error" in body else body["detail"])
 
 
 def test_every_v1_route_needs_a_valid_bearer_token(guarded):
@@ -55,7 +68,7 @@ def test_every_v1_route_needs_a_valid_bearer_token(guarded):
         done_id = wait_job(b, r.json()["id"], ("done",))["id"]
         slow = [
             a.post("/v1/jobs", json={"prompt": f"slow fox {i} [fake step=0.2]", **SMALL, "steps": 100}).json()["id"]
-            for i in range(2)
+            for i in range(4)  # two to cancel, two to delete (once with each token)
         ]
         jobs_before = len(a.get("/v1/jobs", params={"limit": 500}).json()["items"])
 
@@ -64,6 +77,7 @@ def test_every_v1_route_needs_a_valid_bearer_token(guarded):
         spec = httpx.get(f"{guarded.url}/schema/openapi.json").json()
         listed = {f"{m.upper()} {p}" for p, ops in spec["paths"].items() if p.startswith("/v1/") for m in ops}
         assert listed == {name.replace("{id}", "{job_id}") for name in calls}
+        no_side_effect = {"POST /v1/jobs/{id}/cancel": "post", "DELETE /v1/videos/{video_id}": "delete"}
 
         bad_clients = {
             "no token": guarded.client(),
@@ -77,10 +91,14 @@ def test_every_v1_route_needs_a_valid_bearer_token(guarded):
         try:
             for name, call in calls.items():
                 for how, client in bad_clients.items():
-                    r = call(client) if "cancel" not in name else client.post(f"/v1/jobs/{slow[0]}/cancel")
+                    if name in no_side_effect:  # a refused call aims at a job a valid one will not take
+                        path = name.split(" ", 1)[1].replace("{id}", slow[0]).replace("{video_id}", slow[0])
+                        r = client.request(no_side_effect[name], path)
+                    else:
+                        r = call(client)
                     assert r.status_code == 401, f"{name} with {how} -> {r.status_code} {r.text}"
                     assert r.headers["www-authenticate"].lower().startswith("bearer"), r.headers
-                    assert "token" in r.json()["detail"]
+                    assert refused_says_token(r), r.text
             # An unknown job is 401 too, not 404: nothing is told without a token.
             assert bad_clients["no token"].get("/v1/jobs/nope").status_code == 401
         finally:

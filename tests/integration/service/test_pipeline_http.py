@@ -3,30 +3,55 @@ executor on a tiny random MiniMax-H3 it writes beside the store; submit, watch, 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import av
 import pytest
 
-from tests.integration.service.conftest import Servers, poll
+from tests.integration.service.conftest import Server, Servers, poll
+from tests.integration.service.openai_sdk import (
+    IGNORE_SDK_DEPRECATION,
+    create_to_completed,
+    delete_finished_keeps_the_log,
+    delete_running_ends_cancelled,
+    refusals,
+    remix_to_completed,
+    sdk,
+)
 from tests.integration.service.test_client_cli import h3
 
 pytest.importorskip("diffusers", reason="the pipeline extra is not installed")
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_the_default_server_runs_real_diffusion_on_the_tiny_model(servers: Servers, tmp_path):
+@pytest.fixture(scope="module")
+def tiny_server(tmp_path_factory) -> Iterator[Server]:
+    """`h3core serve` with the defaults, as the README's run command has them: the pipeline on the
+    tiny random model it writes beside the store. One for the module: loading it takes seconds."""
+    servers = Servers(tmp_path_factory.mktemp("pipeline"))
     server = servers.make()
-    del server.env["H3_EXECUTOR"]  # the defaults, as the README's run command has them
-    server.start(timeout=120)
+    del server.env["H3_EXECUTOR"]
+    try:
+        server.start(timeout=120)
+        with server.client() as api:
+            poll(lambda: api.get("/readyz").status_code == 200, 120, "the model to load", lambda: api.get("/readyz").text)
+        yield server
+        server.stop(timeout=30)
+    finally:
+        servers.kill_all()
+
+
+def test_the_default_server_runs_real_diffusion_on_the_tiny_model(tiny_server: Server, tmp_path):
+    server = tiny_server
     assert (server.root / "h3-tiny-model" / "h3core-model.json").exists()
     with server.client() as api:
-        poll(lambda: api.get("/readyz").status_code == 200, 120, "the model to load", lambda: api.get("/readyz").text)
         out = tmp_path / "fox.mp4"
         run = h3(
-            "submit", "--url", server.url, "--prompt", "a red fox", "--width", "64", "--height", "64",
+            "submit", "--url", server.url, "--prompt", "a red fox on the command line", "--width", "64", "--height", "64",
             "--frames", "22", "--steps", "3", "--watch", "--download", str(out), timeout=120,
         )  # fmt: skip
         assert run.returncode == 0, run.stdout + run.stderr + server.log()
-        job_id = api.get("/v1/jobs").json()["items"][0]["id"]
+        job_id = next(j["id"] for j in api.get("/v1/jobs").json()["items"] if j["request"]["prompt"] == "a red fox on the command line")
         events = api.get(f"/v1/jobs/{job_id}/events").json()
     assert [e["body"]["type"] for e in events] == ["submitted", "admitted", "running", "progress", "progress", "progress", "done"]
     assert events[2]["body"]["executor"] == "pipeline" and "attention" in events[2]["body"]["info"]
@@ -35,6 +60,16 @@ def test_the_default_server_runs_real_diffusion_on_the_tiny_model(servers: Serve
         assert c.streams.audio[0].channels == 2
     replay = h3("replay", job_id, "--db", str(server.db))
     assert replay.returncode == 0 and "done" in replay.stdout, replay.stdout + replay.stderr
+
+
+@IGNORE_SDK_DEPRECATION
+def test_the_openai_sdk_round_trip_on_the_tiny_model(tiny_server: Server):
+    client = sdk(tiny_server)
+    video = create_to_completed(client, size="64x64", seconds="0.917", frames=22, steps=3)  # 22 frames: 17n + 5
+    remix_to_completed(client, video, timeout=120)
+    delete_running_ends_cancelled(client, timeout=120, prompt="a fox that takes long", size="64x64", seconds="0.917", extra_body={"steps": 1000})
+    delete_finished_keeps_the_log(client, tiny_server, video)
+    refusals(client)
 
 
 def test_pipeline_settings_that_cannot_work_stop_the_server_with_the_setting_named(servers: Servers, tmp_path):

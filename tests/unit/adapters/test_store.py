@@ -84,6 +84,18 @@ def test_listing_is_newest_first_with_a_cursor_and_a_status_filter(store):
     assert store.job_ids() == [f"j{i}" for i in range(5)]
 
 
+def test_listing_pages_both_ways_from_a_jobs_cursor(store):
+    for i in range(5):
+        _queue(store, f"j{i}")
+    assert store.cursor_of("nope") is None
+    at = store.cursor_of("j1")
+    assert [s.job_id for _, s in store.list_jobs(oldest_first=True, after=at, limit=2)] == ["j2", "j3"]
+    assert [s.job_id for _, s in store.list_jobs(oldest_first=True)] == [f"j{i}" for i in range(5)]
+    assert [s.job_id for _, s in store.list_jobs(before=store.cursor_of("j3"), after=at)] == ["j2"]
+    newest = store.list_jobs(before=store.cursor_of("j3"))
+    assert [s.job_id for _, s in newest] == ["j2", "j1", "j0"] and newest[0][0] == store.cursor_of("j2")
+
+
 def test_a_writable_store_answers_ping(store):
     store.ping()
 

@@ -1,0 +1,354 @@
+"""/v1/videos: OpenAI's Videos API over h3core's jobs, so that any OpenAI SDK client generates here.
+
+Same tokens, runner and admission as /v1/jobs; a video's id is its job's id. On these routes
+only, every error is in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`).
+What maps to what is pure, in `h3core.service.openai_videos`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+import anyio
+from litestar import Request, Response, Router, delete, get, post
+from litestar.datastructures import UploadFile
+from litestar.exceptions import HTTPException, NotAuthorizedException, SerializationException, ValidationException
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import OpenAPIFormat, OpenAPIMediaType, OpenAPIType, Operation, RequestBody, Schema
+from litestar.params import Parameter
+from pydantic import ValidationError
+
+from h3core.adapters import previews
+from h3core.adapters.uploads import DEFAULT_LIMITS, UploadRejected
+from h3core.domain.request import GenerationRequest, Keyframes
+from h3core.domain.state import JobState
+from h3core.runner import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
+from h3core.service.context import Service
+from h3core.service.files import ranged_file
+from h3core.service.openai_videos import (
+    ErrorResponse,
+    Remix,
+    Video,
+    VideoApiError,
+    VideoDeleted,
+    VideoList,
+    bad,
+    error_body,
+    param_for,
+    poll_after_ms,
+    request_fields,
+    unflatten_form,
+    video_object,
+    video_status,
+)
+from h3core.service.submission import in_thread, submit
+from h3core.service.views import JobCreate
+
+# An image (even as a base64 data URL) and the other fields; the upload store applies its own
+# per-kind limit on top of this.
+CREATE_MAX_BYTES = DEFAULT_LIMITS["image"] * 4 // 3 + (1 << 20)
+# A placeholder upload id, to validate a request before its input_reference is stored.
+_PENDING_UPLOAD = "u_" + "0" * 32
+_DATA_URL = re.compile(r"^data:(image/[A-Za-z0-9.+-]+);base64,(.*)$", re.S)
+_PREVIEW_MAKERS: dict[str, tuple[Callable[..., bytes], str]] = {
+    "thumbnail": (previews.thumbnail, previews.THUMBNAIL_TYPE),
+    "spritesheet": (previews.spritesheet, previews.SPRITESHEET_TYPE),
+}
+_IdempotencyKey = Annotated[str | None, Parameter(header="Idempotency-Key", min_length=1, max_length=200)]
+
+
+def _errors(*codes: int) -> dict[int, ResponseSpec]:
+    return {code: ResponseSpec(data_container=ErrorResponse, description="OpenAI's error shape") for code in codes}
+
+
+def _create_body(reference: Schema) -> OpenAPIMediaType:
+    text = Schema(type=OpenAPIType.STRING)
+    fields = {"prompt": Schema(type=OpenAPIType.STRING, min_length=1), "model": text, "size": text, "seconds": text, "input_reference": reference}
+    # additional properties: the fields of h3core's own request (POST /v1/jobs), as extra_body sends them
+    return OpenAPIMediaType(schema=Schema(type=OpenAPIType.OBJECT, required=["prompt"], properties=fields, additional_properties=True))
+
+
+@dataclass
+class _CreateOperation(Operation):
+    """The create body in the OpenAPI document: the handler reads JSON or multipart itself."""
+
+    def __post_init__(self) -> None:
+        url = Schema(type=OpenAPIType.OBJECT, properties={"file_id": Schema(type=OpenAPIType.STRING), "image_url": Schema(type=OpenAPIType.STRING)})
+        self.request_body = RequestBody(
+            required=True,
+            content={
+                "application/json": _create_body(url),
+                "multipart/form-data": _create_body(Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY)),
+            },
+        )
+
+
+# -- reads ------------------------------------------------------------------------------------
+
+
+def _state(svc: Service, video_id: str) -> JobState:
+    state = svc.store.get(video_id)  # a point read: inline, as in /v1/jobs
+    if state is None:
+        raise VideoApiError(404, f"no video {video_id!r}", param="video_id", code="video_not_found")
+    return state
+
+
+def _video(svc: Service, state: JobState) -> Video:
+    # A stat of the artifact's deletion record, only for finished videos.
+    deleted = svc.artifacts.deleted_at(state.artifact.path) if state.artifact is not None else None
+    return video_object(state, model=svc.settings.openai_models[0], deleted_at=deleted)
+
+
+# -- create -----------------------------------------------------------------------------------
+
+
+async def _params(request: Request) -> tuple[dict[str, object], bool]:
+    """The create call's fields, and whether they came as a form (strings, to be coerced)."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        form = await request.form()
+        return unflatten_form(form.multi_items()), True
+    if ctype not in ("", "application/json"):
+        raise VideoApiError(415, f"send the body as application/json or multipart/form-data, not {ctype}", code="unsupported_media_type")
+    try:
+        body = await request.json()
+    except SerializationException:
+        raise bad(None, "the body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise bad(None, "the body must be a JSON object with at least 'prompt'", code="invalid_json")
+    return body, False
+
+
+def _validated(fields: dict[str, object], params: dict[str, object], *, form: bool) -> JobCreate:
+    try:
+        # Form fields are all strings: coerce ("20" steps). JSON keeps the model's strictness.
+        return JobCreate.model_validate(fields, strict=False if form else None)
+    except ValidationError as exc:
+        e = exc.errors(include_url=False)[0]
+        param = param_for(e["loc"], params)
+        if e["type"] == "extra_forbidden":
+            raise bad(
+                param,
+                f"unknown parameter {param!r}: give OpenAI's (prompt, model, size, seconds, input_reference) "
+                "or the fields of h3core's own request (POST /v1/jobs) through extra_body",
+                code="unknown_parameter",
+            ) from None
+        raise bad(param, f"{param or 'request'}: {str(e['msg']).removeprefix('Value error, ')}") from None
+
+
+async def _one(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+async def _stored_reference(svc: Service, ref: object) -> str:
+    """The upload id an `input_reference` names or becomes: a file sent with the form, a data URL,
+    or `{"file_id": <an id from POST /v1/uploads>}`."""
+    if isinstance(ref, dict) and set(ref) == {"file_id"} and isinstance(ref["file_id"], str):
+        return ref["file_id"]  # checked with the request's other uploads
+    if isinstance(ref, UploadFile):
+        ctype, chunks = ref.content_type, _one(await ref.read())
+    elif isinstance(ref, dict) and set(ref) == {"image_url"} and isinstance(ref["image_url"], str):
+        m = _DATA_URL.match(ref["image_url"])
+        if m is None:
+            raise bad("input_reference", "image_url must be a base64 data URL (data:image/png;base64,...); no remote URL is fetched")
+        try:
+            ctype, chunks = m.group(1), _one(base64.b64decode(m.group(2), validate=True))
+        except binascii.Error:
+            raise bad("input_reference", "image_url's base64 data does not decode") from None
+    else:
+        raise bad("input_reference", "input_reference must be an image file, {'file_id': ...} or {'image_url': 'data:...'}")
+    try:
+        upload = await svc.uploads.put(ctype, chunks)
+    except UploadRejected as exc:
+        raise VideoApiError(413 if exc.status == 413 else 400, f"input_reference: {exc}", param="input_reference", code="invalid_upload") from None
+    if upload.kind != "image":
+        raise bad("input_reference", f"input_reference must be an image (the first frame), not {upload.kind}")
+    return upload.id
+
+
+async def _submit(
+    svc: Service, request: GenerationRequest, params: dict[str, object], *, priority: int, idempotency_key: str | None, remixed_from: str | None = None
+) -> JobState:
+    try:
+        return await submit(svc, request, priority=priority, idempotency_key=idempotency_key, remixed_from=remixed_from)
+    except ValidationException as exc:  # an upload it names is missing or of the wrong kind
+        first = exc.extra[0] if isinstance(exc.extra, list) and exc.extra else {}
+        key = str(first.get("key") or "")
+        raise bad(param_for(key.split(".") if key else (), params), str(first.get("message") or exc.detail), code="invalid_upload") from None
+    except Refused as exc:
+        ceiling = exc.decision.ceiling.model_dump() if exc.decision.ceiling else None
+        raise VideoApiError(400, exc.decision.detail, code="refused", ceiling=ceiling) from None
+    except IdempotencyMismatch as exc:
+        raise VideoApiError(409, str(exc), code="idempotency_key_reused") from None
+    except ShuttingDown as exc:
+        raise VideoApiError(503, str(exc), code="shutting_down", headers={"Retry-After": "5"}) from None
+
+
+@post(
+    "/",
+    status_code=200,
+    summary="Create a video (OpenAI's Videos API)",
+    description="JSON or multipart, as the OpenAI SDK sends it: prompt, model, size ('WxH', sides multiples of 32), "
+    "seconds (24 fps), input_reference (an image: fl2va's first frame); any field of POST /v1/jobs besides.",
+    responses=_errors(400, 401, 409, 413, 415, 503),
+    request_max_body_size=CREATE_MAX_BYTES,
+    operation_class=_CreateOperation,
+)
+async def create_video(svc: Service, request: Request, idempotency_key: _IdempotencyKey = None) -> Video:
+    params, form = await _params(request)
+    ref = params.get("input_reference")
+    fields = request_fields(params, served=svc.settings.openai_models, first_frame=_PENDING_UPLOAD if ref is not None else None)
+    job = _validated(fields, params, form=form)  # before any upload is stored
+    generation = job.generation()
+    if ref is not None:
+        generation = generation.model_copy(update={"keyframes": Keyframes(first=await _stored_reference(svc, ref))})
+    state = await _submit(svc, generation, params, priority=job.priority, idempotency_key=idempotency_key)
+    return _video(svc, state)
+
+
+@post(
+    "/{video_id:str}/remix",
+    status_code=200,
+    summary="Remix a video: the same parameters, a new prompt",
+    responses=_errors(400, 401, 404, 409, 503),
+)
+async def remix_video(svc: Service, video_id: str, data: Remix, idempotency_key: _IdempotencyKey = None) -> Video:
+    source = _state(svc, video_id)
+    try:
+        request = GenerationRequest.model_validate({**source.request.model_dump(), "prompt": data.prompt})
+    except ValidationError as exc:
+        raise bad("prompt", f"prompt: {exc.errors(include_url=False)[0]['msg']}") from None
+    state = await _submit(svc, request, {}, priority=source.priority, idempotency_key=idempotency_key, remixed_from=video_id)
+    return _video(svc, state)
+
+
+# -- read, list, delete -----------------------------------------------------------------------
+
+
+@get("/{video_id:str}", summary="A video", responses=_errors(401, 404))
+async def retrieve_video(svc: Service, video_id: str) -> Response[Video]:
+    state = _state(svc, video_id)
+    wait = poll_after_ms(state, datetime.now(UTC))
+    return Response(_video(svc, state), headers={"openai-poll-after-ms": str(wait)} if wait is not None else {})
+
+
+def _page(svc: Service, cursor: int | None, limit: int, oldest_first: bool) -> VideoList:
+    edge = {"after": cursor} if oldest_first else {"before": cursor}
+    rows = svc.store.list_jobs(limit=limit + 1, oldest_first=oldest_first, **edge)
+    data = [_video(svc, state) for _, state in rows[:limit]]
+    return VideoList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None, has_more=len(rows) > limit)
+
+
+@get("/", summary="Videos, newest first (order=asc: oldest first)", responses=_errors(400, 401))
+async def list_videos(
+    svc: Service,
+    after: Annotated[str | None, Parameter(min_length=1, max_length=64)] = None,
+    limit: Annotated[int, Parameter(ge=1, le=100)] = 20,
+    order: Literal["asc", "desc"] = "desc",
+) -> VideoList:
+    cursor = None
+    if after is not None:
+        cursor = svc.store.cursor_of(after)
+        if cursor is None:
+            raise bad("after", f"no video {after!r} to list after", code="video_not_found")
+    return await in_thread(_page, svc, cursor, limit, order == "asc")
+
+
+@delete(
+    "/{video_id:str}",
+    status_code=200,
+    summary="Delete a video: cancels a live one, deletes a finished one's file (its log stays)",
+    responses=_errors(401, 404),
+)
+async def delete_video(svc: Service, video_id: str) -> VideoDeleted:
+    state = _state(svc, video_id)
+    if not state.terminal:
+        try:
+            await svc.runner.cancel(video_id, reason="deleted through /v1/videos")
+            return VideoDeleted(id=video_id, deleted=True)
+        except NotCancellable as exc:
+            state = exc.state  # it ended meanwhile: delete what it left
+    if state.artifact is not None:
+        await in_thread(svc.artifacts.delete, state.artifact.path)
+    return VideoDeleted(id=video_id, deleted=True)
+
+
+# -- content ----------------------------------------------------------------------------------
+
+
+@get(
+    "/{video_id:str}/content",
+    summary="A finished video's mp4 (supports Range), thumbnail (WebP) or spritesheet (JPEG)",
+    responses=_errors(400, 401, 404, 416),
+    media_type="application/octet-stream",
+)
+async def video_content(
+    svc: Service, request: Request, video_id: str, variant: Literal["video", "thumbnail", "spritesheet"] = "video"
+) -> Response:
+    state = _state(svc, video_id)
+    artifact = state.artifact
+    if artifact is None:
+        raise VideoApiError(404, f"video {video_id} has no content: it is {video_status(state)}", param="video_id", code="video_not_ready")
+    deleted = svc.artifacts.deleted_at(artifact.path)
+    if deleted is not None:
+        raise VideoApiError(404, f"video {video_id}'s content was deleted at {deleted.isoformat()}", param="video_id", code="video_deleted")
+    path = svc.artifacts.resolve(artifact.path)
+    try:
+        if variant == "video":
+            return await ranged_file(path, request.headers.get("range"), media_type=artifact.media_type, etag=artifact.sha256)
+        make, media_type = _PREVIEW_MAKERS[variant]
+        data = await anyio.to_thread.run_sync(lambda: make(path, frames=artifact.frames), limiter=svc.previews)
+    except FileNotFoundError:
+        raise VideoApiError(404, f"video {video_id}'s file is missing from the artifact store", param="video_id", code="content_missing") from None
+    return Response(data, media_type=media_type, headers={"ETag": f'"{artifact.sha256}-{variant}"'})
+
+
+# -- errors, in OpenAI's shape ----------------------------------------------------------------
+
+_CODES = {401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 416: "range_not_satisfiable"}
+
+
+def _on_api_error(_: Request, exc: VideoApiError) -> Response:
+    return Response(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+def _on_validation(_: Request, exc: ValidationException) -> Response:
+    first = exc.extra[0] if isinstance(exc.extra, list) and exc.extra else {}
+    param = str(first["key"]) if first.get("key") else None
+    message = f"invalid {param}: {first.get('message')}" if param else (exc.detail or "invalid request")
+    return Response(error_body(400, message, param=param, code="invalid_value"), status_code=400)
+
+
+def owns(path: str) -> bool:
+    """Whether a path is this API's: its errors are OpenAI's shape even where no route matched."""
+    return path == "/v1/videos" or path.startswith("/v1/videos/")
+
+
+def on_http_error(_: Request, exc: HTTPException) -> Response:
+    body = error_body(exc.status_code, exc.detail or "request refused", code=_CODES.get(exc.status_code))
+    return Response(body, status_code=exc.status_code, headers=exc.headers or {})
+
+
+def _on_internal(request: Request, exc: Exception) -> Response:
+    request.logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    return Response(error_body(500, "internal error; the server log has the details", code="internal_error"), status_code=500)
+
+
+router = Router(
+    path="/videos",
+    route_handlers=[create_video, remix_video, retrieve_video, list_videos, delete_video, video_content],
+    tags=["videos (OpenAI-compatible)"],
+    exception_handlers={
+        VideoApiError: _on_api_error,
+        ValidationException: _on_validation,
+        NotAuthorizedException: on_http_error,
+        HTTPException: on_http_error,
+        Exception: _on_internal,
+    },
+)
