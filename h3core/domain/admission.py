@@ -112,8 +112,8 @@ class Contract:
         mode = caps.mode(request.mode)
         if not mode.served:
             return _Limit(reason="mode_unavailable", why=f"mode {request.mode} is not served by {caps.executor}: {mode.reason or 'not offered'}")
-        for name, count in _media_counts(request).items():
-            most = caps.media.get(name)
+        for name, ids in request.uploads().items():
+            most, count = caps.media.get(name), len(ids)
             if most is not None and count > most:
                 return _Limit(reason="mode_unavailable", why=f"{name}: {caps.executor} takes at most {most} here, the request has {count}")
         refs = request.references
@@ -241,17 +241,3 @@ class Contract:
             ):
                 rows.append(self.ceiling(shape))
         return rows
-
-
-def _media_counts(request: GenerationRequest) -> dict[str, int]:
-    out: dict[str, int] = {}
-    if request.keyframes is not None:
-        for key in ("first", "last"):
-            if getattr(request.keyframes, key) is not None:
-                out[f"keyframes.{key}"] = 1
-    if request.references is not None:
-        for key in ("images", "videos", "audios"):
-            n = len(getattr(request.references, key))
-            if n:
-                out[f"references.{key}"] = n
-    return out

@@ -24,8 +24,6 @@ from h3core.domain.geometry import CLIP, CLIP_REMAINDER, FPS, snap_frames
 from h3core.domain.request import Mode
 
 MODES: tuple[Mode, ...] = ("t2va", "fl2va", "ref2va")
-# Upload fields a request can fill, as templates and models count them.
-MEDIA_FIELDS = ("keyframes.first", "keyframes.last", "references.images", "references.videos", "references.audios")
 
 
 class _Data(BaseModel):
@@ -110,7 +108,7 @@ class Capabilities(_Data):
     groups: tuple[GroupBudget, ...] = (GroupBudget(size=1),)
     max_tokens: int | None = Field(default=None, ge=0)  # the attention kernel's own limit
     max_tokens_reason: str = ""
-    media: Mapping[str, int] = Field(default_factory=dict)  # most uploads per field; absent: the API's own limit
+    media: Mapping[str, int] = Field(default_factory=dict)  # most uploads per field (request.UPLOAD_KINDS); absent: the API's own
     max_references: int | None = Field(default=None, ge=0)  # references of any kind, in all
     audio_alone: bool = True  # False: an audio reference needs an image or video reference beside it
 

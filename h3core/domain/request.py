@@ -27,6 +27,17 @@ MAX_REF_IMAGES = 9
 MAX_REF_VIDEOS = 3
 MAX_REF_AUDIOS = 3
 
+# What kind of upload each field of a request takes.
+UPLOAD_KINDS = {
+    "keyframes.first": "image",
+    "keyframes.last": "image",
+    "references.images": "image",
+    "references.videos": "video",
+    "references.audios": "audio",
+}
+# The mode each upload field belongs to.
+UPLOAD_MODES = {name: "fl2va" if name.startswith("keyframes.") else "ref2va" for name in UPLOAD_KINDS}
+
 # Accepted for the console's contract but with no effect on MiniMax-H3 (field notes §2.8).
 INERT_FIELDS = ("cfg_scale", "negative_prompt", "turbo")
 
@@ -109,11 +120,21 @@ class GenerationRequest(_Frozen):
                 )
         return tuple(out)
 
+    def uploads(self) -> dict[str, tuple[str, ...]]:
+        """The upload ids the request names, by field ("keyframes.first", "references.images", ...)."""
+        out: dict[str, tuple[str, ...]] = {}
+        if self.keyframes is not None:
+            for key in ("first", "last"):
+                value = getattr(self.keyframes, key)
+                if value is not None:
+                    out[f"keyframes.{key}"] = (value,)
+        if self.references is not None:
+            for key in ("images", "videos", "audios"):
+                ids = getattr(self.references, key)
+                if ids:
+                    out[f"references.{key}"] = tuple(ids)
+        return out
+
     def upload_ids(self) -> tuple[str, ...]:
         """Every upload this request refers to, in a stable order."""
-        ids: list[str] = []
-        if self.keyframes is not None:
-            ids += [i for i in (self.keyframes.first, self.keyframes.last) if i is not None]
-        if self.references is not None:
-            ids += [*self.references.images, *self.references.videos, *self.references.audios]
-        return tuple(ids)
+        return tuple(i for ids in self.uploads().values() for i in ids)

@@ -141,13 +141,9 @@ class FakeExecutor:
             raise ExecutorFailure("invalid", f"frames: {r.frames} frames are {seconds:.2f} s, outside the fake's window")
         if lim.budget_tokens is not None and count_tokens(r).total > lim.budget_tokens:
             raise ExecutorFailure("invalid", f"tokens: over the fake's {lim.budget_tokens}-token budget")
-        given = {
-            "keyframes.first": int(r.keyframes is not None and r.keyframes.first is not None),
-            "keyframes.last": int(r.keyframes is not None and r.keyframes.last is not None),
-            **{f"references.{k}": len(getattr(r.references, k)) if r.references else 0 for k in ("images", "videos", "audios")},
-        }
+        given = r.uploads()
         for name, most in lim.media.items():
-            if given.get(name, 0) > most:
+            if len(given.get(name, ())) > most:
                 raise ExecutorFailure("invalid", f"{name}: the fake takes at most {most}")
 
     @asynccontextmanager

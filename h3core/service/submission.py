@@ -7,7 +7,7 @@ import anyio
 from litestar.exceptions import NotFoundException, ValidationException
 
 from h3core.domain.geometry import Media
-from h3core.domain.request import GenerationRequest
+from h3core.domain.request import UPLOAD_KINDS, GenerationRequest
 from h3core.domain.state import JobState
 from h3core.service.context import Service
 
@@ -27,11 +27,9 @@ def job_state(svc: Service, job_id: str) -> JobState:
 def upload_media(svc: Service, request: GenerationRequest) -> dict[str, Media]:
     """Check every upload the request names exists and is of the right kind; collect their media."""
     wanted: list[tuple[str, str, str]] = []  # (field, id, kind)
-    if request.keyframes is not None:
-        wanted += [(f"keyframes.{k}", v, "image") for k, v in (("first", request.keyframes.first), ("last", request.keyframes.last)) if v]
-    if request.references is not None:
-        for name, kind in (("images", "image"), ("videos", "video"), ("audios", "audio")):
-            wanted += [(f"references.{name}.{i}", v, kind) for i, v in enumerate(getattr(request.references, name))]
+    for name, ids in request.uploads().items():
+        single = name.startswith("keyframes.")
+        wanted += [(name if single else f"{name}.{i}", v, UPLOAD_KINDS[name]) for i, v in enumerate(ids)]
     media: dict[str, Media] = {}
     errors = []
     for where, upload_id, kind in wanted:

@@ -193,7 +193,7 @@ def comfyui(tmp_path_factory):
 )
 def test_comfyui_with_a_template_set(comfyui, tmp_path, topology, dropped, missing, request):
     from h3core.executors.comfyui.executor import ComfyUIExecutor, ComfyUISettings
-    from h3core.executors.comfyui.templates import builtin_templates, media_of
+    from h3core.executors.comfyui.templates import builtin_templates
 
     server, root, node_info = comfyui
     templates = {n: t for n, t in builtin_templates().items() if t.mode not in dropped}
@@ -205,7 +205,7 @@ def test_comfyui_with_a_template_set(comfyui, tmp_path, topology, dropped, missi
     def check(r: GenerationRequest) -> None:
         executor.check(spec(r))
         names = {}
-        for ids in media_of(r).values():
+        for ids in r.uploads().values():
             for upload_id in ids:
                 names[upload_id] = f"h3-{upload_id}.{'wav' if upload_id.startswith('aud') else 'mp4' if upload_id.startswith('vid') else 'png'}"
                 (root / "input" / names[upload_id]).touch()

@@ -23,12 +23,13 @@ from typing import Any
 import anyio
 
 from h3core.adapters.artifacts import ArtifactStore
-from h3core.domain.capabilities import MEDIA_FIELDS, MODES, Capabilities, FrameWindow, ModeReadiness
+from h3core.domain.capabilities import MODES, Capabilities, FrameWindow, ModeReadiness
 from h3core.domain.events import Progress
+from h3core.domain.request import UPLOAD_MODES
 from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Result, Update
 from h3core.executors.comfyui.client import ComfyClient, HistoryEntry, PromptRejected, Unreachable
 from h3core.executors.comfyui.feed import LogTail, SocketFeed
-from h3core.executors.comfyui.templates import MEDIA_OWNER, Template, TemplateError, media_of, pick
+from h3core.executors.comfyui.templates import Template, TemplateError, pick
 
 _PROMPTS = uuid.UUID("6c3e1d2a-8f4b-4a57-9a57-3f6f3f0b7c11")  # namespace of our prompt ids
 VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".mov")
@@ -99,8 +100,8 @@ class ComfyUIExecutor:
                 modes.append(ModeReadiness(mode=mode, ready=False, reason=f"reading the nodes of ComfyUI at {s.url}"))
             else:
                 modes.append(ModeReadiness(mode=mode))
-            for name in MEDIA_FIELDS:
-                if MEDIA_OWNER[name] == mode:
+            for name, owner in UPLOAD_MODES.items():
+                if owner == mode:
                     media[name] = len(template.media.get(name, ()))
             if self._info is not None and not missing:
                 # One window for every mode: the range all the graphs in service take (the built-in
@@ -121,7 +122,7 @@ class ComfyUIExecutor:
         template = self._template(job)
         if self._info is not None and (missing := template.missing_on(self._info)):
             raise ExecutorFailure("invalid", f"ComfyUI at {self.settings.url} cannot run {template.name}: {'; '.join(missing)}")
-        placeholders = {upload_id: f"h3-{upload_id}" for ids in media_of(job.request).values() for upload_id in ids}
+        placeholders = {upload_id: f"h3-{upload_id}" for ids in job.request.uploads().values() for upload_id in ids}
         try:
             template.build(job.request, placeholders)
         except TemplateError as exc:
@@ -207,7 +208,7 @@ class ComfyUIExecutor:
 
     async def _upload(self, job: JobSpec) -> dict[str, str]:
         names: dict[str, str] = {}
-        for ids in media_of(job.request).values():
+        for ids in job.request.uploads().values():
             for upload_id in ids:
                 if upload_id not in names:
                     path = self._upload_path(upload_id)

@@ -18,19 +18,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from h3core.domain.request import GenerationRequest, Mode
+from h3core.domain.request import UPLOAD_KINDS, GenerationRequest, Mode
 
 Topology = Literal["single-gpu", "raylight"]
 VALUE_FIELDS = ("prompt", "width", "height", "frames", "seed", "steps")
-MEDIA_FIELDS = {
-    "keyframes.first": "image",
-    "keyframes.last": "image",
-    "references.images": "image",
-    "references.videos": "video",
-    "references.audios": "audio",
-}
-# The mode whose template has a place for each upload field.
-MEDIA_OWNER = {"keyframes.first": "fl2va", "keyframes.last": "fl2va", **{f"references.{k}": "ref2va" for k in ("images", "videos", "audios")}}
 NEEDED_MEDIA: dict[str, tuple[str, ...]] = {
     "t2va": (),
     "fl2va": ("keyframes.first", "keyframes.last"),
@@ -144,7 +135,7 @@ class Template(_Data):
         for name, inputs in self.values.items():
             for i in inputs:
                 graph[i.node]["inputs"][i.input] = values[name]
-        given = media_of(request)
+        given = request.uploads()
         for name, slots in self.media.items():
             ids = given.get(name, ())
             if len(ids) > len(slots):
@@ -161,21 +152,6 @@ class Template(_Data):
         for name in set(given) - set(self.media):
             raise TemplateError(f"template {self.name} has no place for {name}")
         return graph
-
-
-def media_of(request: GenerationRequest) -> dict[str, tuple[str, ...]]:
-    out: dict[str, tuple[str, ...]] = {}
-    if request.keyframes is not None:
-        for key in ("first", "last"):
-            value = getattr(request.keyframes, key)
-            if value is not None:
-                out[f"keyframes.{key}"] = (value,)
-    if request.references is not None:
-        for key in ("images", "videos", "audios"):
-            ids = getattr(request.references, key)
-            if ids:
-                out[f"references.{key}"] = tuple(ids)
-    return out
 
 
 def _links(graph: Mapping[str, Mapping[str, Any]]):
@@ -209,8 +185,8 @@ def check(t: Template) -> list[str]:
         for i in inputs:
             has(i, f"values.{name}")
     for name, slots in t.media.items():
-        if name not in MEDIA_FIELDS:
-            problems.append(f"media: unknown field {name!r} (known: {list(MEDIA_FIELDS)})")
+        if name not in UPLOAD_KINDS:
+            problems.append(f"media: unknown field {name!r} (known: {list(UPLOAD_KINDS)})")
         for k, slot in enumerate(slots):
             has(slot.set, f"media.{name}[{k}].set")
             for node in slot.unused.nodes:
