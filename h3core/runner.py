@@ -21,9 +21,11 @@ import anyio
 from anyio.abc import TaskStatus
 from pydantic import BaseModel, ConfigDict, Field
 
+from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.base import Conflict, EventStore
 from h3core.bus import EventBus
 from h3core.domain.admission import AdmissionPolicy, AdmitAll, Refuse
+from h3core.domain.adoption import Adopt, Discard, adoption, judge
 from h3core.domain.events import (
     Admitted,
     Artifact,
@@ -126,9 +128,13 @@ class Runner:
         admission: AdmissionPolicy | None = None,
         bus: EventBus | None = None,
         id_factory: Callable[[], str] = new_job_id,
+        artifacts: ArtifactStore | None = None,
     ) -> None:
+        """`artifacts`: where the executor commits videos, for recovery to adopt one committed
+        before a crash and to clear what a dead attempt left; None: recovery reruns such attempts."""
         self.store = store
         self.executor = executor
+        self.artifacts = artifacts
         self.config = config or RunnerConfig()
         self.admission = admission or AdmitAll()
         self.bus = bus or EventBus()
@@ -288,15 +294,25 @@ class Runner:
         unfinished = await self._call(self.store.unfinished)
         resumable = []
         for state in unfinished:
-            if state.status == "running" and self._can_resume(state):
+            verdict = None
+            if state.status == "running" and self.artifacts is not None:
+                found = await self._call(self.artifacts.committed, state.job_id, state.attempt)
+                verdict = judge(state, found)
+            if isinstance(verdict, Adopt):  # finished before the crash: its Done, not a rerun
+                await self._append(state.job_id, adoption(state, verdict), expected_seq=state.last_seq)
+            elif state.status == "running" and self._can_resume(state):
                 resumable.append(state)
             elif state.status == "running":
                 message = f"h3core stopped while attempt {state.attempt} was running"
+                if isinstance(verdict, Discard):
+                    message += f"; {verdict.reason}"
                 if state.cancel_requested:
                     body: Body = Cancelled(reason="cancel was requested; h3core stopped before the executor confirmed")
                 else:
                     body = self._failure(state, "interrupted", message, None)
                 await self._append(state.job_id, [body], expected_seq=state.last_seq)
+                if self.artifacts is not None:  # what the dead attempt left: partial or unverified
+                    await self._call(self.artifacts.discard, state.job_id, state.attempt)
             elif state.status == "submitted":  # a log imported without its admission
                 decision = self.admission.decide(state.request)
                 if isinstance(decision, Refuse):

@@ -13,6 +13,7 @@ from h3core.domain.events import (
     Done,
     Failed,
     Progress,
+    Recovered,
     Running,
     Submitted,
 )
@@ -61,10 +62,12 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
         AttemptFailed, kind=st.one_of(retry_kinds, kinds), message=st.just("m"), attempt=st.sampled_from([max(attempt, 1), attempt + 1])
     )
     failed = st.builds(Failed, kind=kinds, message=st.just("m"))
-    done = st.builds(Done, artifact=st.just(artifact()))
+    done = st.builds(Done, artifact=st.sampled_from([artifact(), artifact("j/attempt-2.mp4")]))
+    recovered = st.builds(Recovered, attempt=st.sampled_from([max(attempt, 1), attempt + 1]), artifact=st.just(artifact()))
     anything = st.one_of(
-        submissions, st.builds(Admitted), running, progress, done, attempt_failed, failed, st.builds(CancelRequested), st.builds(Cancelled)
-    )
+        submissions, st.builds(Admitted), running, progress, done, attempt_failed, failed, st.builds(CancelRequested),
+        st.builds(Cancelled), recovered,
+    )  # fmt: skip
     if state is None:
         likely = [submissions] * 8
     elif state.status == "submitted":
@@ -72,7 +75,7 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
     elif state.status == "queued":
         likely = [running] * 7 + [st.builds(Cancelled)]
     else:  # running, or already ended (where everything is illegal anyway)
-        likely = [progress] * 6 + [done, attempt_failed, attempt_failed, failed, st.builds(CancelRequested)]
+        likely = [progress] * 6 + [done, attempt_failed, attempt_failed, failed, st.builds(CancelRequested), recovered]
         if state.cancel_requested:
             likely.append(st.builds(Cancelled))
     # sampled_from, not one_of: one_of collapses repeated strategies and would lose the weights.

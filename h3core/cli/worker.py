@@ -180,7 +180,7 @@ def worker(
             except OSError as exc:
                 fail(f"cannot use {artifacts} for artifacts: {exc.strerror or exc}")
             executor = FakeExecutor(artifact_store, default=FakePlan(step_seconds=fake_step_seconds))
-            runner = Runner(store, executor, config, admission=admission(profile))
+            runner = Runner(store, executor, config, admission=admission(profile), artifacts=artifact_store)
             console_err().print(
                 f"worker: pid {os.getpid()}, store {db}, artifacts {artifacts}, slots {slots}; "
                 "stop with SIGTERM or Ctrl-C"

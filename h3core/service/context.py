@@ -73,5 +73,5 @@ def build_service(settings: Settings) -> Service:
         tail = StoreTail(store, bus, interval_s=settings.tail_interval)
         return Service(settings, store, artifacts, uploads, policy, runner, Metrics(store), bus, tail)
     executor = make_executor(settings, artifacts, uploads)
-    runner = Runner(store, executor, settings.runner_config(), admission=policy)
+    runner = Runner(store, executor, settings.runner_config(), admission=policy, artifacts=artifacts)
     return Service(settings, store, artifacts, uploads, policy, runner, Metrics(store, executor), runner.bus)
