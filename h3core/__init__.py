@@ -29,6 +29,7 @@ from h3core.domain.events import (
     Event,
     Failed,
     Progress,
+    Recovered,
     Running,
     Submitted,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "MemoryEventStore",
     "NotCancellable",
     "Progress",
+    "Recovered",
     "References",
     "Refuse",
     "Refused",

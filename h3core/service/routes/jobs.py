@@ -4,21 +4,23 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated
 
 import anyio
-from litestar import Request, Response, get, post
+from litestar import Request, Response, get, head, post
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 
+from h3core.domain.adoption import mismatch
 from h3core.domain.events import Event
 from h3core.domain.geometry import Media
 from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
-from h3core.runner import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
+from h3core.runner import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown, new_job_id
 from h3core.service.context import Service
 from h3core.service.ranges import Unsatisfiable, parse_range
 from h3core.service.views import ApiStatus, JobCreate, JobPage, JobView, job_view, problems
@@ -76,7 +78,7 @@ def _media(svc: Service, request: GenerationRequest) -> dict[str, Media]:
     "/jobs",
     status_code=201,
     summary="Submit a job",
-    responses={**problems(400, 401, 409, 422, 503), 200: ResponseSpec(data_container=JobView, description="an idempotent replay: the job already submitted with this key")},
+    responses={**problems(400, 401, 409, 415, 422, 503), 200: ResponseSpec(data_container=JobView, description="an idempotent replay: the job already submitted with this key")},
     description="Admits the request against the capacity profile (422 with the ceiling if it is over) and queues it. "
     "With an Idempotency-Key header, the same key and body return the same job (200); another body, 409.",
 )
@@ -88,9 +90,11 @@ async def create_job(
     request = data.generation()
     # Reading the uploads' records is file I/O: a thread, and only when the request names any.
     media = await _call(_media, svc, request) if request.keyframes is not None or request.references is not None else {}
-    existing = svc.store.by_idempotency_key(idempotency_key) if idempotency_key else None
+    # The id this request would create: any other id back is the job an earlier (or concurrent)
+    # request with the same key created, so exactly one request per key gets 201.
+    job_id = new_job_id()
     try:
-        state = await svc.runner.submit(request, priority=data.priority, idempotency_key=idempotency_key, media=media)
+        state = await svc.runner.submit(request, priority=data.priority, idempotency_key=idempotency_key, media=media, job_id=job_id)
     except Refused as exc:
         ceiling = exc.decision.ceiling.model_dump() if exc.decision.ceiling else None
         raise HTTPException(status_code=422, detail=exc.decision.detail, extra={"ceiling": ceiling}) from None
@@ -98,10 +102,9 @@ async def create_job(
         raise HTTPException(status_code=409, detail=str(exc), extra={"job_id": exc.job_id}) from None
     except ShuttingDown as exc:
         raise HTTPException(status_code=503, detail=str(exc), headers={"Retry-After": "5"}) from None
-    replay = existing is not None and existing.job_id == state.job_id
     return Response(
         await _view(svc, state),
-        status_code=200 if replay else 201,
+        status_code=201 if state.job_id == job_id else 200,
         headers={"Location": f"/v1/jobs/{state.job_id}"},
     )
 
@@ -125,7 +128,7 @@ async def list_jobs(
     return JobPage(items=items, next_cursor=str(page[-1][0]) if len(rows) > limit else None)
 
 
-@post("/jobs/{job_id:str}/cancel", status_code=202, summary="Cancel a job", responses=problems(401, 404, 409, 422))
+@post("/jobs/{job_id:str}/cancel", status_code=202, summary="Cancel a job", responses=problems(401, 404, 409, 415, 422))
 async def cancel_job(svc: Service, job_id: str) -> JobView:
     try:
         state = await svc.runner.cancel(job_id)
@@ -146,17 +149,37 @@ def _sse(event: Event) -> ServerSentEventMessage:
     return ServerSentEventMessage(data=event.model_dump_json(), event=event.type, id=event.seq)
 
 
-@get("/jobs/{job_id:str}/stream", summary="A job's events, live (Server-Sent Events)", responses=problems(401, 404, 422))
+# The largest seq SQLite can hold; a Last-Event-ID past it is refused (422), not sent to the store.
+MAX_SEQ = 2**63 - 1
+
+
+@get(
+    "/jobs/{job_id:str}/stream",
+    summary="A job's events, live (Server-Sent Events)",
+    media_type="text/event-stream",
+    responses={
+        **problems(401, 404, 422),
+        204: ResponseSpec(data_container=None, description="the job has ended and has no event after Last-Event-ID: nothing to stream"),
+    },
+)
 async def job_stream(
     svc: Service,
     job_id: str,
-    last_event_id: Annotated[int | None, Parameter(header="Last-Event-ID", ge=0)] = None,
-) -> ServerSentEvent:
-    """The history so far (after Last-Event-ID), then each event as it is stored, ending after the terminal one."""
-    await _state(svc, job_id)
+    # schema_extra: Litestar leaves a bound of 0 out of the document (it tests the bound for truth).
+    last_event_id: Annotated[int | None, Parameter(header="Last-Event-ID", ge=0, le=MAX_SEQ, schema_extra={"minimum": 0})] = None,
+) -> Response:
+    """The history so far (after Last-Event-ID), then each event as it is stored, ending after the
+    terminal one. A job that has ended streams what follows Last-Event-ID and ends at once; with
+    nothing after it, 204 (an EventSource then stops reconnecting)."""
+    state = await _state(svc, job_id)
+    # A Last-Event-ID past the end of the log (another job's, or a made-up one) reads as the end:
+    # the stream still sees this job's later events, its terminal one included.
+    start = min(last_event_id or 0, state.last_seq)
+    if state.terminal and start >= state.last_seq:
+        return Response(content=None, status_code=204)
 
     async def events() -> AsyncIterator[ServerSentEventMessage]:
-        after = last_event_id or 0
+        after = start
         while True:
             # Subscribe before reading the store, so nothing falls between the two.
             async with svc.bus.subscribe(job_id) as live:
@@ -190,26 +213,39 @@ async def job_stream(
     return ServerSentEvent(events())
 
 
-@get(
-    "/jobs/{job_id:str}/video",
-    summary="The finished video (supports Range)",
-    responses=problems(401, 404, 409, 416, 422),
-    media_type="video/mp4",
-)
-async def job_video(svc: Service, request: Request, job_id: str) -> Stream:
+async def _video(svc: Service, request: Request, job_id: str) -> tuple[Path, int, int, bool, dict[str, str], str]:
+    """(file, first byte, last byte, partial?, headers, media type) of a job's video, or the 4xx
+    that says why there is none to send."""
     state = await _state(svc, job_id)
     if state.artifact is None:
         raise HTTPException(status_code=409, detail=f"job {job_id} has no video: it is {state.status}")
-    path = svc.artifacts.resolve(state.artifact.path)
-    size = (await anyio.Path(path).stat()).st_size
+    artifact = state.artifact
     try:
-        span = parse_range(request.headers.get("range"), size)
+        path = svc.artifacts.resolve(artifact.path)
+        size, _ = await _call(lambda: svc.artifacts.measure(artifact.path, hashed=False))
+    except ValueError:
+        raise NotFoundException(f"job {job_id}'s recorded video path is not in the artifact store") from None
+    if (problem := mismatch(artifact, size, None)) is not None:
+        raise HTTPException(status_code=410, detail=f"job {job_id} is done but {problem} in the artifact store")
+    assert size is not None
+    etag = f'"{artifact.sha256}"'
+    try:
+        span = parse_range(request.headers.get("range"), size, if_range=request.headers.get("if-range"), etag=etag)
     except Unsatisfiable:
         raise HTTPException(status_code=416, detail=f"range not satisfiable for {size} bytes", headers={"Content-Range": f"bytes */{size}"}) from None
     start, end = span if span is not None else (0, size - 1)
-    headers = {"Accept-Ranges": "bytes", "Content-Length": str(end - start + 1), "ETag": f'"{state.artifact.sha256}"'}
+    headers = {"Accept-Ranges": "bytes", "Content-Length": str(end - start + 1), "ETag": etag}
     if span is not None:
         headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+    return path, start, end, span is not None, headers, artifact.media_type
+
+
+_VIDEO_ERRORS = problems(401, 404, 409, 410, 416, 422)
+
+
+@get("/jobs/{job_id:str}/video", summary="The finished video (supports Range)", responses=_VIDEO_ERRORS, media_type="video/mp4")
+async def job_video(svc: Service, request: Request, job_id: str) -> Stream:
+    path, start, end, partial, headers, media_type = await _video(svc, request, job_id)
 
     async def body() -> AsyncIterator[bytes]:
         async with await anyio.open_file(path, "rb") as f:
@@ -222,7 +258,13 @@ async def job_video(svc: Service, request: Request, job_id: str) -> Stream:
                 remaining -= len(chunk)
                 yield chunk
 
-    return Stream(body(), status_code=206 if span else 200, headers=headers, media_type=state.artifact.media_type)
+    return Stream(body(), status_code=206 if partial else 200, headers=headers, media_type=media_type)
 
 
-handlers = [create_job, get_job, list_jobs, cancel_job, job_events, job_stream, job_video]
+@head("/jobs/{job_id:str}/video", summary="The finished video's headers (size, ETag)", responses=_VIDEO_ERRORS, media_type="video/mp4")
+async def job_video_head(svc: Service, request: Request, job_id: str) -> Response[None]:
+    _, _, _, partial, headers, media_type = await _video(svc, request, job_id)
+    return Response(content=b"", status_code=206 if partial else 200, headers=headers, media_type=media_type)
+
+
+handlers = [create_job, get_job, list_jobs, cancel_job, job_events, job_stream, job_video, job_video_head]
