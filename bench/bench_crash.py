@@ -13,7 +13,8 @@ Kinds of trial (each on a fresh store and artifact folder, jobs stored as `h3cor
 
 After the last kill, every job left running is judged as recovery judges it (is its attempt's
 committed video intact?); then a clean worker runs until every job has ended. Counted per kind:
-acknowledged jobs lost, jobs not ended (stuck), videos finished but unrecorded at the crash,
+acknowledged jobs lost, jobs not ended (stuck), attempts recorded as interrupted, videos finished
+but unrecorded at the crash,
 how many of those ended done on that same attempt with the same sha256 (adopted) and how many
 ran again (thrown away), partial files left, files `h3core gc` would remove, and `h3core verify`
 (logs and every video's sha256) failures.
@@ -137,6 +138,9 @@ def trial(kind: str, work: Path, rng: random.Random, jobs: int, steps: int) -> d
         "kills": kills,
         "lost": sum(1 for j in ids if states[j] is None) + len(set(store.job_ids()) ^ set(ids)),
         "stuck": sum(1 for s in states.values() if s is None or not s.terminal),
+        "interrupted": sum(
+            1 for j in ids for e in store.events(j) if e.type in ("attempt_failed", "failed") and e.body.kind == "interrupted"
+        ),  # fmt: skip
         "unrecorded": len(unrecorded),
         "adopted": adopted,
         "rerun": len(unrecorded) - adopted,
@@ -164,10 +168,10 @@ def main() -> None:
     workdir = a.workdir or Path(tempfile.mkdtemp(prefix="h3crash-"))
     print_machine(workdir, "Crash trials")
     rng = random.Random(a.seed)
-    columns = ["kind", "trials", "jobs", "kills", "lost", "stuck", "unrecorded", "adopted", "rerun", "part_left", "garbage", "verify_failed"]
+    columns = ["kind", "trials", "jobs", "kills", "lost", "stuck", "interrupted", "unrecorded", "adopted", "rerun", "part_left", "garbage", "verify_failed"]
     t = table(
         f"SIGKILL trials ({a.jobs} jobs x {a.steps} steps each, seed {a.seed})", columns,
-        caption="unrecorded: videos committed but not yet recorded done at the crash; adopted: of those, ended done on that "
+        caption="interrupted: attempts recovery recorded as interrupted (a kill landed mid-job); unrecorded: videos committed but not yet recorded done at the crash; adopted: of those, ended done on that "
         "attempt with the same sha256; rerun: of those, ran again; part_left: partial files after recovery; "
         "garbage: files `h3core gc` would remove; verify_failed: trials where `h3core verify` (logs and sha256) failed.",
     )  # fmt: skip

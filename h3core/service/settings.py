@@ -105,7 +105,7 @@ class Settings(BaseSettings):
     allowed_hosts: Annotated[list[str], NoDecode] = []
     # Origins (scheme://host[:port]) whose pages may call the API from a browser; others are refused.
     cors_origins: Annotated[list[str], NoDecode] = []
-    metrics_port: int | None = Field(default=None, ge=0, le=65535)  # set: /metrics on its own listener
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)  # set: /metrics on its own listener (HTTP roles)
     metrics_host: str = "127.0.0.1"
     max_body_bytes: int = Field(default=1 << 20, ge=1024)  # JSON requests
     max_upload_bytes: int = Field(default=500 << 20, ge=1024)

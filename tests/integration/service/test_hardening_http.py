@@ -5,6 +5,7 @@ concurrency, the protocol details, readiness and metrics exposure."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -114,6 +115,16 @@ def test_configured_origins_hosts_and_a_metrics_listener(servers):
         assert httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", headers={"Host": "evil.example"}, timeout=10).status_code == 400
         assert httpx.get(f"http://127.0.0.1:{metrics_port}/v1/jobs", timeout=10).status_code == 404
     server.stop()
+
+
+def test_a_metrics_port_that_is_taken_stops_serve_saying_so(servers):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        server = servers.make(args=("--metrics-port", str(taken.getsockname()[1])))
+        server.launch()
+        assert server.wait(60) == 2, server.log()
+    assert "cannot listen for /metrics on 127.0.0.1" in server.log()
 
 
 def test_with_tokens_bodies_must_still_be_json_and_readyz_tells_strangers_only_the_status(servers):
