@@ -18,6 +18,7 @@ reaches it for any page it shows. Three rules, checked before any handler runs:
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -78,7 +79,7 @@ class CrossSitePolicy:
     def host_allowed(self, host: str | None) -> bool:
         if self.hosts is None:
             return True
-        return host is not None and (is_loopback(hostname(host)) or hostname(host) in self.hosts)
+        return host is not None and _answered(host, self.hosts)
 
     def origin_allowed(self, origin: str, *, scheme: str, host: str | None) -> bool:
         if origin in self.origins:
@@ -87,14 +88,24 @@ class CrossSitePolicy:
         return host is not None and parts.scheme == scheme and parts.netloc.lower() == host.strip().lower() and not parts.path
 
 
+@functools.lru_cache(maxsize=256)  # a handful of Host values recur; parsing an address costs ~20 us
+def _answered(host: str, names: frozenset[str]) -> bool:
+    name = hostname(host)
+    return name in names or is_loopback(name)
+
+
 def _refuse(status: int, header: str, detail: str) -> ASGIResponse:
     """The service's problem body (`detail`, and `errors` naming the header at fault)."""
     body = json.dumps({"detail": detail, "errors": [{"field": header, "message": detail}]}).encode()
     return ASGIResponse(body=body, status_code=status, media_type="application/json")
 
 
+_WANTED = frozenset({b"host", b"origin", b"content-type", b"content-length", b"transfer-encoding"})
+
+
 def _headers(scope: Scope) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    """The headers the rules read (ASGI gives names in lower case)."""
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k in _WANTED}
 
 
 def _media_type(content_type: str) -> str:

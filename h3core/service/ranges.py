@@ -37,7 +37,7 @@ def parse_range(header: str | None, size: int, *, if_range: str | None = None, e
         return None
     if first == "":  # the last N bytes
         n = _position(last)
-        if n == 0:
+        if n == 0 or size == 0:  # no byte to send: an empty file satisfies no range
             raise Unsatisfiable(header)
         return max(size - n, 0), size - 1
     start = _position(first)
