@@ -32,6 +32,7 @@ from h3core.domain.events import (
     Event,
     Failed,
     Progress,
+    Recovered,
     Running,
     Submitted,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "ModeReadiness",
     "NotCancellable",
     "Progress",
+    "Recovered",
     "References",
     "Refuse",
     "Refused",

@@ -22,10 +22,12 @@ import anyio
 from anyio.abc import TaskStatus
 from pydantic import BaseModel, ConfigDict, Field
 
+from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.base import Conflict, EventStore
 from h3core.bus import EventBus
 from h3core.contracts import CapabilityFile, LiveContract, publish_capabilities
 from h3core.domain.admission import AdmissionPolicy, AdmitAll, Refuse
+from h3core.domain.adoption import Adopt, Discard, adoption, judge
 from h3core.domain.capabilities import MODES, Capabilities
 from h3core.domain.events import (
     Admitted,
@@ -133,11 +135,15 @@ class Runner:
         bus: EventBus | None = None,
         id_factory: Callable[[], str] = new_job_id,
         board: CapabilityFile | None = None,
+        artifacts: ArtifactStore | None = None,
     ) -> None:
         """`board`: where to publish what the executor can run, for processes that admit jobs
-        this runner runs (an API process on the same store)."""
+        this runner runs (an API process on the same store). `artifacts`: where the executor
+        commits videos, for recovery to adopt one committed before a crash and to clear what a
+        dead attempt left; None: recovery reruns such attempts."""
         self.store = store
         self.executor = executor
+        self.artifacts = artifacts
         self.config = config or RunnerConfig()
         # By default a request is judged against what the executor says it can run (a runner
         # that only submits, for another process's executor, is given that one's contract).
@@ -309,15 +315,25 @@ class Runner:
         unfinished = await self._call(self.store.unfinished)
         resumable = []
         for state in unfinished:
-            if state.status == "running" and self._can_resume(state):
+            verdict = None
+            if state.status == "running" and self.artifacts is not None:
+                found = await self._call(self.artifacts.committed, state.job_id, state.attempt)
+                verdict = judge(state, found)
+            if isinstance(verdict, Adopt):  # finished before the crash: its Done, not a rerun
+                await self._append(state.job_id, adoption(state, verdict), expected_seq=state.last_seq)
+            elif state.status == "running" and self._can_resume(state):
                 resumable.append(state)
             elif state.status == "running":
                 message = f"h3core stopped while attempt {state.attempt} was running"
+                if isinstance(verdict, Discard):
+                    message += f"; {verdict.reason}"
                 if state.cancel_requested:
                     body: Body = Cancelled(reason="cancel was requested; h3core stopped before the executor confirmed")
                 else:
                     body = self._failure(state, "interrupted", message, None)
                 await self._append(state.job_id, [body], expected_seq=state.last_seq)
+                if self.artifacts is not None:  # what the dead attempt left: partial or unverified
+                    await self._call(self.artifacts.discard, state.job_id, state.attempt)
             elif state.status == "submitted":  # a log imported without its admission
                 decision = self.admission.decide(state.request)
                 if isinstance(decision, Refuse):

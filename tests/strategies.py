@@ -13,6 +13,7 @@ from h3core.domain.events import (
     Done,
     Failed,
     Progress,
+    Recovered,
     Running,
     Submitted,
 )
@@ -43,6 +44,13 @@ policies = st.builds(
 
 submissions = st.builds(Submitted, request=requests, retry=policies)
 
+# Bodies that do not depend on the state, built once: strategies made per draw cost more than the draw.
+_admitted = st.builds(Admitted)
+_failed = st.builds(Failed, kind=kinds, message=st.just("m"))
+_done = st.builds(Done, artifact=st.sampled_from([artifact(), artifact("j/attempt-2.mp4")]))
+_cancel_requested = st.builds(CancelRequested)
+_cancelled = st.builds(Cancelled)
+
 
 def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
     """Any body at all, weighted towards the ones that move `state` along, so that long logs
@@ -60,20 +68,19 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
     attempt_failed = st.builds(
         AttemptFailed, kind=st.one_of(retry_kinds, kinds), message=st.just("m"), attempt=st.sampled_from([max(attempt, 1), attempt + 1])
     )
-    failed = st.builds(Failed, kind=kinds, message=st.just("m"))
-    done = st.builds(Done, artifact=st.just(artifact()))
+    recovered = st.builds(Recovered, attempt=st.sampled_from([max(attempt, 1), attempt + 1]), artifact=st.just(artifact()))
     anything = st.one_of(
-        submissions, st.builds(Admitted), running, progress, done, attempt_failed, failed, st.builds(CancelRequested), st.builds(Cancelled)
+        submissions, _admitted, running, progress, _done, attempt_failed, _failed, _cancel_requested, _cancelled, recovered
     )
     if state is None:
         likely = [submissions] * 8
     elif state.status == "submitted":
-        likely = [st.builds(Admitted)] * 8
+        likely = [_admitted] * 8
     elif state.status == "queued":
-        likely = [running] * 7 + [st.builds(Cancelled)]
+        likely = [running] * 7 + [_cancelled]
     else:  # running, or already ended (where everything is illegal anyway)
-        likely = [progress] * 6 + [done, attempt_failed, attempt_failed, failed, st.builds(CancelRequested)]
+        likely = [progress] * 6 + [_done, attempt_failed, attempt_failed, _failed, _cancel_requested, recovered]
         if state.cancel_requested:
-            likely.append(st.builds(Cancelled))
+            likely.append(_cancelled)
     # sampled_from, not one_of: one_of collapses repeated strategies and would lose the weights.
     return st.sampled_from([*likely, anything, anything]).flatmap(lambda s: s)

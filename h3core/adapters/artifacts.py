@@ -1,10 +1,15 @@
 """Where finished videos live. Addressed by job id only: no client path reaches the disk.
 
 Contract (`ArtifactStore`): `staging(job_id, attempt)` gives a fresh path to write to;
-`commit(...)` moves it into place atomically and returns the `Artifact` (size and sha256 of
-what is on disk); `resolve(artifact.path)` gives the file back, refusing any path that would
-leave the store's root. `delete(artifact.path)` removes a committed file on purpose and records
-when, so that `deleted_at` tells a deleted file from a lost one; the job's log is untouched.
+`commit(...)` moves it into place atomically, then records what it committed (size and sha256)
+beside it, durably, and returns that `Artifact`: a video is committed once its record exists.
+`committed(job_id, attempt)` reads an attempt's record back with the file as it is now (for
+recovery to adopt a video committed before a crash); `discard` removes an attempt's files;
+`files` lists every file with the attempt it belongs to and `remove` deletes one (`h3core gc`).
+`measure(path)` gives a file's size and sha256 as they are now; `resolve(artifact.path)` gives a
+file back, refusing any path that would leave the store's root. `delete(artifact.path)` removes a
+committed video on purpose and records when, so that `deleted_at` tells a deleted file from a
+lost one; the job's log is untouched.
 """
 
 from __future__ import annotations
@@ -16,10 +21,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from h3core.domain.events import Artifact
+from pydantic import ValidationError
 
-_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_DELETED = ".deleted"  # beside the file's name: when it was deleted on purpose (ISO 8601)
+from h3core.domain.adoption import FoundArtifact
+from h3core.domain.events import Artifact
+from h3core.domain.ids import is_job_id
+from h3core.domain.retention import StoredFile
+
+_ATTEMPT_FILE = re.compile(r"^attempt-(\d{1,9})\.")
+_PART = ".part"
+_RECORD = ".record.json"
+_DELETED = ".deleted"  # beside a video's name: when it was deleted on purpose (ISO 8601)
 
 
 @runtime_checkable
@@ -29,6 +41,16 @@ class ArtifactStore(Protocol):
     def commit(
         self, staged: Path, *, job_id: str, attempt: int, frames: int, duration_s: float, media_type: str = "video/mp4"
     ) -> Artifact: ...
+
+    def committed(self, job_id: str, attempt: int) -> FoundArtifact | None: ...
+
+    def discard(self, job_id: str, attempt: int) -> list[str]: ...
+
+    def files(self) -> list[StoredFile]: ...
+
+    def remove(self, rel_path: str) -> None: ...
+
+    def measure(self, rel_path: str, *, hashed: bool = True) -> tuple[int | None, str | None]: ...
 
     def resolve(self, rel_path: str) -> Path: ...
 
@@ -49,36 +71,116 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class LocalArtifactStore:
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, create: bool = True) -> None:
         self.root = Path(root).resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
 
     def _dir(self, job_id: str) -> Path:
-        if not _SAFE.fullmatch(job_id):
+        if not is_job_id(job_id):
             raise ValueError(f"job id {job_id!r} is not a safe artifact name")
         return self.root / job_id
+
+    def _record(self, job_id: str, attempt: int) -> Path:
+        return self._dir(job_id) / f"attempt-{attempt}{_RECORD}"
 
     def staging(self, job_id: str, attempt: int, suffix: str = ".mp4") -> Path:
         d = self._dir(job_id)
         d.mkdir(parents=True, exist_ok=True)
-        return d / f"attempt-{attempt}{suffix}.part"
+        return d / f"attempt-{attempt}{suffix}{_PART}"
 
     def commit(
         self, staged: Path, *, job_id: str, attempt: int, frames: int, duration_s: float, media_type: str = "video/mp4"
     ) -> Artifact:
-        final = staged.with_name(staged.name.removesuffix(".part"))
+        final = staged.with_name(staged.name.removesuffix(_PART))
         with open(staged, "rb") as f:
             os.fsync(f.fileno())
-        os.replace(staged, final)
-        return Artifact(
+        artifact = Artifact(
             path=str(final.relative_to(self.root)),
-            bytes=final.stat().st_size,
-            sha256=sha256_file(final),
+            bytes=staged.stat().st_size,
+            sha256=sha256_file(staged),
             frames=frames,
             duration_s=duration_s,
             media_type=media_type,
         )
+        os.replace(staged, final)
+        _fsync_dir(final.parent)  # the video's rename is on disk before the record that names it
+        record = self._record(job_id, attempt)
+        part = record.with_name(record.name + _PART)
+        with open(part, "w", encoding="utf-8") as f:
+            f.write(artifact.model_dump_json())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(part, record)
+        _fsync_dir(record.parent)
+        return artifact
+
+    def committed(self, job_id: str, attempt: int) -> FoundArtifact | None:
+        try:
+            recorded = Artifact.model_validate_json(self._record(job_id, attempt).read_bytes())
+            size, sha = self.measure(recorded.path)
+        except (OSError, ValidationError, ValueError):
+            return None  # no record (or one we cannot trust): nothing was committed
+        return FoundArtifact(attempt=attempt, recorded=recorded, size=size, sha256=sha)
+
+    def measure(self, rel_path: str, *, hashed: bool = True) -> tuple[int | None, str | None]:
+        """(size, sha256) of a file now; (None, None) when it is not a regular file; sha256 None
+        unless `hashed`. A path leaving the store is a ValueError."""
+        path = self.resolve(rel_path)
+        try:
+            if not path.is_file():
+                return None, None
+            return path.stat().st_size, sha256_file(path) if hashed else None
+        except FileNotFoundError:
+            return None, None
+
+    def discard(self, job_id: str, attempt: int) -> list[str]:
+        """Remove every file of the attempt (partial, committed or record); their relative paths."""
+        d = self._dir(job_id)
+        removed = []
+        for f in self._attempt_files(d):
+            if f[0] == attempt:
+                self.remove(f[1])
+                removed.append(f[1])
+        return removed
+
+    def _attempt_files(self, d: Path) -> list[tuple[int, str]]:
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except FileNotFoundError:
+            return []
+        out = []
+        for e in entries:
+            m = _ATTEMPT_FILE.match(e.name)
+            if m is not None and e.is_file(follow_symlinks=False):
+                out.append((int(m.group(1)), f"{d.name}/{e.name}"))
+        return out
+
+    def files(self) -> list[StoredFile]:
+        """Every attempt file under a job's folder; anything else in the store is not ours to judge."""
+        out = []
+        for d in sorted(self.root.iterdir()):
+            if not (d.is_dir() and not d.is_symlink() and is_job_id(d.name)):
+                continue
+            for attempt, rel in self._attempt_files(d):
+                try:
+                    size = (self.root / rel).stat().st_size
+                except FileNotFoundError:
+                    continue  # removed meanwhile
+                out.append(StoredFile(job_id=d.name, attempt=attempt, path=rel, bytes=size, partial=rel.endswith(_PART)))
+        return out
+
+    def remove(self, rel_path: str) -> None:
+        self.resolve(rel_path).unlink(missing_ok=True)
 
     def resolve(self, rel_path: str) -> Path:
         path = (self.root / rel_path).resolve()
@@ -93,7 +195,7 @@ class LocalArtifactStore:
             # The record first, then the file: no file is ever gone without saying it was deleted.
             when = datetime.now(UTC)
             marker = path.with_name(path.name + _DELETED)
-            part = marker.with_name(marker.name + ".part")
+            part = marker.with_name(marker.name + _PART)
             marker.parent.mkdir(parents=True, exist_ok=True)
             with open(part, "w") as f:
                 f.write(when.isoformat())

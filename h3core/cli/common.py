@@ -106,6 +106,7 @@ TYPE_STYLE = {
     "running": "blue",
     "progress": "dim",
     "done": "bold green",
+    "recovered": "green",
     "attempt_failed": "yellow",
     "failed": "bold red",
     "cancel_requested": "magenta",

@@ -1,4 +1,4 @@
-"""Commands over a whole store: `verify`, `export`, `import`, `jobs`."""
+"""Commands over a whole store: `verify`, `gc`, `export`, `import`, `jobs`, `backup`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from rich.table import Table
 from rich.text import Text
 
+from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.store.base import Conflict
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.cli.app import app
@@ -31,11 +32,18 @@ from h3core.cli.common import (
     open_store,
 )
 from h3core.cli.replay import read_log
+from h3core.domain.adoption import mismatch
 from h3core.domain.events import (
     Event,
     event_from_json,
 )
+from h3core.domain.retention import garbage
 from h3core.domain.state import IllegalEvent, JobState, fold
+
+ArtifactsOption = Annotated[
+    Path,
+    typer.Option("--artifacts", envvar="H3_ARTIFACTS", help="The artifact store (finished videos).", show_default=True),
+]
 
 
 def _orphans(db: Path) -> list[str]:
@@ -88,19 +96,46 @@ def _check_job(store: SQLiteEventStore, job_id: str) -> tuple[JobState | None, i
     return state, len(events), None
 
 
+def _check_artifact(videos: LocalArtifactStore, state: JobState, *, quick: bool) -> str | None:
+    """Why a done job's video is not the one its `Done` recorded, or None (a video deleted on
+    purpose, through /v1/videos, is not a problem: the deletion is recorded beside it)."""
+    a = state.artifact
+    assert a is not None
+    try:
+        if videos.deleted_at(a.path) is not None:
+            return None
+        size, sha = videos.measure(a.path, hashed=not quick)
+    except ValueError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"its video {a.path} cannot be read: {exc.strerror or exc}"
+    return mismatch(a, size, sha)
+
+
 @app.command()
-def verify(db: DbOption = Path("h3core.db")) -> None:
-    """Fold every job's log, check it against the jobs projection; exit 1 naming each broken job."""
+def verify(
+    db: DbOption = Path("h3core.db"),
+    artifacts: ArtifactsOption = Path("artifacts"),
+    quick: Annotated[bool, typer.Option("--quick", help="Check each video's size, not its sha256.")] = False,
+    logs_only: Annotated[bool, typer.Option("--logs-only", help="Check the logs, not the videos.")] = False,
+) -> None:
+    """Fold every job's log, check it against the jobs projection, and check that every done job's
+    video is on disk as its done event recorded it (size and sha256); exit 1 naming each broken job."""
     out = console()
     broken: list[tuple[str, str]] = []
     statuses: Counter[str] = Counter()
     n_events = 0
+    videos = LocalArtifactStore(artifacts, create=False)
+    checked = 0
     with open_store(db) as store:
         job_ids = store.job_ids()
         for job_id in job_ids:
             state, count, problem = _check_job(store, job_id)
             n_events += count
             statuses[state.status if state is not None else "broken"] += 1
+            if problem is None and not logs_only and state is not None and state.artifact is not None:
+                checked += 1
+                problem = _check_artifact(videos, state, quick=quick)
             if problem:
                 broken.append((job_id, problem))
         for job_id in _orphans(db):
@@ -108,11 +143,39 @@ def verify(db: DbOption = Path("h3core.db")) -> None:
 
     summary = ", ".join(f"{status} {n}" for status, n in sorted(statuses.items())) or "no jobs"
     out.print(f"checked {len(job_ids)} jobs, {n_events} events: {summary}")
+    if not logs_only:
+        out.print(f"checked {checked} videos in {videos.root} ({'size only' if quick else 'size and sha256'})")
     for job_id, problem in broken:
         out.print(Text.assemble(("BROKEN ", "bold red"), (job_id, "bold"), f": {problem}"))
     if broken:
         fail(f"{len(broken)} broken job(s) in {db}", EXIT_DATA)
-    out.print(Text("OK: every log folds and matches the projection", style="green"))
+    what = "every log folds and matches the projection" + ("" if logs_only else ", every video is as recorded")
+    out.print(Text(f"OK: {what}", style="green"))
+
+
+@app.command()
+def gc(
+    db: DbOption = Path("h3core.db"),
+    artifacts: ArtifactsOption = Path("artifacts"),
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
+) -> None:
+    """Remove artifact files no job needs: partial files, videos of attempts that ended without
+    becoming their job's video, files of jobs the store does not know. Safe beside a running service."""
+    if not artifacts.is_dir():
+        fail(f"no artifact store at {artifacts} (pass --artifacts or set H3_ARTIFACTS)")
+    store_files = LocalArtifactStore(artifacts)
+    files = store_files.files()  # listed before the jobs are read: no state is older than its files
+    with open_store(db) as store:
+        jobs = {job_id: store.get(job_id) for job_id in sorted({f.job_id for f in files})}
+    found = garbage(files, jobs)
+    out = console()
+    for g in found:
+        out.print(f"{'would remove' if dry_run else 'removed'} {g.file.path} ({g.file.bytes} bytes): {g.reason}")
+        if not dry_run:
+            store_files.remove(g.file.path)
+    total = sum(g.file.bytes for g in found)
+    verb = "would free" if dry_run else "freed"
+    out.print(f"{len(files)} files in {store_files.root}; {len(found)} not needed, {verb} {total} bytes")
 
 
 @app.command()

@@ -36,6 +36,7 @@ from h3core.domain.events import (
     Event,
     Failed,
     Progress,
+    Recovered,
     Running,
     Submitted,
 )
@@ -77,6 +78,8 @@ def fields(event: Event) -> str:
                 f"artifact={a.path}  bytes={a.bytes}  sha256={a.sha256}  "
                 f"frames={a.frames}  duration={a.duration_s:g}s"
             )
+        case Recovered():
+            return f"attempt={b.attempt}  artifact={b.artifact.path}  (committed before h3core stopped; size and sha256 checked)"
         case AttemptFailed():
             return f"attempt={b.attempt}  kind={b.kind}  message={b.message!r}" + (
                 f"  detail={b.detail!r}" if b.detail else ""
@@ -159,6 +162,11 @@ def _why(state: JobState, events: Sequence[Event], now: datetime) -> str:
         text = f"done after {n} attempt{'s' if n != 1 else ''}"
         if earlier:
             text += f"; {earlier}"
+        if state.recovered is not None:
+            text += (
+                f". h3core stopped after attempt {n} had committed its video and before it recorded the job done; "
+                "recovery found the video intact (size and sha256 as committed) and recorded it instead of running again"
+            )
         text += (
             f". Attempt {n} ran {dur((last.ended - last.started).total_seconds())}; "
             f"{dur(since_submit)} from submission to done. "

@@ -57,18 +57,26 @@ def serve(
     comfyui_topology: Annotated[str | None, _opt("H3_COMFYUI_TOPOLOGY", "single-gpu or raylight \\[single-gpu].")] = None,
     comfyui_templates: Annotated[Path | None, _opt("H3_COMFYUI_TEMPLATES", "A folder of extra workflow templates.")] = None,
     comfyui_log: Annotated[Path | None, _opt("H3_COMFYUI_LOG", "ComfyUI's log file (Raylight progress).")] = None,
+    allowed_hosts: Annotated[str | None, _opt("H3_ALLOWED_HOSTS", "Host names answered besides loopback ones, comma-separated (* for any) \\[none].")] = None,
+    cors_origins: Annotated[str | None, _opt("H3_CORS_ORIGINS", "Origins whose pages may call the API (scheme://host:port), comma-separated \\[none].")] = None,
+    metrics_port: Annotated[int | None, _opt("H3_METRICS_PORT", "Serve /metrics on this port instead of the API's \\[unset].")] = None,
+    metrics_host: Annotated[str | None, _opt("H3_METRICS_HOST", "Address of the /metrics listener \\[127.0.0.1].")] = None,
     config: Annotated[Path | None, _opt("H3_CONFIG", "A TOML settings file (same names as these options).")] = None,
     log_level: Annotated[str | None, _opt("H3_LOG_LEVEL", "debug, info, warning or error \\[info].")] = None,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /schema). Tokens come from H3_API_TOKENS only (never a flag)."""
     import uvicorn
 
-    from h3core.service.app import build_service, create_app
+    from h3core.service.app import build_service, create_app, create_metrics_app
     from h3core.service.settings import Settings, SettingsError
 
     if config is not None:
         os.environ["H3_CONFIG"] = str(config)
-    given = {k: v for k, v in locals().items() if k not in ("config", "uvicorn", "build_service", "create_app", "Settings", "SettingsError") and v is not None}
+    given = {
+        k: v for k, v in locals().items()
+        if k not in ("config", "uvicorn", "build_service", "create_app", "create_metrics_app", "Settings", "SettingsError")
+        and v is not None
+    }  # fmt: skip
     try:
         settings = Settings(**given)
         settings.check_exposure()
@@ -90,6 +98,7 @@ def serve(
         f"h3core: http://{settings.host}:{settings.port}  store {settings.db}  "
         f"{'runner in another process' if lock is None else f'executor {settings.executor}'}  {auth}  "
         f"({_server_impl()})"
+        + (f"  metrics http://{settings.metrics_host}:{settings.metrics_port}/metrics" if settings.metrics_port is not None else "")
     )
     config = uvicorn.Config(
         application,
@@ -104,13 +113,23 @@ def serve(
         access_log=settings.log_level == "debug",
     )
     server = _server(config, on_exit=service.begin_shutdown)
+    metrics_server = None
+    if settings.metrics_port is not None:
+        metrics_config = uvicorn.Config(
+            create_metrics_app(settings, service), log_level=settings.log_level, lifespan="off", access_log=False,
+            loop="auto", http="auto",
+        )  # fmt: skip
+        metrics_server = (_quiet_server(metrics_config), _listen(settings.metrics_host, settings.metrics_port))
     _freeze_startup_objects()
     # uvicorn re-raises the signal it stopped on, once it is done; a stop we asked for is a
     # clean exit (status 0), so the re-raised signal lands on a handler that does nothing.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     try:
-        server.run()
+        if metrics_server is None:
+            server.run()
+        else:
+            _run_with_metrics(server, *metrics_server)
     finally:
         if lock is not None:
             lock.release()
@@ -159,6 +178,51 @@ def _server_impl() -> str:
     loop = "uvloop" if _loop_options()["use_uvloop"] else "asyncio"
     http = "httptools" if find_spec("httptools") is not None else "h11"
     return f"{loop}, {http}"
+
+
+def _listen(host: str, port: int):
+    """A bound socket for a second listener, so a taken port stops `serve` at once, saying which."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        fail(f"cannot listen for /metrics on {host}:{port}: {exc.strerror or exc}")
+    return sock
+
+
+def _run_with_metrics(server, metrics, sock) -> None:
+    """The API's server and the /metrics listener on one event loop; the metrics one stops when
+    the API's does (it leaves the signals to the API's server)."""
+    import asyncio
+
+    async def both() -> None:
+        task = asyncio.create_task(metrics.serve(sockets=[sock]))
+        try:
+            await server.serve()
+        finally:
+            metrics.should_exit = True
+            await task
+
+    with asyncio.Runner(loop_factory=server.config.get_loop_factory()) as runner:
+        runner.run(both())
+
+
+def _quiet_server(config):
+    """A second uvicorn server in the process: it leaves the signals to the API's server."""
+    import contextlib
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def capture_signals(self):
+            return contextlib.nullcontext()
+
+    return Server(config)
 
 
 def _server(config, on_exit):

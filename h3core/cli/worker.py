@@ -7,7 +7,6 @@ import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -31,32 +30,12 @@ from h3core.cli.common import (
 from h3core.cli.replay import fields
 from h3core.contracts import CapabilityFile, LiveContract, capabilities_path
 from h3core.domain.events import (
-    Artifact,
     Event,
 )
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 from h3core.executors.fake import FakeExecutor, FakePlan
 from h3core.runner import IdempotencyMismatch, Refused, Runner, RunnerConfig
-
-
-class _NoArtifacts:
-    """`enqueue` builds a runner only to submit; its executor never runs, so never writes."""
-
-    def staging(self, job_id: str, attempt: int, suffix: str = ".mp4") -> Path:
-        raise RuntimeError("enqueue does not run jobs")
-
-    def commit(self, staged: Path, **kwargs: object) -> Artifact:
-        raise RuntimeError("enqueue does not run jobs")
-
-    def resolve(self, rel_path: str) -> Path:
-        raise RuntimeError("enqueue does not run jobs")
-
-    def delete(self, rel_path: str) -> datetime:
-        raise RuntimeError("enqueue does not run jobs")
-
-    def deleted_at(self, rel_path: str) -> datetime | None:
-        raise RuntimeError("enqueue does not run jobs")
 
 
 @app.command()
@@ -85,7 +64,7 @@ def enqueue(
     except ValidationError as exc:
         fail(f"invalid job: {first_error(exc)}")
     with open_store(db, create=True) as store:
-        runner = Runner(store, FakeExecutor(_NoArtifacts()), RunnerConfig(retry=retry), admission=admission(db, profile))
+        runner = Runner(store, None, RunnerConfig(retry=retry), admission=admission(db, profile))  # submits only
         try:
             state = anyio.run(
                 functools.partial(runner.submit, request, priority=priority, idempotency_key=idempotency_key)
@@ -190,7 +169,7 @@ def worker(
                 fail(f"cannot use {artifacts} for artifacts: {exc.strerror or exc}")
             executor = FakeExecutor(artifact_store, default=FakePlan(step_seconds=fake_step_seconds))
             contract = LiveContract(executor.capabilities, builtin_profiles(), profile=profile_named(profile))
-            runner = Runner(store, executor, config, admission=contract, board=CapabilityFile(capabilities_path(db)))
+            runner = Runner(store, executor, config, admission=contract, board=CapabilityFile(capabilities_path(db)), artifacts=artifact_store)
             console_err().print(
                 f"worker: pid {os.getpid()}, store {db}, artifacts {artifacts}, slots {slots}; "
                 "stop with SIGTERM or Ctrl-C"

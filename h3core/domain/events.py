@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
 
 from h3core.domain.failures import FailureKind
+from h3core.domain.ids import JobId
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 
@@ -97,6 +98,15 @@ class Cancelled(_Body):
     reason: str = ""
 
 
+class Recovered(_Body):
+    """The running attempt had committed its video before h3core stopped; recovery checked the
+    file against what the commit recorded (size and sha256). Only `Done` with that video follows."""
+
+    type: Literal["recovered"] = "recovered"
+    attempt: int = Field(ge=1)
+    artifact: Artifact
+
+
 Body = Annotated[
     Submitted
     | Admitted
@@ -106,7 +116,8 @@ Body = Annotated[
     | AttemptFailed
     | Failed
     | CancelRequested
-    | Cancelled,
+    | Cancelled
+    | Recovered,
     Field(discriminator="type"),
 ]
 TERMINAL_TYPES = frozenset({"done", "failed", "cancelled"})
@@ -115,7 +126,7 @@ TERMINAL_TYPES = frozenset({"done", "failed", "cancelled"})
 class Event(BaseModel):
     model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
 
-    job_id: str = Field(min_length=1, max_length=64)
+    job_id: JobId
     seq: int = Field(ge=1)
     at: AwareDatetime
     body: Body

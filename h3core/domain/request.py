@@ -49,8 +49,16 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
 
 
+def present(name: str) -> dict:
+    """JSON Schema: `name` is given and not null."""
+    return {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+
+
 class Keyframes(_Frozen):
     """First and/or last frame for fl2va, as upload ids."""
+
+    # The validators' rules, in the JSON Schema too (the API's document says what is accepted).
+    model_config = ConfigDict(json_schema_extra={"anyOf": [present("first"), present("last")]})
 
     first: _UploadRef | None = None
     last: _UploadRef | None = None
@@ -64,6 +72,10 @@ class Keyframes(_Frozen):
 
 class References(_Frozen):
     """Reference media for ref2va, as upload ids (lists are taken as tuples)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"anyOf": [{"required": [n], "properties": {n: {"minItems": 1}}} for n in ("images", "videos", "audios")]}
+    )
 
     images: tuple[_UploadRef, ...] = Field(default=(), max_length=MAX_REF_IMAGES, strict=False)
     videos: tuple[_UploadRef, ...] = Field(default=(), max_length=MAX_REF_VIDEOS, strict=False)
@@ -79,8 +91,19 @@ class References(_Frozen):
         return len(self.images) + len(self.videos) + len(self.audios)
 
 
+def _only_with(mode: str, name: str) -> dict:
+    """JSON Schema: `name` is given exactly when `mode` is."""
+    return {
+        "if": {"required": ["mode"], "properties": {"mode": {"const": mode}}},
+        "then": present(name),
+        "else": {"properties": {name: {"type": "null"}}},
+    }
+
+
 class GenerationRequest(_Frozen):
     """One generation: text (and keyframes or references) to video with audio."""
+
+    model_config = ConfigDict(json_schema_extra={"allOf": [_only_with("fl2va", "keyframes"), _only_with("ref2va", "references")]})
 
     mode: Mode = "t2va"
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)

@@ -3,7 +3,8 @@
 The rules that make a job impossible to lose or leave stuck live here, in one pure function:
 one `Submitted`, first; `Running` only from queued; `Progress` only while running, monotone,
 within its total; exactly one terminal event and nothing after it; a retry only where the job's
-own retry policy allows it. Anything else raises `IllegalEvent` and never reaches a store.
+own retry policy allows it; after `Recovered`, only the `Done` of the video it names. Anything
+else raises `IllegalEvent` and never reaches a store.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from h3core.domain.events import (
     Event,
     Failed,
     Progress,
+    Recovered,
     Running,
     Submitted,
 )
@@ -83,6 +85,7 @@ class JobState(BaseModel):
     error: Error | None = None  # the terminal failure
     attempt_errors: tuple[Error, ...] = ()  # failures that were retried
     artifact: Artifact | None = None
+    recovered: Artifact | None = None  # the running attempt's video, found committed after a crash
 
     @property
     def terminal(self) -> bool:
@@ -121,6 +124,9 @@ def apply(state: JobState | None, event: Event) -> JobState:
         raise _illegal(event, "seq_gap", f"expected seq {state.last_seq + 1}, got {event.seq}")
     if state.terminal:
         raise _illegal(event, "after_terminal", f"job already ended '{state.status}'; '{body.type}' cannot follow")
+
+    if state.recovered is not None and not (isinstance(body, Done) and body.artifact == state.recovered):
+        raise _illegal(event, "recovered_then_done", f"only 'done' with the recovered video follows 'recovered', not '{body.type}'")
 
     common = {"last_seq": event.seq, "updated_at": event.at}
     match body:
@@ -210,6 +216,12 @@ def apply(state: JobState | None, event: Event) -> JobState:
                     "tokens": body.tokens if body.tokens is not None else state.tokens,
                 }
             )
+        case Recovered():
+            if state.status != "running":
+                raise _illegal(event, "not_running", f"'recovered' only while running, job is '{state.status}'")
+            if body.attempt != state.attempt:
+                raise _illegal(event, "attempt_order", f"attempt {body.attempt} is not the running one ({state.attempt})")
+            return state.model_copy(update={**common, "recovered": body.artifact})
         case CancelRequested():
             if state.status != "running":
                 raise _illegal(

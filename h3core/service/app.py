@@ -4,20 +4,36 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 from litestar import Litestar, Request, Response, Router
 from litestar.di import Provide
-from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
+from litestar.exceptions import ClientException, HTTPException, NotAuthorizedException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
-from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE, HTTP_422_UNPROCESSABLE_ENTITY, HTTP_500_INTERNAL_SERVER_ERROR
+from litestar.status_codes import (
+    HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+    HTTP_422_UNPROCESSABLE_ENTITY,
+    HTTP_500_INTERNAL_SERVER_ERROR,
+)
 
 from h3core.service.auth import bearer_guard
 from h3core.service.context import Service, build_service
+from h3core.service.crosssite import CrossSiteGuard, CrossSitePolicy
+from h3core.service.methods import with_options
+from h3core.service.openapi import exact_components
 from h3core.service.routes import jobs, ops, uploads, videos
 from h3core.service.settings import Settings
 from h3core.service.strictness import ModelStrictness
+
+
+class _Request(Request):
+    async def json(self) -> Any:
+        try:
+            return await super().json()
+        except RecursionError:  # msgspec's bound on nesting: a client's body, not our fault
+            raise ClientException("the JSON body is nested too deeply to read") from None
 
 
 def _problem(status: int, detail: str, **extra) -> Response:
@@ -28,11 +44,16 @@ def _problem(status: int, detail: str, **extra) -> Response:
 _HEADERS = {"idempotency_key": "Idempotency-Key", "last_event_id": "Last-Event-ID", "content_type": "Content-Type"}
 
 
+def _error(e: dict) -> dict[str, str]:
+    key = str(e.get("key") or "body")
+    if key == "data":  # the request body, as Litestar names the handler's parameter
+        message = str(e.get("message"))
+        return {"field": "body", "message": "a JSON body is required" if message == "'data'" else message}
+    return {"field": _HEADERS.get(key, key), "message": str(e.get("message"))}
+
+
 def _validation_error(_: Request, exc: ValidationException) -> Response:
-    errors = [
-        {"field": _HEADERS.get(str(e.get("key")), str(e.get("key") or "body")), "message": str(e.get("message"))}
-        for e in (exc.extra if isinstance(exc.extra, list) else [])
-    ]
+    errors = [_error(e) for e in (exc.extra if isinstance(exc.extra, list) else [])]
     if not errors:
         errors = [{"field": "body", "message": exc.detail or "invalid request"}]
     named = ", ".join(e["field"] for e in errors) or "the request"
@@ -75,16 +96,21 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
         svc.store.close()
 
     guard = bearer_guard(settings.api_tokens)  # None without tokens: no guard runs at all
+    v1_handlers = [*jobs.handlers, *uploads.handlers, *ops.v1_handlers]
     v1 = Router(
         path="/v1",
-        route_handlers=[*jobs.handlers, *uploads.handlers, *ops.v1_handlers, videos.router],
+        route_handlers=[*with_options(v1_handlers), videos.router],
         guards=[guard] if guard is not None else [],
     )
+    cross_site = CrossSitePolicy.of(settings, listen_host=settings.host)
     app = Litestar(
-        route_handlers=[v1, *ops.handlers],
+        route_handlers=[v1, *ops.handlers_for(settings)],
         dependencies={"svc": Provide(lambda: svc, sync_to_thread=False)},
         lifespan=[lifespan],
         plugins=[ModelStrictness()],
+        middleware=[CrossSiteGuard(cross_site)],
+        cors_config=cross_site.cors(),
+        request_class=_Request,
         request_max_body_size=settings.max_body_bytes,
         exception_handlers={
             ValidationException: _validation_error,
@@ -101,5 +127,18 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
         ),
         debug=False,
     )
+    exact_components(app.openapi_schema)
+    videos.document(app.openapi_schema, settings.openai_models)
     app.state.service = svc
     return app
+
+
+def create_metrics_app(settings: Settings, svc: Service) -> Litestar:
+    """/metrics alone, for its own listener (`metrics_port`); the same Host and Origin rules."""
+    return Litestar(
+        route_handlers=[ops.metrics],
+        dependencies={"svc": Provide(lambda: svc, sync_to_thread=False)},
+        middleware=[CrossSiteGuard(CrossSitePolicy.of(settings, listen_host=settings.metrics_host))],
+        openapi_config=None,
+        debug=False,
+    )

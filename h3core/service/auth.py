@@ -12,15 +12,21 @@ from litestar.types import Guard
 
 
 def _matches(given: bytes, tokens: Sequence[bytes]) -> bool:
+    """Constant time in the token's content: every configured token is compared, always."""
     ok = False
     for token in tokens:
         ok |= hmac.compare_digest(given, token)
     return ok
 
 
-def token_matches(given: str, tokens: list[str]) -> bool:
-    """Constant time in the token's content: every configured token is compared, always."""
-    return _matches(given.encode(), [t.encode() for t in tokens])
+def _bearer(authorization: str, tokens: Sequence[bytes]) -> bool:
+    scheme, _, given = authorization.partition(" ")
+    return scheme.lower() == "bearer" and _matches(given.strip().encode(), tokens)
+
+
+def bearer_matches(authorization: str | None, tokens: list[str]) -> bool:
+    """Whether an Authorization header carries one of `tokens` as a bearer token."""
+    return _bearer(authorization or "", [t.encode() for t in tokens])
 
 
 def bearer_guard(tokens: list[str]) -> Guard | None:
@@ -33,8 +39,7 @@ def bearer_guard(tokens: list[str]) -> Guard | None:
     expected = tuple(t.encode() for t in tokens)
 
     async def guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-        scheme, _, given = connection.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not _matches(given.strip().encode(), expected):
+        if not _bearer(connection.headers.get("authorization", ""), expected):
             raise NotAuthorizedException(
                 "a valid bearer token is required (Authorization: Bearer <token>)",
                 headers={"WWW-Authenticate": 'Bearer realm="h3core"'},

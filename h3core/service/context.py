@@ -81,5 +81,5 @@ def build_service(settings: Settings) -> Service:
     contract = LiveContract(executor.capabilities, builtin_profiles(), profile=explicit)
     # An API process beside this one admits against what this executor states it can run.
     board = CapabilityFile(capabilities_path(settings.db))
-    runner = Runner(store, executor, settings.runner_config(), admission=contract, board=board)
+    runner = Runner(store, executor, settings.runner_config(), admission=contract, board=board, artifacts=artifacts)
     return Service(settings, store, artifacts, uploads, contract, runner, Metrics(store, executor), runner.bus)

@@ -18,8 +18,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from h3core.domain.request import MAX_FRAMES, MAX_SIDE, MIN_SIDE, SIDE_MULTIPLE
+from h3core.domain.ids import JOB_ID_PATTERN
+from h3core.domain.request import MAX_FRAMES, MAX_SIDE, MIN_SIDE, SIDE_MULTIPLE, UPLOAD_ID_PATTERN, present
 from h3core.domain.state import JobState
+from h3core.service.views import JobCreate
 
 FPS = 24
 DEFAULT_MODEL = "minimax-h3"
@@ -27,6 +29,71 @@ OPENAI_FIELDS = ("prompt", "model", "seconds", "size", "input_reference")
 POLL_MS = (100, 5000)  # bounds of the poll interval suggested to a client (openai-poll-after-ms)
 
 VideoStatus = Literal["queued", "in_progress", "completed", "failed"]
+
+# What the create call takes, as the document states it (the handler reads it the same way).
+_SIDES = "|".join(str(n) for n in range(MIN_SIDE, MAX_SIDE + 1, SIDE_MULTIPLE))
+SIZE_PATTERN = rf"^({_SIDES})x({_SIDES})$"
+# A positive number of seconds, at most 999.999 (no more frames than a request may have), up to
+# three decimals: 1-999 with a fraction, or 0.001-0.999.
+SECONDS_PATTERN = r"^([1-9][0-9]{0,2}(\.[0-9]{1,3})?|0\.([1-9][0-9]{0,2}|0[1-9][0-9]?|00[1-9]))$"
+VIDEO_ID_PATTERN = JOB_ID_PATTERN
+
+
+class FileReference(BaseModel):
+    """An image already uploaded (POST /v1/uploads), by its id."""
+
+    model_config = ConfigDict(extra="forbid")
+    file_id: str = Field(pattern=UPLOAD_ID_PATTERN)
+
+
+class ImageUrlReference(BaseModel):
+    """An image inline, as a base64 data URL (no remote URL is fetched)."""
+
+    model_config = ConfigDict(extra="forbid")
+    image_url: str = Field(pattern=r"^data:image/(png|jpeg|webp);base64,([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")
+
+
+def _excludes(name: str, *others: str) -> list[dict]:
+    return [{"not": {"allOf": [present(name), {"required": [other]}]}} for other in others]
+
+
+# An OpenAI parameter and the request field it sets are not given together.
+EXCLUSIONS = [*_excludes("size", "width", "height"), *_excludes("seconds", "frames")]
+# input_reference is fl2va's first keyframe.
+REFERENCE_IS_FIRST_FRAME = {
+    "if": present("input_reference"),
+    "then": {"properties": {"keyframes": {"type": "null"}, "mode": {"const": "fl2va"}}},
+}
+
+
+class VideoCreate(JobCreate):
+    """POST /v1/videos: OpenAI's parameters (`model`, `size`, `seconds`, `input_reference`) and
+    h3core's own request fields, as the SDK's `extra_body` sends them. An OpenAI parameter and the
+    field it sets are not given together; `input_reference` is fl2va's first keyframe."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                {
+                    "if": {"required": ["mode"], "properties": {"mode": {"const": "fl2va"}}},
+                    "then": {"anyOf": [present("keyframes"), present("input_reference")]},
+                    "else": {"properties": {"keyframes": {"type": "null"}}},
+                },
+                {
+                    "if": {"required": ["mode"], "properties": {"mode": {"const": "ref2va"}}},
+                    "then": present("references"),
+                    "else": {"properties": {"references": {"type": "null"}}},
+                },
+                REFERENCE_IS_FIRST_FRAME,
+                *EXCLUSIONS,
+            ]
+        }
+    )
+
+    model: str | None = None  # one of the deployment's models: the document lists them (H3_OPENAI_MODELS)
+    size: str | None = Field(default=None, pattern=SIZE_PATTERN)
+    seconds: str | None = Field(default=None, pattern=SECONDS_PATTERN)
+    input_reference: FileReference | ImageUrlReference | None = None
 
 
 class VideoError(BaseModel):
@@ -224,9 +291,9 @@ def frames_for(value: object) -> int:
             seconds = float(value.strip() if isinstance(value, str) else value)
         except (ValueError, OverflowError):
             seconds = None
-    if seconds is None or not math.isfinite(seconds * FPS) or round(seconds * FPS) < 1:
-        raise bad("seconds", f"seconds must be a positive number of seconds such as '5' (at least 1 frame at {FPS} fps), not {value!r}")
-    frames = round(seconds * FPS)
+    if seconds is None or not math.isfinite(seconds * FPS) or seconds <= 0:
+        raise bad("seconds", f"seconds must be a positive number of seconds such as '5', not {value!r}")
+    frames = max(1, round(seconds * FPS))  # any positive length is at least one frame
     if frames > MAX_FRAMES:
         raise bad("seconds", f"seconds {value!r} is {frames} frames; a request has at most {MAX_FRAMES} ({MAX_FRAMES / FPS:g} s)")
     return frames
@@ -257,7 +324,7 @@ def request_fields(params: Mapping[str, object], *, served: Sequence[str], first
     if "seconds" in given:
         out["frames"] = frames_for(given["seconds"])
     if first_frame is not None:
-        if "keyframes" in out:
+        if out.get("keyframes") is not None:
             raise bad("input_reference", "input_reference is the first keyframe: give it or keyframes, not both")
         if out.get("mode", "fl2va") != "fl2va":
             raise bad("input_reference", f"input_reference (the first frame) needs mode 'fl2va', not {out['mode']!r}")

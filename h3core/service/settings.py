@@ -11,6 +11,7 @@ import os
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
@@ -103,11 +104,17 @@ class Settings(BaseSettings):
     comfyui_log: Path | None = None  # ComfyUI's log, for Raylight's progress bars
     comfyui_lost_after: float = Field(default=15.0, gt=0)  # prompt in neither queue nor history
     comfyui_unreachable_after: float = Field(default=300.0, gt=0)
+    # Host names answered besides loopback ones ("*": any); without tokens the rest are refused.
+    allowed_hosts: Annotated[list[str], NoDecode] = []
+    # Origins (scheme://host[:port]) whose pages may call the API from a browser; others are refused.
+    cors_origins: Annotated[list[str], NoDecode] = []
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)  # set: /metrics on its own listener (HTTP roles)
+    metrics_host: str = "127.0.0.1"
     max_body_bytes: int = Field(default=1 << 20, ge=1024)  # JSON requests
     max_upload_bytes: int = Field(default=500 << 20, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
-    @field_validator("api_tokens", "retry_on", "openai_models", mode="before")
+    @field_validator("api_tokens", "retry_on", "openai_models", "allowed_hosts", "cors_origins", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         return _split(value)
@@ -132,6 +139,15 @@ class Settings(BaseSettings):
         if short:
             raise ValueError("every API token must be at least 16 characters")
         return tokens
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, origins: list[str]) -> list[str]:
+        for origin in origins:
+            parts = urlsplit(origin)
+            if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query or parts.fragment:
+                raise ValueError(f"{origin!r} is not an origin: scheme://host[:port], e.g. http://console.lan:3000")
+        return origins
 
     @field_validator("retry_on")
     @classmethod

@@ -52,11 +52,12 @@ async def submit(
     priority: int = 0,
     idempotency_key: str | None = None,
     remixed_from: str | None = None,
+    job_id: str | None = None,
 ) -> JobState:
     """Check the request's uploads (a `ValidationException` naming each bad one), then
     `runner.submit`, whose `Refused`, `IdempotencyMismatch` and `ShuttingDown` pass through."""
     # Reading the uploads' records is file I/O: a thread, and only when the request names any.
     media = await in_thread(upload_media, svc, request) if request.keyframes is not None or request.references is not None else {}
     return await svc.runner.submit(
-        request, priority=priority, idempotency_key=idempotency_key, media=media, remixed_from=remixed_from
+        request, priority=priority, idempotency_key=idempotency_key, media=media, remixed_from=remixed_from, job_id=job_id
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from h3core.domain.admission import Ceiling, CeilingRow, Contract
 from h3core.domain.request import GenerationRequest
@@ -18,6 +18,16 @@ class JobCreate(GenerationRequest):
     """A generation request, plus where it goes in the queue."""
 
     priority: int = Field(default=0, ge=-100, le=100)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_numbers(cls, data: object) -> object:
+        """JSON has one number type: `24.0` is the integer 24 (JSON Schema agrees), `24.5` is not.
+        Strings stay refused: strictness is about types, and "24" is text."""
+        if not isinstance(data, dict):
+            return data
+        ints = {name for name, f in cls.model_fields.items() if f.annotation is int}
+        return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in data.items()}
 
     def generation(self) -> GenerationRequest:
         return GenerationRequest.model_validate(self.model_dump(exclude={"priority"}))
@@ -100,6 +110,14 @@ class ReadyView(BaseModel):
     modes: list[ModeView]
     problems: list[str]  # every reason a mode cannot run now, none left out
     groups: list[GroupView] | None = None  # device groups, when the pipeline runs on them
+
+
+class ReadyStatus(BaseModel):
+    """/readyz for a caller without a valid token (when tokens are set): no paths, no pids."""
+
+    model_config = ConfigDict(extra="forbid")  # the schema says so: a ReadyView is not one
+
+    status: Literal["ready", "not ready"]
 
 
 class CeilingView(BaseModel):

@@ -48,10 +48,10 @@ def tiny_model(tmp_path_factory) -> Path:
 class Worker:
     """One `h3core worker` process; its stdout and stderr go to a log file."""
 
-    def __init__(self, db: Path, artifacts: Path, args: tuple[str, ...], log: Path) -> None:
+    def __init__(self, db: Path, artifacts: Path, args: tuple[str, ...], log: Path, program: tuple[str, ...] = ("-m", "h3core.cli")) -> None:
         self.log_path = log
         cmd = [
-            sys.executable, "-m", "h3core.cli", "worker", "--db", str(db), "--artifacts", str(artifacts),
+            sys.executable, *program, "worker", "--db", str(db), "--artifacts", str(artifacts),
             "--poll-interval", "0.1", "--verbose", *args,
         ]
         with open(log, "wb") as out:
@@ -90,6 +90,13 @@ class Workers:
 
     def start(self, db: Path, artifacts: Path, *args: str) -> Worker:
         worker = Worker(db, artifacts, args, self.tmp_path / f"worker-{len(self.started) + 1}.log")
+        self.started.append(worker)
+        return worker
+
+    def start_crashing(self, at: str, db: Path, artifacts: Path, *args: str) -> Worker:
+        """A worker that SIGKILLs itself at `at` of the artifact write path (crashing_worker.py)."""
+        program = (str(Path(__file__).with_name("crashing_worker.py")), at)
+        worker = Worker(db, artifacts, args, self.tmp_path / f"worker-{len(self.started) + 1}.log", program)
         self.started.append(worker)
         return worker
 

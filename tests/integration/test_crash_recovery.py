@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from h3core.adapters.artifacts import LocalArtifactStore, sha256_file
 from h3core.adapters.store.sqlite import SQLiteEventStore
-from h3core.domain.events import AttemptFailed, Done, Failed, Running
+from h3core.domain.events import AttemptFailed, Done, Failed, Recovered, Running
 from h3core.domain.state import fold
 from tests.integration.conftest import clean_env, cli, enqueue, poll
 
@@ -88,13 +89,63 @@ def test_sigkill_mid_job_then_restart_recovers_every_job_in_order(paths, store, 
         (ids[0], 1), (ids[0], 2), *[(j, 1) for j in ids[1:]]
     ]
 
-    verified = cli("verify", "--db", db)
+    verified = cli("verify", "--db", db, "--artifacts", artifacts)
     assert verified.exit_code == 0, verified.output
     assert "checked 5 jobs" in verified.stdout and "done 5" in verified.stdout
+    assert not [f for f in LocalArtifactStore(artifacts).files() if f.partial], "no partial file is left"
 
     second.signal(signal.SIGTERM)
     assert second.wait(10) == 0, second.log()
     assert "worker: stopped (SIGTERM)" in second.log()
+
+
+def test_a_video_committed_just_before_a_sigkill_is_adopted_not_thrown_away(paths, store, workers):
+    """Killed between the artifact commit and the Done write, the job ends done on attempt 1 with
+    the video it had written: recovery checks the file against the commit's record."""
+    db, artifacts = paths
+    [job] = enqueue(db, 1, steps=3)
+    crashed = workers.start_crashing("after_commit", db, artifacts, "--fake-step-seconds", "0")
+    assert crashed.wait(60) == -signal.SIGKILL, crashed.log()
+    left = store.get(job)
+    assert (left.status, left.attempt, left.step) == ("running", 1, 3), "it died after the last step, before Done"
+    found = LocalArtifactStore(artifacts).committed(job, 1)
+    assert found is not None and found.size == found.recorded.bytes, "the video was committed"
+
+    worker = workers.start(db, artifacts)
+    done = poll(lambda: store.get(job).terminal and store.get(job), 30, "the job to end", worker.log)
+    assert (done.status, done.attempt) == ("done", 1), worker.log()
+    assert done.artifact == found.recorded
+    assert sha256_file(artifacts / done.artifact.path) == found.recorded.sha256
+    bodies = [e.body for e in store.events(job)]
+    assert [b.attempt for b in bodies if isinstance(b, Running)] == [1], "the attempt did not run again"
+    assert isinstance(bodies[-2], Recovered) and isinstance(bodies[-1], Done)
+    assert f"{job} #{done.last_seq - 1} recovered attempt=1" in worker.log()
+
+    verified = cli("verify", "--db", db, "--artifacts", artifacts)
+    assert verified.exit_code == 0, verified.output
+    gc = cli("gc", "--db", db, "--artifacts", artifacts, "--dry-run")
+    assert gc.exit_code == 0 and "0 not needed" in gc.stdout, gc.output
+    replayed = cli("replay", job, "--db", db)
+    assert "recovery found the video intact" in replayed.stdout
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(10) == 0, worker.log()
+
+
+def test_a_partial_video_left_by_a_sigkill_is_cleared_and_the_attempt_runs_again(paths, store, workers):
+    db, artifacts = paths
+    [job] = enqueue(db, 1, steps=3)
+    crashed = workers.start_crashing("before_commit", db, artifacts, "--fake-step-seconds", "0")
+    assert crashed.wait(60) == -signal.SIGKILL, crashed.log()
+    videos = LocalArtifactStore(artifacts)
+    assert [(f.path, f.partial) for f in videos.files()] == [(f"{job}/attempt-1.mp4.part", True)]
+
+    worker = workers.start(db, artifacts)
+    done = poll(lambda: store.get(job).terminal and store.get(job), 30, "the job to end", worker.log)
+    assert (done.status, done.attempt) == ("done", 2), worker.log()
+    assert [f.path for f in videos.files()] == [f"{job}/attempt-2.mp4", f"{job}/attempt-2.record.json"]
+    assert cli("verify", "--db", db, "--artifacts", artifacts).exit_code == 0
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(10) == 0, worker.log()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -115,7 +166,7 @@ def test_graceful_stop_records_the_running_attempt_as_interrupted_and_retryable(
     assert f"{victim.job_id} #{state.last_seq} attempt_failed attempt=1  kind=interrupted" in worker.log()
     other = store.get(ids[1])
     assert other.status == "queued" and other.attempt == 0
-    assert cli("verify", "--db", db).exit_code == 0
+    assert cli("verify", "--db", db, "--artifacts", artifacts).exit_code == 0
 
 
 def test_graceful_stop_fails_the_job_when_its_policy_allows_one_attempt(paths, store, workers):

@@ -28,8 +28,11 @@ def check_log(log: list[Event]) -> None:
     assert types.count("admitted") <= 1
     policy = log[0].body.retry
     attempt, last_step, total, cancel_requested, status = 0, None, None, False, "submitted"
+    recovered = None
     for e in log[1:]:
         b = e.body
+        if recovered is not None:
+            assert b.type == "done" and b.artifact == recovered, "only the recovered video's done follows 'recovered'"
         if b.type == "admitted":
             status = "queued"
         elif b.type == "running":
@@ -51,6 +54,9 @@ def check_log(log: list[Event]) -> None:
             cancel_requested = True
         elif b.type == "cancelled":
             assert status != "running" or cancel_requested
+        elif b.type == "recovered":
+            assert status == "running" and b.attempt == attempt and recovered is None
+            recovered = b.artifact
         elif b.type == "done":
             assert status == "running"
 

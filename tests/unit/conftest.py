@@ -30,9 +30,10 @@ def make_runner(tmp_path):
         plan: FakePlan | None = None, plans=None, store=None, limits=None, **config
     ) -> AsyncIterator[Runner]:
         store = store or SQLiteEventStore(tmp_path / "h3.db", durable=False)
-        executor = FakeExecutor(LocalArtifactStore(tmp_path / "artifacts"), default=plan, plans=plans, limits=limits)
+        artifacts = LocalArtifactStore(tmp_path / "artifacts")
+        executor = FakeExecutor(artifacts, default=plan, plans=plans, limits=limits)
         cfg = {"stall_timeout_s": 5.0, "cancel_grace_s": 2.0, "poll_interval_s": 0.05, **config}
-        runner = Runner(store, executor, RunnerConfig(**cfg))
+        runner = Runner(store, executor, RunnerConfig(**cfg), artifacts=artifacts)
         async with anyio.create_task_group() as tg:
             await tg.start(runner.run)
             yield runner

@@ -14,6 +14,7 @@ from h3core import (
     FakePlan,
     GenerationRequest,
     IdempotencyMismatch,
+    LocalArtifactStore,
     NotCancellable,
     Progress,
     Refuse,
@@ -239,6 +240,61 @@ async def test_recovery_ends_jobs_a_dead_process_left_running(make_runner, tmp_p
     assert types(runner, "dead")[4:6] == ["attempt_failed", "running"]
     assert store.get("dead").status == "done"
     assert store.get("dead2").status == "failed" and store.get("dead2").error.kind == "interrupted"
+
+
+def _committed_before_a_crash(store, artifacts, job_id: str, *, attempt: int = 1) -> Artifact:
+    """A job left running by a dead process whose attempt had committed its video: the executor's
+    write path (staging, commit) ran, the runner's Done did not."""
+    store.append(job_id, [submitted(), Admitted(), Running(attempt=attempt, executor="fake"), Progress(step=4, total=4)])
+    staged = artifacts.staging(job_id, attempt)
+    staged.write_bytes(b"\x00\x00\x00\x18ftypmp42 a finished video")
+    return artifacts.commit(staged, job_id=job_id, attempt=attempt, frames=24, duration_s=1.0)
+
+
+async def test_recovery_adopts_a_video_committed_before_the_crash_instead_of_running_again(make_runner, tmp_path):
+    store = SQLiteEventStore(tmp_path / "crashed.db", durable=False)
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    committed = _committed_before_a_crash(store, artifacts, "finished")
+    async with make_runner(store=store) as runner:
+        await wait_until(ended(runner, "finished"))
+        assert runner.executor.runs == 0, "nothing ran again"
+    state = store.get("finished")
+    assert (state.status, state.attempt, state.artifact, state.recovered) == ("done", 1, committed, committed)
+    assert types(runner, "finished")[-2:] == ["recovered", "done"]
+    assert sha256_file(artifacts.resolve(state.artifact.path)) == committed.sha256
+
+
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        (lambda p: p.write_bytes(p.read_bytes()[:-3]), "bytes"),
+        (lambda p: p.write_bytes(p.read_bytes()[:-1] + b"X"), "sha256"),
+        (lambda p: p.unlink(), "missing"),
+    ],
+    ids=["truncated", "corrupted", "deleted"],
+)
+async def test_recovery_reruns_an_attempt_whose_committed_video_does_not_check(make_runner, tmp_path, damage, why):
+    store = SQLiteEventStore(tmp_path / "crashed.db", durable=False)
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    committed = _committed_before_a_crash(store, artifacts, "damaged")
+    damage(artifacts.resolve(committed.path))
+    async with make_runner(store=store) as runner:
+        await wait_until(ended(runner, "damaged"))
+    state = store.get("damaged")
+    assert state.status == "done" and state.attempt == 2 and state.recovered is None
+    assert why in state.attempt_errors[0].message and state.attempt_errors[0].kind == "interrupted"
+    assert [f.path for f in artifacts.files()] == ["damaged/attempt-2.mp4", "damaged/attempt-2.record.json"]
+
+
+async def test_recovery_clears_the_partial_file_of_an_interrupted_attempt(make_runner, tmp_path):
+    store = SQLiteEventStore(tmp_path / "crashed.db", durable=False)
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    store.append("partial", [submitted(retry=RetryPolicy(max_attempts=1)), Admitted(), Running(attempt=1, executor="fake")])
+    artifacts.staging("partial", 1).write_bytes(b"half a video")
+    async with make_runner(store=store) as runner:
+        await wait_until(ended(runner, "partial"))
+    assert store.get("partial").status == "failed"
+    assert artifacts.files() == []
 
 
 async def test_jobs_run_by_priority_then_in_submission_order(make_runner, tmp_path):

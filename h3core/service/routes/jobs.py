@@ -7,18 +7,19 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import anyio
-from litestar import Request, Response, get, post
+from litestar import Request, Response, get, head, post
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 
+from h3core.domain.adoption import mismatch
 from h3core.domain.events import Event
 from h3core.domain.state import JobState
-from h3core.runner import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
+from h3core.runner import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown, new_job_id
+from h3core.service import files
 from h3core.service.context import Service
-from h3core.service.files import ranged_file
 from h3core.service.submission import in_thread, job_state, submit
 from h3core.service.views import ApiStatus, JobCreate, JobPage, JobView, job_view, problems
 
@@ -42,7 +43,7 @@ async def _view(svc: Service, state: JobState) -> JobView:
     "/jobs",
     status_code=201,
     summary="Submit a job",
-    responses={**problems(400, 401, 409, 422, 503), 200: ResponseSpec(data_container=JobView, description="an idempotent replay: the job already submitted with this key")},
+    responses={**problems(400, 401, 409, 415, 422, 503), 200: ResponseSpec(data_container=JobView, description="an idempotent replay: the job already submitted with this key")},
     description="Admits the request against the capacity profile (422 with the ceiling if it is over) and queues it. "
     "With an Idempotency-Key header, the same key and body return the same job (200); another body, 409.",
 )
@@ -51,9 +52,11 @@ async def create_job(
     data: JobCreate,
     idempotency_key: Annotated[str | None, Parameter(header="Idempotency-Key", min_length=1, max_length=200)] = None,
 ) -> Response[JobView]:
-    existing = svc.store.by_idempotency_key(idempotency_key) if idempotency_key else None
+    # The id this request would create: any other id back is the job an earlier (or concurrent)
+    # request with the same key created, so exactly one request per key gets 201.
+    job_id = new_job_id()
     try:
-        state = await submit(svc, data.generation(), priority=data.priority, idempotency_key=idempotency_key)
+        state = await submit(svc, data.generation(), priority=data.priority, idempotency_key=idempotency_key, job_id=job_id)
     except Refused as exc:
         ceiling = exc.decision.ceiling.model_dump() if exc.decision.ceiling else None
         raise HTTPException(status_code=422, detail=exc.decision.detail, extra={"ceiling": ceiling, "reason": exc.decision.reason}) from None
@@ -61,10 +64,9 @@ async def create_job(
         raise HTTPException(status_code=409, detail=str(exc), extra={"job_id": exc.job_id}) from None
     except ShuttingDown as exc:
         raise HTTPException(status_code=503, detail=str(exc), headers={"Retry-After": "5"}) from None
-    replay = existing is not None and existing.job_id == state.job_id
     return Response(
         await _view(svc, state),
-        status_code=200 if replay else 201,
+        status_code=201 if state.job_id == job_id else 200,
         headers={"Location": f"/v1/jobs/{state.job_id}"},
     )
 
@@ -89,7 +91,7 @@ async def list_jobs(
     return JobPage(items=items, next_cursor=str(page[-1][0]) if len(rows) > limit else None)
 
 
-@post("/jobs/{job_id:str}/cancel", status_code=202, summary="Cancel a job", responses=problems(401, 404, 409, 422))
+@post("/jobs/{job_id:str}/cancel", status_code=202, summary="Cancel a job", responses=problems(401, 404, 409, 415, 422))
 async def cancel_job(svc: Service, job_id: str) -> JobView:
     try:
         state = await svc.runner.cancel(job_id)
@@ -110,17 +112,37 @@ def _sse(event: Event) -> ServerSentEventMessage:
     return ServerSentEventMessage(data=event.model_dump_json(), event=event.type, id=event.seq)
 
 
-@get("/jobs/{job_id:str}/stream", summary="A job's events, live (Server-Sent Events)", responses=problems(401, 404, 422))
+# The largest seq SQLite can hold; a Last-Event-ID past it is refused (422), not sent to the store.
+MAX_SEQ = 2**63 - 1
+
+
+@get(
+    "/jobs/{job_id:str}/stream",
+    summary="A job's events, live (Server-Sent Events)",
+    media_type="text/event-stream",
+    responses={
+        **problems(401, 404, 422),
+        204: ResponseSpec(data_container=None, description="the job has ended and has no event after Last-Event-ID: nothing to stream"),
+    },
+)
 async def job_stream(
     svc: Service,
     job_id: str,
-    last_event_id: Annotated[int | None, Parameter(header="Last-Event-ID", ge=0)] = None,
-) -> ServerSentEvent:
-    """The history so far (after Last-Event-ID), then each event as it is stored, ending after the terminal one."""
-    job_state(svc, job_id)
+    # schema_extra: Litestar leaves a bound of 0 out of the document (it tests the bound for truth).
+    last_event_id: Annotated[int | None, Parameter(header="Last-Event-ID", ge=0, le=MAX_SEQ, schema_extra={"minimum": 0})] = None,
+) -> Response:
+    """The history so far (after Last-Event-ID), then each event as it is stored, ending after the
+    terminal one. A job that has ended streams what follows Last-Event-ID and ends at once; with
+    nothing after it, 204 (an EventSource then stops reconnecting)."""
+    state = job_state(svc, job_id)
+    # A Last-Event-ID past the end of the log (another job's, or a made-up one) reads as the end:
+    # the stream still sees this job's later events, its terminal one included.
+    start = min(last_event_id or 0, state.last_seq)
+    if state.terminal and start >= state.last_seq:
+        return Response(content=None, status_code=204)
 
     async def events() -> AsyncIterator[ServerSentEventMessage]:
-        after = last_event_id or 0
+        after = start
         while True:
             # Subscribe before reading the store, so nothing falls between the two.
             async with svc.bus.subscribe(job_id) as live:
@@ -154,21 +176,37 @@ async def job_stream(
     return ServerSentEvent(events())
 
 
-@get(
-    "/jobs/{job_id:str}/video",
-    summary="The finished video (supports Range)",
-    responses=problems(401, 404, 409, 410, 416, 422),
-    media_type="video/mp4",
-)
-async def job_video(svc: Service, request: Request, job_id: str) -> Stream:
+async def _video(svc: Service, request: Request, job_id: str) -> files.Span:
+    """What to send of a job's video, or the 4xx that says why there is none to send."""
     state = job_state(svc, job_id)
     if state.artifact is None:
         raise HTTPException(status_code=409, detail=f"job {job_id} has no video: it is {state.status}")
-    deleted = svc.artifacts.deleted_at(state.artifact.path)
+    artifact = state.artifact
+    try:
+        deleted = svc.artifacts.deleted_at(artifact.path)
+        path = svc.artifacts.resolve(artifact.path)
+        size, _ = await in_thread(lambda: svc.artifacts.measure(artifact.path, hashed=False))
+    except ValueError:
+        raise NotFoundException(f"job {job_id}'s recorded video path is not in the artifact store") from None
     if deleted is not None:
         raise HTTPException(status_code=410, detail=f"job {job_id}'s video was deleted at {deleted.isoformat()}; its log remains")
-    path = svc.artifacts.resolve(state.artifact.path)
-    return await ranged_file(path, request.headers.get("range"), media_type=state.artifact.media_type, etag=state.artifact.sha256)
+    if (problem := mismatch(artifact, size, None)) is not None:
+        raise HTTPException(status_code=410, detail=f"job {job_id} is done but {problem} in the artifact store")
+    assert size is not None
+    return files.span(path, size, request.headers, media_type=artifact.media_type, sha256=artifact.sha256)
 
 
-handlers = [create_job, get_job, list_jobs, cancel_job, job_events, job_stream, job_video]
+_VIDEO_ERRORS = problems(401, 404, 409, 410, 416, 422)
+
+
+@get("/jobs/{job_id:str}/video", summary="The finished video (supports Range)", responses=_VIDEO_ERRORS, media_type="video/mp4")
+async def job_video(svc: Service, request: Request, job_id: str) -> Stream:
+    return files.stream(await _video(svc, request, job_id))
+
+
+@head("/jobs/{job_id:str}/video", summary="The finished video's headers (size, ETag)", responses=_VIDEO_ERRORS, media_type="video/mp4")
+async def job_video_head(svc: Service, request: Request, job_id: str) -> Response[None]:
+    return files.head(await _video(svc, request, job_id))
+
+
+handlers = [create_job, get_job, list_jobs, cancel_job, job_events, job_stream, job_video, job_video_head]

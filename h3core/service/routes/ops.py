@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import anyio
-from litestar import Response, get
+from litestar import Request, Response, get
 from litestar.openapi.datastructures import ResponseSpec
 
 from h3core.adapters.lock import RunnerLock, runner_lock_path
+from h3core.service.auth import bearer_matches
 from h3core.service.context import Service
-from h3core.service.views import CeilingsView, GroupView, ModeView, ReadyView, ceilings_view, problems
+from h3core.service.settings import Settings
+from h3core.service.views import CeilingsView, GroupView, ModeView, ReadyStatus, ReadyView, ceilings_view, problems
 
 
 @get("/healthz", summary="The process is up", sync_to_thread=False)
@@ -16,8 +18,20 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@get("/readyz", summary="The store is writable and the executor can run at least one mode", responses={503: ResponseSpec(data_container=ReadyView, description="not ready, and why")})
-async def readyz(svc: Service) -> Response[ReadyView]:
+@get(
+    "/readyz",
+    summary="The store is writable and the executor can run at least one mode",
+    description="With API tokens set, a caller without a valid token is told the status only.",
+    responses={503: ResponseSpec(data_container=ReadyView | ReadyStatus, description="not ready, and why")},
+)
+async def readyz(svc: Service, request: Request) -> Response[ReadyView | ReadyStatus]:
+    answer = await _readiness(svc)
+    if svc.settings.api_tokens and not bearer_matches(request.headers.get("authorization"), svc.settings.api_tokens):
+        return Response(ReadyStatus(status=answer.content.status), status_code=answer.status_code)
+    return answer
+
+
+async def _readiness(svc: Service) -> Response[ReadyView]:
     checks: dict[str, str] = {}
     try:
         await anyio.to_thread.run_sync(svc.store.ping)
@@ -54,5 +68,9 @@ async def ceilings(svc: Service) -> CeilingsView:
     return ceilings_view(svc.contract.current())
 
 
-handlers = [healthz, readyz, metrics]
 v1_handlers = [ceilings]  # under /v1, behind the token guard
+
+
+def handlers_for(settings: Settings) -> list:
+    """The unauthenticated routes; /metrics moves to its own listener with `metrics_port`."""
+    return [healthz, readyz] + ([metrics] if settings.metrics_port is None else [])

@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import dataclass
 
 from litestar import Request, post
 from litestar.exceptions import HTTPException
-from litestar.params import Parameter
+from litestar.openapi.spec import OpenAPIMediaType as MediaTypeSpec
+from litestar.openapi.spec import Operation, RequestBody, Schema
+from litestar.openapi.spec.enums import OpenAPIFormat, OpenAPIType
 
 from h3core.adapters.uploads import CONTENT_TYPES, Upload, UploadRejected
 from h3core.service.context import Service
+from h3core.service.crosssite import OWN_CONTENT_TYPES_OPT
 from h3core.service.views import problems
+
+
+@dataclass
+class _RawFileOperation(Operation):
+    """The body is the file itself, in one of the accepted types (read as a stream, so not a
+    handler parameter Litestar could describe)."""
+
+    def __post_init__(self) -> None:
+        self.request_body = RequestBody(
+            required=True,
+            description="The file's bytes; its type in Content-Type.",
+            content={t: MediaTypeSpec(schema=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY)) for t in sorted(CONTENT_TYPES)},
+        )
 
 
 @post(
@@ -21,14 +37,12 @@ from h3core.service.views import problems
     "Returns the id that requests name in keyframes or references.",
     responses=problems(400, 401, 413, 415, 422),
     request_max_body_size=None,  # the upload store enforces the per-kind limit while it streams
+    opt={OWN_CONTENT_TYPES_OPT: True},  # file types, not JSON: the upload store checks them (415)
+    operation_class=_RawFileOperation,
 )
-async def upload(
-    svc: Service,
-    request: Request,
-    content_type: Annotated[str, Parameter(header="Content-Type")],
-) -> Upload:
+async def upload(svc: Service, request: Request) -> Upload:
     try:
-        return await svc.uploads.put(content_type, request.stream())
+        return await svc.uploads.put(request.headers.get("content-type", ""), request.stream())
     except UploadRejected as exc:
         extra = {"errors": [{"field": exc.field, "message": str(exc)}]}
         if exc.limit is not None:

@@ -10,8 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
@@ -20,7 +19,7 @@ from litestar import Request, Response, Router, delete, get, post
 from litestar.datastructures import UploadFile
 from litestar.exceptions import HTTPException, NotAuthorizedException, SerializationException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.openapi.spec import OpenAPIFormat, OpenAPIMediaType, OpenAPIType, Operation, RequestBody, Schema
+from litestar.openapi.spec import Encoding, OpenAPI, OpenAPIMediaType, RequestBody
 from litestar.params import Parameter
 from pydantic import ValidationError
 
@@ -29,13 +28,17 @@ from h3core.adapters.uploads import DEFAULT_LIMITS, UploadRejected
 from h3core.domain.request import GenerationRequest, Keyframes
 from h3core.domain.state import JobState
 from h3core.runner import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
+from h3core.service import files
 from h3core.service.context import Service
-from h3core.service.files import ranged_file
+from h3core.service.crosssite import OWN_CONTENT_TYPES_OPT
+from h3core.service.methods import with_options
 from h3core.service.openai_videos import (
+    VIDEO_ID_PATTERN,
     ErrorResponse,
     Remix,
     Video,
     VideoApiError,
+    VideoCreate,
     VideoDeleted,
     VideoList,
     bad,
@@ -47,6 +50,7 @@ from h3core.service.openai_videos import (
     video_object,
     video_status,
 )
+from h3core.service.openapi import RawSchema, add_component, ref
 from h3core.service.submission import in_thread, submit
 from h3core.service.views import JobCreate
 
@@ -67,26 +71,36 @@ def _errors(*codes: int) -> dict[int, ResponseSpec]:
     return {code: ResponseSpec(data_container=ErrorResponse, description="OpenAI's error shape") for code in codes}
 
 
-def _create_body(reference: Schema) -> OpenAPIMediaType:
-    text = Schema(type=OpenAPIType.STRING)
-    fields = {"prompt": Schema(type=OpenAPIType.STRING, min_length=1), "model": text, "size": text, "seconds": text, "input_reference": reference}
-    # additional properties: the fields of h3core's own request (POST /v1/jobs), as extra_body sends them
-    return OpenAPIMediaType(schema=Schema(type=OpenAPIType.OBJECT, required=["prompt"], properties=fields, additional_properties=True))
+def _not_null(prop: dict) -> dict:
+    options = [o for o in prop.get("anyOf", ()) if o != {"type": "null"}]
+    if len(options) == 1:
+        prop = {**{k: v for k, v in prop.items() if k not in ("anyOf", "default")}, **options[0]}
+    return prop
 
 
-@dataclass
-class _CreateOperation(Operation):
-    """The create body in the OpenAPI document: the handler reads JSON or multipart itself."""
-
-    def __post_init__(self) -> None:
-        url = Schema(type=OpenAPIType.OBJECT, properties={"file_id": Schema(type=OpenAPIType.STRING), "image_url": Schema(type=OpenAPIType.STRING)})
-        self.request_body = RequestBody(
-            required=True,
-            content={
-                "application/json": _create_body(url),
-                "multipart/form-data": _create_body(Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY)),
-            },
-        )
+def document(openapi: OpenAPI, models: Sequence[str]) -> None:
+    """The create call's body in the document, as `VideoCreate` states it (the deployment's models
+    listed): JSON, and the multipart form the SDK sends with a file (its scalar fields, the file)."""
+    schema = add_component(openapi, VideoCreate)
+    schema["properties"]["model"] = {"anyOf": [{"enum": list(models)}, {"type": "null"}], "default": None}
+    # A form field is text, there or not: the form takes OpenAI's fields (the canvas and the length
+    # as size and seconds, the mode following the file: fl2va with one, t2va without) and h3core's
+    # numbers; everything else goes as JSON.
+    kept = ("prompt", "model", "size", "seconds", "steps", "seed", "priority")
+    scalar = {k: _not_null(v) for k, v in schema["properties"].items() if k in kept}
+    form = {
+        "type": "object", "required": ["prompt"], "additionalProperties": False,
+        "properties": {**scalar, "input_reference": {"type": "string", "format": "binary"}},
+    }  # fmt: skip
+    images = "image/png, image/jpeg"  # (webp is taken too; these are the ones a client can be expected to make)
+    operation = openapi.paths["/v1/videos"].post  # type: ignore[index, union-attr]
+    operation.request_body = RequestBody(
+        required=True,
+        content={
+            "application/json": OpenAPIMediaType(schema=RawSchema(ref(VideoCreate))),
+            "multipart/form-data": OpenAPIMediaType(schema=RawSchema(form), encoding={"input_reference": Encoding(content_type=images)}),
+        },
+    )
 
 
 # -- reads ------------------------------------------------------------------------------------
@@ -111,7 +125,7 @@ def _video(svc: Service, state: JobState) -> Video:
 async def _params(request: Request) -> tuple[dict[str, object], bool]:
     """The create call's fields, and whether they came as a form (strings, to be coerced)."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if ctype in ("multipart/form-data", "application/x-www-form-urlencoded"):
+    if ctype == "multipart/form-data":
         form = await request.form()
         return unflatten_form(form.multi_items()), True
     if ctype not in ("", "application/json"):
@@ -198,7 +212,7 @@ async def _submit(
     "seconds (24 fps), input_reference (an image: fl2va's first frame); any field of POST /v1/jobs besides.",
     responses=_errors(400, 401, 409, 413, 415, 503),
     request_max_body_size=CREATE_MAX_BYTES,
-    operation_class=_CreateOperation,
+    opt={OWN_CONTENT_TYPES_OPT: True},  # JSON or multipart (the SDK's upload): `_params` checks, 415 otherwise
 )
 async def create_video(svc: Service, request: Request, idempotency_key: _IdempotencyKey = None) -> Video:
     params, form = await _params(request)
@@ -245,10 +259,10 @@ def _page(svc: Service, cursor: int | None, limit: int, oldest_first: bool) -> V
     return VideoList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None, has_more=len(rows) > limit)
 
 
-@get("/", summary="Videos, newest first (order=asc: oldest first)", responses=_errors(400, 401))
+@get("/", summary="Videos, newest first (order=asc: oldest first)", responses=_errors(400, 401, 404))
 async def list_videos(
     svc: Service,
-    after: Annotated[str | None, Parameter(min_length=1, max_length=64)] = None,
+    after: Annotated[str | None, Parameter(pattern=VIDEO_ID_PATTERN)] = None,
     limit: Annotated[int, Parameter(ge=1, le=100)] = 20,
     order: Literal["asc", "desc"] = "desc",
 ) -> VideoList:
@@ -256,7 +270,7 @@ async def list_videos(
     if after is not None:
         cursor = svc.store.cursor_of(after)
         if cursor is None:
-            raise bad("after", f"no video {after!r} to list after", code="video_not_found")
+            raise VideoApiError(404, f"no video {after!r} to list after", param="after", code="video_not_found")
     return await in_thread(_page, svc, cursor, limit, order == "asc")
 
 
@@ -301,7 +315,8 @@ async def video_content(
     path = svc.artifacts.resolve(artifact.path)
     try:
         if variant == "video":
-            return await ranged_file(path, request.headers.get("range"), media_type=artifact.media_type, etag=artifact.sha256)
+            size = (await anyio.Path(path).stat()).st_size
+            return files.stream(files.span(path, size, request.headers, media_type=artifact.media_type, sha256=artifact.sha256))
         make, media_type = _PREVIEW_MAKERS[variant]
         data = await anyio.to_thread.run_sync(lambda: make(path, frames=artifact.frames), limiter=svc.previews)
     except FileNotFoundError:
@@ -342,7 +357,7 @@ def _on_internal(request: Request, exc: Exception) -> Response:
 
 router = Router(
     path="/videos",
-    route_handlers=[create_video, remix_video, retrieve_video, list_videos, delete_video, video_content],
+    route_handlers=with_options([create_video, remix_video, retrieve_video, list_videos, delete_video, video_content]),
     tags=["videos (OpenAI-compatible)"],
     exception_handlers={
         VideoApiError: _on_api_error,

@@ -62,10 +62,21 @@ def test_an_invalid_field_is_422_naming_it(api, body, field):
     assert all(e["message"] for e in problem["errors"])
 
 
-@pytest.mark.parametrize("body", [{"frames": "124"}, {"width": 448.0}, {"turbo": "true"}], ids=["frames", "width", "turbo"])
+@pytest.mark.parametrize(
+    "body", [{"frames": "124"}, {"width": 448.5}, {"steps": 1.000001}, {"turbo": "true"}, {"seed": True}],
+    ids=["frames", "width", "steps", "turbo", "seed"],
+)  # fmt: skip
 def test_a_wrongly_typed_field_is_422_not_coerced(api, body):
     problem = refused(api, {"prompt": "a fox", **SMALL, "steps": 1, **body})
     assert list(body) == fields(problem), problem
+
+
+def test_a_whole_number_written_with_a_fraction_is_that_integer(api):
+    # JSON has one number type and JSON Schema's "integer" is any number with no fraction: the
+    # OpenAPI document allows 448.0, so the server takes it (and "448", text, stays refused).
+    job = submit(api, prompt="a fox [fake step=0]", width=448.0, frames=24.0, steps=1.0, priority=-0.0)
+    assert (job["request"]["width"], job["request"]["frames"], job["request"]["steps"]) == (448, 24, 1)
+    assert all(type(job["request"][k]) is int for k in ("width", "frames", "steps"))
 
 
 def test_a_body_that_is_not_a_json_object_is_refused(api):

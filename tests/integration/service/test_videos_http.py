@@ -89,8 +89,11 @@ def test_the_list_pages_with_after_limit_and_order(client):
     assert [v.id for v in client.videos.list(after=mine[1], order="asc", limit=2).data] == [mine[2], mine[3]]
     last = client.videos.list(after=mine[0], order="asc", limit=100)
     assert not last.has_more and last.data[-1].id == mine[-1]
-    with pytest.raises(openai.BadRequestError) as err:
+    with pytest.raises(openai.NotFoundError) as err:  # a well-formed id that is no video
         client.videos.list(after="no-such-video")
+    assert err.value.body["param"] == "after"
+    with pytest.raises(openai.BadRequestError) as err:
+        client.videos.list(after="../x")
     assert err.value.body["param"] == "after"
     with pytest.raises(openai.BadRequestError) as err:
         client.videos.list(limit=101)

@@ -258,7 +258,7 @@ def test_replay_folds_the_log_and_reports_a_broken_rule(cli, db):
 
 
 def test_verify_ok(cli, db):
-    result = run(cli, "verify", "--db", db)
+    result = run(cli, "verify", "--db", db, "--logs-only")
     assert result.exit_code == 0, result.output
     assert "checked 6 jobs, 53 events: cancelled 1, done 2, failed 1, queued 1, running 1" in result.stdout
     assert "OK" in result.stdout
@@ -267,7 +267,7 @@ def test_verify_ok(cli, db):
 
 def test_verify_names_a_job_whose_log_breaks_a_rule(cli, db):
     insert_raw(db, "job-oom", 16, Progress(step=12, total=50))
-    result = run(cli, "verify", "--db", db)
+    result = run(cli, "verify", "--db", db, "--logs-only")
     assert result.exit_code == 1
     broken = [line for line in result.stdout.splitlines() if line.startswith("BROKEN")]
     assert len(broken) == 1
@@ -278,7 +278,7 @@ def test_verify_names_a_job_whose_log_breaks_a_rule(cli, db):
 def test_verify_names_a_job_whose_projection_missed_an_event(cli, db):
     # A legal next event, but written without the projection: the fold and the jobs row differ.
     insert_raw(db, "job-running", 8, Progress(step=5, total=10))
-    result = run(cli, "verify", "--db", db)
+    result = run(cli, "verify", "--db", db, "--logs-only")
     assert result.exit_code == 1
     broken = [line for line in result.stdout.splitlines() if line.startswith("BROKEN")]
     assert broken == ["BROKEN job-running: the log has events up to seq 8 but the jobs projection only up to seq 7"]
@@ -286,7 +286,7 @@ def test_verify_names_a_job_whose_projection_missed_an_event(cli, db):
 
 def test_verify_names_events_of_a_job_with_no_jobs_row(cli, db):
     insert_raw(db, "ghost", 1, submitted())
-    result = run(cli, "verify", "--db", db)
+    result = run(cli, "verify", "--db", db, "--logs-only")
     assert result.exit_code == 1
     assert "BROKEN ghost: it has events but no jobs row" in result.stdout
 
@@ -299,7 +299,7 @@ def test_verify_names_an_unparseable_event(cli, db):
     )
     conn.commit()
     conn.close()
-    result = run(cli, "verify", "--db", db)
+    result = run(cli, "verify", "--db", db, "--logs-only")
     assert result.exit_code == 1
     assert "BROKEN job-queued: a stored event does not parse" in result.stdout
 

@@ -15,6 +15,8 @@ from h3core.domain.request import MAX_SIDE
 from h3core.domain.state import JobState, extend
 from h3core.service.openai_videos import (
     FPS,
+    SECONDS_PATTERN,
+    SIZE_PATTERN,
     VideoApiError,
     error_body,
     frames_for,
@@ -102,11 +104,21 @@ def test_seconds_are_frames_at_24_fps():
     assert frames_for("4") == 96 and frames_for(8) == 192 and frames_for(0.5) == 12 and frames_for(" 12 ") == 12 * FPS
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "0.01", "four", "", "nan", "inf", "1e308", 10**400, "4167", None, True, [4]])
-def test_seconds_that_make_no_frame_are_refused_naming_seconds(value):
+@pytest.mark.parametrize("value", ["0", "-1", "0.0", "four", "", "nan", "inf", "1e308", 10**400, "4167", None, True, [4]])
+def test_seconds_that_are_no_positive_length_are_refused_naming_seconds(value):
     with pytest.raises(VideoApiError) as err:
         frames_for(value)
     assert (err.value.status, err.value.param) == (400, "seconds")
+
+
+@given(st.from_regex(SECONDS_PATTERN, fullmatch=True))
+def test_every_length_the_document_allows_is_taken_and_at_least_one_frame(text):
+    frames = frames_for(text)
+    assert 1 <= frames <= 24_000 and frames == max(1, round(float(text) * FPS))
+
+
+def test_a_positive_length_under_a_frame_is_one_frame():
+    assert frames_for("0.01") == 1 and frames_for("0.001") == 1
 
 
 @given(st.integers(1, MAX_SIDE // 32), st.integers(1, MAX_SIDE // 32))
@@ -245,3 +257,18 @@ def test_errors_have_openais_shape_and_a_refusal_carries_its_ceiling():
     refused = VideoApiError(400, "too long", code="refused", ceiling=ceiling).body()
     assert refused["error"]["ceiling"] == ceiling and refused["error"]["param"] is None
     assert error_body(503, "stopping")["error"]["type"] == "server_error"
+
+
+@given(st.from_regex(SIZE_PATTERN, fullmatch=True))
+def test_every_size_the_document_allows_is_made(text):
+    w, h = parse_size(text)
+    assert f"{w}x{h}" == text
+
+
+@given(st.text(max_size=12))
+def test_a_size_the_document_refuses_is_refused(text):
+    import re
+
+    if re.fullmatch(SIZE_PATTERN, text) is None and re.fullmatch(r"\s*\d+\s*[xX]\s*\d+\s*", text) is None:
+        with pytest.raises(VideoApiError):
+            parse_size(text)

@@ -1,0 +1,154 @@
+"""What a web page open in a browser could make this service do, refused.
+
+Without tokens the service trusts whoever reaches its port, and a browser on the same machine
+reaches it for any page it shows. Three rules, checked before any handler runs:
+
+- **Host.** DNS rebinding points a name the attacker owns at 127.0.0.1, so that page reads the
+  API as its own origin; its requests then carry that name in `Host`. Without tokens only loopback
+  names, the address the service listens on and `H3_ALLOWED_HOSTS` are answered (with tokens,
+  `H3_ALLOWED_HOSTS` when it is set). Anything else: 400.
+- **Origin.** A page may send a cross-origin request with no preflight (a form post, `fetch` with
+  a text body); the browser says whose page it is in `Origin`. A request whose `Origin` is neither
+  this service's own nor in `H3_CORS_ORIGINS` is refused: 403. The listed origins get Litestar's
+  CORS answers (preflight and headers).
+- **Content type.** A state-changing request carries JSON (`application/json`) or nothing; the
+  upload route checks its own (the file types it lists). Anything else, a form or `text/plain`
+  among them, is refused before its body is read: 415.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from litestar.config.cors import CORSConfig
+from litestar.enums import ScopeType
+from litestar.middleware import ASGIMiddleware
+from litestar.response.base import ASGIResponse
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from h3core.service.settings import Settings, is_loopback
+
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# A route handler's `opt` key: it takes bodies other than JSON and checks their type itself (uploads).
+OWN_CONTENT_TYPES_OPT = "own_content_types"
+# Request headers a browser app on an allowed origin may send, and response headers it may read.
+CORS_REQUEST_HEADERS = ["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID", "Range", "If-Range"]
+CORS_EXPOSED_HEADERS = ["Location", "Content-Range", "Accept-Ranges", "ETag", "Content-Length", "Retry-After"]
+
+
+def hostname(host: str) -> str:
+    """The name in a Host header or URL netloc, without the port; IPv6 without brackets; lowercase."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    if host.count(":") > 1:
+        return host  # a bare IPv6 address (a setting; a Host header has brackets)
+    name, sep, port = host.rpartition(":")
+    return name if sep and port.isdigit() else host
+
+
+@dataclass(frozen=True)
+class CrossSitePolicy:
+    """`hosts`: names answered besides loopback ones (None: any Host); `origins`: other origins allowed."""
+
+    hosts: frozenset[str] | None
+    origins: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, settings: Settings, *, listen_host: str) -> CrossSitePolicy:
+        names = {hostname(h) for h in settings.allowed_hosts}
+        origins = tuple(settings.cors_origins)
+        if "*" in names or (settings.api_tokens and not names):
+            return cls(None, origins)
+        if listen_host not in ("0.0.0.0", "::", ""):
+            names.add(hostname(listen_host))
+        return cls(frozenset(names), origins)
+
+    def cors(self) -> CORSConfig | None:
+        """Litestar's CORS handling for the allowed origins (none: no CORS headers at all)."""
+        if not self.origins:
+            return None
+        return CORSConfig(
+            allow_origins=list(self.origins), allow_headers=CORS_REQUEST_HEADERS, expose_headers=CORS_EXPOSED_HEADERS,
+            allow_credentials=False,
+        )  # fmt: skip
+
+    def host_allowed(self, host: str | None) -> bool:
+        if self.hosts is None:
+            return True
+        return host is not None and _answered(host, self.hosts)
+
+    def origin_allowed(self, origin: str, *, scheme: str, host: str | None) -> bool:
+        if origin in self.origins:
+            return True
+        parts = urlsplit(origin)
+        return host is not None and parts.scheme == scheme and parts.netloc.lower() == host.strip().lower() and not parts.path
+
+
+@functools.lru_cache(maxsize=256)  # a handful of Host values recur; parsing an address costs ~20 us
+def _answered(host: str, names: frozenset[str]) -> bool:
+    name = hostname(host)
+    return name in names or is_loopback(name)
+
+
+def _refuse(status: int, header: str, detail: str) -> ASGIResponse:
+    """The service's problem body (`detail`, and `errors` naming the header at fault)."""
+    body = json.dumps({"detail": detail, "errors": [{"field": header, "message": detail}]}).encode()
+    return ASGIResponse(body=body, status_code=status, media_type="application/json")
+
+
+_WANTED = frozenset({b"host", b"origin", b"content-type", b"content-length", b"transfer-encoding"})
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    """The headers the rules read (ASGI gives names in lower case)."""
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k in _WANTED}
+
+
+def _media_type(content_type: str) -> str:
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+class CrossSiteGuard(ASGIMiddleware):
+    scopes = (ScopeType.HTTP,)
+
+    def __init__(self, policy: CrossSitePolicy) -> None:
+        self.policy = policy
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        refusal = self.judge(scope)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+        else:
+            await next_app(scope, receive, send)
+
+    def judge(self, scope: Scope) -> ASGIResponse | None:
+        headers = _headers(scope)
+        host = headers.get("host")
+        if not self.policy.host_allowed(host):
+            return _refuse(
+                400, "Host", f"Host {host!r} is not a name this service answers to: loopback names, the address it listens on "
+                "and H3_ALLOWED_HOSTS (a page on another site that renamed itself to this address is refused)",
+            )  # fmt: skip
+        origin = headers.get("origin")
+        if origin is not None and not self.policy.origin_allowed(origin, scheme=scope.get("scheme", "http"), host=host):
+            return _refuse(403, "Origin", f"requests from pages on {origin} are refused; allow an origin with H3_CORS_ORIGINS")
+        if scope["method"] in UNSAFE_METHODS:
+            return self._content_type(scope, headers)
+        return None
+
+    def _content_type(self, scope: Scope, headers: dict[str, str]) -> ASGIResponse | None:
+        handler = scope.get("route_handler")
+        if handler is not None and handler.opt.get(OWN_CONTENT_TYPES_OPT):
+            return None
+        given = headers.get("content-type")
+        if given is None:
+            if headers.get("content-length", "0").strip() == "0" and "transfer-encoding" not in headers:
+                return None  # nothing to read (a cancel); a browser sends a type with any body
+            return _refuse(415, "Content-Type", "a request body must be JSON: Content-Type: application/json")
+        if _media_type(given) != "application/json":
+            return _refuse(415, "Content-Type", f"Content-Type {given!r} is not accepted: send JSON (application/json)")
+        return None

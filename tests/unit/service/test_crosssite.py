@@ -1,0 +1,57 @@
+"""Which Host and Origin values the cross-site guard answers (the HTTP tests drive the rest)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from h3core.service.crosssite import CrossSitePolicy, hostname
+from h3core.service.settings import Settings
+
+LOCAL = CrossSitePolicy.of(Settings(), listen_host="127.0.0.1")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.1:8100", "localhost:1", "LocalHost", "[::1]:8100", "::1", "127.9.9.9"])
+def test_loopback_hosts_are_answered(host):
+    assert LOCAL.host_allowed(host)
+
+
+@pytest.mark.parametrize(
+    "host", [None, "", "attacker.example", "attacker.example:8100", "127.0.0.1.evil.example", "localhost.evil", "[::2]:1", "0.0.0.0"]
+)
+def test_other_hosts_are_not(host):
+    assert not LOCAL.host_allowed(host)
+
+
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz.-", min_size=1, max_size=30), st.integers(1, 65535))
+def test_a_configured_name_is_answered_with_any_port_and_no_other_name_is(name, port):
+    policy = CrossSitePolicy.of(Settings(allowed_hosts=["h3.lan"]), listen_host="127.0.0.1")
+    assert policy.host_allowed(f"h3.lan:{port}")
+    assert policy.host_allowed(f"{name}:{port}") == (name == "h3.lan" or name == "localhost")
+
+
+def test_with_tokens_the_host_list_applies_only_when_set():
+    assert CrossSitePolicy.of(Settings(api_tokens=["t" * 16]), listen_host="0.0.0.0").host_allowed("anything.example")
+    named = CrossSitePolicy.of(Settings(api_tokens=["t" * 16], allowed_hosts=["h3.lan"]), listen_host="0.0.0.0")
+    assert named.host_allowed("h3.lan") and not named.host_allowed("anything.example")
+
+
+def test_same_origin_and_listed_origins_only():
+    policy = CrossSitePolicy.of(Settings(cors_origins=["http://console.lan:3000"]), listen_host="127.0.0.1")
+    ok = {"scheme": "http", "host": "127.0.0.1:8100"}
+    assert policy.origin_allowed("http://127.0.0.1:8100", **ok)
+    assert policy.origin_allowed("http://console.lan:3000", **ok)
+    for origin in ("https://127.0.0.1:8100", "http://127.0.0.1:8101", "null", "http://console.lan", "http://127.0.0.1:8100/x"):
+        assert not policy.origin_allowed(origin, **ok), origin
+
+
+@pytest.mark.parametrize(("given", "name"), [("[::1]:80", "::1"), ("Example.ORG:443", "example.org"), ("h3", "h3"), ("::1", "::1")])
+def test_hostname(given, name):
+    assert hostname(given) == name
+
+
+@pytest.mark.parametrize("origin", ["*", "console.lan", "http://console.lan/path", "ftp://x", "http://"])
+def test_a_setting_that_is_not_an_origin_is_refused(origin):
+    with pytest.raises(ValueError, match="not an origin"):
+        Settings(cors_origins=[origin])
