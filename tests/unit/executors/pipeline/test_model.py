@@ -65,21 +65,3 @@ def test_the_text_encoder_and_vaes_can_be_placed_and_each_stage_runs_where_its_p
     for stage in ("before_encode", "vae_encoder", "denoise", "decode"):
         assert generator.stages[stage]._execution_device == torch.device("cpu"), stage
     assert set(STAGE_PART.values()) == {"transformer", "text_encoder", "vae"}
-
-
-def test_a_stages_leftover_tensors_follow_it_to_the_next_stages_device():
-    import torch
-    from diffusers.modular_pipelines import PipelineState
-
-    from h3core.executors.pipeline.generate import move_state
-
-    state = PipelineState()
-    state.set("prompt_embeds", torch.ones(2, 3))
-    state.set("pair", (torch.zeros(1), torch.zeros(2)))
-    state.set("mixed", [torch.zeros(1), "text"])
-    state.set("height", 64)
-    move_state(state, torch.device("meta"))
-    assert state.get("prompt_embeds").device.type == "meta"
-    assert isinstance(state.get("pair"), tuple) and all(t.device.type == "meta" for t in state.get("pair"))
-    assert state.get("mixed")[0].device.type == "meta" and state.get("mixed")[1] == "text"
-    assert state.get("height") == 64
