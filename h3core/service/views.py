@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from h3core.domain.admission import Ceiling
 from h3core.domain.capacity import CeilingRow
@@ -81,12 +82,30 @@ class GroupView(BaseModel):
     build_seconds: float | None
 
 
+class AttentionRowView(BaseModel):
+    """One kernel as the pipeline's start-up probe found it (`kernel_probe`)."""
+
+    kernel: str
+    verdict: Literal["chosen", "accepted", "rejected", "failed", "unsupported", "not needed"]
+    ms: float | None  # one attention call at `tokens`, median
+    tokens: int | None
+    peak_bytes: int | None
+    error: float | None  # relative L1 against the float32 reference (null where not finite: see the note)
+    note: str
+
+    @field_validator("ms", "error", mode="before")
+    @classmethod
+    def _finite(cls, value):
+        return value if value is None or math.isfinite(value) else None
+
+
 class ReadyView(BaseModel):
     status: Literal["ready", "not ready"]
     store: str
     executor: str
     runner: str
     groups: list[GroupView] | None = None  # device groups, when the pipeline runs on them
+    attention: list[AttentionRowView] | None = None  # the pipeline's attention probe: the chosen kernel and the others
 
 
 class CeilingView(BaseModel):

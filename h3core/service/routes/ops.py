@@ -8,7 +8,7 @@ from litestar.openapi.datastructures import ResponseSpec
 
 from h3core.adapters.lock import RunnerLock, runner_lock_path
 from h3core.service.context import Service
-from h3core.service.views import CeilingsView, GroupView, ReadyView, ceiling_view, problems
+from h3core.service.views import AttentionRowView, CeilingsView, GroupView, ReadyView, ceiling_view, problems
 
 
 @get("/healthz", summary="The process is up", sync_to_thread=False)
@@ -39,7 +39,14 @@ async def readyz(svc: Service) -> Response[ReadyView]:
     ok = checks["store"] == "ok" and executor.ready and checks["runner"] == "accepting"
     health = getattr(executor, "health", None)
     groups = [GroupView.model_validate(h, from_attributes=True) for h in health()] if callable(health) else None
-    return Response(ReadyView(status="ready" if ok else "not ready", groups=groups, **checks), status_code=200 if ok else 503)
+    view = ReadyView(status="ready" if ok else "not ready", groups=groups, attention=_attention(executor), **checks)
+    return Response(view, status_code=200 if ok else 503)
+
+
+def _attention(executor) -> list[AttentionRowView] | None:
+    """The pipeline's start-up attention probe (an executor with `attention_report()`), else None."""
+    report = getattr(executor, "attention_report", None)
+    return [AttentionRowView.model_validate(r, from_attributes=True) for r in report()] if callable(report) else None
 
 
 @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4")

@@ -35,7 +35,9 @@ async def test_a_job_reports_every_step_and_writes_video_with_stereo_audio(make_
         assert (audio.codec_context.name, audio.channels, audio.rate) == ("aac", 2, 32000)
         assert sum(1 for _ in c.decode(video=0)) == 22
     running = runner.store.events(job.job_id)[2].body
-    assert running.executor == "pipeline" and running.info["attention"].startswith("native (asked auto")
+    assert running.executor == "pipeline" and running.info["attention"] == "flash (asked auto)"
+    assert runner.executor.attention_max_tokens is None
+    assert [r.verdict for r in runner.executor.attention_report() if r.kernel == "flash"] == ["chosen"]
 
 
 async def test_the_same_seed_gives_the_same_video_and_another_seed_does_not(make_runner):
@@ -114,24 +116,28 @@ async def test_another_exception_is_an_executor_error_with_type_and_message(make
     )
 
 
-async def test_attention_that_would_fall_back_to_math_above_the_limit_is_refused(make_runner):
-    # CPU SDPA has no memory-efficient kernel, so 'efficient' here could only run as MATH.
-    async with make_runner(attention="efficient", math_max_tokens=16) as runner:
-        state = await ended(runner, (await runner.submit(req())).job_id)
-    assert state.status == "failed" and state.error.kind == "invalid"
-    assert "MATH fallback is allowed only up to 16 tokens" in state.error.message and "efficient" in state.error.message
+async def test_a_kernel_this_machine_cannot_run_is_refused_at_start(tiny_model, tmp_path):
+    from h3core.adapters.artifacts import LocalArtifactStore
+    from h3core.executors.pipeline.attention import AttentionError
+    from h3core.executors.pipeline.executor import PipelineExecutor, PipelineSettings
+
+    # CPU SDPA has no memory-efficient kernel: it used to start, run jobs on MATH and record "efficient".
+    with pytest.raises(AttentionError, match="attention 'efficient' cannot run here: efficient needs a CUDA device, not cpu"):
+        PipelineExecutor(PipelineSettings(model_dir=tiny_model, attention="efficient"), LocalArtifactStore(tmp_path), str)
 
 
-async def test_math_is_allowed_below_the_limit_and_recorded(make_runner):
-    async with make_runner(attention="efficient", math_max_tokens=100_000) as runner:
+async def test_math_runs_only_as_named_recorded_as_math_and_within_its_bound(make_runner):
+    async with make_runner(attention="math", math_max_tokens=100_000) as runner:
         job = await runner.submit(req())
         state = await ended(runner, job.job_id)
-    assert state.status == "done"
-    assert (
-        runner.store.events(job.job_id)[2]
-        .body.info["attention"]
-        .startswith("efficient (asked efficient; sdpa efficient; math up to 100000")
-    )
+        assert runner.executor.attention_max_tokens == 100_000
+    assert state.status == "done", state.error
+    assert runner.store.events(job.job_id)[2].body.info["attention"] == "math (asked math; up to 100000 tokens)"
+    async with make_runner(attention="math", math_max_tokens=64) as runner:  # the tiny job is ~120
+        state = await ended(runner, (await runner.submit(req())).job_id)
+    assert state.status == "failed" and state.error.kind == "invalid"
+    assert "kernel math cannot take this job's" in state.error.message
+    assert "MATH kernel is allowed only up to 64 tokens" in state.error.message
 
 
 async def test_a_clip_outside_the_models_window_is_refused_as_invalid(make_runner):

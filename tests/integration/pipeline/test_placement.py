@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from h3core.domain.request import GenerationRequest  # noqa: E402
-from h3core.executors.pipeline.attention import resolve  # noqa: E402
+from h3core.executors.pipeline.attention import AttentionPlan  # noqa: E402
 from h3core.executors.pipeline.generate import MODEL_INPUTS, Control, Generator, Media, hand_off  # noqa: E402
 from h3core.executors.pipeline.model import load_model  # noqa: E402
 from tests.factories import png  # noqa: E402
@@ -48,7 +48,7 @@ def placed(model, placement: dict[str, str]) -> tuple[Generator, SimulatedDevice
         for name in names:
             if model.has(name):
                 sim.place(model.components[name], placement[part])
-    generator = Generator(model, resolve("auto", "cpu"))
+    generator = Generator(model, AttentionPlan("flash", "flash", "cpu"))
     # A reference image is encoded at a 2048-pixel short edge, a minute of the tiny VAE on a CPU; the
     # hand-off is the same at 64.
     generator.stages["before_encode"].register_to_config(reference_image_short_edge=64)

@@ -51,7 +51,7 @@ def test_make_tiny_refuses_a_folder_with_something_in_it(tmp_path):
 def test_the_text_encoder_and_vaes_can_be_placed_and_each_stage_runs_where_its_part_is(tmp_path):
     import torch
 
-    from h3core.executors.pipeline.attention import resolve
+    from h3core.executors.pipeline.attention import AttentionPlan
     from h3core.executors.pipeline.generate import STAGE_PART, Generator
 
     root = make_tiny(tmp_path / "tiny")
@@ -60,7 +60,7 @@ def test_the_text_encoder_and_vaes_can_be_placed_and_each_stage_runs_where_its_p
     model = load_model(root, placement={"text_encoder": "cpu", "vae": "cpu"})
     assert model.placement == {}  # the same device as the transformer is no placement at all
     model.placement = {"text_encoder": torch.device("meta")}  # a second device, as a GPU box has one
-    generator = Generator(model, resolve("auto", "cpu"))
+    generator = Generator(model, AttentionPlan("flash", "flash", "cpu"))
     assert generator.stages["text_encoder"]._execution_device == torch.device("meta")
     for stage in ("before_encode", "vae_encoder", "denoise", "decode"):
         assert generator.stages[stage]._execution_device == torch.device("cpu"), stage
