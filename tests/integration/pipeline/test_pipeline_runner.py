@@ -101,6 +101,21 @@ async def test_an_out_of_memory_error_fails_the_job_as_oom_and_the_executor_reco
     assert after.status == "done" and runner.executor.counters.ooms == 1
 
 
+async def test_the_hosts_memory_running_out_is_oom_naming_the_host_and_the_sequence(make_runner):
+    def allocate_too_much(inner, args, kwargs):
+        inner(*args, **kwargs)
+        torch.empty(1 << 62, dtype=torch.uint8)  # the host allocator's real failure: a RuntimeError
+
+    async with make_runner() as runner:
+        undo = wrap_forward(runner, allocate_too_much)
+        state = await ended(runner, (await runner.submit(req())).job_id)
+        undo()
+    tokens = runner.executor.generator.last_tokens
+    assert state.status == "failed" and state.error.kind == "oom", state.error
+    assert f"out of memory on the host (cpu memory; the model on cpu) at a {tokens}-token sequence" in state.error.message
+    assert "DefaultCPUAllocator: can't allocate memory" in state.error.message
+
+
 async def test_another_exception_is_an_executor_error_with_type_and_message(make_runner):
     def broken(inner, args, kwargs):
         raise KeyError("rotary table")
