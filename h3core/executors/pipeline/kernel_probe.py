@@ -17,7 +17,7 @@ length (16k tokens on a GPU), with the allocator's peak during the call.
 
 The decision and its table are cached in a JSON file keyed by everything they depend on
 (device, dtype, geometry, tolerance, the MATH bound and the library versions), so a restart
-does not measure again. `main` prints the table (the GPU check, bench/gpu_check.sh, runs it).
+does not measure again. `h3core model attention` prints the table; `main` is the child process's entry.
 """
 
 from __future__ import annotations

@@ -155,6 +155,33 @@ async def test_math_runs_only_as_named_recorded_as_math_and_within_its_bound(mak
     assert "MATH kernel is allowed only up to 64 tokens" in state.error.message
 
 
+async def test_the_tiny_model_runs_with_sageattention_installed(make_runner, tmp_path, monkeypatch):
+    """sageattention 1.0.6 as PyPI ships it imports triton at once (absent here, as on any CPU box); the CPU
+    never imports it, auto never picks a sage kernel here, and the job runs."""
+    import sys
+
+    from h3core.executors.pipeline import attention
+
+    site = tmp_path / "site"
+    (site / "sageattention").mkdir(parents=True)
+    (site / "sageattention" / "__init__.py").write_text("import triton  # as 1.0.6 does\nfrom .core import sageattn\n")
+    (site / "sageattention-1.0.6.dist-info").mkdir()
+    (site / "sageattention-1.0.6.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sageattention\nVersion: 1.0.6\n")
+    monkeypatch.syspath_prepend(str(site))
+    attention.sage_build.cache_clear()
+    try:
+        async with make_runner() as runner:
+            state = await ended(runner, (await runner.submit(req())).job_id)
+            rows = {r.kernel: r for r in runner.executor.attention_report()}
+        assert state.status == "done", state.error
+        assert rows["flash"].verdict == "chosen" and rows["sage-triton"].note == "sage-triton needs a CUDA device, not cpu"
+        assert "sageattention" not in sys.modules
+        # Where it would be consulted (a GPU), the broken import is a reason, not a crash:
+        assert "sageattention 1.0.6 does not import: ModuleNotFoundError" in attention.sage_build().error
+    finally:
+        attention.sage_build.cache_clear()
+
+
 async def test_a_clip_outside_the_models_window_is_refused_as_invalid(make_runner):
     async with make_runner() as runner:
         state = await ended(runner, (await runner.submit(req(frames=400))).job_id)
