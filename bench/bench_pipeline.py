@@ -38,7 +38,8 @@ def jobs(args) -> None:
     from h3core.adapters.video import write_mp4
     from h3core.domain.request import GenerationRequest
     from h3core.executors.pipeline.generate import Control, Generator, Media
-    from h3core.executors.pipeline.kernel_probe import at_start, table
+    from h3core.executors.pipeline.kernel_probe import at_start
+    from h3core.executors.pipeline.kernel_probe import table as probe_table
     from h3core.executors.pipeline.model import load_model
     from h3core.executors.pipeline.tiny import make_tiny
 
@@ -47,7 +48,7 @@ def jobs(args) -> None:
     t0 = time.perf_counter()
     decision = at_start(model_dir, args.device, args.dtype, args.attention)  # what the executor does at start
     probe = time.perf_counter() - t0
-    console.print("\n".join(table(decision)) + f"\n(decided in {probe:.2f} s)\n")
+    console.print("\n".join(probe_table(decision)) + f"\n(decided in {probe:.2f} s)\n")
     t0 = time.perf_counter()
     model = load_model(model_dir, device=args.device, dtype=args.dtype)
     generator = Generator(model, decision.plan)

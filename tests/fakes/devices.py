@@ -177,3 +177,21 @@ class SimulatedDevices(TorchFunctionMode):
             return self._move(self_, target)
         self._tag(out, target)
         return out
+
+
+# The components of each placeable part of an h3core model (pipeline/model.py: the VAEs go together).
+PARTS = {"transformer": ("transformer", "transformer_ref"), "text_encoder": ("text_encoder",), "vae": ("vae", "audio_vae")}
+
+
+def place_model(model, placement: dict[str, str]) -> SimulatedDevices:
+    """Put a loaded model's parts (`pipeline.model.LoadedModel`, loaded on the CPU) on simulated devices,
+    {"transformer": "cuda:0", "text_encoder": "cpu", "vae": "cuda:1"}; returns the simulator to run its jobs in."""
+    sim = SimulatedDevices()
+    model.device = torch.device(placement["transformer"])
+    model.placement = {p: torch.device(d) for p, d in placement.items() if p != "transformer"}
+    for part, names in PARTS.items():
+        for name in names:
+            if model.has(name):
+                sim.place(model.components[name], placement[part])
+    return sim
+

@@ -22,9 +22,8 @@ from h3core.executors.pipeline.attention import AttentionPlan  # noqa: E402
 from h3core.executors.pipeline.generate import MODEL_INPUTS, Control, Generator, Media, hand_off  # noqa: E402
 from h3core.executors.pipeline.model import load_model  # noqa: E402
 from tests.factories import png  # noqa: E402
-from tests.fakes.devices import DeviceMismatch, SimulatedDevices  # noqa: E402
+from tests.fakes.devices import DeviceMismatch, SimulatedDevices, place_model  # noqa: E402
 
-PARTS = {"transformer": ("transformer", "transformer_ref"), "text_encoder": ("text_encoder",), "vae": ("vae", "audio_vae")}
 PLACEMENTS = {
     "all on one GPU": {"transformer": "cuda:0", "text_encoder": "cuda:0", "vae": "cuda:0"},
     "text encoder on the host": {"transformer": "cuda:0", "text_encoder": "cpu", "vae": "cuda:0"},
@@ -41,13 +40,7 @@ def model(tiny_model):
 
 def placed(model, placement: dict[str, str]) -> tuple[Generator, SimulatedDevices]:
     """The loaded model's parts put on simulated devices, and a generator over them."""
-    sim = SimulatedDevices()
-    model.device = torch.device(placement["transformer"])
-    model.placement = {p: torch.device(d) for p, d in placement.items() if p != "transformer"}
-    for part, names in PARTS.items():
-        for name in names:
-            if model.has(name):
-                sim.place(model.components[name], placement[part])
+    sim = place_model(model, placement)
     generator = Generator(model, AttentionPlan("flash", "flash", "cpu"))
     # A reference image is encoded at a 2048-pixel short edge, a minute of the tiny VAE on a CPU; the
     # hand-off is the same at 64.
@@ -98,21 +91,29 @@ def run(generator: Generator, sim: SimulatedDevices, request: GenerationRequest,
     return out
 
 
+@pytest.fixture(scope="module")
+def on_the_cpu(model, media):
+    return run(*placed(model, {"transformer": "cpu", "text_encoder": "cpu", "vae": "cpu"}), *media["t2va"])
+
+
 @pytest.mark.parametrize("where", PLACEMENTS)
-def test_a_text_job_runs_on_every_placement_and_equals_the_cpu_video(model, media, where):
-    reference = run(*placed(model, {"transformer": "cpu", "text_encoder": "cpu", "vae": "cpu"}), *media["t2va"])
+def test_a_text_job_runs_on_every_placement_and_equals_the_cpu_video(model, media, on_the_cpu, where):
     generator, sim = placed(model, PLACEMENTS[where])
     out = run(generator, sim, *media["t2va"])
     assert sim.checked > 1000  # the whole job ran under the simulator, not around it
-    assert np.array_equal(out.frames, reference.frames)  # placement moves tensors, it does not change numbers
-    again = run(generator, sim, *media["t2va"])  # the cached embeddings take the same route
-    assert not again.encoded and np.array_equal(again.frames, reference.frames)
+    assert np.array_equal(out.frames, on_the_cpu.frames)  # placement moves tensors, it does not change numbers
+
+
+def test_cached_embeddings_take_the_same_route_from_the_host(model, media, on_the_cpu):
+    generator, sim = placed(model, PLACEMENTS["text encoder on the host"])
+    run(generator, sim, *media["t2va"])
+    again = run(generator, sim, *media["t2va"])
+    assert not again.encoded and np.array_equal(again.frames, on_the_cpu.frames)
 
 
 @pytest.mark.parametrize("mode", ["fl2va", "ref2va"])
-@pytest.mark.parametrize("where", ["all on one GPU", "three devices"])
-def test_keyframe_and_reference_jobs_run_with_parts_apart(model, media, mode, where):
-    run(*placed(model, PLACEMENTS[where]), *media[mode])
+def test_keyframe_and_reference_jobs_run_with_every_part_on_its_own_device(model, media, mode):
+    run(*placed(model, PLACEMENTS["three devices"]), *media[mode])
 
 
 def test_moving_every_tensor_to_the_next_stage_fails_as_it_did_on_the_gpu(model, media, monkeypatch):
