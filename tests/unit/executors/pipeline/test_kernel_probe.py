@@ -158,3 +158,15 @@ def test_the_table_names_every_kernel_and_the_decision():
     lines = kernel_probe.table(decide("auto", TINY))
     assert lines[0].startswith("attention: flash (asked auto) on cpu; tolerance 0.05 relative L1 at 1024/135 tokens")
     assert len(lines) == 3 + len(KERNELS) and any(ln.startswith("| flash | chosen |") for ln in lines)
+
+
+def test_at_start_reads_the_models_geometry_and_logs_the_table(tmp_path, caplog):
+    (tmp_path / "transformer").mkdir()
+    (tmp_path / "transformer" / "config.json").write_text(json.dumps({"num_attention_heads": 2, "attention_head_dim": 32}))
+    with caplog.at_level("INFO", logger="h3core.attention"):
+        d = kernel_probe.at_start(tmp_path, "cpu", "float32", "auto")
+    assert d.plan.kernel == "flash"
+    logged = [r.getMessage() for r in caplog.records if r.name == "h3core.attention"]
+    assert logged[0].startswith("attention: flash (asked auto) on cpu") and any("| flash | chosen |" in m for m in logged)
+    with pytest.raises(AttentionError, match="cannot read the attention geometry"):
+        kernel_probe.at_start(tmp_path / "nothing", "cpu", "float32", "auto")
