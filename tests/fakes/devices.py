@@ -13,6 +13,8 @@ the arithmetic is the CPU's.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -51,26 +53,62 @@ def _fake(device) -> str | None:
     return f"cuda:{d.index or 0}"
 
 
+class _Owners:
+    """The live tensors tagged at one storage address, by identity (a WeakSet would compare tensors with ==)."""
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self._refs: dict[int, weakref.ref] = {}
+        self.add(t)
+
+    def add(self, t: torch.Tensor) -> None:
+        self._refs[id(t)] = weakref.ref(t)
+
+    def __contains__(self, t: torch.Tensor) -> bool:
+        ref = self._refs.get(id(t))
+        return ref is not None and ref() is t
+
+    def __len__(self) -> int:
+        self._refs = {k: r for k, r in self._refs.items() if r() is not None}
+        return len(self._refs)
+
+
 class SimulatedDevices(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
-        self._where: dict[int, str] = {}  # storage address -> simulated device
+        # storage address -> (simulated device, the tensors tagged there). An address is reused once its
+        # storage is freed, by tensors this mode may never see made (torch.from_numpy, C++ internals): a tag
+        # whose tensors are all gone is stale, and the storage now there is on the CPU.
+        self._where: dict[int, tuple[str, _Owners]] = {}
         self.checked = 0  # torch calls whose devices were checked
 
     # -- the map --------------------------------------------------------------------------------
 
     def device_of(self, t: torch.Tensor) -> str:
         ptr = t.untyped_storage().data_ptr()
-        return self._where.get(ptr, CPU) if ptr else CPU
+        entry = self._where.get(ptr) if ptr else None
+        if entry is None:
+            return CPU
+        device, owners = entry
+        if t not in owners:
+            if not len(owners):  # stale: every tensor tagged at this address is gone
+                del self._where[ptr]
+                return CPU
+            owners.add(t)  # another view of a live tagged storage (e.g. `.data`)
+        return device
 
     def _tag(self, value, device: str) -> None:
         for t in _walk(value, []):
             ptr = t.untyped_storage().data_ptr()
-            if ptr:
-                if device == CPU:
-                    self._where.pop(ptr, None)
-                else:
-                    self._where[ptr] = device
+            if not ptr:
+                continue
+            if device == CPU:
+                self._where.pop(ptr, None)
+                continue
+            entry = self._where.get(ptr)
+            if entry is not None and entry[0] == device and len(entry[1]):
+                entry[1].add(t)
+            else:
+                self._where[ptr] = (device, _Owners(t))
 
     def place(self, module: torch.nn.Module, device) -> None:
         """Put a loaded module 'on' a simulated device (its parameters and buffers)."""

@@ -23,8 +23,6 @@ import importlib.metadata
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-KernelName = Literal["cudnn", "flash", "efficient", "sage-fp16", "sage-fp8", "sage-triton", "math"]
-Choice = Literal["auto", "cudnn", "flash", "efficient", "sage-fp16", "sage-fp8", "sage-triton", "math"]
 DEFAULT_MATH_MAX_TOKENS = 4096
 HALF = frozenset({"float16", "bfloat16"})
 ANY_FLOAT = frozenset({"float32", "float16", "bfloat16"})

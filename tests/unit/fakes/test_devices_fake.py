@@ -66,3 +66,16 @@ def test_a_placed_module_runs_on_its_device_only():
         assert layer(torch.ones(1, 3, device="cuda:1")).device == torch.device("cuda:1")
         with pytest.raises(DeviceMismatch, match="in linear"):
             layer(torch.ones(1, 3))
+
+
+def test_a_freed_storages_address_reused_by_an_unseen_tensor_is_the_cpus(sim):
+    gpu = torch.ones(4, device="cuda:0")
+    ptr = gpu.untyped_storage().data_ptr()
+    assert sim.device_of(gpu) == "cuda:0" and sim.device_of(gpu.view(2, 2)) == "cuda:0"
+    del gpu
+    host = torch.from_numpy(__import__("numpy").zeros(4, dtype="float32"))
+    # Whatever address it got, a tag whose tensors are all gone never makes a host tensor a GPU one:
+    stale = sim._where.get(ptr)
+    assert stale is not None and len(stale[1]) == 0
+    sim._where[host.untyped_storage().data_ptr()] = stale
+    assert sim.device_of(host) == "cpu"
