@@ -76,14 +76,14 @@ main() {
     mkdir -p "$H3GPU_WORK" && rm -rf "$H3GPU_WORK"/kernels-*.jsonl "$H3GPU_WORK"/attention-cache.json
     local T0
     T0=$(date +%s)
-    step "1 wheels" 45 env.md bash -c install_wheels
+    step "1 wheels" 40 env.md bash -c install_wheels
     export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
     if command -v nvidia-smi >/dev/null; then
         step "1a nvidia-smi" 10 env.md nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,compute_cap --format=csv
     fi
-    step "1b environment" 25 env.md "$PY" "$ROOT/bench/gpu/env.py"
-    step "2 what auto decides at start" 40 probe.md "$PY" "$ROOT/bench/gpu/probe.py"
-    step "3 kernel table" 130 kernels.md env H3GPU_KERNELS_BUDGET=$(( 118 * SCALE )) "$PY" "$ROOT/bench/gpu/kernels.py"
+    step "1b environment" 20 env.md "$PY" "$ROOT/bench/gpu/env.py"
+    step "2 what auto decides at start" 60 probe.md "$PY" "$ROOT/bench/gpu/probe.py"
+    step "3 kernel table" 120 kernels.md env H3GPU_KERNELS_BUDGET=$(( 108 * SCALE )) "$PY" "$ROOT/bench/gpu/kernels.py"
     step "4 stage table" 45 stages.md "$PY" "$ROOT/bench/gpu/stages.py"
     step "5 placement matrix" 45 placement.md "$PY" "$ROOT/bench/gpu/placement.py"
     step "6 one job per attention choice" 70 jobs.md "$PY" "$ROOT/bench/gpu/jobs.py"

@@ -195,6 +195,9 @@ async def test_keyframes_and_references_come_from_the_upload_store(make_runner, 
         yield data
 
     async with make_runner() as runner:
+        # A reference image is encoded at a 2048-pixel short edge: a minute of the tiny VAE on a shared CPU
+        # (past this test's bound under load). What is tested is the route from the upload store, the same at 64.
+        runner.executor.generator.stages["before_encode"].register_to_config(reference_image_short_edge=64)
         key = await runner.uploads.put("image/png", chunks(png(96, 64)))
         fl = await ended(runner, (await runner.submit(req(mode="fl2va", keyframes={"first": key.id}))).job_id)
         ref = await ended(runner, (await runner.submit(req(mode="ref2va", references={"images": [key.id]}))).job_id)
