@@ -69,11 +69,14 @@ def main() -> None:
     from h3core.executors.distributed.group import Group
     from h3core.executors.distributed.rank import Payload, RankSpec
     from h3core.executors.pipeline.generate import Control
+    from h3core.executors.pipeline.kernel_probe import at_start
     from h3core.executors.pipeline.tiny import make_tiny
 
     tmp = Path(tempfile.mkdtemp(prefix="h3-bench-groups-"))
     print_machine(tmp, "Machine")
     model_dir = Path(args.model_dir) if args.model_dir else make_tiny(tmp / "tiny")
+    # The kernel every rank runs, decided as the executor decides it (in a child: the GPUs are the ranks').
+    kernel = at_start(model_dir, args.device, args.dtype, "auto", in_child=args.device == "cuda").plan.kernel
     connect(ClusterSettings(), ranks=2)
     ray.cloudpickle.register_pickle_by_value(probes)
     height, width = (int(v) for v in args.size.split("x"))
@@ -103,7 +106,8 @@ def main() -> None:
     for name in args.configs.split(","):
         size, fsdp, ulysses = CONFIGS[name]
         spec = RankSpec(
-            model_dir=str(model_dir), device=args.device, dtype=args.dtype, fsdp=fsdp, ulysses=ulysses, threads=args.threads
+            model_dir=str(model_dir), device=args.device, dtype=args.dtype, attention=kernel, fsdp=fsdp, ulysses=ulysses,
+            threads=args.threads,
         )
         group = Group(GroupPlan(index=0, devices=tuple(range(size))), spec)
         try:

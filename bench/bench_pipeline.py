@@ -37,16 +37,21 @@ KERNELS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
 def jobs(args) -> None:
     from h3core.adapters.video import write_mp4
     from h3core.domain.request import GenerationRequest
-    from h3core.executors.pipeline.attention import resolve
     from h3core.executors.pipeline.generate import Control, Generator, Media
+    from h3core.executors.pipeline.kernel_probe import at_start
+    from h3core.executors.pipeline.kernel_probe import table as probe_table
     from h3core.executors.pipeline.model import load_model
     from h3core.executors.pipeline.tiny import make_tiny
 
     tmp = Path(tempfile.mkdtemp(prefix="h3-bench-pipeline-"))
     model_dir = Path(args.model_dir) if args.model_dir else make_tiny(tmp / "tiny")
     t0 = time.perf_counter()
+    decision = at_start(model_dir, args.device, args.dtype, args.attention)  # what the executor does at start
+    probe = time.perf_counter() - t0
+    console.print("\n".join(probe_table(decision)) + f"\n(decided in {probe:.2f} s)\n")
+    t0 = time.perf_counter()
     model = load_model(model_dir, device=args.device, dtype=args.dtype)
-    generator = Generator(model, resolve(args.attention, args.device))
+    generator = Generator(model, decision.plan)
     load = time.perf_counter() - t0
     height, width = (int(v) for v in args.size.split("x"))
     base = dict(width=width, height=height, frames=args.frames, steps=args.steps, seed=1)

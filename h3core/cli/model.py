@@ -30,3 +30,25 @@ def make_tiny_cmd(
         fail(f"{exc}: choose an empty or new folder")
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     console_err().print(f"wrote a tiny MiniMax-H3 to {out} ({size / 1e6:.1f} MB): serve it with --model-dir {out}")
+
+
+@model_app.command("attention")
+def attention_cmd(
+    model_dir: Annotated[Path, typer.Argument(help="The model folder (its transformer/config.json gives the geometry).")],
+    device: Annotated[str, typer.Option(help="Torch device.")] = "cpu",
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
+    attention: Annotated[str, typer.Option(help="auto, or a kernel to check.")] = "auto",
+    tolerance: Annotated[float, typer.Option(help="Relative L1 error a kernel may show.")] = 0.05,
+    math_max_tokens: Annotated[int, typer.Option(help="Longest sequence MATH may take.")] = 4096,
+) -> None:
+    """Probe the attention kernels as `serve` does at start, and print the table and the decision."""
+    try:
+        from h3core.executors.pipeline.attention import AttentionError
+        from h3core.executors.pipeline.kernel_probe import at_start, table
+    except ImportError as exc:
+        fail(f"needs the pipeline extra: pip install 'h3core[pipeline]' ({exc})")
+    try:
+        decision = at_start(model_dir, device, dtype, attention, tolerance=tolerance, math_max_tokens=math_max_tokens)
+    except AttentionError as exc:
+        fail(str(exc))
+    typer.echo("\n".join(table(decision)))

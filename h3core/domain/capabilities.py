@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from h3core.domain.geometry import CLIP, CLIP_REMAINDER, FPS, snap_frames
+from h3core.domain.frames import CLIP, CLIP_REMAINDER, snap_frames
+from h3core.domain.geometry import FPS
 from h3core.domain.request import Mode
 
 MODES: tuple[Mode, ...] = ("t2va", "fl2va", "ref2va")

@@ -16,21 +16,13 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
+from h3core.domain.frames import CLIP, CLIP_REMAINDER, snap_frames
 from h3core.domain.request import GenerationRequest
 
-CLIP = 17
-CLIP_REMAINDER = 5
 FPS = 24
 AUDIO_LATENTS_PER_S = 40
 AUDIO_ROWS_PER_LATENT = 2
 TOKEN_PIXELS = 32  # 16× VAE downsampling × 2×2 patch
-
-
-def snap_frames(frames: int) -> int:
-    """The frame count the model really generates: up to the next 17n + 5."""
-    if frames < 1:
-        raise ValueError(f"frames must be >= 1, got {frames}")
-    return frames + (CLIP_REMAINDER - frames) % CLIP
 
 
 def latent_frames(frames: int) -> int:

@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from h3core.domain.frames import snap_warning
+
 Mode = Literal["t2va", "fl2va", "ref2va"]
 
 # Upload ids are opaque tokens minted by the upload store; never paths (no '/', no '.').
@@ -133,7 +135,7 @@ class GenerationRequest(_Frozen):
         return self
 
     def warnings(self) -> tuple[str, ...]:
-        """One line per accepted field that has no effect on this model."""
+        """One line per accepted field that has no effect on this model, and one where it makes other than asked."""
         out = []
         for name in INERT_FIELDS:
             if getattr(self, name) is not None:
@@ -141,6 +143,9 @@ class GenerationRequest(_Frozen):
                     f"'{name}' was accepted but has no effect: MiniMax-H3 is CFG-distilled"
                     + (" and turbo needs a LoRA this deployment does not load" if name == "turbo" else "")
                 )
+        snapped = snap_warning(self.frames)
+        if snapped:
+            out.append(snapped)
         return tuple(out)
 
     def uploads(self) -> dict[str, tuple[str, ...]]:

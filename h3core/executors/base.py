@@ -81,13 +81,22 @@ class ExecutorFailure(Exception):
         return type(self), (self.kind, self.message, self.detail)
 
 
+# What torch's host allocator raises when the machine's memory runs out: a RuntimeError, not a MemoryError.
+HOST_OOM = "DefaultCPUAllocator: can't allocate memory"
+
+
+def host_oom(exc: BaseException) -> bool:
+    """The host's memory (not a GPU's) ran out."""
+    return isinstance(exc, MemoryError) or HOST_OOM in str(exc)
+
+
 def classify(exc: BaseException) -> tuple[FailureKind, str, str | None]:
     """Map an exception an executor raised to (kind, message, detail)."""
     if isinstance(exc, ExecutorFailure):
         return exc.kind, exc.message, exc.detail
     names = {t.__name__ for t in type(exc).__mro__}
     text = str(exc)
-    if "OutOfMemoryError" in names or isinstance(exc, MemoryError) or "out of memory" in text.lower():
+    if "OutOfMemoryError" in names or host_oom(exc) or "out of memory" in text.lower():
         return "oom", f"out of memory: {text}"[:2000], type(exc).__name__
     return "executor_error", f"{type(exc).__name__}: {text}"[:2000], None
 

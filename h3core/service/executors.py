@@ -62,6 +62,11 @@ def tiny_model_dir(settings: Settings) -> Path:
     return settings.db.resolve().parent / "h3-tiny-model"
 
 
+def attention_cache_path(settings: Settings) -> Path:
+    """Where the measured attention decision is kept between starts: beside the store."""
+    return settings.db.resolve().parent / "h3-attention-cache.json"
+
+
 def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalUploadStore) -> Executor:
     try:
         from h3core.executors.pipeline.attention import AttentionError
@@ -92,6 +97,8 @@ def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalU
         "device": settings.device,
         "dtype": settings.dtype,
         "attention": settings.attention,
+        "attention_tolerance": settings.attention_tolerance,
+        "attention_cache": attention_cache_path(settings),
         "math_max_tokens": settings.attention_math_max_tokens,
         "prompt_cache": settings.prompt_cache,
         "placement": settings.placement(),

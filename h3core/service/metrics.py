@@ -54,12 +54,47 @@ class _GroupCollector:
         yield rebuilds
 
 
+class _AttentionCollector:
+    """The pipeline's start-up attention probe (an executor with `attention_report()`): the kernel that runs,
+    and what each candidate measured."""
+
+    def __init__(self, executor) -> None:
+        self.executor = executor
+
+    def collect(self):
+        kernel = GaugeMetricFamily("h3core_attention_kernel", "1 for the attention kernel the pipeline runs.", labels=["kernel"])
+        verdict = GaugeMetricFamily(
+            "h3core_attention_probe_verdict",
+            "The start-up probe's verdict on each kernel (1 for it).",
+            labels=["kernel", "verdict"],
+        )
+        seconds = GaugeMetricFamily(
+            "h3core_attention_probe_seconds", "One attention call at the probe's length, median.", labels=["kernel", "tokens"]
+        )
+        peak = GaugeMetricFamily("h3core_attention_probe_peak_bytes", "Allocator peak during that call.", labels=["kernel"])
+        error = GaugeMetricFamily(
+            "h3core_attention_probe_error", "Relative L1 error against the float32 reference.", labels=["kernel"]
+        )
+        for row in self.executor.attention_report():
+            kernel.add_metric([row.kernel], 1 if row.verdict == "chosen" else 0)
+            verdict.add_metric([row.kernel, row.verdict], 1)
+            if row.ms is not None:
+                seconds.add_metric([row.kernel, str(row.tokens)], row.ms / 1000)
+            if row.peak_bytes is not None:
+                peak.add_metric([row.kernel], row.peak_bytes)
+            if row.error is not None:
+                error.add_metric([row.kernel], row.error)
+        yield from (kernel, verdict, seconds, peak, error)
+
+
 class Metrics:
     def __init__(self, store: EventStore, executor=None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_StoreCollector(store))
         if callable(getattr(executor, "health", None)):
             self.registry.register(_GroupCollector(executor))
+        if callable(getattr(executor, "attention_report", None)):
+            self.registry.register(_AttentionCollector(executor))
         self.duration = Histogram(
             "h3core_job_duration_seconds",
             "From first start to the end, for jobs that ended.",

@@ -84,8 +84,9 @@ class Settings(BaseSettings):
     model_dir: Path | None = None  # none: the pipeline serves a tiny random model written beside the store
     device: str = "cpu"  # torch device of the pipeline executor ("cpu", "cuda", "cuda:1")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    attention: Literal["auto", "sage", "flash", "efficient", "native"] = "auto"
+    attention: Literal["auto", "cudnn", "flash", "efficient", "sage-fp16", "sage-fp8", "sage-triton", "math"] = "auto"
     attention_math_max_tokens: int = Field(default=4096, ge=0)  # longest sequence allowed on the MATH kernel
+    attention_tolerance: float = Field(default=0.05, gt=0, le=1)  # relative L1 error a kernel may have at start
     prompt_cache: int = Field(default=32, ge=0)  # prompt embeddings kept by the pipeline executor
     text_encoder_device: str | None = None  # where the text encoder lives (unset: with the transformer)
     vae_device: str | None = None  # where both VAEs live (unset: with the transformer)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from h3core.domain.admission import Ceiling, CeilingRow, Contract
 from h3core.domain.request import GenerationRequest
@@ -102,6 +103,23 @@ class ModeView(BaseModel):
     reason: str | None
 
 
+class AttentionRowView(BaseModel):
+    """One kernel as the pipeline's start-up probe found it (`kernel_probe`)."""
+
+    kernel: str
+    verdict: Literal["chosen", "accepted", "rejected", "failed", "unsupported", "not needed"]
+    ms: float | None  # one attention call at `tokens`, median
+    tokens: int | None
+    peak_bytes: int | None
+    error: float | None  # relative L1 against the float32 reference (null where not finite: see the note)
+    note: str
+
+    @field_validator("ms", "error", mode="before")
+    @classmethod
+    def _finite(cls, value):
+        return value if value is None or math.isfinite(value) else None
+
+
 class ReadyView(BaseModel):
     status: Literal["ready", "not ready"]
     store: str
@@ -110,6 +128,7 @@ class ReadyView(BaseModel):
     modes: list[ModeView]
     problems: list[str]  # every reason a mode cannot run now, none left out
     groups: list[GroupView] | None = None  # device groups, when the pipeline runs on them
+    attention: list[AttentionRowView] | None = None  # the pipeline's attention probe: the chosen kernel and the others
 
 
 class ReadyStatus(BaseModel):

@@ -310,7 +310,8 @@ async def test_jobs_run_by_priority_then_in_submission_order(make_runner, tmp_pa
 async def test_inert_fields_are_accepted_with_a_warning(make_runner):
     async with make_runner() as runner:
         job = await runner.submit(request(cfg_scale=5.0, turbo=True))
-    assert len(job.warnings) == 2 and "cfg_scale" in job.warnings[0]
+    assert len(job.warnings) == 3 and "cfg_scale" in job.warnings[0]
+    assert job.warnings[2] == "24 frames snapped to 39: MiniMax-H3 makes 17n+5"  # recorded with the job, like the others
 
 
 async def test_idempotent_submission(make_runner):

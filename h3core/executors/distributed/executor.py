@@ -30,10 +30,11 @@ from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Update
 from h3core.executors.distributed.cluster import ClusterSettings, connect, disconnect
 from h3core.executors.distributed.group import Group, GroupError, GroupHealth
 from h3core.executors.distributed.rank import Payload, RankSpec
-from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS, resolve
+from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS, ProbeRow
 from h3core.executors.pipeline.driver import media_for, model_failure, save_video, stream
 from h3core.executors.pipeline.generate import Control
-from h3core.executors.pipeline.limits import ModelLimits
+from h3core.executors.pipeline.kernel_probe import DEFAULT_TOLERANCE, at_start
+from h3core.executors.pipeline.limits import ModelLimits, kernel_limit
 from h3core.executors.pipeline.model import device_name
 
 
@@ -43,7 +44,9 @@ class DistributedSettings:
     topology: Topology
     device: str = "cpu"  # "cpu" (gloo) or "cuda" (NCCL, one GPU per rank)
     dtype: str = "float32"
-    attention: str = "auto"
+    attention: str = "auto"  # a kernel's name, or auto: measured at start (kernel_probe), then run by every rank
+    attention_tolerance: float = DEFAULT_TOLERANCE
+    attention_cache: Path | None = None
     math_max_tokens: int = DEFAULT_MATH_MAX_TOKENS
     prompt_cache: int = 32
     timeout_s: float = 120.0  # bound on every collective, so a rank never waits forever for a partner
@@ -66,8 +69,14 @@ class DistributedExecutor:
         for name, where in {"device": s.device, **{f"{part}_device": d for part, d in s.placement.items()}}.items():
             if where not in ("cpu", "cuda"):
                 raise ValueError(f"{name}: a group's ranks run on 'cpu' or 'cuda' (each rank's own GPU), not {where!r}")
-        # Resolved now, so a kernel this machine cannot run is refused at start, not at the first job.
-        self.plan = resolve(s.attention, s.device, math_max_tokens=s.math_max_tokens)
+        # Decided now, so a kernel these devices cannot run is refused at start, and every rank runs the one
+        # kernel the Running events name. On GPUs it is measured in a child process: the GPUs are the ranks'.
+        self.attention = at_start(
+            s.model_dir, s.device, s.dtype, s.attention,
+            tolerance=s.attention_tolerance, math_max_tokens=s.math_max_tokens, cache=s.attention_cache,
+            in_child=s.device == "cuda",
+        )  # fmt: skip
+        self.plan = self.attention.plan
         self.limits = ModelLimits.of(s.model_dir)
         self.hardware = device_name(s.device)
         self.groups = [
@@ -90,7 +99,7 @@ class DistributedExecutor:
             model_dir=str(s.model_dir),
             device=s.device,
             dtype=s.dtype,
-            attention=s.attention,
+            attention=self.plan.kernel,
             math_max_tokens=s.math_max_tokens,
             prompt_cache=s.prompt_cache,
             fsdp=size > 1 and "fsdp" in parallel,
@@ -116,7 +125,8 @@ class DistributedExecutor:
         )
         topology = "+".join(str(n) for n in s.topology.group_sizes)
         return self.limits.capabilities(
-            hardware=self.hardware, kernel=self.plan.kernel, not_ready=self._not_ready(), groups=groups, topology=topology
+            hardware=self.hardware, kernel=self.plan.kernel, not_ready=self._not_ready(), groups=groups, topology=topology,
+            **kernel_limit(self.plan),
         )
 
     def _not_ready(self) -> str | None:
@@ -134,6 +144,10 @@ class DistributedExecutor:
             raise ExecutorFailure(
                 "invalid", f"tokens: {job.tokens} fit no group of this topology (budgets by size: {dict(self.settings.budgets)})"
             )
+
+    def attention_report(self) -> tuple[ProbeRow, ...]:
+        """What the start-up probe measured, one row per kernel (the chosen one among them)."""
+        return self.attention.rows
 
     # -- life ---------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from h3core.domain.request import GenerationRequest
-from h3core.executors.pipeline.attention import resolve
+from h3core.executors.pipeline.attention import Target, plan_for
 from h3core.executors.pipeline.driver import model_failure
 from h3core.executors.pipeline.generate import Control, Generator, Media, StopRequested
 
@@ -30,7 +30,7 @@ class RankSpec:
     model_dir: str
     device: str = "cpu"  # "cpu" or "cuda" (Ray gives each rank its own GPU as cuda:0)
     dtype: str = "float32"
-    attention: str = "auto"
+    attention: str = "flash"  # the kernel the executor decided on at start (every rank runs the same one)
     math_max_tokens: int = 4096
     prompt_cache: int = 32
     fsdp: bool = True
@@ -102,7 +102,7 @@ class RankWorker:
         import torch
 
         from h3core.executors.distributed import sharding
-        from h3core.executors.pipeline.model import load_model
+        from h3core.executors.pipeline.model import attention_geometry, load_model
 
         t0 = time.perf_counter()
         s = self.spec
@@ -111,7 +111,9 @@ class RankWorker:
         self.device = torch.device("cuda", 0) if s.device == "cuda" else torch.device(s.device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        plan = resolve(s.attention, str(self.device), math_max_tokens=s.math_max_tokens)
+        heads, head_dim = attention_geometry(Path(s.model_dir))
+        target = Target.detect(str(self.device), s.dtype, heads, head_dim)
+        plan = plan_for(s.attention, target, math_max_tokens=s.math_max_tokens)
         loader = None
         if self.world > 1:
             backend = "nccl" if self.device.type == "cuda" else "gloo"

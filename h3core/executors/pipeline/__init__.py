@@ -1,7 +1,8 @@
 """The in-process MiniMax-H3 executor: diffusers' model code, h3core's orchestration.
 
 `model.py` loads a model folder once and keeps it resident; `tiny.py` writes a tiny random
-model in the same layout; `attention.py` chooses the attention kernel on purpose;
+model in the same layout; `attention.py` holds the attention kernels (one per plan) and
+`kernel_probe.py` chooses one by measurement when the executor starts;
 `generate.py` runs one job in stages (synchronous, in a worker thread); `executor.py` is the
 async shell the runner drives. Everything here needs the `pipeline` extra (torch, diffusers,
 transformers).

@@ -21,7 +21,7 @@ import numpy as np
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.video import write_mp4
 from h3core.domain.events import Artifact, Progress
-from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Result, Update, classify
+from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Result, Update, classify, host_oom
 from h3core.executors.pipeline.attention import AttentionRefused
 from h3core.executors.pipeline.generate import Control, Media
 
@@ -76,7 +76,8 @@ def save_video(artifacts: ArtifactStore, job: JobSpec, frames: np.ndarray, audio
 
 
 def model_failure(exc: BaseException, *, where: str, tokens: int | None) -> ExecutorFailure:
-    """What a model's exception means for the job; an OOM names the device and the sequence it hit."""
+    """What a model's exception means for the job; an OOM names the device (the host's memory where that ran
+    out, whatever device the model is on) and the sequence it hit."""
     if isinstance(exc, ExecutorFailure):
         return exc
     if isinstance(exc, AttentionRefused):
@@ -84,7 +85,8 @@ def model_failure(exc: BaseException, *, where: str, tokens: int | None) -> Exec
     kind, message, detail = classify(exc)
     if kind == "oom":
         at = f" at a {tokens}-token sequence" if tokens else ""
-        message = f"out of memory on {where}{at}: {exc}"[:2000]
+        on = f"the host (cpu memory; the model on {where})" if host_oom(exc) else where
+        message = f"out of memory on {on}{at}: {exc}"[:2000]
     return ExecutorFailure(kind, message, detail)
 
 

@@ -23,10 +23,11 @@ from h3core.adapters.artifacts import ArtifactStore
 from h3core.domain.capabilities import Capabilities
 from h3core.domain.events import Artifact
 from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Update
-from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS, resolve
+from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS, ProbeRow
 from h3core.executors.pipeline.driver import media_for, model_failure, save_video, stream
 from h3core.executors.pipeline.generate import Control, Generator, Media, StopRequested
-from h3core.executors.pipeline.limits import ModelLimits
+from h3core.executors.pipeline.kernel_probe import DEFAULT_TOLERANCE, at_start
+from h3core.executors.pipeline.limits import ModelLimits, kernel_limit
 from h3core.executors.pipeline.model import ModelError, device_name, load_model
 
 
@@ -35,7 +36,9 @@ class PipelineSettings:
     model_dir: Path
     device: str = "cpu"
     dtype: str = "float32"
-    attention: str = "auto"
+    attention: str = "auto"  # a kernel's name, or auto: measured at start (kernel_probe)
+    attention_tolerance: float = DEFAULT_TOLERANCE
+    attention_cache: Path | None = None  # where the measured decision is kept between starts (None: measure each time)
     math_max_tokens: int = DEFAULT_MATH_MAX_TOKENS
     prompt_cache: int = 32  # prompt embeddings kept (entries)
     placement: Mapping[str, str] = field(default_factory=dict)  # "text_encoder" / "vae" -> device, where not `device`
@@ -57,8 +60,14 @@ class PipelineExecutor:
         self.settings = settings
         self.artifacts = artifacts
         self._upload_path = upload_path
-        # Resolved now, so a kernel this machine cannot run is refused at start, not at the first job.
-        self.plan = resolve(settings.attention, settings.device, math_max_tokens=settings.math_max_tokens)
+        # Decided now (measured, for auto): a kernel this machine cannot run is refused at start, and the
+        # Running event of every job, even one claimed while the model loads, names the kernel that runs.
+        s = settings
+        self.attention = at_start(
+            s.model_dir, s.device, s.dtype, s.attention,
+            tolerance=s.attention_tolerance, math_max_tokens=s.math_max_tokens, cache=s.attention_cache,
+        )  # fmt: skip
+        self.plan = self.attention.plan
         self.limits = ModelLimits.of(settings.model_dir)  # what the folder lets it run, before the weights load
         self.hardware = device_name(settings.device)
         self.generator: Generator | None = None
@@ -72,7 +81,9 @@ class PipelineExecutor:
     # -- life ---------------------------------------------------------------------------------
 
     def capabilities(self) -> Capabilities:
-        return self.limits.capabilities(hardware=self.hardware, kernel=self.plan.kernel, not_ready=self._not_ready())
+        return self.limits.capabilities(
+            hardware=self.hardware, kernel=self.plan.kernel, not_ready=self._not_ready(), **kernel_limit(self.plan)
+        )
 
     def _not_ready(self) -> str | None:
         if self._tg is None:
@@ -117,6 +128,10 @@ class PipelineExecutor:
         s = self.settings
         model = load_model(s.model_dir, device=s.device, dtype=s.dtype, placement=s.placement)
         return Generator(model, self.plan, cache_size=s.prompt_cache)
+
+    def attention_report(self) -> tuple[ProbeRow, ...]:
+        """What the start-up probe measured, one row per kernel (the chosen one among them)."""
+        return self.attention.rows
 
     # -- the contract -------------------------------------------------------------------------
 

@@ -213,7 +213,7 @@ class Generator:
     def _stage(self, name: str, state, inputs: dict[str, Any], *, before_steps: Callable[[], bool]):
         pipe = self.stages[name]
         if state is not None:
-            move_state(state, pipe.h3_device)
+            hand_off(state, name, pipe.h3_device)
         try:
             # Every stage gets the request's inputs (a stage keeps only those its blocks declare).
             return pipe(state=state, **{k: v for k, v in inputs.items() if k in self._stage_inputs[name]})
@@ -267,21 +267,24 @@ class Generator:
             self.cache.popitem(last=False)
 
 
-def move_state(state, device) -> None:
-    """Hand the tensors a stage left over to the device the next stage runs on (parts may be apart)."""
+# What a stage feeds its model as it finds it in the state, per stage (diffusers 0.42.1's MiniMax-H3
+# blocks): these must be on the device of that stage's part. Everything else a stage leaves stays where
+# it is: the blocks keep their bookkeeping on the host (`text_token_tags` indexes host tensors in the
+# layout step) and move what else they need themselves (conditioning latents, the layout's indices).
+MODEL_INPUTS: dict[str, tuple[str, ...]] = {
+    "denoise": ("prompt_embeds",),  # the transformer's encoder_hidden_states
+    "decode": ("latents", "audio_latents"),  # what the VAEs decode
+}
+
+
+def hand_off(state, stage: str, device) -> None:
+    """Move the tensors `stage` hands straight to its model onto `device`, and nothing else."""
     import torch
 
-    def moved(value):
-        if isinstance(value, torch.Tensor):
-            return value if value.device == device else value.to(device)
-        if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
-            return type(value)(moved(v) for v in value)
-        return value
-
-    for key, value in list(state.values.items()):
-        new = moved(value)
-        if new is not value:
-            state.values[key] = new
+    for key in MODEL_INPUTS.get(stage, ()):
+        value = state.get(key)
+        if isinstance(value, torch.Tensor) and value.device != device:
+            state.set(key, value.to(device))
 
 
 def _cache_key(request: GenerationRequest) -> tuple:

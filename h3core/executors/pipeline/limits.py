@@ -113,3 +113,10 @@ class ModelLimits:
             raise ExecutorFailure("invalid", f"references: MiniMax-H3 takes at most {self.max_references} in all, got {refs.count()}")
         if refs.audios and not (refs.images or refs.videos):
             raise ExecutorFailure("invalid", "references.audios: an audio reference needs an image or video reference beside it")
+
+
+def kernel_limit(plan) -> dict:
+    """The attention plan's own bound on a sequence, as capabilities state it (none: unbounded)."""
+    if plan.max_tokens is None:
+        return {}
+    return {"max_tokens": plan.max_tokens, "max_tokens_reason": f"only the quadratic MATH kernel runs here ({plan.describe()})"}

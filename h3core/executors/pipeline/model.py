@@ -114,6 +114,16 @@ def device_name(device: str) -> str:
     return dev.type
 
 
+def attention_geometry(root: Path) -> tuple[int, int]:
+    """(heads, head dim) of the transformer's attention, from its config (no weights are read)."""
+    path = Path(root) / "transformer" / "config.json"
+    try:
+        config = json.loads(path.read_text())
+        return int(config["num_attention_heads"]), int(config["attention_head_dim"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelError(f"{path}: cannot read the attention geometry ({type(exc).__name__}: {exc})") from exc
+
+
 def missing_parts(root: Path) -> list[str]:
     """The required component folders `root` lacks (cheap: for a start-up check before loading)."""
     return [name for name in REQUIRED if not (Path(root) / name).is_dir()]

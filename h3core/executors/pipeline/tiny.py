@@ -75,8 +75,11 @@ SPECIAL_TOKENS = (
 FACTS = {"name": "minimax-h3-tiny", "min_seconds": 0.0, "max_seconds": 15.0}
 
 
-def make_tiny(out: Path, *, seed: int = 0) -> Path:
-    """Write the tiny model into `out` (created; must be empty or absent). Returns `out`."""
+def make_tiny(out: Path, *, seed: int = 0, transformer: dict | None = None) -> Path:
+    """Write the tiny model into `out` (created; must be empty or absent). Returns `out`.
+
+    `transformer` overrides entries of its config, e.g. `{"attention_head_dim": 64}` for the kernels
+    that take head dims 64/96/128 only."""
     import torch
     from diffusers import (
         AutoencoderKLMiniMaxH3,
@@ -133,8 +136,8 @@ def make_tiny(out: Path, *, seed: int = 0) -> Path:
         )
     )
     parts = {
-        "transformer": MiniMaxH3Transformer3DModel(**TRANSFORMER),
-        "transformer_ref": MiniMaxH3Transformer3DModel(**TRANSFORMER),
+        "transformer": MiniMaxH3Transformer3DModel(**{**TRANSFORMER, **(transformer or {})}),
+        "transformer_ref": MiniMaxH3Transformer3DModel(**{**TRANSFORMER, **(transformer or {})}),
         "vae": AutoencoderKLMiniMaxH3(**VAE),
         "audio_vae": AutoencoderKLMiniMaxH3Audio(**AUDIO_VAE),
         "scheduler": MiniMaxH3Scheduler(shift=12.0),

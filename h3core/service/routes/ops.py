@@ -10,7 +10,16 @@ from h3core.adapters.lock import RunnerLock, runner_lock_path
 from h3core.service.auth import bearer_matches
 from h3core.service.context import Service
 from h3core.service.settings import Settings
-from h3core.service.views import CeilingsView, GroupView, ModeView, ReadyStatus, ReadyView, ceilings_view, problems
+from h3core.service.views import (
+    AttentionRowView,
+    CeilingsView,
+    GroupView,
+    ModeView,
+    ReadyStatus,
+    ReadyView,
+    ceilings_view,
+    problems,
+)
 
 
 @get("/healthz", summary="The process is up", sync_to_thread=False)
@@ -54,8 +63,17 @@ async def _readiness(svc: Service) -> Response[ReadyView]:
         ok = checks["store"] == "ok" and bool(servable) and svc.runner.accepting
         health = getattr(svc.runner.executor, "health", None)
         groups = [GroupView.model_validate(h, from_attributes=True) for h in health()] if callable(health) else None
-    view = ReadyView(status="ready" if ok else "not ready", executor=executor, modes=modes, problems=problems, groups=groups, **checks)
+    attention = _attention(svc.runner.executor) if svc.tail is None else None
+    view = ReadyView(
+        status="ready" if ok else "not ready", executor=executor, modes=modes, problems=problems, groups=groups, attention=attention, **checks
+    )
     return Response(view, status_code=200 if ok else 503)
+
+
+def _attention(executor) -> list[AttentionRowView] | None:
+    """The pipeline's start-up attention probe (an executor with `attention_report()`), else None."""
+    report = getattr(executor, "attention_report", None)
+    return [AttentionRowView.model_validate(r, from_attributes=True) for r in report()] if callable(report) else None
 
 
 @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4")

@@ -35,6 +35,10 @@ async def test_a_job_on_a_two_rank_group_reports_every_step_and_writes_video(mak
     assert progress(runner, job.job_id) == [(i, 5) for i in range(1, 6)]
     running = runner.store.events(job.job_id)[2].body
     assert running.info["groups"] == "2" and running.info["parallel"] == "fsdp+ulysses"
+    # Decided once at start, run by every rank: what the event names is what each rank installed.
+    assert running.info["attention"] == "flash (asked auto)" and {r["attention"] for r in health.ranks} == {"flash (asked flash)"}
+    assert [r.kernel for r in runner.executor.attention_report() if r.verdict == "chosen"] == ["flash"]
+    assert runner.executor.capabilities().max_tokens is None
     with av.open(str(runner.executor.artifacts.resolve(state.artifact.path))) as c:
         assert sum(1 for _ in c.decode(video=0)) == 22
         assert c.streams.audio[0].channels == 2

@@ -10,7 +10,7 @@ from h3core.domain.topology import GroupPlan
 from h3core.executors.distributed.group import Group
 from h3core.executors.distributed.rank import Payload, RankSpec
 from h3core.executors.distributed.sharding import local_param_bytes
-from h3core.executors.pipeline.attention import resolve
+from h3core.executors.pipeline.attention import AttentionPlan
 from h3core.executors.pipeline.generate import Control, Generator, Media
 from h3core.executors.pipeline.model import load_model
 from tests.integration.distributed.conftest import req
@@ -25,7 +25,7 @@ REQUEST = req(prompt="a red fox runs through deep snow!", steps=3, seed=11)
 @pytest.fixture(scope="module")
 def reference(tiny_model):
     model = load_model(tiny_model)
-    out = Generator(model, resolve("auto", "cpu")).run(REQUEST, Media(), Control(keep_raw=True))
+    out = Generator(model, AttentionPlan("flash", "flash", "cpu")).run(REQUEST, Media(), Control(keep_raw=True))
     return out, local_param_bytes(model.components["transformer"])
 
 

@@ -35,7 +35,9 @@ async def test_a_job_reports_every_step_and_writes_video_with_stereo_audio(make_
         assert (audio.codec_context.name, audio.channels, audio.rate) == ("aac", 2, 32000)
         assert sum(1 for _ in c.decode(video=0)) == 22
     running = runner.store.events(job.job_id)[2].body
-    assert running.executor == "pipeline" and running.info["attention"].startswith("native (asked auto")
+    assert running.executor == "pipeline" and running.info["attention"] == "flash (asked auto)"
+    assert runner.executor.capabilities().max_tokens is None
+    assert [r.verdict for r in runner.executor.attention_report() if r.kernel == "flash"] == ["chosen"]
 
 
 async def test_the_same_seed_gives_the_same_video_and_another_seed_does_not(make_runner):
@@ -99,6 +101,21 @@ async def test_an_out_of_memory_error_fails_the_job_as_oom_and_the_executor_reco
     assert after.status == "done" and runner.executor.counters.ooms == 1
 
 
+async def test_the_hosts_memory_running_out_is_oom_naming_the_host_and_the_sequence(make_runner):
+    def allocate_too_much(inner, args, kwargs):
+        inner(*args, **kwargs)
+        torch.empty(1 << 62, dtype=torch.uint8)  # the host allocator's real failure: a RuntimeError
+
+    async with make_runner() as runner:
+        undo = wrap_forward(runner, allocate_too_much)
+        state = await ended(runner, (await runner.submit(req())).job_id)
+        undo()
+    tokens = runner.executor.generator.last_tokens
+    assert state.status == "failed" and state.error.kind == "oom", state.error
+    assert f"out of memory on the host (cpu memory; the model on cpu) at a {tokens}-token sequence" in state.error.message
+    assert "DefaultCPUAllocator: can't allocate memory" in state.error.message
+
+
 async def test_another_exception_is_an_executor_error_with_type_and_message(make_runner):
     def broken(inner, args, kwargs):
         raise KeyError("rotary table")
@@ -114,24 +131,55 @@ async def test_another_exception_is_an_executor_error_with_type_and_message(make
     )
 
 
-async def test_attention_that_would_fall_back_to_math_above_the_limit_is_refused(make_runner):
-    # CPU SDPA has no memory-efficient kernel, so 'efficient' here could only run as MATH.
-    async with make_runner(attention="efficient", math_max_tokens=16) as runner:
-        state = await ended(runner, (await runner.submit(req())).job_id)
-    assert state.status == "failed" and state.error.kind == "invalid"
-    assert "MATH fallback is allowed only up to 16 tokens" in state.error.message and "efficient" in state.error.message
+async def test_a_kernel_this_machine_cannot_run_is_refused_at_start(tiny_model, tmp_path):
+    from h3core.adapters.artifacts import LocalArtifactStore
+    from h3core.executors.pipeline.attention import AttentionError
+    from h3core.executors.pipeline.executor import PipelineExecutor, PipelineSettings
+
+    # CPU SDPA has no memory-efficient kernel: it used to start, run jobs on MATH and record "efficient".
+    with pytest.raises(AttentionError, match="attention 'efficient' cannot run here: efficient needs a CUDA device, not cpu"):
+        PipelineExecutor(PipelineSettings(model_dir=tiny_model, attention="efficient"), LocalArtifactStore(tmp_path), str)
 
 
-async def test_math_is_allowed_below_the_limit_and_recorded(make_runner):
-    async with make_runner(attention="efficient", math_max_tokens=100_000) as runner:
+async def test_math_runs_only_as_named_recorded_as_math_and_within_its_bound(make_runner):
+    async with make_runner(attention="math", math_max_tokens=100_000) as runner:
         job = await runner.submit(req())
         state = await ended(runner, job.job_id)
-    assert state.status == "done"
-    assert (
-        runner.store.events(job.job_id)[2]
-        .body.info["attention"]
-        .startswith("efficient (asked efficient; sdpa efficient; math up to 100000")
-    )
+        assert runner.executor.capabilities().max_tokens == 100_000
+    assert state.status == "done", state.error
+    assert runner.store.events(job.job_id)[2].body.info["attention"] == "math (asked math; up to 100000 tokens)"
+    async with make_runner(attention="math", math_max_tokens=64) as runner:  # the tiny job is ~120
+        state = await ended(runner, (await runner.submit(req())).job_id)
+    assert state.status == "failed" and state.error.kind == "invalid"
+    assert "kernel math cannot take this job's" in state.error.message
+    assert "MATH kernel is allowed only up to 64 tokens" in state.error.message
+
+
+async def test_the_tiny_model_runs_with_sageattention_installed(make_runner, tmp_path, monkeypatch):
+    """sageattention 1.0.6 as PyPI ships it imports triton at once (absent here, as on any CPU box); the CPU
+    never imports it, auto never picks a sage kernel here, and the job runs."""
+    import sys
+
+    from h3core.executors.pipeline import attention
+
+    site = tmp_path / "site"
+    (site / "sageattention").mkdir(parents=True)
+    (site / "sageattention" / "__init__.py").write_text("import triton  # as 1.0.6 does\nfrom .core import sageattn\n")
+    (site / "sageattention-1.0.6.dist-info").mkdir()
+    (site / "sageattention-1.0.6.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sageattention\nVersion: 1.0.6\n")
+    monkeypatch.syspath_prepend(str(site))
+    attention.sage_build.cache_clear()
+    try:
+        async with make_runner() as runner:
+            state = await ended(runner, (await runner.submit(req())).job_id)
+            rows = {r.kernel: r for r in runner.executor.attention_report()}
+        assert state.status == "done", state.error
+        assert rows["flash"].verdict == "chosen" and rows["sage-triton"].note == "sage-triton needs a CUDA device, not cpu"
+        assert "sageattention" not in sys.modules
+        # Where it would be consulted (a GPU), the broken import is a reason, not a crash:
+        assert "sageattention 1.0.6 does not import: ModuleNotFoundError" in attention.sage_build().error
+    finally:
+        attention.sage_build.cache_clear()
 
 
 async def test_a_clip_outside_the_models_window_is_refused_at_submission(make_runner):
@@ -153,6 +201,9 @@ async def test_keyframes_and_references_come_from_the_upload_store(make_runner, 
         yield data
 
     async with make_runner() as runner:
+        # A reference image is encoded at a 2048-pixel short edge: a minute of the tiny VAE on a shared CPU
+        # (past this test's bound under load). What is tested is the route from the upload store, the same at 64.
+        runner.executor.generator.stages["before_encode"].register_to_config(reference_image_short_edge=64)
         key = await runner.uploads.put("image/png", chunks(png(96, 64)))
         fl = await ended(runner, (await runner.submit(req(mode="fl2va", keyframes={"first": key.id}))).job_id)
         ref = await ended(runner, (await runner.submit(req(mode="ref2va", references={"images": [key.id]}))).job_id)

@@ -45,6 +45,12 @@ def test_the_default_server_runs_real_diffusion_on_the_tiny_model(tiny_server: S
     server = tiny_server
     assert (server.root / "h3-tiny-model" / "h3core-model.json").exists()
     with server.client() as api:
+        probe = {row["kernel"]: row for row in api.get("/readyz").json()["attention"]}
+        assert probe["flash"]["verdict"] == "chosen" and probe["flash"]["error"] < 1e-5 and probe["flash"]["ms"] > 0
+        assert probe["efficient"] == {**probe["efficient"], "verdict": "unsupported", "ms": None}
+        metrics = api.get("/metrics").text
+        assert 'h3core_attention_kernel{kernel="flash"} 1.0' in metrics
+        assert 'h3core_attention_probe_verdict{kernel="cudnn",verdict="unsupported"} 1.0' in metrics
         out = tmp_path / "fox.mp4"
         run = h3(
             "submit", "--url", server.url, "--prompt", "a red fox on the command line", "--width", "64", "--height", "64",
@@ -54,7 +60,7 @@ def test_the_default_server_runs_real_diffusion_on_the_tiny_model(tiny_server: S
         job_id = next(j["id"] for j in api.get("/v1/jobs").json()["items"] if j["request"]["prompt"] == "a red fox on the command line")
         events = api.get(f"/v1/jobs/{job_id}/events").json()
     assert [e["body"]["type"] for e in events] == ["submitted", "admitted", "running", "progress", "progress", "progress", "done"]
-    assert events[2]["body"]["executor"] == "pipeline" and "attention" in events[2]["body"]["info"]
+    assert events[2]["body"]["executor"] == "pipeline" and events[2]["body"]["info"]["attention"] == "flash (asked auto)"
     with av.open(str(out)) as c:
         assert sum(1 for _ in c.decode(video=0)) == 22
         assert c.streams.audio[0].channels == 2
@@ -81,15 +87,10 @@ def test_pipeline_settings_that_cannot_work_stop_the_server_with_the_setting_nam
     again = h3("model", "make-tiny", str(tmp_path / "tiny"))
     assert again.returncode == 2 and "not empty" in again.stderr
     sage = h3(
-        "serve",
-        "--port",
-        "0",
-        "--db",
-        str(tmp_path / "b.db"),
-        "--attention",
-        "sage",
+        "serve", "--port", "0", "--db", str(tmp_path / "b.db"), "--attention", "sage-fp16",
         env={"H3_MODEL_DIR": str(tmp_path / "tiny")},
-    )
-    assert sage.returncode == 2 and "attention 'sage' needs a CUDA device" in sage.stderr, sage.stderr
+    )  # fmt: skip
+    said = "attention/device: attention 'sage-fp16' cannot run here: sage-fp16 needs a CUDA device, not cpu"
+    assert sage.returncode == 2 and said in sage.stderr, sage.stderr
     slots = h3("serve", "--port", "0", "--db", str(tmp_path / "c.db"), "--slots", "2")
     assert slots.returncode == 2 and "slots" in slots.stderr

@@ -1,0 +1,411 @@
+"""Which attention kernel runs, decided by measurement when the executor starts.
+
+`decide(choice, target)`:
+
+- A named kernel (`--attention cudnn`) must be supported here (`Kernel.unsupported`), run, and
+  stay within the tolerance; otherwise `AttentionError` says what is missing or wrong and `serve`
+  stops at start.
+- `auto` probes every kernel this device, dtype and head dim allow, at the model's geometry: a
+  kernel whose error exceeds the tolerance is rejected, the fastest accepted one is chosen. MATH
+  (quadratic memory) is chosen only where no other kernel is accepted, and keeps its bound.
+
+The error is the relative L1 distance, sum|out - ref| / sum|ref|, from a float32 reference on
+the same random inputs, at an aligned length (1024) and at one that is not a multiple of 64
+(135): SageAttention 1.0.6 leaves the padded keys of the last 64-key block unmasked and is 20 %
+off there, 0.2 % at 8k (field notes §5b). The time is the median of a few calls at a job-like
+length (16k tokens on a GPU), with the allocator's peak during the call.
+
+The decision and its table are cached in a JSON file keyed by everything they depend on
+(device, dtype, geometry, tolerance, the MATH bound and the library versions), so a restart
+does not measure again. `h3core model attention` prints the table; `main` is the child process's entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import logging
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from h3core.executors.pipeline.attention import (
+    CHOICES,
+    DEFAULT_MATH_MAX_TOKENS,
+    KERNELS,
+    AttentionError,
+    AttentionPlan,
+    Kernel,
+    ProbeRow,
+    Target,
+    plan_for,
+)
+
+log = logging.getLogger("h3core.attention")
+
+DEFAULT_TOLERANCE = 0.05  # sage's int8 quantisation is ~1e-2 off; the 1.0.6 padding bug 0.2 at 135 tokens
+ERROR_LENGTHS = (1024, 135)  # aligned to 64, and not: 57 padded keys in the last 64-key block
+TIMED_TOKENS = {"cuda": 16384, "cpu": 1024}
+REPEATS = {"cuda": (2, 5), "cpu": (1, 3)}  # warm-up calls, timed calls
+PROBE_VERSION = 1  # bump when what the probe measures changes: older cache entries stop matching
+
+Call = Callable[..., object]  # (q, k, v) in diffusers' (batch, sequence, heads, head_dim) layout -> out
+
+
+@dataclass(frozen=True)
+class Decision:
+    plan: AttentionPlan
+    rows: tuple[ProbeRow, ...]
+    tolerance: float
+    lengths: tuple[int, ...] = ERROR_LENGTHS
+    cached: bool = False
+
+    def to_json(self) -> dict:
+        return {
+            "plan": dataclasses.asdict(self.plan),
+            "rows": [dataclasses.asdict(r) for r in self.rows],
+            "tolerance": self.tolerance,
+            "lengths": list(self.lengths),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict, *, cached: bool = False) -> Decision:
+        return cls(
+            AttentionPlan(**data["plan"]),
+            tuple(ProbeRow(**r) for r in data["rows"]),
+            float(data["tolerance"]),
+            tuple(data["lengths"]),
+            cached,
+        )
+
+
+# -- measuring one kernel -----------------------------------------------------------------------
+
+
+def _inputs(n: int, target: Target, seed: int):
+    import torch
+
+    g = torch.Generator(device=target.device).manual_seed(seed)
+    dtype = getattr(torch, target.dtype)
+    shape = (1, n, target.heads, target.head_dim)
+    return [torch.randn(shape, generator=g, device=target.device, dtype=dtype) for _ in range(3)]
+
+
+def reference(q, k, v):
+    """Softmax attention in float32, one head at a time (its score matrix is the only big thing)."""
+    import torch
+
+    qf, kf, vf = (x.float().transpose(1, 2) for x in (q, k, v))  # (batch, heads, sequence, dim)
+    out = torch.empty_like(qf)
+    scale = qf.shape[-1] ** -0.5
+    for h in range(qf.shape[1]):
+        scores = (qf[:, h] @ kf[:, h].transpose(-1, -2)) * scale
+        out[:, h] = torch.softmax(scores, dim=-1) @ vf[:, h]
+    return out.transpose(1, 2)
+
+
+def relative_error(out, ref) -> float:
+    """sum|out - ref| / sum|ref|; infinite when the output is not finite."""
+    import torch
+
+    out = out.float()
+    if not bool(torch.isfinite(out).all()):
+        return math.inf
+    return float((out - ref).abs().sum() / ref.abs().sum())
+
+
+def _timed(call: Call, target: Target, n: int) -> tuple[float, int | None]:
+    """Median ms of one call at `n` tokens, and the allocator's peak above its inputs (CUDA)."""
+    import torch
+
+    warm, reps = REPEATS[target.kind]
+    q, k, v = _inputs(n, target, seed=7)
+    cuda = target.kind == "cuda"
+    for _ in range(warm):
+        del_out = call(q, k.clone(), v)  # a fresh k: SageAttention subtracts k's mean in place
+        del del_out
+    times, peak = [], None
+    for _ in range(reps):
+        kc = k.clone()
+        if cuda:
+            torch.cuda.synchronize(target.device)
+            base = torch.cuda.memory_allocated(target.device)
+            torch.cuda.reset_peak_memory_stats(target.device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = call(q, kc, v)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+            peak = max(peak or 0, torch.cuda.max_memory_allocated(target.device) - base)
+        else:
+            t0 = time.perf_counter()
+            out = call(q, kc, v)
+            times.append((time.perf_counter() - t0) * 1000)
+        del out, kc
+    return statistics.median(times), peak
+
+
+def measure(
+    kernel: str, call: Call, target: Target, *, tolerance: float, timed_tokens: int, lengths: tuple[int, ...] = ERROR_LENGTHS
+) -> ProbeRow:
+    """Run `call` at `lengths` against the reference, then time it: accepted, rejected or failed."""
+    import torch
+
+    worst, at = 0.0, None
+    try:
+        for n in lengths:
+            q, k, v = _inputs(n, target, seed=n)
+            err = relative_error(call(q, k.clone(), v), reference(q, k, v))
+            if at is None or err > worst:
+                worst, at = err, n
+        ms, peak = _timed(call, target, timed_tokens)
+    except Exception as exc:  # noqa: BLE001 - whatever a kernel raises makes it a failed candidate, not a crash
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            torch.cuda.empty_cache()
+        text = " ".join(f"{type(exc).__name__}: {exc}".split())
+        return ProbeRow(kernel, "failed", note=text[:300])
+    finally:
+        if target.kind == "cuda":
+            torch.cuda.empty_cache()
+    ok = worst <= tolerance
+    note = "" if ok else f"relative error {worst:.3g} at {at} tokens exceeds the tolerance {tolerance:g}"
+    return ProbeRow(kernel, "accepted" if ok else "rejected", ms, timed_tokens, peak, worst, note)
+
+
+def choose(rows: list[ProbeRow]) -> list[ProbeRow]:
+    """The fastest accepted kernel becomes `chosen` (MATH only when it is the one accepted)."""
+    accepted = [r for r in rows if r.verdict == "accepted"]
+    fast = [r for r in accepted if r.kernel != "math"]
+    pick = min(fast or accepted, key=lambda r: r.ms if r.ms is not None else math.inf, default=None)
+    out = []
+    for r in rows:
+        if r is pick:
+            r = dataclasses.replace(r, verdict="chosen")
+        elif r.kernel == "math" and r.verdict == "accepted":
+            r = dataclasses.replace(r, verdict="not needed", note="MATH runs only where no other kernel is accepted")
+        out.append(r)
+    return out
+
+
+# -- deciding -----------------------------------------------------------------------------------
+
+
+def decide(
+    choice: str,
+    target: Target,
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    math_max_tokens: int = DEFAULT_MATH_MAX_TOKENS,
+    cache: Path | None = None,
+    kernels: Mapping[str, Kernel] | None = None,
+    calls: Mapping[str, Call] | None = None,
+) -> Decision:
+    """The plan for `choice` on `target`, with the table that justifies it; raises AttentionError.
+
+    `kernels` and `calls` replace the real kernels and their calls (stand-ins for tests)."""
+    kernels = dict(kernels or KERNELS)
+    if choice not in ("auto", *kernels):
+        raise AttentionError(f"attention must be one of {', '.join(CHOICES)}, not {choice!r}")
+    key = cache_key(choice, target, tolerance, math_max_tokens, kernels)
+    hit = _read_cache(cache, key)
+    if hit is not None and (kernels[hit.plan.kernel].unsupported(target) is None):
+        return hit
+
+    def plan(kernel: str) -> AttentionPlan:
+        if kernels[kernel] is KERNELS.get(kernel):
+            return plan_for(kernel, target, choice=choice, math_max_tokens=math_max_tokens)
+        return AttentionPlan(kernel, choice, target.device, math_max_tokens)  # a stand-in kernel
+
+    def probe(kernel: str) -> ProbeRow:
+        why = kernels[kernel].unsupported(target)
+        if why:
+            return ProbeRow(kernel, "unsupported", note=why)
+        if kernel == "math" and math_max_tokens < 1:
+            return ProbeRow(kernel, "unsupported", note="MATH is switched off (its token limit is 0)")
+        call = (calls or {}).get(kernel) or plan(kernel).attend
+        lengths, n = ERROR_LENGTHS, TIMED_TOKENS[target.kind]
+        if kernel == "math":  # quadratic and bounded: measured at what its bound allows, never at a job's length
+            lengths = tuple(sorted({min(x, math_max_tokens) for x in ERROR_LENGTHS}, reverse=True))
+            n = min(n, lengths[0])
+        log.debug("attention probe: %s on %s", kernel, target.device)
+        return measure(kernel, call, target, tolerance=tolerance, timed_tokens=n, lengths=lengths)
+
+    if choice != "auto":
+        row = probe(choice)
+        if row.verdict != "accepted":
+            raise AttentionError(f"attention '{choice}' cannot run here: {row.note or row.verdict}")
+        rows = [dataclasses.replace(row, verdict="chosen")]
+    else:
+        rows = [probe(name) for name in kernels if name != "math"]
+        if not any(r.verdict == "accepted" for r in rows) and "math" in kernels:
+            rows.append(probe("math"))
+        elif "math" in kernels:
+            rows.append(ProbeRow("math", "not needed", note="MATH runs only where no other kernel is accepted"))
+        rows = choose(rows)
+        if not any(r.verdict == "chosen" for r in rows):
+            detail = "; ".join(f"{r.kernel}: {r.verdict}" + (f" ({r.note})" if r.note else "") for r in rows)
+            raise AttentionError(f"attention 'auto': no kernel runs within tolerance on {target.device}: {detail}")
+    chosen = next(r.kernel for r in rows if r.verdict == "chosen")
+    decision = Decision(plan(chosen), tuple(rows), tolerance)
+    _write_cache(cache, key, decision)
+    return decision
+
+
+# -- the cache ----------------------------------------------------------------------------------
+
+
+def versions() -> dict[str, str]:
+    """The libraries a decision depends on (a new one measures again)."""
+    import torch
+
+    out = {"torch": torch.__version__, "cuda": str(torch.version.cuda), "probe": str(PROBE_VERSION)}
+    if torch.cuda.is_available():
+        out["cudnn"] = str(torch.backends.cudnn.version())
+    for dist in ("triton", "sageattention", "diffusers"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = "-"
+    return out
+
+
+def cache_key(choice: str, target: Target, tolerance: float, math_max_tokens: int, kernels: Mapping[str, Kernel]) -> str:
+    data = {
+        "choice": choice,
+        "target": dataclasses.asdict(target),
+        "tolerance": tolerance,
+        "math_max_tokens": math_max_tokens,
+        "kernels": sorted(kernels),
+        "versions": versions(),
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def _read_cache(path: Path | None, key: str) -> Decision | None:
+    if path is None or not path.exists():
+        return None
+    try:
+        entry = json.loads(path.read_text()).get(key)
+        return Decision.from_json(entry, cached=True) if entry else None
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # a damaged cache is measured again, not trusted
+        log.warning("attention cache %s unreadable (%s): measuring again", path, exc)
+        return None
+
+
+def _write_cache(path: Path | None, key: str, decision: Decision) -> None:
+    if path is None:
+        return
+    try:
+        entries = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        entries = {}
+    entries[key] = decision.to_json()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(entries, indent=1) + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:  # the cache saves time; not having it is no failure
+        log.warning("attention cache %s not written: %s", path, exc)
+
+
+# -- reporting ----------------------------------------------------------------------------------
+
+
+def table(decision: Decision) -> list[str]:
+    """The probe's table as Markdown lines (the log, the CLI and the GPU check print it)."""
+    lines = [
+        f"attention: {decision.plan.describe()} on {decision.plan.device}"
+        + (" (cached decision)" if decision.cached else "")
+        + f"; tolerance {decision.tolerance:g} relative L1 at {'/'.join(map(str, decision.lengths))} tokens",
+        "| kernel | verdict | ms | at tokens | peak MiB | error | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in decision.rows:
+        ms = f"{r.ms:.2f}" if r.ms is not None else "-"
+        peak = f"{r.peak_bytes / 2**20:,.1f}" if r.peak_bytes is not None else "-"
+        err = f"{r.error:.2e}" if r.error is not None else "-"
+        lines.append(f"| {r.kernel} | {r.verdict} | {ms} | {r.tokens or '-'} | {peak} | {err} | {r.note} |")
+    return lines
+
+
+def at_start(
+    model_dir: Path,
+    device: str,
+    dtype: str,
+    choice: str,
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    math_max_tokens: int = DEFAULT_MATH_MAX_TOKENS,
+    cache: Path | None = None,
+    in_child: bool = False,
+) -> Decision:
+    """An executor's decision at start, at its model's geometry, logged; raises AttentionError.
+
+    `in_child`: measure in a fresh interpreter (an executor whose devices belong to its workers)."""
+    from h3core.executors.pipeline.model import ModelError, attention_geometry
+
+    try:
+        heads, head_dim = attention_geometry(model_dir)
+    except ModelError as exc:
+        raise AttentionError(str(exc)) from exc
+    if in_child:
+        target = {"device": device, "dtype": dtype, "heads": heads, "head_dim": head_dim}
+        decision = decide_in_child(choice, target, tolerance=tolerance, math_max_tokens=math_max_tokens, cache=cache)
+    else:
+        target = Target.detect(device, dtype, heads, head_dim)
+        decision = decide(choice, target, tolerance=tolerance, math_max_tokens=math_max_tokens, cache=cache)
+    for line in table(decision):
+        log.info("%s", line)
+    return decision
+
+
+def decide_in_child(choice: str, target_args: dict, **kw) -> Decision:
+    """`decide` in a fresh interpreter, so that the calling process never creates a CUDA context."""
+    import subprocess
+
+    entry = "import sys; from h3core.executors.pipeline.kernel_probe import main; sys.exit(main())"
+    cmd = [sys.executable, "-c", entry, "--json", "--choice", choice]
+    for name, value in {**target_args, **kw}.items():
+        if value is not None:
+            cmd += [f"--{name.replace('_', '-')}", str(value)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        raise AttentionError(
+            lines[-1].removeprefix("AttentionError: ") if lines else f"the attention probe exited {proc.returncode}"
+        )
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    return Decision.from_json(data, cached=data.get("cached", False))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Probe the attention kernels at a model's geometry and print the decision.")
+    p.add_argument("--choice", default="auto", choices=CHOICES)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--heads", type=int, default=56)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
+    p.add_argument("--math-max-tokens", type=int, default=DEFAULT_MATH_MAX_TOKENS)
+    p.add_argument("--cache", type=Path)
+    p.add_argument("--json", action="store_true", help="one JSON line (the decision) instead of the table")
+    a = p.parse_args(argv)
+    try:
+        target = Target.detect(a.device, a.dtype, a.heads, a.head_dim)
+        d = decide(a.choice, target, tolerance=a.tolerance, math_max_tokens=a.math_max_tokens, cache=a.cache)
+    except AttentionError as exc:
+        print(f"AttentionError: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({**d.to_json(), "cached": d.cached}) if a.json else "\n".join(table(d)))
+    return 0
+
+
