@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from h3core.domain.capabilities import Capabilities, GroupBudget
 from h3core.domain.capacity import CapacityProfile, Shape
-from h3core.domain.geometry import CLIP, FPS, Media, count_tokens, snap_frames
+from h3core.domain.geometry import CLIP, FPS, Media, count_tokens, snap_frames, text_rows_bound
 from h3core.domain.request import GenerationRequest
 
 CeilingReason = Literal["vram", "unverified", "quality", "model_window", "mode_unavailable", "api_limit"]
@@ -133,9 +133,13 @@ class Contract:
             return _Limit(reason="quality", why=f"the quality cap at {shape.width}x{shape.height} is {cap} frames")
         if request.frames > self.api_max_frames:
             return _Limit(reason="api_limit", why=f"the API limit is {self.api_max_frames} frames")
-        if caps.max_tokens is not None and tokens > caps.max_tokens:
+        # The kernel bounds the whole packed sequence, the prompt's rows included (budgets count
+        # video and audio only, as they were measured).
+        if caps.max_tokens is not None and (sequence := tokens + text_rows_bound(request)) > caps.max_tokens:
             kernel = f" ({caps.max_tokens_reason})" if caps.max_tokens_reason else ""
-            return _Limit(reason="vram", why=f"it needs {tokens} tokens, over the attention kernel's {caps.max_tokens}-token limit{kernel}")
+            return _Limit(
+                reason="vram", why=f"its sequence may reach {sequence} tokens with the prompt's, over the attention kernel's {caps.max_tokens}-token limit{kernel}"
+            )
         budget = self._budget(shape)
         if budget is not None and (budget.tokens is not None and tokens > budget.tokens):
             reason: CeilingReason = "vram" if budget.verified else "unverified"

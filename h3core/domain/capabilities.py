@@ -107,7 +107,7 @@ class Capabilities(_Data):
     modes: tuple[ModeReadiness, ...] = tuple(ModeReadiness(mode=m) for m in MODES)
     window: FrameWindow | None = None
     groups: tuple[GroupBudget, ...] = (GroupBudget(size=1),)
-    max_tokens: int | None = Field(default=None, ge=0)  # the attention kernel's own limit
+    max_tokens: int | None = Field(default=None, ge=0)  # the attention kernel's own limit on the whole sequence
     max_tokens_reason: str = ""
     media: Mapping[str, int] = Field(default_factory=dict)  # most uploads per field (request.UPLOAD_KINDS); absent: the API's own
     max_references: int | None = Field(default=None, ge=0)  # references of any kind, in all

@@ -152,3 +152,13 @@ def count_tokens(request: GenerationRequest, media: Mapping[str, Media] | None =
         video=video_tokens(w, h, f), audio=audio_tokens(f), keyframes=keyframes,
         references=references, reference_text=reference_text,
     )  # fmt: skip
+
+
+# Rows a prompt's chat template may add around its own tokens (a bound, not a count).
+TEXT_TEMPLATE_ROWS = 64
+
+
+def text_rows_bound(request: GenerationRequest) -> int:
+    """At most how many rows the prompt adds to the packed sequence: a byte-level BPE token is at
+    least one byte of UTF-8, so the prompt's byte count bounds its tokens, plus the template's."""
+    return len(request.prompt.encode("utf-8")) + TEXT_TEMPLATE_ROWS

@@ -90,7 +90,6 @@ def test_the_fake_executor(tmp_path, limits, request):
 
 @pytest.fixture(scope="module")
 def pipeline(tiny_model, tmp_path_factory):
-    from h3core.executors.pipeline.attention import resolve
     from h3core.executors.pipeline.executor import PipelineExecutor, PipelineSettings
     from h3core.executors.pipeline.generate import Generator
     from h3core.executors.pipeline.model import load_model
@@ -101,7 +100,7 @@ def pipeline(tiny_model, tmp_path_factory):
     for i in range(3):
         _wav(media / f"aud{i}.wav")
     executor = PipelineExecutor(PipelineSettings(model_dir=tiny_model), LocalArtifactStore(media / "a"), lambda u: media / u)
-    generator = Generator(load_model(tiny_model), resolve("auto", "cpu"))
+    generator = Generator(load_model(tiny_model), executor.plan)  # the kernel the executor decided
     return executor, generator, media
 
 

@@ -10,7 +10,7 @@ from h3core.adapters.profiles import load_profile
 from h3core.domain.admission import Contract
 from h3core.domain.capabilities import Capabilities, FrameWindow, GroupBudget, ModeReadiness
 from h3core.domain.capacity import Shape, applicable
-from h3core.domain.geometry import FPS, count_tokens, snap_frames
+from h3core.domain.geometry import FPS, count_tokens, snap_frames, text_rows_bound
 from h3core.domain.request import GenerationRequest
 
 windows = st.builds(
@@ -55,11 +55,12 @@ def test_every_stated_limit_is_applied_in_both_directions(caps, shape, frames):
     decision = Contract(caps).decide(request)
     tokens = count_tokens(request).total
     best = max(caps.groups, key=lambda g: (g.tokens is None, g.tokens or 0))
+    sequence = tokens + text_rows_bound(request)
     within = (
         caps.mode(shape.mode).served
         and (caps.window is None or caps.window.admits(frames))
         and frames <= 1200
-        and (caps.max_tokens is None or tokens <= caps.max_tokens)
+        and (caps.max_tokens is None or sequence <= caps.max_tokens)
         and (best.tokens is None or tokens <= best.tokens)
     )
     assert decision.admitted == within, decision
@@ -119,6 +120,7 @@ def test_the_kernel_limit_and_an_unverified_budget_name_themselves():
     caps = Capabilities(executor="x", max_tokens=10_000, max_tokens_reason="only MATH runs here")
     refused = Contract(caps).decide(GenerationRequest(prompt="p", width=832, height=480, frames=200))
     assert refused.reason == "vram" and "10000-token limit" in refused.detail and "only MATH" in refused.detail
+    assert "with the prompt's" in refused.detail
     caps = Capabilities(executor="x", groups=(GroupBudget(size=1, tokens=10_000, verified=False, source="probe"),))
     refused = Contract(caps).decide(GenerationRequest(prompt="p", width=832, height=480, frames=200))
     assert refused.reason == "unverified" and refused.ceiling.verified is False
@@ -148,6 +150,8 @@ def test_token_limits_hold_to_the_token(shape, frames, delta, verified, where):
     """Budgets drawn at the request's own token count (give or take a few): the boundary itself is tested."""
     request = shape.request(frames)
     tokens = count_tokens(request).total
+    if where == "kernel":  # the kernel bounds the whole sequence: the prompt's rows too
+        tokens += text_rows_bound(request)
     limit = tokens + delta
     if where == "kernel":
         caps = Capabilities(executor="x", max_tokens=limit)

@@ -7,6 +7,7 @@ import av
 import pytest
 import torch
 
+from h3core import Refused
 from tests.integration.pipeline.conftest import ended, req, slow, until, wrap_forward
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
@@ -149,10 +150,9 @@ async def test_math_runs_only_as_named_recorded_as_math_and_within_its_bound(mak
     assert state.status == "done", state.error
     assert runner.store.events(job.job_id)[2].body.info["attention"] == "math (asked math; up to 100000 tokens)"
     async with make_runner(attention="math", math_max_tokens=64) as runner:  # the tiny job is ~120
-        state = await ended(runner, (await runner.submit(req())).job_id)
-    assert state.status == "failed" and state.error.kind == "invalid"
-    assert "kernel math cannot take this job's" in state.error.message
-    assert "MATH kernel is allowed only up to 64 tokens" in state.error.message
+        with pytest.raises(Refused) as refused:  # what the kernel cannot take is refused at submission
+            await runner.submit(req())
+    assert refused.value.decision.reason == "vram" and "over the attention kernel's 64-token limit" in refused.value.decision.detail
 
 
 async def test_the_tiny_model_runs_with_sageattention_installed(make_runner, tmp_path, monkeypatch):
