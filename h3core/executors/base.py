@@ -87,7 +87,9 @@ def classify(exc: BaseException) -> tuple[FailureKind, str, str | None]:
         return exc.kind, exc.message, exc.detail
     names = {t.__name__ for t in type(exc).__mro__}
     text = str(exc)
-    if "OutOfMemoryError" in names or isinstance(exc, MemoryError) or "out of memory" in text.lower():
+    lower = text.lower()
+    # torch raises a plain RuntimeError when host memory runs out ("DefaultCPUAllocator: can't allocate memory").
+    if "OutOfMemoryError" in names or isinstance(exc, MemoryError) or "out of memory" in lower or "can't allocate memory" in lower:
         return "oom", f"out of memory: {text}"[:2000], type(exc).__name__
     return "executor_error", f"{type(exc).__name__}: {text}"[:2000], None
 
