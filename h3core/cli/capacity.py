@@ -243,7 +243,7 @@ def probe_cmd(
     growing frame counts at each canvas until one runs out of memory (or --max-frames runs), then
     bisects. Prints each point (step and decode seconds, peak memory) and a profile marked
     "probed with random weights" whose budget is what the points imply. One device only: budgets
-    of groups of several devices (--group-size > 1) are not probed yet.
+    of groups of several devices (H3_GROUP_SIZE > 1) are not probed yet.
     """
     from h3core.adapters.profiles import dump_profile, load_profile
     from h3core.domain.admission import DEFAULT_API_MAX_FRAMES, DEFAULT_RESOLUTIONS

@@ -142,6 +142,8 @@ class Bench:
         quiet_progress_bars()
         self.spec = spec
         self.device = torch.device(spec.device)
+        if self.device.type == "cuda" and self.device.index is None:  # torch's per-device calls want an index
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.dtype = getattr(torch, spec.dtype)
         if spec.threads and self.device.type == "cpu":
             torch.set_num_threads(spec.threads)
