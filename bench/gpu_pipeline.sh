@@ -4,13 +4,7 @@
 # diffusers and transformers (the device machine cannot reach a registry); the tiny model is
 # written on the spot, so no weights are needed. Results go to $OUT (or ./bench-gpu-out).
 #   run: bash bench/gpu_pipeline.sh
-set -euo pipefail
-PY=${PYTHON:-python3}
-OUT=${OUT:-bench-gpu-out}
-mkdir -p "$OUT"
-"$PY" -c 'import torch, diffusers, transformers; assert torch.cuda.is_available(), "no CUDA device"' 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+. "$(dirname "$0")/_gpu_setup.sh"
 # Stage times on the tiny model (a GPU makes them launch-bound; the point is the split), then
 # a larger canvas to see denoising dominate.
 "$PY" bench/bench_pipeline.py --device cuda --dtype bfloat16 --steps 8 --seq 4096,8192,16384,32768 \

@@ -6,17 +6,11 @@
 # whole run fits one 10-minute call. Uses the python that already has a CUDA torch and diffusers.
 # Results go to $OUT (or ./bench-gpu-out).
 #   run: bash bench/gpu_probe.sh [extra probe options]
-set -euo pipefail
-PY=${PYTHON:-python3}
-OUT=${OUT:-bench-gpu-out}
-mkdir -p "$OUT"
-"$PY" -c 'import torch, diffusers; assert torch.cuda.is_available(), "no CUDA device"'
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+. "$(dirname "$0")/_gpu_setup.sh"
 # tomli-w writes the profile; where that python lacks it, carry only it from the venv
 # (run's carry: .venv/lib/python3.11/site-packages/tomli_w) and it is found here.
 if ! "$PY" -c 'import tomli_w' 2>/dev/null; then
-    for d in .venv/lib/python3*/site-packages; do [ -d "$d/tomli_w" ] && export PYTHONPATH="$PYTHONPATH:$PWD/$d"; done
+    for d in .venv/lib/python3*/site-packages; do if [ -d "$d/tomli_w" ]; then export PYTHONPATH="$PYTHONPATH:$PWD/$d"; fi; done
 fi
 "$PY" -m h3core.cli capacity probe --device cuda --dtype bfloat16 --resolution 1344x768 \
     --start-frames 124 --max-frames 532 --memory-cap 80 -o "$OUT/probed-80gib.toml" "$@" 2>&1 | tee "$OUT/probe.txt"
