@@ -281,7 +281,8 @@ def probe_cmd(
     try:
         profile = probed_profile(ident, points, api_max_frames=DEFAULT_API_MAX_FRAMES, resolutions=[*canvases, *DEFAULT_RESOLUTIONS], name=name)
     except ValueError as exc:
-        fail(f"the points give no profile: {first_error(exc) if isinstance(exc, ValidationError) else exc}", EXIT_DATA)
+        why = "; ".join(e["msg"] for e in exc.errors()) if isinstance(exc, ValidationError) else str(exc)
+        fail(f"the points give no profile: {why}", EXIT_DATA)
     budget = profile.budget()
     bound = f", below {budget.smallest_oom_tokens:,} that ran out of memory" if budget.verified else "; UNVERIFIED: nothing ran out of memory"
     err.print(Text(f"budget: {budget.tokens:,} tokens (largest that ran {_point(budget.largest_ran)}{bound})", style="bold"))

@@ -3,7 +3,8 @@
 `model.py` loads a model folder once and keeps it resident; `tiny.py` writes a tiny random
 model in the same layout; `attention.py` chooses the attention kernel on purpose;
 `generate.py` runs one job in stages (synchronous, in a worker thread); `executor.py` is the
-async shell the runner drives. Everything here needs the `pipeline` extra (torch, diffusers,
+async shell the runner drives; `probe.py` measures a machine's token budget with random weights
+(`h3core capacity probe`). Everything here needs the `pipeline` extra (torch, diffusers,
 transformers).
 """
 

@@ -164,3 +164,25 @@ def test_probe_finds_a_real_out_of_memory_boundary_under_a_memory_cap(tmp_path):
 def test_probe_refuses_bad_input_naming_it(extra, says):
     result = cli.invoke(app, ["capacity", "probe", *extra])
     assert result.exit_code == 2 and says in result.output, result.output
+
+
+def test_probe_that_nothing_fits_writes_no_profile_and_says_why(tmp_path, monkeypatch):
+    """A device on which nothing runs (a fake measuring process: every point out of memory)."""
+    from contextlib import contextmanager
+
+    from h3core.domain.probe import Measurement, ProbeIdentity
+    from h3core.executors.pipeline import probe
+
+    class Nothing:
+        identity = ProbeIdentity(device="cpu", dtype="float32", kernel="native", attention="native", model="m", geometry="tiny")
+        resident_bytes, build_seconds = 1, 0.1
+
+        def measure(self, width, height, frames):
+            return Measurement(width=width, height=height, frames=frames, outcome="oom", stage="denoise", error="out of memory")
+
+    monkeypatch.setattr(probe, "probe_process", contextmanager(lambda spec: iter([Nothing()])))
+    out = tmp_path / "p.toml"
+    result = cli.invoke(app, ["capacity", "probe", "--geometry", "tiny", "--resolution", "64x64", "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "64x64x22    oom" in result.output and "the points give no profile" in result.output and "at least one run" in result.output
+    assert not out.exists()
