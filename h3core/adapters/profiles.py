@@ -51,6 +51,15 @@ def load_profile(path: str | Path | None = None, *, name: str = DEFAULT_PROFILE)
         raise ProfileError(f"{where}: {fields}") from exc
 
 
+def dump_profile(profile: CapacityProfile, *, header: str = "") -> str:
+    """The profile as the TOML `load_profile` reads back (defaults left out), under `header` as comments."""
+    import tomli_w
+
+    data = profile.model_dump(mode="json", exclude_defaults=True, exclude_none=True)
+    comments = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
+    return comments + ("\n" if comments else "") + tomli_w.dumps(data)
+
+
 def load_profile_ref(ref: str | Path) -> CapacityProfile:
     """A profile named by an operator: a TOML file's path, or a built-in profile's name."""
     text = str(ref)

@@ -14,11 +14,14 @@ from rich.text import Text
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.profiles import ProfileError, builtin_profiles, load_profile_ref
 from h3core.cli.app import app
-from h3core.cli.common import DbOption, console, fail, first_error, open_store
+from h3core.cli.common import EXIT_DATA, DbOption, console, console_err, fail, first_error, open_store
 from h3core.contracts import CapabilityFile, LiveContract, capabilities_path
 from h3core.domain.capabilities import Capabilities
 from h3core.domain.capacity import CapacityProfile, Evidence, Fit, evidence_points, fit
+from h3core.domain.probe import GIB
 from h3core.domain.state import JobState
+
+SOURCE_NOTE = "measured by `h3core capacity probe` with random weights (memory and time do not depend on their values)"
 
 capacity_app = typer.Typer(help="Admission by measured capacity: the ceilings enforced, a budget fitted from the log.")
 app.add_typer(capacity_app, name="capacity")
@@ -203,3 +206,100 @@ def _print_fit(out, store, f: Fit, now: int | None) -> None:
             out.print("    to adopt it, add these as [[points]] in the profile:")
             for line in lines:
                 out.print(line)
+
+
+def _resolution(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: give a canvas as WIDTHxHEIGHT, e.g. 1344x768") from None
+    return width, height
+
+
+@capacity_app.command("probe")
+def probe_cmd(
+    geometry: Annotated[str, typer.Option(help="The model to build: released (diffusers' default configs) or tiny (h3core's tiny configs).")] = "released",
+    model_dir: Annotated[Path | None, typer.Option("--model-dir", help="Take the configs and the model's name from this folder instead (its weights are not read).")] = None,
+    device: Annotated[str, typer.Option(envvar="H3_DEVICE", help="Torch device, as the server's.")] = "cpu",
+    dtype: Annotated[str, typer.Option(envvar="H3_DTYPE", help="Weights' dtype, as the server's (bfloat16 on a GPU).")] = "float32",
+    attention: Annotated[str, typer.Option(envvar="H3_ATTENTION", help="The attention kernel, chosen as the server chooses it.")] = "auto",
+    math_max_tokens: Annotated[int, typer.Option(envvar="H3_ATTENTION_MATH_MAX_TOKENS", help="Longest sequence allowed on SDPA's MATH kernel.")] = 4096,
+    resolution: Annotated[list[str] | None, typer.Option("--resolution", help="A canvas to search (WIDTHxHEIGHT; repeat for more). Default 1344x768.")] = None,
+    start_frames: Annotated[int, typer.Option(min=1, help="The first frame count measured.")] = 124,
+    max_frames: Annotated[int, typer.Option(min=1, help="The longest measured (the API's cap by default; more finds an out-of-memory bound past it).")] = 1200,
+    growth: Annotated[float, typer.Option(min=1.01, help="Factor by which frames grow until a point runs out of memory.")] = 2.0,
+    precision: Annotated[int, typer.Option(min=1, help="Stop bisecting once the boundary is this many frames wide.")] = 17,
+    text_tokens: Annotated[int, typer.Option(min=1, help="Prompt rows in the sequence (the API's longest prompt makes about 2,000).")] = 2048,
+    memory_cap: Annotated[float | None, typer.Option(min=0.01, help="GiB this probe may hold, weights included (CUDA: the allocator's limit; CPU: the address space, RLIMIT_AS).")] = None,
+    reserve: Annotated[float, typer.Option(min=0.0, help="GiB held on the device for parts not built (a text encoder sharing the device).")] = 0.0,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads on a CPU.")] = None,
+    name: Annotated[str | None, typer.Option(help="The profile's name (default: from the device, kernel and model).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the profile here (default: print it).")] = None,
+) -> None:
+    """Measure this machine's token budget with random weights and write a capacity profile.
+
+    Builds the transformer and the VAEs at the chosen geometry with random weights on the device
+    (nothing is downloaded or written), runs one denoising step and the decode of a job for
+    growing frame counts at each canvas until one runs out of memory (or --max-frames runs), then
+    bisects. Prints each point (step and decode seconds, peak memory) and a profile marked
+    "probed with random weights" whose budget is what the points imply. One device only: budgets
+    of groups of several devices (H3_GROUP_SIZE > 1) are not probed yet.
+    """
+    from h3core.adapters.profiles import dump_profile, load_profile
+    from h3core.domain.admission import DEFAULT_API_MAX_FRAMES, DEFAULT_RESOLUTIONS
+    from h3core.domain.probe import probed_profile
+    from h3core.domain.request import GenerationRequest
+    from h3core.executors.pipeline.probe import GEOMETRIES, ProbeError, ProbeSpec, probe_process, search
+
+    if geometry not in GEOMETRIES:
+        fail(f"--geometry must be one of {', '.join(GEOMETRIES)}, not {geometry!r}")
+    canvases = [_resolution(r) for r in resolution or ["1344x768"]]
+    for width, height in canvases:
+        try:
+            GenerationRequest(prompt="-", width=width, height=height, frames=max_frames)
+        except ValidationError as exc:
+            fail(f"--resolution {width}x{height} / --max-frames {max_frames}: {first_error(exc)}")
+    spec = ProbeSpec(
+        geometry=geometry, model_dir=str(model_dir) if model_dir else None, device=device, dtype=dtype, attention=attention,
+        math_max_tokens=math_max_tokens, text_tokens=text_tokens, memory_cap_gib=memory_cap, reserve_gib=reserve, threads=threads,
+    )  # fmt: skip
+    err = console_err()
+    err.print(f"building the {model_dir or geometry} geometry with random weights on {device} ({dtype})…")
+    try:
+        with probe_process(spec) as worker:
+            ident = worker.identity
+            resident = f"{worker.resident_bytes / GIB:.2f} GiB resident" if worker.resident_bytes else "built"
+            err.print(f"{ident.device}: {ident.model}, {resident} after {worker.build_seconds:.1f} s; attention {ident.attention}")
+
+            def show_point(m) -> None:
+                style = "green" if m.outcome == "ran" else "red"
+                err.print(Text.assemble(f"  {m.width}x{m.height}x{m.frames:<5} ", (f"{m.outcome:<4}", style), f" {m.describe()}"))
+
+            points = search(worker.measure, canvases, max_frames=max_frames, start=start_frames, growth=growth, precision=precision, on_point=show_point)
+    except ProbeError as exc:
+        fail(str(exc), EXIT_DATA)
+    try:
+        profile = probed_profile(ident, points, api_max_frames=DEFAULT_API_MAX_FRAMES, resolutions=[*canvases, *DEFAULT_RESOLUTIONS], name=name)
+    except ValueError as exc:
+        why = "; ".join(e["msg"] for e in exc.errors()) if isinstance(exc, ValidationError) else str(exc)
+        fail(f"the points give no profile: {why}", EXIT_DATA)
+    budget = profile.budget()
+    bound = f", below {budget.smallest_oom_tokens:,} that ran out of memory" if budget.verified else "; UNVERIFIED: nothing ran out of memory"
+    err.print(Text(f"budget: {budget.tokens:,} tokens (largest that ran {_point(budget.largest_ran)}{bound})", style="bold"))
+    header = (
+        f"Capacity profile {profile.name}: {SOURCE_NOTE}\n"
+        f"geometry {ident.geometry} ({ident.model}), {ident.device} {ident.dtype}, attention {ident.attention};\n"
+        f"{ident.text_tokens} prompt rows; one denoising step and the decode per point (step and decode seconds, peak memory in the notes).\n"
+        + ("UNVERIFIED: no point ran out of memory, so the budget is only the largest run that fit.\n" if not budget.verified else "")
+        + "Budgets of groups of several devices are not probed."
+    )
+    text = dump_profile(profile, header=header)
+    if output is None:
+        console().out(text, end="")
+        return
+    output.write_text(text)
+    try:
+        load_profile(output)
+    except ProfileError as exc:  # what was written must be what the service loads
+        fail(f"{output} does not load back: {exc}", EXIT_DATA)
+    err.print(f"wrote {output} (use it with --capacity-profile {output})")

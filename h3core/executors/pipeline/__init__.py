@@ -4,7 +4,8 @@
 model in the same layout; `attention.py` holds the attention kernels (one per plan) and
 `kernel_probe.py` chooses one by measurement when the executor starts;
 `generate.py` runs one job in stages (synchronous, in a worker thread); `executor.py` is the
-async shell the runner drives. Everything here needs the `pipeline` extra (torch, diffusers,
+async shell the runner drives; `probe.py` measures a machine's token budget with random weights
+(`h3core capacity probe`). Everything here needs the `pipeline` extra (torch, diffusers,
 transformers).
 """
 

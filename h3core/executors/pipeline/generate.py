@@ -13,6 +13,7 @@ failure.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import logging
 import threading
@@ -89,7 +90,8 @@ class Generator:
 
         self.model = model
         self.plan = plan
-        self.limits = ModelLimits.of(model.root)
+        # The window diffusers is given (the model's facts) is the one the pre-check enforces.
+        self.limits = dataclasses.replace(ModelLimits.of(model.root), facts=model.facts)
         self.cache: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
         self.cache_size = cache_size
         self.encodes = 0  # text-encoder runs, for tests and metrics
@@ -258,6 +260,12 @@ class Generator:
             refs += [MiniMaxH3AudioReference.from_file(str(p)) for p in media.audios]
             out["references"] = refs
         return out
+
+    def remember_encoding(self, request: GenerationRequest, values: dict[str, Any]) -> None:
+        """Keep `values` (the text encoder's outputs: `prompt_embeds`, `text_token_tags`) as the
+        encoding of `request`'s prompt, so its run skips the text encoder (the capacity probe runs
+        without one, on embeddings of the right shape)."""
+        self._remember(_cache_key(request), values)
 
     def _remember(self, key: tuple, value: dict[str, Any]) -> None:
         if self.cache_size <= 0:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from typer.testing import CliRunner
 
 from h3core.adapters.store.sqlite import SQLiteEventStore
@@ -121,3 +122,67 @@ def test_fit_checks_each_built_in_profile_against_its_own_jobs(tmp_path):
     h200_part = result.output.split("profile 1xh200-bf16")[1].split("profile 4x2080ti")[0]
     assert "proposed budget: 90,000 tokens (profile now: 73,386; +16,614)" in h200_part
     assert "no job in the store ran where this profile describes" in result.output.split("profile 4x2080ti")[1]
+
+
+def test_probe_finds_a_real_out_of_memory_boundary_under_a_memory_cap(tmp_path):
+    """The tiny geometry on this CPU under a 1.5 GiB cap on the measuring process's address space
+    (RLIMIT_AS), with the MATH kernel named (`--attention math`, bounded far above): SDPA's quadratic MATH
+    kernel (allowed here up to a million tokens). 22 frames at 256x256 fit; at 600 the attention
+    matrix alone needs 1.4 GB and torch's own allocation fails in the denoising step."""
+    pytest.importorskip("diffusers")
+    from h3core.adapters.profiles import load_profile
+    from h3core.executors.pipeline.tiny import FACTS
+
+    out = tmp_path / "probed.toml"
+    args = ["capacity", "probe", "--geometry", "tiny", "--device", "cpu", "--dtype", "float32",
+            "--attention", "math", "--math-max-tokens", "1000000", "--resolution", "256x256",
+            "--start-frames", "22", "--max-frames", "600", "--growth", "30", "--precision", "1200",
+            "--text-tokens", "16", "--memory-cap", "1.5", "-o", str(out)]  # fmt: skip
+    result = cli.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    profile = load_profile(out)
+    assert profile.source == "probed with random weights"
+    assert [(p.frames, p.outcome) for p in profile.points] == [(22, "ran"), (600, "oom")]
+    assert "step " in profile.points[0].note and "decode " in profile.points[0].note
+    assert "out of memory in denoise" in profile.points[1].note and "can't allocate memory" in profile.points[1].note
+    b = profile.budget()
+    assert b.verified and b.largest_ran.frames == 22 and b.smallest_oom.frames == 600
+    assert b.largest_ran_tokens <= b.tokens < b.smallest_oom_tokens
+    (match,) = profile.match
+    assert (match.executor, match.device, match.kernel, match.model, match.group_size) == ("pipeline", "cpu", "math", FACTS["name"], 1)
+    assert "256x256x600   oom" in result.output and f"budget: {b.tokens:,} tokens" in result.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--resolution", "100x64"], "--resolution 100x64"),
+        (["--resolution", "wide"], "WIDTHxHEIGHT"),
+        (["--geometry", "huge"], "--geometry must be one of released, tiny"),
+    ],
+)
+def test_probe_refuses_bad_input_naming_it(extra, says):
+    result = cli.invoke(app, ["capacity", "probe", *extra])
+    assert result.exit_code == 2 and says in result.output, result.output
+
+
+def test_probe_that_nothing_fits_writes_no_profile_and_says_why(tmp_path, monkeypatch):
+    """A device on which nothing runs (a fake measuring process: every point out of memory)."""
+    from contextlib import contextmanager
+
+    from h3core.domain.probe import Measurement, ProbeIdentity
+    from h3core.executors.pipeline import probe
+
+    class Nothing:
+        identity = ProbeIdentity(device="cpu", dtype="float32", kernel="native", attention="native", model="m", geometry="tiny")
+        resident_bytes, build_seconds = 1, 0.1
+
+        def measure(self, width, height, frames):
+            return Measurement(width=width, height=height, frames=frames, outcome="oom", stage="denoise", error="out of memory")
+
+    monkeypatch.setattr(probe, "probe_process", contextmanager(lambda spec: iter([Nothing()])))
+    out = tmp_path / "p.toml"
+    result = cli.invoke(app, ["capacity", "probe", "--geometry", "tiny", "--resolution", "64x64", "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "64x64x22    oom" in result.output and "the points give no profile" in result.output and "at least one run" in result.output
+    assert not out.exists()

@@ -1,0 +1,61 @@
+# Sourced by the GPU scripts (gpu_check.sh, gpu_probe.sh): the environment of a machine with no
+# network, the bundled wheels' installer (`install_wheels`, into a temporary site folder) and
+# `step NAME LIMIT_S OUTFILE CMD...`, which runs CMD under `timeout` into $OUT.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+OUT=${OUT:-$ROOT/gpu-out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+PY=${PYTHON:-python3}
+WHEELS=${H3GPU_WHEELS:-$ROOT/.gpu-wheels}
+export H3GPU_WORK=${H3GPU_WORK:-${TMPDIR:-/tmp}/h3gpu}
+SITE=${H3GPU_SITE:-$H3GPU_WORK/site}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$H3GPU_WORK/triton-cache}  # not $HOME: it may not be writable
+export HF_HOME=${HF_HOME:-$H3GPU_WORK/hf}
+export OUT H3GPU_DRY=${H3GPU_DRY:-}
+SCALE=1
+[ -n "$H3GPU_DRY" ] && SCALE=${H3GPU_DRY_SCALE:-3}  # a shared CPU is slower than an H200; the limits hold there too
+SUMMARY=()
+
+ms() { echo $(( $(date +%s%N) / 1000000 )); }
+
+# step NAME LIMIT_S OUTFILE CMD...: CMD under timeout; stdout to the console and OUTFILE, stderr to the console.
+step() {
+    local name=$1 limit=$(( $2 * SCALE )) file=$3 t0 rc took flag=""
+    shift 3
+    t0=$(ms)
+    echo
+    echo "=================== $name (limit ${limit} s) $(date -u +%H:%M:%S) ==================="
+    timeout -k 5 "$limit" "$@" | tee -a "$OUT/$file"
+    rc=${PIPESTATUS[0]}
+    took=$(( $(ms) - t0 ))
+    { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && flag=" (TIMED OUT)"
+    echo "=== $name: rc $rc in $((took / 1000)).$(( (took % 1000) / 100 )) s$flag" | tee -a "$OUT/$file"
+    SUMMARY+=("$name: rc $rc, $((took / 1000)) s$flag")
+}
+
+install_wheels() {
+    echo "python: $(command -v "$PY") ($("$PY" -V 2>&1)); wheels: $WHEELS -> $SITE"
+    rm -rf "$SITE" && mkdir -p "$SITE" || return 1
+    if ! ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+        echo "no wheels in $WHEELS (bash bench/gpu_bundle.sh makes them): using what the machine has"
+        return 0
+    fi
+    PYTHONPATH= "$PY" "$ROOT/bench/gpu/wheels.py" "$WHEELS" "$H3GPU_WORK/wheels.txt" || return 1
+    mapfile -t wheels < "$H3GPU_WORK/wheels.txt"
+    [ ${#wheels[@]} -eq 0 ] && return 0
+    if "$PY" -m pip --version >/dev/null 2>&1; then
+        local pipi=("$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE")
+        if ! "${pipi[@]}" "${wheels[@]}"; then  # one bad wheel must not keep the others out
+            echo "pip refused the batch; one wheel at a time"
+            for w in "${wheels[@]}"; do "${pipi[@]}" "$w" || echo "NOT INSTALLED: $(basename "$w")"; done
+        fi
+    else  # no pip: these wheels have no .data folders, so unpacking them is installing them
+        for w in "${wheels[@]}"; do "$PY" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$w" "$SITE" || return 1; done
+    fi
+    echo "installed into $SITE: $(ls -d "$SITE"/*.dist-info 2>/dev/null | wc -l) distributions, $(du -sh "$SITE" | cut -f1)"
+}
+export -f install_wheels
+export PY WHEELS SITE ROOT
+
