@@ -49,8 +49,8 @@ def test_random_weights_have_the_shapes_and_dtypes_from_pretrained_gives(tiny):
 
 def test_a_probe_point_has_the_sequence_of_a_real_job_of_that_shape(tiny):
     from h3core.executors.pipeline.attention import Target
-    from h3core.executors.pipeline.kernel_probe import decide
     from h3core.executors.pipeline.generate import Control, Generator, Media
+    from h3core.executors.pipeline.kernel_probe import decide
     from h3core.executors.pipeline.model import load_model
 
     request = GenerationRequest(prompt="a red fox running through snow", width=64, height=64, frames=22, steps=1)
