@@ -10,6 +10,11 @@ With an address (`H3_RAY_ADDRESS`), h3core joins that cluster and places each gr
 node (a strictly packed placement group), so a group's ranks still meet on that node's loopback.
 A loopback address (a cluster on this machine) keeps the local-only switch too: without it Ray
 rewrites 127.0.0.1 to the host's routable address before connecting.
+
+`RayHost` owns that connection for an executor's whole life, on one thread of its own: Ray ties
+the head processes it starts to the thread that started them (Linux PR_SET_PDEATHSIG fires when
+that *thread* exits), so a pooled thread, which is retired when idle (anyio's after 10 s), would
+take the head down with it.
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 # Ray's core installs a C++ failure-signal handler in the process that calls ray.init; it takes
@@ -35,7 +42,11 @@ class ClusterSettings:
 
 
 def connect(settings: ClusterSettings, *, ranks: int) -> bool:
-    """Start or join Ray unless this process already has; True if this call started it."""
+    """Start or join Ray unless this process already has; True if this call started it.
+
+    A local Ray's head lives as long as the thread that calls this: call it on a thread that
+    lives as long as Ray should (`RayHost` does), never on a pooled one.
+    """
     os.environ.setdefault(NO_SIGNAL_HANDLER, "1")
     if settings.address is None or _loopback(settings.address):
         # Also for a cluster on this machine's loopback: Ray would otherwise rewrite 127.0.0.1 to
@@ -80,6 +91,44 @@ def disconnect() -> None:
     import ray
 
     ray.shutdown()
+
+
+T = TypeVar("T")
+
+
+class RayHost:
+    """Ray for one executor: started (or joined) and ended from one thread that lives until
+    `close`. Every method blocks its caller until that thread has done the work.
+    """
+
+    def __init__(self, settings: ClusterSettings, *, ranks: int) -> None:
+        self.settings = settings
+        self.ranks = ranks
+        # One worker thread, never retired while the pool is open (unlike anyio's or an idle pool's).
+        self._owner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="h3core-ray")
+        self.started = False  # whether this host's connection is its own (closed by `close`)
+
+    def _on_owner(self, fn: Callable[[], T]) -> T:
+        return self._owner.submit(fn).result()
+
+    def connect(self) -> None:
+        """Start or join Ray (a Ray this process already has is joined, and left running by `close`)."""
+        self._on_owner(self._connect)
+
+    def close(self) -> None:
+        """Shut down what this host started or joined, and end its thread."""
+        try:
+            if self.started:
+                self._on_owner(self._disconnect)
+        finally:
+            self._owner.shutdown(wait=True)
+
+    def _connect(self) -> None:
+        self.started = connect(self.settings, ranks=self.ranks) or self.started
+
+    def _disconnect(self) -> None:
+        disconnect()
+        self.started = False
 
 
 def remote_rank():

@@ -27,7 +27,7 @@ from h3core.domain.capabilities import Capabilities, GroupBudget
 from h3core.domain.events import Artifact
 from h3core.domain.topology import Topology, can_ever_fit, place
 from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Update
-from h3core.executors.distributed.cluster import ClusterSettings, connect, disconnect
+from h3core.executors.distributed.cluster import ClusterSettings, RayHost
 from h3core.executors.distributed.group import Group, GroupError, GroupHealth
 from h3core.executors.distributed.rank import Payload, RankSpec
 from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS, resolve
@@ -58,7 +58,16 @@ class DistributedSettings:
 class DistributedExecutor:
     name = "pipeline"
 
-    def __init__(self, settings: DistributedSettings, artifacts: ArtifactStore, upload_path: Callable[[str], Path]) -> None:
+    def __init__(
+        self,
+        settings: DistributedSettings,
+        artifacts: ArtifactStore,
+        upload_path: Callable[[str], Path],
+        *,
+        host: RayHost | None = None,
+    ) -> None:
+        """`host`: a Ray connection that outlives this executor (connected by its owner, who closes
+        it); by default the executor makes its own on `running()` and closes it at the end."""
         self.settings = settings
         self.artifacts = artifacts
         self._upload_path = upload_path
@@ -70,6 +79,8 @@ class DistributedExecutor:
         self.plan = resolve(s.attention, s.device, math_max_tokens=s.math_max_tokens)
         self.limits = ModelLimits.of(s.model_dir)
         self.hardware = device_name(s.device)
+        self._shared_host = host
+        self._host = host
         self.groups = [
             Group(plan, self._spec(plan.size), gpus_per_rank=1.0 if s.device == "cuda" else 0.0, grace_s=s.grace_s)
             for plan in s.topology.groups()
@@ -139,11 +150,14 @@ class DistributedExecutor:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        ranks = self.settings.topology.devices
-        started = False
+        own = self._shared_host is None
+        host = RayHost(self.settings.cluster, ranks=self.settings.topology.devices) if own else self._shared_host
+        assert host is not None
+        self._host = host
         async with anyio.create_task_group() as tg:
             try:
-                started = await anyio.to_thread.run_sync(lambda: connect(self.settings.cluster, ranks=ranks))
+                if own:  # on the host's own thread; this worker thread only waits for it
+                    await anyio.to_thread.run_sync(host.connect)
                 self._tg = tg
                 for group in self.groups:
                     self._rebuild(group)
@@ -156,10 +170,10 @@ class DistributedExecutor:
                 tg.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(self._teardown_all)
-                    if started:
-                        # Killing the actors ended every build and ping; wait for their threads to leave Ray.
-                        await anyio.to_thread.run_sync(self._wait_quiet, 60.0)
-                        await anyio.to_thread.run_sync(disconnect)
+                    # Killing the actors ended every build and ping; wait for their threads to leave Ray.
+                    await anyio.to_thread.run_sync(self._wait_quiet, 60.0)
+                    if own:
+                        await anyio.to_thread.run_sync(host.close)
 
     def _teardown_all(self) -> None:
         for group in self.groups:

@@ -1,6 +1,6 @@
 """`h3core serve --devices 2 --group-size 2` on a CPU: a real server whose pipeline runs on a
-two-rank group of Ray actors; it serves jobs, survives a rank being killed mid-job, keeps every
-socket on loopback, and leaves no process behind when stopped."""
+two-rank group of Ray actors; it serves jobs after being left idle, survives a rank being killed
+mid-job, keeps every socket on loopback, and leaves no process behind when stopped."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ psutil = pytest.importorskip("psutil")
 pytestmark = pytest.mark.timeout(400)
 
 JOB = {"prompt": "a red fox in snow", "width": 64, "height": 64, "frames": 22, "steps": 3}
+# Longer than any thread pool keeps an idle thread (anyio's: 10 s). A head started on such a
+# thread is killed when the thread is retired (Ray ties it to that thread with PR_SET_PDEATHSIG).
+IDLE_S = 15
 
 
 def tree(pid: int) -> list:
@@ -33,6 +36,25 @@ def _title(p) -> str:
         return " ".join(p.cmdline())
     except psutil.Error:
         return ""
+
+
+def head(pid: int) -> dict[str, psutil.Process]:
+    """The essential processes of the Ray head the server started (its children)."""
+    out = {}
+    for p in psutil.Process(pid).children(recursive=True):
+        try:
+            if p.name() in ("gcs_server", "raylet") and p.status() != psutil.STATUS_ZOMBIE:
+                out[p.name()] = p
+        except psutil.Error:
+            pass
+    return out
+
+
+def alive(p) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def listening(pid: int) -> set[str]:
@@ -53,7 +75,7 @@ def loopback(address: str) -> bool:
     return (mapped or ip).is_loopback
 
 
-def test_a_two_rank_group_serves_jobs_and_survives_a_rank_killed_mid_job(servers: Servers, tiny_model):
+def test_a_two_rank_group_serves_jobs_after_idling_and_survives_a_rank_killed_mid_job(servers: Servers, tiny_model):
     server = servers.make(
         {
             "H3_EXECUTOR": "pipeline",
@@ -62,6 +84,8 @@ def test_a_two_rank_group_serves_jobs_and_survives_a_rank_killed_mid_job(servers
             "H3_GROUP_SIZE": "2",
             "H3_RANK_THREADS": "1",
             "H3_GROUP_TIMEOUT": "30",
+            # Nothing touches Ray while the server idles.
+            "H3_WATCHDOG_INTERVAL": "3600",
             # Without H3_RAY_ADDRESS the service starts a Ray of its own, whatever Ray's own
             # variable (or a file left by an old `ray start`) says.
             "RAY_ADDRESS": "127.0.0.1:9",
@@ -74,9 +98,14 @@ def test_a_two_rank_group_serves_jobs_and_survives_a_rank_killed_mid_job(servers
         assert (group["size"], group["state"], group["rebuilds"]) == (2, "ready", 0)
         addresses = listening(server.proc.pid)
         assert addresses and all(loopback(a) for a in addresses), addresses
+        first_head = head(server.proc.pid)
+        assert set(first_head) == {"gcs_server", "raylet"}, first_head
 
+        # Idle: no request, no ping (the stimulus itself, not a wait for something).
+        time.sleep(IDLE_S)
         first = api.post("/v1/jobs", json=JOB).json()
-        assert wait_job(api, first["id"], timeout=120)["status"] == "done"
+        assert wait_job(api, first["id"], timeout=120)["status"] == "done", server.log()
+        assert all(alive(p) for p in first_head.values()), "the Ray head died while the server was idle"
         running = next(e for e in api.get(f"/v1/jobs/{first['id']}/events").json() if e["body"]["type"] == "running")
         assert running["body"]["info"]["groups"] == "2" and running["body"]["info"]["parallel"] == "fsdp+ulysses"
 
