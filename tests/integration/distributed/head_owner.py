@@ -42,7 +42,7 @@ def main(mode: str) -> None:
         return os.getpid()
 
     answered = ray.get(pid.remote(), timeout=120) > 0
-    out = {"answered": answered, "gcs_alive": alive(gcs)}
+    out = {"answered": answered, "gcs_alive": alive(gcs), "lost": host.lost()}
     host.close()
     out["gcs_alive_after_close"] = alive(gcs)
     print(json.dumps(out), flush=True)
