@@ -34,7 +34,8 @@ class _StoreCollector:
 
 
 class _GroupCollector:
-    """Device groups (an executor with `health()`): whether each is up, and how often it was rebuilt."""
+    """Device groups (an executor with `health()` and `head()`): whether each is up, and how often
+    it was rebuilt; whether the Ray head they run on is up, and how often it was lost."""
 
     def __init__(self, executor) -> None:
         self.executor = executor
@@ -52,6 +53,9 @@ class _GroupCollector:
         yield up
         yield state
         yield rebuilds
+        head = self.executor.head()
+        yield GaugeMetricFamily("h3core_ray_head_up", "1 while the Ray head of the device groups answers.", value=1 if head.state == "up" else 0)
+        yield CounterMetricFamily("h3core_ray_head_losses", "Times the Ray head was lost (and Ray restarted or rejoined).", value=head.losses)
 
 
 class _AttentionCollector:

@@ -6,11 +6,16 @@ the smallest idle group whose token budget fits it (`domain.topology.place`) and
 that group's ranks at once; rank 0's steps stream to the runner. A group whose rank fails or
 dies is torn down at once and rebuilt before its next job; a watchdog pings idle groups and
 rebuilds any that stopped answering.
+
+Ray itself is watched too (`RayHost.lost`, every `head_check_s`): when its head is lost, the
+executor is not ready (saying why), running jobs fail `executor_lost` within a poll, and once no
+thread is inside Ray any more it starts (or joins) Ray again and rebuilds every group.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -27,7 +32,7 @@ from h3core.domain.capabilities import Capabilities, GroupBudget
 from h3core.domain.events import Artifact
 from h3core.domain.topology import Topology, can_ever_fit, place
 from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Update
-from h3core.executors.distributed.cluster import ClusterSettings, connect, disconnect
+from h3core.executors.distributed.cluster import ClusterSettings, HeadHealth, RayHost
 from h3core.executors.distributed.group import Group, GroupError, GroupHealth
 from h3core.executors.distributed.rank import Payload, RankSpec
 from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS, ProbeRow
@@ -36,6 +41,12 @@ from h3core.executors.pipeline.generate import Control
 from h3core.executors.pipeline.kernel_probe import DEFAULT_TOLERANCE, at_start
 from h3core.executors.pipeline.limits import ModelLimits, kernel_limit
 from h3core.executors.pipeline.model import device_name
+
+log = logging.getLogger("h3core.executors.distributed")
+# After the head is lost, how long to wait for threads to leave Ray before restarting it anyway.
+# Each returns within a poll, or within Ray's own timeout on a call to the GCS (60 s).
+QUIET_S = 90.0
+RECONNECT_BACKOFF_S = (1.0, 30.0)  # first and longest wait between tries to reach Ray again
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,7 @@ class DistributedSettings:
     prompt_cache: int = 32
     timeout_s: float = 120.0  # bound on every collective, so a rank never waits forever for a partner
     watchdog_s: float = 10.0  # how often idle groups are pinged (and dead ones rebuilt)
+    head_check_s: float = 1.0  # how often the Ray head is probed
     grace_s: float = 2.0  # after a rank fails, how long to wait for the others' reports (root cause)
     rank_threads: int | None = None  # torch threads per rank on a CPU
     placement: Mapping[str, str] = field(default_factory=dict)  # "text_encoder" / "vae" -> "cpu" or "cuda"
@@ -61,7 +73,16 @@ class DistributedSettings:
 class DistributedExecutor:
     name = "pipeline"
 
-    def __init__(self, settings: DistributedSettings, artifacts: ArtifactStore, upload_path: Callable[[str], Path]) -> None:
+    def __init__(
+        self,
+        settings: DistributedSettings,
+        artifacts: ArtifactStore,
+        upload_path: Callable[[str], Path],
+        *,
+        host: RayHost | None = None,
+    ) -> None:
+        """`host`: a Ray connection that outlives this executor (connected by its owner, who closes
+        it); by default the executor makes its own on `running()` and closes it at the end."""
         self.settings = settings
         self.artifacts = artifacts
         self._upload_path = upload_path
@@ -79,8 +100,12 @@ class DistributedExecutor:
         self.plan = self.attention.plan
         self.limits = ModelLimits.of(s.model_dir)
         self.hardware = device_name(s.device)
+        self._shared_host = host
+        self._host = host
         self.groups = [
-            Group(plan, self._spec(plan.size), gpus_per_rank=1.0 if s.device == "cuda" else 0.0, grace_s=s.grace_s)
+            Group(
+                plan, self._spec(plan.size), gpus_per_rank=1.0 if s.device == "cuda" else 0.0, grace_s=s.grace_s, lost=self._outage
+            )
             for plan in s.topology.groups()
         ]
         self._claimed: set[int] = set()  # groups running a job or being checked
@@ -91,6 +116,7 @@ class DistributedExecutor:
         # Threads inside a Ray call (builds and pings are abandoned on shutdown); Ray is shut down only once none is.
         self._inflight = 0
         self._quiet = threading.Condition()
+        self._generation = 0  # heads connected since the first: a build begun on an older one is repeated
 
     def _spec(self, size: int) -> RankSpec:
         s = self.settings
@@ -115,6 +141,14 @@ class DistributedExecutor:
         """A snapshot of every group's health."""
         return [replace(g.health, ranks=[dict(r) for r in g.health.ranks]) for g in self.groups]
 
+    def head(self) -> HeadHealth:
+        """A snapshot of the Ray head's health (state, losses, reconnects, why it was last lost)."""
+        return replace(self._host.health) if self._host is not None else HeadHealth()
+
+    def _outage(self) -> str | None:
+        host = self._host
+        return host.outage if host is not None else None
+
     def capabilities(self) -> Capabilities:
         s = self.settings
         groups = tuple(
@@ -130,6 +164,8 @@ class DistributedExecutor:
         )
 
     def _not_ready(self) -> str | None:
+        if (outage := self._outage()) is not None:
+            return f"{outage}; reconnecting"
         if self._tg is not None and any(g.health.state in ("ready", "busy") for g in self.groups):
             return None
         if self._tg is None:
@@ -153,15 +189,19 @@ class DistributedExecutor:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        ranks = self.settings.topology.devices
-        started = False
+        own = self._shared_host is None
+        host = RayHost(self.settings.cluster, ranks=self.settings.topology.devices) if own else self._shared_host
+        assert host is not None
+        self._host = host
         async with anyio.create_task_group() as tg:
             try:
-                started = await anyio.to_thread.run_sync(lambda: connect(self.settings.cluster, ranks=ranks))
+                if own:  # on the host's own thread; this worker thread only waits for it
+                    await anyio.to_thread.run_sync(host.connect)
                 self._tg = tg
                 for group in self.groups:
                     self._rebuild(group)
                 tg.start_soon(self._watchdog)
+                tg.start_soon(self._watch_head, host)
                 yield
             finally:
                 self._tg = None
@@ -170,10 +210,10 @@ class DistributedExecutor:
                 tg.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(self._teardown_all)
-                    if started:
-                        # Killing the actors ended every build and ping; wait for their threads to leave Ray.
-                        await anyio.to_thread.run_sync(self._wait_quiet, 60.0)
-                        await anyio.to_thread.run_sync(disconnect)
+                    # Killing the actors ended every build and ping; wait for their threads to leave Ray.
+                    await anyio.to_thread.run_sync(self._wait_quiet, 60.0)
+                    if own:
+                        await anyio.to_thread.run_sync(host.close)
 
     def _teardown_all(self) -> None:
         for group in self.groups:
@@ -190,17 +230,18 @@ class DistributedExecutor:
                 self._inflight -= 1
                 self._quiet.notify_all()
 
-    def _wait_quiet(self, timeout_s: float) -> None:
+    def _wait_quiet(self, timeout_s: float) -> bool:
         with self._quiet:
-            self._quiet.wait_for(lambda: self._inflight == 0, timeout_s)
+            return self._quiet.wait_for(lambda: self._inflight == 0, timeout_s)
 
     def _rebuild(self, group: Group) -> None:
-        if self._tg is None or group.plan.index in self._building:
+        if self._tg is None or self._outage() is not None or group.plan.index in self._building:
             return
         self._building.add(group.plan.index)
         self._tg.start_soon(self._build, group)
 
     async def _build(self, group: Group) -> None:
+        generation = self._generation
         try:
             # Abandoned on shutdown (loading real weights takes minutes); the actors are killed by the teardown.
             await anyio.to_thread.run_sync(self._tracked, group.build, abandon_on_cancel=True)
@@ -208,11 +249,50 @@ class DistributedExecutor:
             pass  # recorded in group.health; the watchdog tries again
         finally:
             self._building.discard(group.plan.index)
+            if generation != self._generation:
+                self._rebuild(group)  # begun on a head since lost: build it on this one
             self._notify()
+
+    async def _watch_head(self, host: RayHost) -> None:
+        while True:
+            await anyio.sleep(self.settings.head_check_s)
+            why = await anyio.to_thread.run_sync(host.lost, abandon_on_cancel=True)
+            if why is not None:
+                await self._recover(host, f"Ray head lost: {why}")
+
+    async def _recover(self, host: RayHost, reason: str) -> None:
+        """Fail what runs on the lost head, start or join Ray again, and rebuild every group."""
+        log.warning("%s; failing the jobs on it and reconnecting", reason)
+        host.begin_outage(reason)  # from here every wait on Ray in a group gives up within a poll
+        for group in self.groups:
+            group.forget(reason)
+        self._notify()
+        # Restarting Ray under a thread still inside it would strand that thread (or worse).
+        if not await anyio.to_thread.run_sync(self._wait_quiet, QUIET_S, abandon_on_cancel=True):
+            log.warning("threads still inside Ray %g s after the head was lost; reconnecting anyway", QUIET_S)
+        for group in self.groups:
+            group.forget(reason)  # again: a build may have finished meanwhile
+        delay, longest = RECONNECT_BACKOFF_S
+        while True:
+            try:
+                await anyio.to_thread.run_sync(host.reconnect, abandon_on_cancel=True)
+                break
+            except Exception as exc:  # noqa: BLE001 - the head may take a while to come back: try again
+                host.health.last_error = f"{reason}; reconnecting failed ({type(exc).__name__}: {exc}), next try in {delay:g} s"[:1000]
+                log.warning("%s", host.health.last_error)
+                await anyio.sleep(delay)
+                delay = min(2 * delay, longest)
+        log.warning("Ray reconnected (%s); rebuilding every group", host.health.address)
+        self._generation += 1
+        for group in self.groups:
+            self._rebuild(group)
+        self._notify()
 
     async def _watchdog(self) -> None:
         while True:
             await anyio.sleep(self.settings.watchdog_s)
+            if self._outage() is not None:
+                continue  # the head's watcher rebuilds every group once it is back
             for group in self.groups:
                 index = group.plan.index
                 if index in self._claimed or index in self._building:

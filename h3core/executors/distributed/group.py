@@ -9,11 +9,16 @@ once and builds a new group before the group's next job. The failure the job rec
 root cause, chosen from what the ranks reported within a short grace: a rank that died
 (`executor_lost`) before one that ran out of memory (`oom`) before the errors that the others
 raised only because their partner was gone.
+
+When the Ray head itself is lost (`lost()` says why), every wait here gives up within a poll:
+a running job fails `executor_lost` at once, and the group forgets its actors without asking
+the dead head to remove them (the head's end took them with it).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +34,10 @@ _PRIORITY = {"executor_lost": 0, "oom": 1, "invalid": 2}
 
 class GroupError(Exception):
     """The group could not be built (the message names the rank and the reason)."""
+
+
+class HeadLost(Exception):
+    """The Ray head was lost while the group waited on it (the message says how)."""
 
 
 @dataclass
@@ -53,6 +62,7 @@ class Group:
         build_timeout_s: float = 600.0,
         grace_s: float = 2.0,
         poll_s: float = 0.05,
+        lost: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.plan = plan
         self.spec = spec
@@ -60,6 +70,7 @@ class Group:
         self.build_timeout_s = build_timeout_s
         self.grace_s = grace_s
         self.poll_s = poll_s
+        self.lost = lost  # why the Ray head is lost, or None
         self.actors: list[Any] = []
         self.placement = None
         self.health = GroupHealth(index=plan.index, size=plan.size)
@@ -72,7 +83,6 @@ class Group:
 
     def build(self) -> None:
         """Start one actor per rank on one node, join them into a process group, load the model."""
-        import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -87,7 +97,7 @@ class Group:
         bundle = {"CPU": 1.0, **({"GPU": self.gpus_per_rank} if self.gpus_per_rank else {})}
         try:
             self.placement = placement_group([bundle] * size, strategy="STRICT_PACK", name=f"h3core-{self.name}")
-            ray.get(self.placement.ready(), timeout=self.build_timeout_s)
+            self._get(self.placement.ready())
             remote = remote_rank()
             self.actors = [
                 remote.options(
@@ -98,8 +108,8 @@ class Group:
                 ).remote(rank, size, self.spec)
                 for rank in range(size)
             ]
-            rendezvous = ray.get(self.actors[0].rendezvous.remote(), timeout=self.build_timeout_s)
-            h.ranks = ray.get([a.setup.remote(rendezvous) for a in self.actors], timeout=self.build_timeout_s)
+            rendezvous = self._get(self.actors[0].rendezvous.remote())
+            h.ranks = self._get([a.setup.remote(rendezvous) for a in self.actors])
         except Exception as exc:  # noqa: BLE001 - Ray's errors, a rank's load error: the group is not usable
             self.teardown()
             h.state = "dead"
@@ -108,9 +118,28 @@ class Group:
         h.build_seconds = time.perf_counter() - t0
         h.state = "ready"
 
+    def _get(self, refs: Any) -> Any:
+        """`ray.get` within the build timeout, given up as soon as the head is lost."""
+        import ray
+
+        deadline = time.monotonic() + self.build_timeout_s
+        waiting = refs if isinstance(refs, list) else [refs]
+        while True:
+            if (why := self.lost()) is not None:
+                raise HeadLost(why)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return ray.get(refs, timeout=0)  # raises GetTimeoutError unless all are ready
+            _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=min(left, 0.25))
+            if not waiting:
+                return ray.get(refs)
+
     def teardown(self) -> None:
         """Kill every rank at once (none is left waiting in a collective) and free the placement."""
         if not self.actors and self.placement is None:
+            return
+        if (why := self.lost()) is not None:
+            self.forget(why)
             return
         import ray
         from ray.util.placement_group import remove_placement_group
@@ -129,6 +158,13 @@ class Group:
             self.placement = None
         self.health.state = "dead"
 
+    def forget(self, reason: str) -> None:
+        """The head is lost: drop the handles without asking it anything (its end took the ranks)."""
+        self.actors = []
+        self.placement = None
+        self.health.state = "dead"
+        self.health.last_error = reason
+
     def ping(self, timeout_s: float = 10.0) -> str | None:
         """None when every rank answers; otherwise what is wrong (and the group is torn down)."""
         import ray
@@ -138,6 +174,8 @@ class Group:
         refs = [a.ping.remote() for a in self.actors]
         for rank, ref in enumerate(refs):
             try:
+                if (why := self.lost()) is not None:
+                    raise HeadLost(why)
                 ray.get(ref, timeout=timeout_s)
             except Exception as exc:  # noqa: BLE001 - dead or unresponsive: either way not usable
                 reason = f"rank {rank} of {self.name} did not answer a ping: {_describe(exc)}"
@@ -152,8 +190,12 @@ class Group:
         """Run `payload` on every rank; rank 0's result, None when stopped; raises `ExecutorFailure`."""
         import ray
 
-        self.health.state = "busy"
+        if (why := self.lost()) is not None:
+            raise self._head_lost(why)
         actors = list(self.actors)
+        if not actors:
+            raise ExecutorFailure("executor_lost", f"{self.name} has no ranks")
+        self.health.state = "busy"
         refs = {a.run.remote(payload): rank for rank, a in enumerate(actors)}
         results: dict[int, Any] = {}
         failures: list[tuple[int, ExecutorFailure]] = []
@@ -161,6 +203,8 @@ class Group:
         stop_deadline: float | None = None
         try:
             while refs:
+                if (why := self.lost()) is not None:
+                    raise self._head_lost(why)
                 ready, _ = ray.wait(list(refs), num_returns=1, timeout=self.poll_s)
                 self._relay(actors[0], control)
                 for ref in ready:
@@ -193,6 +237,10 @@ class Group:
         finally:
             if self.health.state == "busy":
                 self.health.state = "ready"
+
+    def _head_lost(self, why: str) -> ExecutorFailure:
+        self.forget(why)
+        return ExecutorFailure("executor_lost", f"{self.name}: {why}; its ranks went with it")
 
     def _relay(self, rank0, control: Control) -> None:
         import ray

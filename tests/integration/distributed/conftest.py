@@ -1,6 +1,8 @@
 """Groups of real Ray actors on a CPU (gloo, Ray on loopback) serving the tiny model.
 
-One local Ray for the session; each test builds its own groups (about 8 s for two ranks here).
+One local Ray for the package, owned by a `RayHost` that every executor shares (a test that
+loses the head leaves a new one behind); each test builds its own groups (about 8 s for two
+ranks here).
 Faults are injected inside a rank through Ray's `__ray_call__`, with functions from `faults`,
 which is pickled by value so the actors need not import the tests.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 import anyio
@@ -24,26 +27,27 @@ from h3core import LocalArtifactStore, RetryPolicy, Runner, RunnerConfig, SQLite
 from h3core.adapters.uploads import LocalUploadStore  # noqa: E402
 from h3core.domain.request import GenerationRequest  # noqa: E402
 from h3core.domain.topology import Topology  # noqa: E402
-from h3core.executors.distributed.cluster import ClusterSettings, connect, disconnect  # noqa: E402
+from h3core.executors.distributed.cluster import ClusterSettings, RayHost  # noqa: E402
 from h3core.executors.distributed.executor import DistributedExecutor, DistributedSettings  # noqa: E402
 from tests.integration.distributed import faults  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(faults)
 
 
-# Package scope: this Ray is gone before the service tests start Ray clusters of their own.
-# A server's Ray has died (GCS and raylet at once, no log) while another cluster ran beside it:
-# three times, never with one cluster alone.
+# Package scope: this Ray is gone before the service tests start Ray of their own.
 @pytest.fixture(scope="package")
-def local_ray():
-    started = connect(ClusterSettings(cpus=4), ranks=4)
-    yield
-    if started:
-        disconnect()
+def ray_host():
+    host = RayHost(ClusterSettings(cpus=4), ranks=4)
+    # Asked from a thread that ends at once, as a pooled thread does when retired: the head must
+    # live on (on the host's own thread) for every test here.
+    with ThreadPoolExecutor(max_workers=1) as asker:
+        asker.submit(host.connect).result()
+    yield host
+    host.close()
 
 
 @pytest.fixture
-def make_runner(tmp_path, tiny_model, local_ray):
+def make_runner(tmp_path, tiny_model, ray_host):
     uploads = LocalUploadStore(tmp_path / "uploads")
 
     @asynccontextmanager
@@ -54,6 +58,7 @@ def make_runner(tmp_path, tiny_model, local_ray):
             DistributedSettings(model_dir=tiny_model, topology=topology, rank_threads=1, **settings),
             LocalArtifactStore(tmp_path / "artifacts"),
             lambda upload_id: uploads.path(uploads.get(upload_id)),
+            host=ray_host,
         )
         store = SQLiteEventStore(tmp_path / "h3.db", durable=False)
         config = RunnerConfig(

@@ -30,7 +30,7 @@ def reference(tiny_model):
 
 
 @pytest.mark.parametrize("parallel", ["fsdp", "ulysses", "fsdp+ulysses"])
-def test_two_ranks_give_the_one_rank_video(tiny_model, local_ray, reference, parallel):
+def test_two_ranks_give_the_one_rank_video(tiny_model, ray_host, reference, parallel):
     expected, full_bytes = reference
     spec = RankSpec(model_dir=str(tiny_model), fsdp="fsdp" in parallel, ulysses="ulysses" in parallel, threads=1, timeout_s=30)
     group = Group(GroupPlan(index=0, devices=(0, 1)), spec)
