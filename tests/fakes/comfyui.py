@@ -1,6 +1,6 @@
 """A protocol-faithful fake ComfyUI server (aiohttp, like ComfyUI itself), for tests of a ComfyUI client.
 
-It reproduces what `../shared/comfyui-protocol/PROTOCOL.md` records of ComfyUI 0.3.64: the same
+It reproduces what `tests/fakes/comfyui_protocol/PROTOCOL.md` records of ComfyUI 0.3.64: the same
 routes (also under `/api`), the same JSON shapes and status codes, prompt validation against a node
 registry (`comfyui_nodes.py`), one worker that runs prompts one at a time in `number` order, the
 websocket message sequences (who gets what, in which order), node output caching across prompts,
