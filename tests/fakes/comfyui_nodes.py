@@ -94,6 +94,29 @@ STOCK_NODES: dict[str, dict[str, Any]] = {
         "category": "image",
         "output_node": False,
     },
+    "ImageBlur": {
+        "input": {
+            "required": {
+                "image": ["IMAGE", {}],
+                "blur_radius": ["INT", {"default": 1, "min": 1, "max": 31, "step": 1}],
+                "sigma": ["FLOAT", {"default": 1.0, "min": 0.1, "max": 10.0, "step": 0.1}],
+            }
+        },
+        "input_order": {"required": ["image", "blur_radius", "sigma"]},
+        "output": ["IMAGE"],
+        "output_is_list": [False],
+        "output_name": ["IMAGE"],
+        "output_tooltips": [None],
+        "name": "ImageBlur",
+        "display_name": None,
+        "description": "",
+        "python_module": "comfy_extras.nodes_post_processing",
+        "category": "image/postprocessing",
+        "output_node": False,
+        "deprecated": False,
+        "experimental": False,
+        "api_node": False,
+    },
     "ImageScale": {
         "input": {
             "required": {

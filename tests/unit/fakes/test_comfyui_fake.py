@@ -498,7 +498,7 @@ async def test_all_six_builtin_templates_are_accepted_and_write_a_real_mp4(comfy
 
     add_media(comfy)
     comfy.step_seconds = 0.0
-    names = sorted(p.stem for p in WORKFLOWS.glob("*.json"))
+    names = sorted(p.stem for p in WORKFLOWS.glob("minimax-h3-*.json"))
     assert len(names) == 6
     for name in names:
         prompt_id = await submit(http, template(name, steps=3), "tpl")
@@ -514,6 +514,19 @@ async def test_all_six_builtin_templates_are_accepted_and_write_a_real_mp4(comfy
     assert [p.name for p in files] == [f"MiniMax_H3_{i:05}_.mp4" for i in range(1, 7)]  # the counter goes up
     with av.open(str(files[0])) as container:
         assert container.streams.video[0].frames == 124 and len(container.streams.audio) == 1
+
+
+async def test_the_model_free_template_runs_and_writes_the_frames_it_was_given(comfy, http):
+    import av
+
+    graph = json.loads((WORKFLOWS / "core-nodes-t2va.json").read_text())["graph"]
+    graph["1"]["inputs"]["batch_size"] = 37
+    entry = await wait_history(comfy, await submit(http, graph, "core"), timeout=20)
+    assert entry["status"]["status_str"] == "success", entry["status"]
+    ref = entry["outputs"]["7"]["images"][0]
+    assert ref["subfolder"] == "h3core" and ref["filename"].endswith(".mp4")
+    with av.open(str(comfy.root / "output" / "h3core" / ref["filename"])) as container:
+        assert container.streams.video[0].frames == 37
 
 
 async def test_a_missing_input_file_is_a_custom_validation_error(comfy, http):
