@@ -32,6 +32,7 @@ from h3core.domain.events import (
     Event,
     Failed,
     Progress,
+    Resumed,
     Running,
     Submitted,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "Refuse",
     "Refused",
     "Result",
+    "Resumed",
     "RetryPolicy",
     "Runner",
     "RunnerConfig",

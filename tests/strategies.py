@@ -13,6 +13,7 @@ from h3core.domain.events import (
     Done,
     Failed,
     Progress,
+    Resumed,
     Running,
     Submitted,
 )
@@ -51,8 +52,16 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
     step = state.step if state and state.step is not None else 0
     total = state.total if state and state.total is not None else 5
     running = st.builds(
-        Running, attempt=st.sampled_from([attempt + 1, attempt + 1, max(attempt, 1), attempt + 2]), executor=st.just("x")
+        Running,
+        attempt=st.sampled_from([attempt + 1, attempt + 1, max(attempt, 1), attempt + 2]),
+        executor=st.just("x"),
+        executor_ref=st.sampled_from([None, f"ref-{attempt + 1}"]),
     )
+    ref = state.executor_ref if state and state.executor_ref else "ref-0"
+    resumed = st.builds(
+        Resumed, attempt=st.sampled_from([max(attempt, 1), max(attempt, 1), attempt + 1]),
+        executor_ref=st.sampled_from([ref, ref, "another"]), after_s=st.floats(0, 1e6),
+    )  # fmt: skip
     progress = st.builds(
         Progress, step=st.sampled_from([step + 1, step + 1, step, step + 3]), total=st.sampled_from([total, total, total + 1])
     )
@@ -63,8 +72,9 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
     failed = st.builds(Failed, kind=kinds, message=st.just("m"))
     done = st.builds(Done, artifact=st.just(artifact()))
     anything = st.one_of(
-        submissions, st.builds(Admitted), running, progress, done, attempt_failed, failed, st.builds(CancelRequested), st.builds(Cancelled)
-    )
+        submissions, st.builds(Admitted), running, resumed, progress, done, attempt_failed, failed, st.builds(CancelRequested),
+        st.builds(Cancelled),
+    )  # fmt: skip
     if state is None:
         likely = [submissions] * 8
     elif state.status == "submitted":
@@ -72,7 +82,7 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
     elif state.status == "queued":
         likely = [running] * 7 + [st.builds(Cancelled)]
     else:  # running, or already ended (where everything is illegal anyway)
-        likely = [progress] * 6 + [done, attempt_failed, attempt_failed, failed, st.builds(CancelRequested)]
+        likely = [progress] * 6 + [resumed, done, attempt_failed, attempt_failed, failed, st.builds(CancelRequested)]
         if state.cancel_requested:
             likely.append(st.builds(Cancelled))
     # sampled_from, not one_of: one_of collapses repeated strategies and would lose the weights.
