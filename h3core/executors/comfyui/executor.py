@@ -133,6 +133,11 @@ class ComfyUIExecutor:
         template = self._template(job)
         if self._info is not None and (missing := template.missing_on(self._info)):
             raise ExecutorFailure("invalid", f"ComfyUI at {self.settings.url} cannot run {template.name}: {'; '.join(missing)}")
+        # The one window admission applies is what all the graphs in service take (their nodes'
+        # ranges together): a job outside it is refused here too, whichever mode it is.
+        window = self.capabilities().window
+        if window is not None and not window.admits(job.request.frames):
+            raise ExecutorFailure("invalid", f"frames: {job.request.frames} is outside {window.describe()}")
         placeholders = {upload_id: f"h3-{upload_id}" for ids in media_of(job.request).values() for upload_id in ids}
         try:
             template.build(job.request, placeholders)

@@ -155,7 +155,7 @@ async def test_cancel_of_a_running_prompt_interrupts_that_prompt_only(make_runne
         state = await ended(runner, job.job_id)
     assert state.status == "cancelled"
     interrupts = [body for method, path, body in comfy.received if path == "/interrupt"]
-    assert interrupts == [{"prompt_id": ref}], "never the global interrupt"
+    assert interrupts and all(i == {"prompt_id": ref} for i in interrupts), "that prompt only: never the global interrupt"
     assert comfy.history[ref]["status"]["messages"][-1][0] == "execution_interrupted"
     steps_after = [e for e in runner.store.events(job.job_id) if e.type == "progress" and e.seq > next(x.seq for x in runner.store.events(job.job_id) if x.type == "cancel_requested")]
     assert len(steps_after) <= 2
