@@ -33,6 +33,7 @@ from h3core.domain.events import (
     Failed,
     Progress,
     Recovered,
+    Resumed,
     Running,
     Submitted,
 )
@@ -110,6 +111,7 @@ __all__ = [
     "Refuse",
     "Refused",
     "Result",
+    "Resumed",
     "RetryPolicy",
     "Runner",
     "RunnerConfig",

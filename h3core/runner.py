@@ -5,6 +5,12 @@ written whatever happens: the executor returns, raises, returns without a result
 timeout), overruns its deadline, is cancelled, or the runner itself is cancelled (field notes
 §2.1: cancellation is a `BaseException`, so it is never caught as an error here). Terminal
 writes happen in shielded scopes; executors never write events.
+
+One exception, by design: when the runner is stopped while an attempt of a `Resumable` executor
+runs and that executor detaches it (its work goes on outside h3core, a ComfyUI prompt), nothing
+is written and the attempt stays `running` in the log; the next start re-attaches to it
+(`Resumed`) and the guarantee resumes there: it ends as above, or `executor_lost` if the work is
+gone. A stop or a crash leaves nothing that no start will end.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from h3core.domain.events import (
     Done,
     Failed,
     Progress,
+    Resumed,
     Running,
     Submitted,
 )
@@ -113,6 +120,8 @@ class _Attempt:
     driver_done: bool = False
     ended: bool = False  # the terminal (or retry) event is written
     resume: bool = False  # re-attached after a restart: follow, do not start
+    stopping: bool = False  # h3core is stopping while the attempt runs
+    detached: bool = False  # ...and the executor leaves its work running for the next start
     reported: list[Queued] = field(default_factory=list)  # progress handed to the writer, oldest first
 
     def wake(self) -> None:
@@ -263,7 +272,7 @@ class Runner:
                 await writing.start(self._write_shielded)
                 try:
                     resumable = await self._recover()
-                    slots = anyio.Semaphore(self.config.slots)
+                    slots = anyio.Semaphore(self.slot_count())
                     async with anyio.create_task_group() as tg:
                         for state in resumable:  # re-attach first: their work is already running
                             await slots.acquire()
@@ -282,6 +291,12 @@ class Runner:
                     self.writer.close()  # every job task has ended: drain what they wrote, stop
         finally:
             self._accepting = False
+
+    def slot_count(self) -> int:
+        """Attempts run at once: the configured slots, or fewer where the executor bounds its own
+        concurrency (ComfyUI's prompts): the jobs beyond it wait queued here, in h3core's order."""
+        most = self.executor.capabilities().concurrency
+        return self.config.slots if most is None else min(self.config.slots, most)
 
     async def admit_only(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Accept submits and cancels, group-committed as `run` does, and run no job: for a
@@ -310,10 +325,12 @@ class Runner:
         )
 
     async def _recover(self) -> list[JobState]:
-        """End what a dead process left running (or return it, where the executor re-attaches)."""
+        """End what a dead or stopped process left running, or return it, marked `Resumed`, where
+        the executor re-attaches to its work."""
         # Load fully, then write (field notes §2.3): the list is materialised before any append.
         unfinished = await self._call(self.store.unfinished)
         resumable = []
+        now = datetime.now(UTC)
         for state in unfinished:
             verdict = None
             if state.status == "running" and self.artifacts is not None:
@@ -322,7 +339,10 @@ class Runner:
             if isinstance(verdict, Adopt):  # finished before the crash: its Done, not a rerun
                 await self._append(state.job_id, adoption(state, verdict), expected_seq=state.last_seq)
             elif state.status == "running" and self._can_resume(state):
-                resumable.append(state)
+                assert state.executor_ref is not None
+                away = max(0.0, (now - state.updated_at).total_seconds())
+                resumed = Resumed(attempt=state.attempt, executor_ref=state.executor_ref, after_s=round(away, 3))
+                resumable.append(await self._append(state.job_id, [resumed], expected_seq=state.last_seq))
             elif state.status == "running":
                 message = f"h3core stopped while attempt {state.attempt} was running"
                 if isinstance(verdict, Discard):
@@ -451,7 +471,9 @@ class Runner:
         interrupted = False
         try:
             async with anyio.create_task_group() as tg:
-                driver = anyio.CancelScope()
+                # Shielded: a stop of the runner reaches the executor only through `_watch`, which
+                # first asks a resumable executor whether to leave the work running.
+                driver = anyio.CancelScope(shield=True)
                 tg.start_soon(self._drive, a, driver)
                 await self._watch(a, driver, tg)
         except anyio.get_cancelled_exc_class():
@@ -521,7 +543,25 @@ class Runner:
                 a.state = outcome[0]
 
     async def _watch(self, a: _Attempt, driver: anyio.CancelScope, tg: anyio.abc.TaskGroup) -> None:
-        """Stop the driver on cancel, stall or deadline; end the job if it will not stop."""
+        """Stop the driver on cancel, stall, deadline or a stop of the runner; end the job if it will not stop."""
+        try:
+            await self._watch_attempt(a, driver)
+        except anyio.get_cancelled_exc_class():
+            self._stop_for_shutdown(a, driver)
+            raise
+
+    def _stop_for_shutdown(self, a: _Attempt, driver: anyio.CancelScope) -> None:
+        """h3core stops while the attempt runs: a resumable executor may leave its work running
+        for the next start (nothing is written then), else it is stopped and recorded interrupted.
+        An attempt already being stopped (a cancel, a stall) is stopped as it was."""
+        a.stopping = True
+        if not driver.cancel_called and not a.cancel and not a.driver_done and self._can_resume(a.state):
+            assert isinstance(self.executor, Resumable) and a.state.executor_ref is not None
+            spec = JobSpec(a.state.job_id, a.state.attempt, a.state.request, a.state.tokens, last_step=a.state.step or 0)
+            a.detached = self.executor.detach(spec, a.state.executor_ref)
+        driver.cancel()
+
+    async def _watch_attempt(self, a: _Attempt, driver: anyio.CancelScope) -> None:
         cfg = self.config
         deadline = anyio.current_time() + (cfg.attempt_deadline_s or math.inf)
         while not a.driver_done:
@@ -545,21 +585,35 @@ class Runner:
             # The executor ignores cancellation: the job ends anyway; its cleanup runs on.
             await self._end(a, grace_expired=True)
 
-    def _outcome(self, a: _Attempt, *, interrupted: bool, grace_expired: bool) -> Body:
+    def _outcome(self, a: _Attempt, *, interrupted: bool, grace_expired: bool) -> Body | None:
+        """The event that ends the attempt; None for one detached at a stop (resumed at the next start)."""
         state = a.state
-        late = f"; the executor did not stop within {self.config.cancel_grace_s:g}s" if grace_expired else ""
         if a.result is not None and not grace_expired:
             return Done(artifact=a.result.artifact, tokens=state.tokens)
+        if a.detached:
+            return None  # a cancel requested meanwhile is in the log: the resumed attempt honours it
+        why = None  # why the runner stopped the attempt, if it did
         if a.cancel:
-            return Cancelled(reason="cancelled by request" + late)
-        if a.stop_reason == "stalled":
-            msg = f"no progress for {self.config.stall_timeout_s:g}s (last step {state.step}/{state.total})"
-            return self._failure(state, "stalled", msg + late, None)
-        if a.stop_reason == "deadline":
-            msg = f"attempt {state.attempt} ran past its {self.config.attempt_deadline_s:g}s deadline"
-            return self._failure(state, "deadline", msg + late, None)
-        if interrupted:
-            return self._failure(state, "interrupted", "h3core was stopped while the job ran", None)
+            why = "cancelled by request"
+        elif a.stop_reason == "stalled":
+            why = f"no progress for {self.config.stall_timeout_s:g}s (last step {state.step}/{state.total})"
+        elif a.stop_reason == "deadline":
+            why = f"attempt {state.attempt} ran past its {self.config.attempt_deadline_s:g}s deadline"
+        elif interrupted or a.stopping:
+            why = "h3core was stopped while the job ran"
+        if why is not None and grace_expired:
+            # Ended without the executor's word that its work stopped: never `cancelled` then.
+            msg = f"{why}, but the executor did not stop within {self.config.cancel_grace_s:g}s: its work may still run"
+            return self._failure(state, "stop_unconfirmed", msg, None)
+        if why is not None and a.error is not None and a.error[0] == "stop_unconfirmed":
+            kind, message, detail = a.error
+            return self._failure(state, kind, f"{why}, but {message}", detail)
+        if a.cancel:
+            return Cancelled(reason=why or "")
+        if a.stop_reason is not None:
+            return self._failure(state, a.stop_reason, why or "", None)
+        if why is not None:
+            return self._failure(state, "interrupted", why, None)
         if a.error is not None:
             return self._failure(state, *a.error)
         return self._failure(state, "executor_error", "executor finished without a result", None)
@@ -576,7 +630,7 @@ class Runner:
     async def _write_end(self, a: _Attempt, *, interrupted: bool, grace_expired: bool) -> None:
         await self._settle(a, quiet=True)  # the terminal event comes after every progress event
         body = self._outcome(a, interrupted=interrupted, grace_expired=grace_expired)
-        while True:
+        while body is not None:
             try:
                 a.state = await self._append(a.state.job_id, [body], expected_seq=a.state.last_seq)
                 return

@@ -14,6 +14,7 @@ from h3core.domain.events import (
     Failed,
     Progress,
     Recovered,
+    Resumed,
     Running,
     Submitted,
 )
@@ -59,8 +60,16 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
     step = state.step if state and state.step is not None else 0
     total = state.total if state and state.total is not None else 5
     running = st.builds(
-        Running, attempt=st.sampled_from([attempt + 1, attempt + 1, max(attempt, 1), attempt + 2]), executor=st.just("x")
+        Running,
+        attempt=st.sampled_from([attempt + 1, attempt + 1, max(attempt, 1), attempt + 2]),
+        executor=st.just("x"),
+        executor_ref=st.sampled_from([None, f"ref-{attempt + 1}"]),
     )
+    ref = state.executor_ref if state and state.executor_ref else "ref-0"
+    resumed = st.builds(
+        Resumed, attempt=st.sampled_from([max(attempt, 1), max(attempt, 1), attempt + 1]),
+        executor_ref=st.sampled_from([ref, ref, "another"]), after_s=st.floats(0, 1e6),
+    )  # fmt: skip
     progress = st.builds(
         Progress, step=st.sampled_from([step + 1, step + 1, step, step + 3]), total=st.sampled_from([total, total, total + 1])
     )
@@ -70,8 +79,9 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
     )
     recovered = st.builds(Recovered, attempt=st.sampled_from([max(attempt, 1), attempt + 1]), artifact=st.just(artifact()))
     anything = st.one_of(
-        submissions, _admitted, running, progress, _done, attempt_failed, _failed, _cancel_requested, _cancelled, recovered
-    )
+        submissions, _admitted, running, resumed, progress, _done, attempt_failed, _failed, _cancel_requested,
+        _cancelled, recovered,
+    )  # fmt: skip
     if state is None:
         likely = [submissions] * 8
     elif state.status == "submitted":
@@ -79,7 +89,7 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
     elif state.status == "queued":
         likely = [running] * 7 + [_cancelled]
     else:  # running, or already ended (where everything is illegal anyway)
-        likely = [progress] * 6 + [_done, attempt_failed, attempt_failed, _failed, _cancel_requested, recovered]
+        likely = [progress] * 6 + [resumed, _done, attempt_failed, attempt_failed, _failed, _cancel_requested, recovered]
         if state.cancel_requested:
             likely.append(_cancelled)
     # sampled_from, not one_of: one_of collapses repeated strategies and would lose the weights.

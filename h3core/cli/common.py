@@ -104,6 +104,7 @@ TYPE_STYLE = {
     "submitted": "cyan",
     "admitted": "cyan",
     "running": "blue",
+    "resumed": "blue",
     "progress": "dim",
     "done": "bold green",
     "recovered": "green",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -37,6 +37,7 @@ from h3core.domain.events import (
     Failed,
     Progress,
     Recovered,
+    Resumed,
     Running,
     Submitted,
 )
@@ -70,6 +71,8 @@ def fields(event: Event) -> str:
                 parts.append(f"ref={b.executor_ref}")
             parts += [f"{k}={v}" for k, v in b.info.items()]
             return "  ".join(parts)
+        case Resumed():
+            return f"attempt={b.attempt}  ref={b.executor_ref}  after={dur(b.after_s)}"
         case Progress():
             return f"step {b.step}/{b.total}"
         case Done():
@@ -118,6 +121,16 @@ class _Try:
     total: int | None = None
     ended: datetime | None = None
     outcome: AttemptFailed | Failed | Done | Cancelled | None = None
+    resumed: list[Resumed] = field(default_factory=list)  # re-attached after h3core restarts
+
+    @property
+    def resumes(self) -> str:
+        """' (resumed after 2 restarts of h3core, unfollowed 41.0s)', or nothing."""
+        if not self.resumed:
+            return ""
+        n = len(self.resumed)
+        away = dur(sum(r.after_s for r in self.resumed))
+        return f" (resumed after {n} restart{'s' if n != 1 else ''} of h3core, unfollowed {away})"
 
     @property
     def where(self) -> str:
@@ -134,6 +147,8 @@ def _tries(events: Sequence[Event]) -> list[_Try]:
             tries.append(current)
         elif isinstance(b, Progress) and current is not None:
             current.step, current.total = b.step, b.total
+        elif isinstance(b, Resumed) and current is not None:
+            current.resumed.append(b)
         elif isinstance(b, AttemptFailed | Failed | Done | Cancelled) and current is not None:
             current.ended, current.outcome = e.at, b
             current = None
@@ -168,7 +183,7 @@ def _why(state: JobState, events: Sequence[Event], now: datetime) -> str:
                 "recovery found the video intact (size and sha256 as committed) and recorded it instead of running again"
             )
         text += (
-            f". Attempt {n} ran {dur((last.ended - last.started).total_seconds())}; "
+            f". Attempt {n} ran {dur((last.ended - last.started).total_seconds())}{last.resumes}; "
             f"{dur(since_submit)} from submission to done. "
             f"Artifact {state.artifact.path} ({state.artifact.bytes} bytes, sha256 {state.artifact.sha256})."
         )
@@ -213,6 +228,8 @@ def _why(state: JobState, events: Sequence[Event], now: datetime) -> str:
             f"still running: attempt {state.attempt} on {state.executor} since {ts(state.attempt_started_at)} "
             f"({dur((now - state.attempt_started_at).total_seconds())} ago), {step}; last event {idle} ago"
         )
+        if last.resumed:
+            text += f"; re-attached to {state.executor_ref} at {ts(state.resumed_at or last.started)}{last.resumes}"
         if state.cancel_requested:
             text += "; a cancel was requested and the executor has not confirmed it yet"
         if earlier:

@@ -62,6 +62,9 @@ def serve(
     cors_origins: Annotated[str | None, _opt("H3_CORS_ORIGINS", "Origins whose pages may call the API (scheme://host:port), comma-separated \\[none].")] = None,
     metrics_port: Annotated[int | None, _opt("H3_METRICS_PORT", "Serve /metrics on this port instead of the API's \\[unset].")] = None,
     metrics_host: Annotated[str | None, _opt("H3_METRICS_HOST", "Address of the /metrics listener \\[127.0.0.1].")] = None,
+    comfyui_template: Annotated[str | None, _opt("H3_COMFYUI_TEMPLATE", "The template per mode, by name: t2va=core-nodes-t2va,fl2va=... \\[minimax-h3-MODE-TOPOLOGY].")] = None,
+    comfyui_concurrency: Annotated[int | None, _opt("H3_COMFYUI_CONCURRENCY", "Prompts ComfyUI runs at once; jobs beyond it wait queued in h3core \\[1].")] = None,
+    comfyui_on_stop: Annotated[str | None, _opt("H3_COMFYUI_ON_STOP", "On SIGTERM: detach (prompts run on; the next start re-attaches) or interrupt \\[detach].")] = None,
     config: Annotated[Path | None, _opt("H3_CONFIG", "A TOML settings file (same names as these options).")] = None,
     log_level: Annotated[str | None, _opt("H3_LOG_LEVEL", "debug, info, warning or error \\[info].")] = None,
 ) -> None:
@@ -146,7 +149,7 @@ def _run_jobs(svc) -> None:
     from h3core.cli.worker import serve_runner
 
     s = svc.settings
-    console_err().print(f"h3core runner: pid {os.getpid()}, store {s.db}, executor {s.executor}, slots {svc.runner.config.slots}")
+    console_err().print(f"h3core runner: pid {os.getpid()}, store {s.db}, executor {s.executor}, slots {svc.runner.slot_count()}")
     _freeze_startup_objects()
     try:
         how = anyio.run(functools.partial(serve_runner, svc.runner, verbose=False, name="h3core runner"), backend_options=_loop_options())

@@ -106,7 +106,7 @@ async def serve_runner(runner: Runner, *, verbose: bool, name: str = "worker") -
                                 received.append(signal.Signals(signum).name)
                                 console_err().print(
                                     f"{name}: {received[-1]} received, stopping "
-                                    "(running jobs are recorded as interrupted)"
+                                    "(running jobs are recorded as interrupted, or left running for the next start to resume)"
                                 )
                                 run_scope.cancel()
                                 return

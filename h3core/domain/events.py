@@ -47,6 +47,18 @@ class Running(_Body):
     info: dict[str, str] = Field(default_factory=dict)
 
 
+class Resumed(_Body):
+    """After h3core restarted, the runner follows the running attempt again instead of failing it:
+    its work ran on outside h3core (a ComfyUI prompt), and `executor_ref` names that work."""
+
+    type: Literal["resumed"] = "resumed"
+    attempt: int = Field(ge=1)
+    executor_ref: str = Field(min_length=1)
+    # Seconds from the attempt's last event before the restart to the resume: how long no h3core
+    # process followed it (at most; the work may have made progress meanwhile).
+    after_s: float = Field(ge=0)
+
+
 class Progress(_Body):
     type: Literal["progress"] = "progress"
     step: int = Field(ge=0)
@@ -111,6 +123,7 @@ Body = Annotated[
     Submitted
     | Admitted
     | Running
+    | Resumed
     | Progress
     | Done
     | AttemptFailed

@@ -13,6 +13,7 @@ FailureKind = Literal[
     "deadline",  # the attempt ran past its deadline
     "interrupted",  # h3core itself stopped or died mid-job
     "invalid",  # the job cannot run as asked (bad input the executor found)
+    "stop_unconfirmed",  # stopping it (a cancel, a stall) was not confirmed: its work may still run
 ]
 FAILURE_KINDS: tuple[str, ...] = get_args(FailureKind)
 

@@ -1,7 +1,8 @@
 """A job's state is a fold of its events; `apply` is the only way a state changes.
 
 The rules that make a job impossible to lose or leave stuck live here, in one pure function:
-one `Submitted`, first; `Running` only from queued; `Progress` only while running, monotone,
+one `Submitted`, first; `Running` only from queued; `Resumed` only for the running attempt and
+the work its `Running` named; `Progress` only while running, monotone,
 within its total; exactly one terminal event and nothing after it; a retry only where the job's
 own retry policy allows it; after `Recovered`, only the `Done` of the video it names. Anything
 else raises `IllegalEvent` and never reaches a store.
@@ -27,6 +28,7 @@ from h3core.domain.events import (
     Failed,
     Progress,
     Recovered,
+    Resumed,
     Running,
     Submitted,
 )
@@ -73,6 +75,7 @@ class JobState(BaseModel):
     admitted_at: datetime | None = None
     started_at: datetime | None = None  # first attempt's start
     attempt_started_at: datetime | None = None
+    resumed_at: datetime | None = None  # the current attempt's last re-attach after a restart
     finished_at: datetime | None = None
     attempt: int = 0  # attempts started so far
     executor: str | None = None
@@ -155,10 +158,21 @@ def apply(state: JobState | None, event: Event) -> JobState:
                     "info": dict(body.info),
                     "started_at": state.started_at or event.at,
                     "attempt_started_at": event.at,
+                    "resumed_at": None,
                     "step": None,
                     "total": None,
                 }
             )
+        case Resumed():
+            if state.status != "running":
+                raise _illegal(event, "not_running", f"'resumed' only while running, job is '{state.status}'")
+            if body.attempt != state.attempt:
+                raise _illegal(event, "attempt_order", f"attempt {body.attempt} is not the running one ({state.attempt})")
+            if body.executor_ref != state.executor_ref:
+                raise _illegal(
+                    event, "wrong_ref", f"resumes {body.executor_ref!r}, but attempt {state.attempt} runs {state.executor_ref!r}"
+                )
+            return state.model_copy(update={**common, "resumed_at": event.at})
         case Progress():
             if state.status != "running":
                 raise _illegal(event, "not_running", f"'progress' only while running, job is '{state.status}'")

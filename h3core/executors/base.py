@@ -9,7 +9,10 @@ An executor is given a `JobSpec` and returns an async iterator (`run`). It must:
   and yield nothing after it. Ending without a result is a failure the runner records.
 - **Honour cancellation.** The runner cancels the iteration (an anyio cancel scope) to stop a
   job; the executor stops at its next checkpoint and releases what it holds in `finally` blocks,
-  under shielded scopes where cleanup awaits. It never swallows cancellation.
+  under shielded scopes where cleanup awaits. It never swallows cancellation. Where its work
+  runs outside the iteration (a server's prompt) and stopping it cannot be confirmed, it raises
+  `ExecutorFailure("stop_unconfirmed", ...)` from that cleanup instead: the job then ends
+  `failed`, never `cancelled` while its work may still run.
 - **Report failure by raising.** `ExecutorFailure(kind, ...)` for a failure it has classified
   itself; an out-of-memory error keeps a type named `OutOfMemoryError` (as torch's is) or a
   message saying "out of memory"; anything else becomes `executor_error` with its type and
@@ -23,7 +26,8 @@ everything.
 
 `capabilities()` states what the executor can run, as of now: the modes it serves and whether
 each can start a job now, its model's clip window, its groups' token budgets, its kernel's
-limit, its upload slots. Admission judges every submission against it (with the capacity
+limit, its upload slots, and how many attempts it runs at once where it bounds that itself
+(`concurrency`: the runner then runs no more, whatever its slots). Admission judges every submission against it (with the capacity
 profile), and the runner starts attempts only in modes it says are ready; it must be cheap and
 do no I/O (both ask often). `check(job)` is the executor's own pre-check, made before an attempt
 starts: it raises `ExecutorFailure("invalid", ...)` for a job it cannot run. Whatever the
@@ -131,6 +135,14 @@ class Resumable(Protocol):
     """An executor whose work outlives h3core (a ComfyUI prompt): after a restart the runner
     re-attaches to a running attempt instead of failing it. `resume` follows the attempt whose
     `Running` event carried `executor_ref`, yielding progress only past `job.last_step`; if the
-    work is gone it raises `ExecutorFailure("executor_lost", ...)`."""
+    work is gone it raises `ExecutorFailure("executor_lost", ...)`.
+
+    `detach` is asked when h3core stops gracefully while the attempt runs, just before its
+    iteration is cancelled: True leaves the work running (the cleanup does not stop it, the
+    runner writes nothing, the attempt stays `running` in the log and the next start resumes
+    it, or fails it `executor_lost` if the work is gone); False stops it as a cancel would,
+    and the attempt is recorded `interrupted`."""
 
     def resume(self, job: JobSpec, executor_ref: str) -> AsyncIterator[Update]: ...
+
+    def detach(self, job: JobSpec, executor_ref: str) -> bool: ...

@@ -89,8 +89,9 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
             try:
                 yield
             finally:
-                # Shutdown: running jobs are recorded as interrupted (and retried on the next
-                # start where the retry policy allows); `begin_shutdown` may have begun this.
+                # Shutdown: running jobs are recorded as interrupted (retried on the next start
+                # where the retry policy allows) or left running for it to resume (ComfyUI's
+                # prompts); `begin_shutdown` may have begun this.
                 svc.stopping = True
                 tg.cancel_scope.cancel()
         svc.store.close()

@@ -45,7 +45,8 @@ class Service:
 
     def begin_shutdown(self) -> None:
         """Stop now (SIGTERM): stop admitting, stop the runner, which records running jobs as
-        interrupted, then end the live streams, so open connections do not hold the stop up.
+        interrupted (or leaves them running for the next start, where the executor detaches them:
+        ComfyUI's prompts), then end the live streams, so open connections do not hold the stop up.
         Safe to call from a signal handler."""
         self.stopping = True
         if self._loop is not None and self._runner_scope is not None:

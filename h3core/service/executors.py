@@ -8,6 +8,7 @@ from pathlib import Path
 
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.uploads import LocalUploadStore
+from h3core.domain.capabilities import MODES
 from h3core.executors.base import Executor
 from h3core.executors.fake import FakeExecutor, FakePlan
 from h3core.service.settings import Settings, SettingsError
@@ -26,10 +27,11 @@ def make_executor(settings: Settings, artifacts: LocalArtifactStore, uploads: Lo
             raise SettingsError("executor 'comfyui' needs H3_COMFYUI_URL (--comfyui-url)")
         try:
             templates = load_templates(settings.comfyui_templates)
-            for mode in ("t2va", "fl2va", "ref2va"):
-                pick(templates, mode, settings.comfyui_topology)
+            for mode in MODES:
+                pick(templates, mode, settings.comfyui_topology, settings.comfyui_template)
         except TemplateError as exc:
-            raise SettingsError(str(exc)) from exc
+            setting = "comfyui_template" if settings.comfyui_template else "comfyui_templates"
+            raise SettingsError(f"{setting}: {exc}") from exc
         # One client id per store: a restarted h3core takes its socket (and its prompts' progress) back.
         client_id = "h3core-" + uuid.uuid5(uuid.NAMESPACE_URL, str(settings.db.resolve())).hex[:16]
         comfy = ComfyUISettings(
@@ -39,6 +41,11 @@ def make_executor(settings: Settings, artifacts: LocalArtifactStore, uploads: Lo
             lost_after_s=settings.comfyui_lost_after,
             unreachable_after_s=settings.comfyui_unreachable_after,
             log_path=settings.comfyui_log,
+            templates=dict(settings.comfyui_template),
+            concurrency=settings.comfyui_concurrency,
+            on_stop=settings.comfyui_on_stop,
+            # A cancel confirms the prompt stopped within the runner's grace, or says it may run on.
+            cancel_wait_s=max(0.5, settings.cancel_grace * 0.8),
         )
 
         return ComfyUIExecutor(comfy, templates, artifacts, _upload_path(uploads))

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from h3core.domain.capabilities import MODES
 from h3core.domain.failures import unknown_kinds
 from h3core.domain.retry import DEFAULT_RETRY_ON, RetryPolicy
 from h3core.domain.topology import Topology
@@ -102,6 +103,10 @@ class Settings(BaseSettings):
     comfyui_url: str | None = None
     comfyui_topology: Literal["single-gpu", "raylight"] = "single-gpu"
     comfyui_templates: Path | None = None  # a folder of extra workflow templates (*.json)
+    # The template per mode, by name: "t2va=core-nodes-t2va"; a mode not named: minimax-h3-{mode}-{topology}
+    comfyui_template: Annotated[dict[str, str], NoDecode] = {}
+    comfyui_concurrency: int = Field(default=1, ge=1, le=256)  # prompts ComfyUI runs at once; h3core sends no more
+    comfyui_on_stop: Literal["detach", "interrupt"] = "detach"  # a stop of h3core leaves running prompts running, or not
     comfyui_log: Path | None = None  # ComfyUI's log, for Raylight's progress bars
     comfyui_lost_after: float = Field(default=15.0, gt=0)  # prompt in neither queue nor history
     comfyui_unreachable_after: float = Field(default=300.0, gt=0)
@@ -132,6 +137,24 @@ class Settings(BaseSettings):
                 raise ValueError(f"{part!r} is not size=tokens (e.g. 1=40000,2=90000)")
             out[size.strip()] = tokens.strip()
         return out
+
+    @field_validator("comfyui_template", mode="before")
+    @classmethod
+    def _templates_by_mode(cls, value: Any) -> Any:
+        pairs = value.items() if isinstance(value, dict) else None
+        if isinstance(value, str):
+            pairs = []
+            for part in _split(value):
+                mode, sep, name = part.partition("=")
+                if not sep or not name.strip():
+                    raise ValueError(f"{part!r} is not mode=template (e.g. t2va=core-nodes-t2va)")
+                pairs.append((mode.strip(), name.strip()))
+        if pairs is None:
+            return value
+        unknown = [mode for mode, _ in pairs if mode not in MODES]
+        if unknown:
+            raise ValueError(f"unknown mode(s) {unknown}; known: {list(MODES)}")
+        return dict(pairs)
 
     @field_validator("api_tokens")
     @classmethod

@@ -1,6 +1,6 @@
 """A protocol-faithful fake ComfyUI server (aiohttp, like ComfyUI itself), for tests of a ComfyUI client.
 
-It reproduces what `../shared/comfyui-protocol/PROTOCOL.md` records of ComfyUI 0.3.64: the same
+It reproduces what `tests/fakes/comfyui_protocol/PROTOCOL.md` records of ComfyUI 0.3.64: the same
 routes (also under `/api`), the same JSON shapes and status codes, prompt validation against a node
 registry (`comfyui_nodes.py`), one worker that runs prompts one at a time in `number` order, the
 websocket message sequences (who gets what, in which order), node output caching across prompts,
@@ -24,7 +24,7 @@ Where it knowingly differs from the real server (see also the test module):
   are canned look-alikes of ComfyUI's frames;
 - `/view?preview=...` and `channel=rgb|a` serve the file unchanged (no Pillow here);
 - `%date%`-style variables in `filename_prefix` are not expanded;
-- the node registry is the 36 classes of `comfyui_nodes.py`, not 478;
+- the node registry is the 37 classes of `comfyui_nodes.py`, not 478;
 - model-name combos (`unet_name`, `clip_name`, `vae_name`, `ckpt_name`) accept any value unless
   `model_files` is set (a real server lists the files in its models folders);
 - when the fake itself drops sockets (`drop_sockets_at_step`, `pause_listening`, restarts), the
@@ -1547,6 +1547,9 @@ class FakeComfyUI:
     async def _n_ImageScale(self, run: _Run, uid: str, kw: dict[str, Any]) -> tuple[tuple[Any, ...], None]:
         img = kw["image"]
         return (Images(img.n, int(kw["width"]) or img.width, int(kw["height"]) or img.height, img.color),), None
+
+    async def _n_ImageBlur(self, run: _Run, uid: str, kw: dict[str, Any]) -> tuple[tuple[Any, ...], None]:
+        return (kw["image"],), None  # the same tokens: no pixels here to blur
 
     async def _n_RebatchImages(self, run: _Run, uid: str, kw: dict[str, Any]) -> tuple[tuple[Any, ...], None]:
         size = int(kw["batch_size"][0])

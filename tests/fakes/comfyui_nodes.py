@@ -1,8 +1,8 @@
 """Node registry of the fake ComfyUI (`tests/fakes/comfyui.py`): input specs per class, as data.
 
-`STOCK_NODES` was copied verbatim from `GET /object_info` of a stock ComfyUI 0.3.64
-(`../shared/comfyui-protocol/samples/object_info.json`), except that `CLIPLoader.type` also lists
-"minimax". The sampler and scheduler lists are shared constants only to keep this file short.
+`STOCK_NODES` was copied verbatim from `GET /object_info` of a stock ComfyUI 0.3.64 (the recording
+of tests/fakes/comfyui_protocol/; its 488 KB object_info.json is not copied), except that
+`CLIPLoader.type` also lists "minimax". The sampler and scheduler lists are shared constants only to keep this file short.
 `EXTRA_NODES` are written by hand: classes of MiniMax-H3 and Raylight, and two stock audio classes
 that the recorded server did not load (its torchaudio import failed). Their specs follow the
 workflow templates in `h3core/executors/comfyui/workflows/`; defaults and ranges not given there
@@ -93,6 +93,29 @@ STOCK_NODES: dict[str, dict[str, Any]] = {
         "python_module": "nodes",
         "category": "image",
         "output_node": False,
+    },
+    "ImageBlur": {
+        "input": {
+            "required": {
+                "image": ["IMAGE", {}],
+                "blur_radius": ["INT", {"default": 1, "min": 1, "max": 31, "step": 1}],
+                "sigma": ["FLOAT", {"default": 1.0, "min": 0.1, "max": 10.0, "step": 0.1}],
+            }
+        },
+        "input_order": {"required": ["image", "blur_radius", "sigma"]},
+        "output": ["IMAGE"],
+        "output_is_list": [False],
+        "output_name": ["IMAGE"],
+        "output_tooltips": [None],
+        "name": "ImageBlur",
+        "display_name": None,
+        "description": "",
+        "python_module": "comfy_extras.nodes_post_processing",
+        "category": "image/postprocessing",
+        "output_node": False,
+        "deprecated": False,
+        "experimental": False,
+        "api_node": False,
     },
     "ImageScale": {
         "input": {

@@ -189,14 +189,16 @@ def comfyui(tmp_path_factory):
     st.sets(st.sampled_from(["t2va", "fl2va", "ref2va"])),
     st.sets(st.sampled_from(["LoadImage", "LoadAudio", "LoadVideo", "MiniMaxH3ReferenceToVideo"])),
     requests(sides=st.integers(1, 24).map(lambda n: n * 32), frames=st.integers(1, 1300)),
+    st.sampled_from([{}, {"t2va": "core-nodes-t2va"}]),  # the built-ins, or the model-free graph named for t2va
 )
-def test_comfyui_with_a_template_set(comfyui, tmp_path, topology, dropped, missing, request):
+def test_comfyui_with_a_template_set(comfyui, tmp_path, topology, dropped, missing, request, named):
     from h3core.executors.comfyui.executor import ComfyUIExecutor, ComfyUISettings
     from h3core.executors.comfyui.templates import builtin_templates
 
     server, root, node_info = comfyui
     templates = {n: t for n, t in builtin_templates().items() if t.mode not in dropped}
-    executor = ComfyUIExecutor(ComfyUISettings(url="http://127.0.0.1:9", client_id="t", topology=topology), templates,
+    named = named if topology == "single-gpu" else {}
+    executor = ComfyUIExecutor(ComfyUISettings(url="http://127.0.0.1:9", client_id="t", topology=topology, templates=named), templates,
                                LocalArtifactStore(tmp_path / "a"), lambda u: tmp_path / u)  # fmt: skip
     executor._info = {name: info for name, info in _object_info(server, node_info).items() if name not in missing}
     server.missing_nodes = set(missing)

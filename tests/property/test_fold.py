@@ -27,7 +27,7 @@ def check_log(log: list[Event]) -> None:
         assert types.index("admitted") < types.index("running")
     assert types.count("admitted") <= 1
     policy = log[0].body.retry
-    attempt, last_step, total, cancel_requested, status = 0, None, None, False, "submitted"
+    attempt, last_step, total, cancel_requested, status, ref = 0, None, None, False, "submitted", None
     recovered = None
     for e in log[1:]:
         b = e.body
@@ -38,7 +38,9 @@ def check_log(log: list[Event]) -> None:
         elif b.type == "running":
             assert status == "queued"
             assert b.attempt == attempt + 1
-            attempt, last_step, total, status = b.attempt, None, None, "running"
+            attempt, last_step, total, status, ref = b.attempt, None, None, "running", b.executor_ref
+        elif b.type == "resumed":
+            assert status == "running" and b.attempt == attempt and b.executor_ref == ref
         elif b.type == "progress":
             assert status == "running"
             assert b.step <= b.total
@@ -61,7 +63,7 @@ def check_log(log: list[Event]) -> None:
             assert status == "running"
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)  # no timed assertion: it flaked on a shared 2-core box
 @given(st.data())
 def test_whatever_is_offered_the_accepted_log_is_valid(data):
     state: JobState | None = None

@@ -133,14 +133,16 @@ async def test_cancelling_a_running_job_stops_the_executor_within_a_step(make_ru
     assert runner.executor.cleanups == 1
 
 
-async def test_an_executor_that_will_not_stop_still_ends_after_the_grace_period(make_runner):
+async def test_an_executor_that_will_not_stop_still_ends_after_the_grace_period_failed_not_cancelled(make_runner):
     async with make_runner(plan=FakePlan(step_seconds=0.05, cleanup_seconds=1.5), cancel_grace_s=0.2) as runner:
         job = await runner.submit(request(steps=200))
         await wait_until(lambda: runner.store.get(job.job_id).status == "running")
         await runner.cancel(job.job_id)
         await wait_until(ended(runner, job.job_id), timeout=1.0)  # well before its cleanup ends
         state = runner.store.get(job.job_id)
-        assert state.status == "cancelled" and "did not stop within 0.2s" in runner.store.events(job.job_id)[-1].body.reason
+        # Not `cancelled`: nothing confirmed that its work stopped.
+        assert state.status == "failed" and state.error.kind == "stop_unconfirmed"
+        assert state.error.message == "cancelled by request, but the executor did not stop within 0.2s: its work may still run"
         assert runner.executor.cleanups == 0
         # Its slot stays taken until the cleanup really finishes; then the next job runs.
         nxt = await runner.submit(request(steps=2))
@@ -152,7 +154,8 @@ async def test_a_retried_job_whose_executor_is_still_stopping_is_not_started_twi
     # Past its deadline the attempt is ended (a retry: queued again) while the executor's
     # cleanup still runs; a free slot must not start the same job beside it.
     plan = FakePlan(step_seconds=0.05, cleanup_seconds=1.0)
-    retry = RetryPolicy(max_attempts=2, retry_on=("deadline",))
+    # Ending without the executor's stop confirmed is `stop_unconfirmed`; this policy retries it.
+    retry = RetryPolicy(max_attempts=2, retry_on=("deadline", "stop_unconfirmed"))
     async with make_runner(plan=plan, slots=2, attempt_deadline_s=0.3, cancel_grace_s=0.1, retry=retry) as runner:
         real, cleaned_at_start = runner.executor.run, {}
 

@@ -6,7 +6,13 @@ What the old adapter got wrong (field notes §2) and how this one avoids it:
 - the prompt id was the server's: here it is ours (derived from job and attempt), so after a
   restart h3core finds its prompt again and re-attaches instead of running it twice;
 - `/interrupt` without a prompt id stops whatever runs: here it always names our prompt, and a
-  pending prompt is deleted from the queue instead;
+  pending prompt is deleted from the queue instead; a stop is certain: the queue is read again
+  until ComfyUI no longer holds the prompt (a pending prompt may start between the read and the
+  delete), else the job fails `stop_unconfirmed`, never `cancelled` while the prompt may run;
+- every prompt was sent at once and waited in ComfyUI's queue while h3core said `running`: here
+  the executor states its `concurrency` and the runner starts no more, the rest wait in h3core;
+- a stop of h3core interrupted the prompt: here it is left running (`on_stop="detach"`) and the
+  next start re-attaches to it;
 - a vanished prompt (ComfyUI restarted, history lost) is noticed within `lost_after_s`, and an
   unreachable server fails the attempt after `unreachable_after_s`: nothing waits forever.
 """
@@ -14,11 +20,11 @@ What the old adapter got wrong (field notes §2) and how this one avoids it:
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -44,8 +50,13 @@ class ComfyUISettings:
     poll_max_s: float = 5.0
     lost_after_s: float = 15.0  # in neither queue nor history for this long: executor_lost
     unreachable_after_s: float = 300.0  # server not answering for this long: executor_lost
-    cancel_wait_s: float = 20.0  # after interrupting, wait this long for history to show the end
+    # A cancel makes sure ComfyUI no longer holds the prompt for this long, then fails the job
+    # `stop_unconfirmed` (keep it under the runner's cancel grace).
+    cancel_wait_s: float = 20.0
     log_path: Path | None = None  # the server's log, for Raylight's progress
+    templates: Mapping[str, str] = field(default_factory=dict)  # mode -> template name (default: the built-in)
+    concurrency: int = 1  # prompts ComfyUI runs at once: h3core sends no more
+    on_stop: Literal["detach", "interrupt"] = "detach"  # what a stop of h3core does to running prompts
 
 
 def prompt_id_for(job_id: str, attempt: int) -> str:
@@ -74,6 +85,7 @@ class ComfyUIExecutor:
         self._ready = False
         self._info: dict[str, Any] | None = None  # the server's /object_info, as last read
         self._info_connects = -1  # the socket connection it was read on
+        self._detached: set[str] = set()  # prompts left running for the next start (h3core is stopping)
 
     def capabilities(self) -> Capabilities:
         """Per mode: served when a template exists for it and the server (as last seen) has every
@@ -85,7 +97,7 @@ class ComfyUIExecutor:
         window: FrameWindow | None = None
         for mode in MODES:
             try:
-                template = pick(self.templates, mode, s.topology)
+                template = self._pick(mode)
             except TemplateError as exc:
                 modes.append(ModeReadiness(mode=mode, served=False, ready=False, reason=str(exc)))
                 continue
@@ -115,13 +127,18 @@ class ComfyUIExecutor:
                     window = FrameWindow(least=max(1, least or 1), most=most, source=f"{where} on the server")
         return Capabilities(
             executor=self.name, hardware=f"ComfyUI at {s.url}", model="minimax-h3", topology=s.topology, modes=tuple(modes),
-            media=media, window=window,
+            media=media, window=window, concurrency=s.concurrency,
         )  # fmt: skip
 
     def check(self, job: JobSpec) -> None:
         template = self._template(job)
         if self._info is not None and (missing := template.missing_on(self._info)):
             raise ExecutorFailure("invalid", f"ComfyUI at {self.settings.url} cannot run {template.name}: {'; '.join(missing)}")
+        # The one window admission applies is what all the graphs in service take (their nodes'
+        # ranges together): a job outside it is refused here too, whichever mode it is.
+        window = self.capabilities().window
+        if window is not None and not window.admits(job.request.frames):
+            raise ExecutorFailure("invalid", f"frames: {job.request.frames} is outside {window.describe()}")
         placeholders = {upload_id: f"h3-{upload_id}" for ids in job.request.uploads().values() for upload_id in ids}
         try:
             template.build(job.request, placeholders)
@@ -161,11 +178,17 @@ class ComfyUIExecutor:
 
     def info(self, job: JobSpec) -> dict[str, str]:
         t = self._template(job)
-        return {"template": t.name, "comfyui": self.settings.url}
+        out = {"template": t.name, "comfyui": self.settings.url}
+        if t.ignores:
+            out["ignores"] = ",".join(t.ignores)  # request fields this graph does not use, in the log
+        return out
+
+    def _pick(self, mode: str) -> Template:
+        return pick(self.templates, mode, self.settings.topology, self.settings.templates)
 
     def _template(self, job: JobSpec) -> Template:
         try:
-            return pick(self.templates, job.request.mode, self.settings.topology)
+            return self._pick(job.request.mode)
         except TemplateError as exc:
             raise ExecutorFailure("invalid", str(exc)) from exc
 
@@ -178,17 +201,31 @@ class ComfyUIExecutor:
         """Follow a prompt a previous h3core process submitted (its id is ours, so we know it)."""
         return self._stopping_if_abandoned(executor_ref, self._follow(job, self._template(job), executor_ref))
 
+    def detach(self, job: JobSpec, executor_ref: str) -> bool:
+        """h3core is stopping: leave the prompt running for the next start (`on_stop="detach"`)."""
+        if self.settings.on_stop != "detach":
+            return False
+        self._detached.add(executor_ref)
+        return True
+
     async def _stopping_if_abandoned(self, prompt_id: str, updates: AsyncIterator[Update]) -> AsyncIterator[Update]:
-        """Pass `updates` on; if they are not followed to the end (a cancel), stop the prompt."""
-        finished = False
+        """Pass `updates` on; if they are not followed to the end, make sure the prompt stops."""
         try:
             async for update in updates:
                 yield update
-            finished = True
-        finally:
-            if not finished:
-                with anyio.CancelScope(shield=True):
-                    await self._stop(prompt_id)
+        except Exception:  # our own failure: stop what may still run, and report the failure
+            with anyio.CancelScope(shield=True):
+                await self._stop(prompt_id)
+            raise
+        except BaseException:  # cancelled (or closed) by the runner
+            if prompt_id in self._detached:
+                self._detached.discard(prompt_id)
+                raise  # left running: the next start resumes it
+            with anyio.CancelScope(shield=True):
+                unconfirmed = await self._stop(prompt_id)
+            if unconfirmed is not None:
+                raise ExecutorFailure("stop_unconfirmed", f"ComfyUI may still run prompt {prompt_id}: {unconfirmed}") from None
+            raise
 
     async def _submit_and_follow(self, job: JobSpec) -> AsyncIterator[Update]:
         template = self._template(job)
@@ -200,11 +237,17 @@ class ComfyUIExecutor:
         except TemplateError as exc:
             raise ExecutorFailure("invalid", str(exc)) from exc
         try:
-            await self._patiently(lambda: self.client.submit(prompt_id, graph, self.settings.client_id))
+            await self._patiently(lambda: self._submit(prompt_id, graph))
         except PromptRejected as exc:
             raise ExecutorFailure("invalid", _rejection(exc.body, template), str(exc.body)[:2000]) from exc
         async for update in self._follow(job, template, prompt_id):
             yield update
+
+    async def _submit(self, prompt_id: str, graph: dict[str, Any]) -> None:
+        # Shielded: a cancel never lands while the POST is in flight, when ComfyUI may or may not
+        # have queued the prompt; after it, `_stop` finds the prompt wherever it is.
+        with anyio.CancelScope(shield=True):
+            await self.client.submit(prompt_id, graph, self.settings.client_id)
 
     async def _upload(self, job: JobSpec) -> dict[str, str]:
         names: dict[str, str] = {}
@@ -247,7 +290,12 @@ class ComfyUIExecutor:
                     message = await hints.receive()
                     heard = True
                     kind, data = message.get("type"), message.get("data") or {}
-                    if kind == "progress" and str(data.get("node")) == template.sampler and data.get("max") == steps:
+                    if (
+                        kind == "progress"
+                        and template.sampler is not None
+                        and str(data.get("node")) == template.sampler
+                        and data.get("max") == steps
+                    ):
                         step = int(data.get("value", 0))
                     elif kind in ("execution_success", "execution_error", "execution_interrupted") or (
                         kind == "executing" and data.get("node") is None
@@ -321,21 +369,27 @@ class ComfyUIExecutor:
         artifact = self.artifacts.commit(staged, job_id=job.job_id, attempt=job.attempt, frames=frames, duration_s=seconds)
         return Result(artifact)
 
-    async def _stop(self, prompt_id: str) -> None:
-        """Pending: delete it. Running: interrupt it (by id). Then wait for history to show the end."""
+    async def _stop(self, prompt_id: str) -> str | None:
+        """Make sure ComfyUI no longer holds the prompt: None once it is in neither queue, else why
+        that was not seen within `cancel_wait_s`. Pending: delete it, then look again (it may have
+        started between the read and the delete). Running: interrupt it by id, again while it
+        still runs (an interrupt that lands as the prompt starts is reset by ComfyUI)."""
+        why = f"it was still in ComfyUI's queue after {self.settings.cancel_wait_s:g}s"
         with anyio.move_on_after(self.settings.cancel_wait_s):
-            try:
-                running, pending = await self.client.queue()
-                if prompt_id in pending:
-                    await self.client.delete(prompt_id)
-                    return
-                if prompt_id in running:
+            while True:
+                try:
+                    running, pending = await self.client.queue()
+                    if prompt_id in pending:
+                        await self.client.delete(prompt_id)
+                        continue
+                    if prompt_id not in running:
+                        return None  # ended, deleted, or never queued: ComfyUI does not run it
                     await self.client.interrupt(prompt_id)
-                    while prompt_id in running and await self.client.history(prompt_id) is None:
-                        await anyio.sleep(0.2)
-                        running, _ = await self.client.queue()
-            except Unreachable:
-                return  # nothing to stop if it cannot be reached; a restart lost it anyway
+                    why = f"it was still running after {self.settings.cancel_wait_s:g}s (interrupted by id)"
+                except Unreachable as exc:
+                    why = f"ComfyUI did not answer for {self.settings.cancel_wait_s:g}s ({exc})"
+                await anyio.sleep(0.1)
+        return why
 
 
 def _rejection(body: dict[str, Any], template: Template) -> str:
@@ -345,8 +399,11 @@ def _rejection(body: dict[str, Any], template: Template) -> str:
         parts[0] += f" ({error['details']})"
     for node_id, node in (body.get("node_errors") or {}).items():
         for e in node.get("errors", []):
-            name = (e.get("extra_info") or {}).get("input_name") or e.get("details", "")
-            parts.append(f"node {node_id} ({node.get('class_type')}) input {name!r}: {e.get('message')} {e.get('details', '')}".strip())
+            details = str(e.get("details") or "")
+            name = (e.get("extra_info") or {}).get("input_name") or details
+            text = f"node {node_id} ({node.get('class_type')}) input {name!r}: {e.get('message')}"
+            # ComfyUI's details are often just the input's name again ("width"): say it once.
+            parts.append(text + (f" ({details})" if details and details != name else ""))
     return "; ".join(parts)
 
 

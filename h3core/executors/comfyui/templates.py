@@ -1,10 +1,15 @@
 """Workflows as data: an API-format ComfyUI graph plus a binding spec.
 
-A template says which node input receives each request field (`values`), where uploaded
+A template says which node input receives each request field (`values`), which fields its graph
+has no place for (`ignores`: a demo graph without a model has no prompt), where uploaded
 keyframes and references go and what to prune from the graph when a slot is unused (`media`),
 which node's progress counts the denoising steps (`sampler`) and which output node names the
 video (`output`). Templates are checked when they are loaded, so one whose bindings do not
-match its graph never reaches a job. An operator adds one by dropping a JSON file in a folder.
+match its graph never reaches a job. The format is documented in docs/operations.md.
+
+Which template serves a mode is chosen by name (`pick`): the settings may name one per mode;
+otherwise the built-in `minimax-h3-{mode}-{topology}` serves it. An operator adds one by dropping
+a JSON file in a folder and naming it; a file with a built-in's name replaces that built-in.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from h3core.domain.request import UPLOAD_KINDS, GenerationRequest, Mode
 
 Topology = Literal["single-gpu", "raylight"]
-VALUE_FIELDS = ("prompt", "width", "height", "frames", "seed", "steps")
+ValueField = Literal["prompt", "width", "height", "frames", "seed", "steps"]
+VALUE_FIELDS: tuple[ValueField, ...] = ("prompt", "width", "height", "frames", "seed", "steps")
 NEEDED_MEDIA: dict[str, tuple[str, ...]] = {
     "t2va": (),
     "fl2va": ("keyframes.first", "keyframes.last"),
@@ -67,8 +73,10 @@ class Template(_Data):
     description: str = ""
     graph: dict[str, dict[str, Any]]
     values: dict[str, tuple[Input, ...]]
+    # Request fields the graph has no input for (each field is bound in `values` or named here).
+    ignores: tuple[ValueField, ...] = ()
     media: dict[str, tuple[Slot, ...]] = Field(default_factory=dict)
-    sampler: str
+    sampler: str | None = None  # None: no node reports denoising steps (progress comes at the end)
     output: str
     progress: Progress = Progress()
 
@@ -177,8 +185,12 @@ def check(t: Template) -> list[str]:
             problems.append(f"{what}: node {i.node} ({t.graph[i.node]['class_type']}) has no input {i.input!r}")
 
     for name in VALUE_FIELDS:
-        if not t.values.get(name):
-            problems.append(f"values: no binding for {name!r}")
+        if not t.values.get(name) and name not in t.ignores:
+            problems.append(f"values: no binding for {name!r} (bind it, or name it in ignores)")
+        if t.values.get(name) and name in t.ignores:
+            problems.append(f"ignores: {name!r} is also bound in values")
+    for name in set(t.ignores) & {"width", "height", "frames"}:
+        problems.append(f"ignores: {name!r} cannot be ignored (the video's size and length are what a job asks for)")
     for name, inputs in t.values.items():
         if name not in VALUE_FIELDS:
             problems.append(f"values: unknown field {name!r} (known: {list(VALUE_FIELDS)})")
@@ -198,7 +210,7 @@ def check(t: Template) -> list[str]:
         if not t.media.get(name):
             problems.append(f"media: a {t.mode} template needs slots for {name!r}")
     for what, node in (("sampler", t.sampler), ("output", t.output)):
-        if node not in t.graph:
+        if node is not None and node not in t.graph:
             problems.append(f"{what}: node {node} is not in the graph")
     for src, name, target in _links(t.graph):
         if target not in t.graph:
@@ -245,8 +257,20 @@ def load_templates(folder: Path | None = None) -> dict[str, Template]:
     return templates
 
 
-def pick(templates: Mapping[str, Template], mode: str, topology: str) -> Template:
-    for t in templates.values():
-        if t.mode == mode and t.topology == topology:
-            return t
-    raise TemplateError(f"no {topology} template for mode {mode!r} (have: {sorted(templates)})")
+def default_name(mode: str, topology: str) -> str:
+    """The built-in template that serves `mode` on `topology` unless the settings name another."""
+    return f"minimax-h3-{mode}-{topology}"
+
+
+def pick(templates: Mapping[str, Template], mode: str, topology: str, named: Mapping[str, str] | None = None) -> Template:
+    """The template that serves `mode`: the one `named` gives for it, else the built-in default.
+    Only a name chooses: a template that merely matches the mode is never taken in its place."""
+    name = (named or {}).get(mode) or default_name(mode, topology)
+    t = templates.get(name)
+    if t is None:
+        raise TemplateError(f"no template named {name!r} for mode {mode!r} (have: {sorted(templates)})")
+    if t.mode != mode:
+        raise TemplateError(f"template {name!r} is a {t.mode} template, not {mode}")
+    if t.topology != topology:
+        raise TemplateError(f"template {name!r} is for topology {t.topology}, and ComfyUI runs as {topology}")
+    return t

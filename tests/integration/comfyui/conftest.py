@@ -26,12 +26,13 @@ def make_runner(tmp_path, comfy):
     uploads = LocalUploadStore(tmp_path / "uploads")
 
     @asynccontextmanager
-    async def make(store: SQLiteEventStore | None = None, **config) -> AsyncIterator[Runner]:
+    async def make(store: SQLiteEventStore | None = None, *, comfyui: dict | None = None, **config) -> AsyncIterator[Runner]:
+        """A runner on the ComfyUI executor; `comfyui` overrides its settings (on_stop, templates)."""
         store = store or SQLiteEventStore(tmp_path / "h3.db", durable=False)
-        settings = ComfyUISettings(
-            url=comfy.url, client_id="h3core-test", poll_min_s=0.05, poll_max_s=0.3, lost_after_s=1.0,
-            unreachable_after_s=2.0, cancel_wait_s=5.0, log_path=comfy.log_path,
-        )  # fmt: skip
+        settings = ComfyUISettings(**{
+            "url": comfy.url, "client_id": "h3core-test", "poll_min_s": 0.05, "poll_max_s": 0.3, "lost_after_s": 1.0,
+            "unreachable_after_s": 2.0, "cancel_wait_s": 5.0, "log_path": comfy.log_path, **(comfyui or {}),
+        })  # fmt: skip
         executor = ComfyUIExecutor(
             settings, builtin_templates(), LocalArtifactStore(tmp_path / "artifacts"),
             lambda upload_id: uploads.path(uploads.get(upload_id)),

@@ -1,6 +1,6 @@
 """`h3core serve --executor comfyui` as a real process against the fake ComfyUI: end to end, and
-killed with SIGKILL mid-job, after which the restarted service re-attaches to its prompt (the
-prompt id is ours) instead of failing it and running it again."""
+killed with SIGKILL or stopped with SIGTERM mid-job, after which the restarted service
+re-attaches to its prompt (the prompt id is ours) instead of failing it and running it again."""
 
 from __future__ import annotations
 
@@ -44,27 +44,33 @@ def test_serve_runs_jobs_on_comfyui_end_to_end(tmp_path, comfy):
         servers.kill_all()
 
 
-def test_h3core_killed_mid_job_reattaches_to_its_running_prompt(tmp_path, comfy):
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_h3core_killed_or_stopped_mid_job_resumes_its_running_prompt_on_attempt_1(tmp_path, comfy, how):
     servers = Servers(tmp_path)
     try:
         first = servers.start(_env(comfy))
         with first.client() as api:
             job = api.post("/v1/jobs", json=JOB).json()
             poll(lambda: (api.get(f"/v1/jobs/{job['id']}").json()["step"] or 0) >= 3, 30, "a few steps", first.log)
-        first.kill()  # SIGKILL: no cleanup, no interruption recorded
+        # SIGKILL: no cleanup at all; SIGTERM: a graceful stop, which detaches the prompt by default.
+        first.kill() if how == "SIGKILL" else first.stop()
         prompt = comfy.running_prompt_id
         assert prompt is not None, "the prompt runs on in ComfyUI while h3core is down"
 
         second = servers.make(_env(comfy), root=first.root).start()
         with second.client() as api:
             poll(lambda: api.get(f"/v1/jobs/{job['id']}").json()["status"] == "done", 60, "the job to finish", second.log)
+            view = api.get(f"/v1/jobs/{job['id']}").json()
             events = api.get(f"/v1/jobs/{job['id']}/events").json()
         second.stop()
     finally:
         servers.kill_all()
     types = [e["body"]["type"] for e in events]
-    assert types.count("running") == 1 and "attempt_failed" not in types, types
+    assert view["attempt"] == 1 and types.count("running") == 1 and "attempt_failed" not in types, types
     assert events[2]["body"]["executor_ref"] == prompt
+    resumed = [e["body"] for e in events if e["body"]["type"] == "resumed"]
+    assert len(resumed) == 1 and resumed[0]["executor_ref"] == prompt and resumed[0]["attempt"] == 1
     steps = [e["body"]["step"] for e in events if e["body"]["type"] == "progress"]
     assert steps == sorted(set(steps)) and steps[-1] == 30
+    assert ("POST", "/interrupt", {"prompt_id": prompt}) not in comfy.received
     assert list(comfy.history) == [prompt], "the prompt ran once: re-attached, not re-run"

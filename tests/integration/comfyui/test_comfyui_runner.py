@@ -12,11 +12,32 @@ import anyio
 import av
 import pytest
 
-from h3core import Refused
+from h3core import Refused, SQLiteEventStore
+from h3core.domain.events import CancelRequested
 from h3core.domain.request import GenerationRequest
 from tests.integration.comfyui.conftest import ended, png_path, types, until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+
+async def foreign_prompt(comfy, steps: int) -> str:
+    """A prompt another client of the same ComfyUI queues (the t2va graph, with its own id)."""
+    import httpx
+
+    from h3core.executors.comfyui.templates import builtin_templates
+
+    graph = builtin_templates()["minimax-h3-t2va-single-gpu"].build(req(steps=steps, seed=99), {})
+    async with httpx.AsyncClient(base_url=comfy.url) as http:
+        answer = await http.post("/prompt", json={"prompt": graph, "client_id": "someone-else"})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["prompt_id"]
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = SQLiteEventStore(tmp_path / "h3-restarts.db", durable=False)
+    yield store
+    store.close()
 
 
 def req(**kw) -> GenerationRequest:
@@ -94,18 +115,34 @@ async def test_a_graph_comfyui_refuses_fails_as_invalid_naming_the_node(make_run
 
 async def test_cancel_of_a_pending_prompt_deletes_it_from_the_queue(make_runner, comfy):
     comfy.step_seconds = 0.1
-    async with make_runner(slots=2) as runner:
-        first = await runner.submit(req(steps=60))
-        second = await runner.submit(req(steps=5, seed=2))
-        await until(lambda: runner.store.get(second.job_id).status == "running" and len(comfy.queue_pending) == 1)
-        ref = runner.store.get(second.job_id).executor_ref
-        await runner.cancel(second.job_id)
-        state = await ended(runner, second.job_id)
+    async with make_runner() as runner:
+        await until(lambda: runner.executor.capabilities().ready)
+        other = await foreign_prompt(comfy, steps=60)  # someone else's prompt keeps ComfyUI busy
+        job = await runner.submit(req(steps=5, seed=2))
+        await until(lambda: len(comfy.queue_pending) == 1)
+        ref = runner.store.get(job.job_id).executor_ref
+        await runner.cancel(job.job_id)
+        state = await ended(runner, job.job_id)
         assert state.status == "cancelled"
         assert ("POST", "/queue", {"delete": [ref]}) in comfy.received
-        assert ref not in comfy.history, "a deleted pending prompt never runs"
-        await runner.cancel(first.job_id)
-        await ended(runner, first.job_id)
+        assert ref not in comfy.history and comfy.running_prompt_id == other, "deleted, never run; the other runs on"
+
+
+async def test_with_four_slots_comfyui_holds_one_prompt_of_h3core_at_a_time_the_rest_wait_queued(make_runner, comfy):
+    comfy.step_seconds = 0.02
+    async with make_runner(slots=4) as runner:
+        assert runner.slot_count() == 1, "ComfyUI's concurrency (1) bounds the runner's 4 slots"
+        jobs = [await runner.submit(req(steps=5, seed=i), priority=i) for i in range(4)]
+        seen = []
+        with anyio.fail_after(30):
+            while not all(runner.store.get(j.job_id).terminal for j in jobs):
+                seen.append((len(comfy.queue_running) + len(comfy.queue_pending), [runner.store.get(j.job_id).status for j in jobs]))
+                await anyio.sleep(0.005)
+    assert max(n for n, _ in seen) == 1, "never more than one of h3core's prompts in ComfyUI's queue"
+    assert max(statuses.count("running") for _, statuses in seen) == 1
+    assert all(runner.store.get(j.job_id).status == "done" for j in jobs)
+    started = sorted(jobs, key=lambda j: runner.store.get(j.job_id).started_at)
+    assert [j.priority for j in started] == [3, 2, 1, 0], "h3core's priorities decide the order"
 
 
 async def test_cancel_of_a_running_prompt_interrupts_that_prompt_only(make_runner, comfy):
@@ -118,10 +155,23 @@ async def test_cancel_of_a_running_prompt_interrupts_that_prompt_only(make_runne
         state = await ended(runner, job.job_id)
     assert state.status == "cancelled"
     interrupts = [body for method, path, body in comfy.received if path == "/interrupt"]
-    assert interrupts == [{"prompt_id": ref}], "never the global interrupt"
+    assert interrupts and all(i == {"prompt_id": ref} for i in interrupts), "that prompt only: never the global interrupt"
     assert comfy.history[ref]["status"]["messages"][-1][0] == "execution_interrupted"
     steps_after = [e for e in runner.store.events(job.job_id) if e.type == "progress" and e.seq > next(x.seq for x in runner.store.events(job.job_id) if x.type == "cancel_requested")]
     assert len(steps_after) <= 2
+
+
+async def test_a_cancel_comfyui_does_not_honour_in_time_fails_the_job_stop_unconfirmed_not_cancelled(make_runner, comfy):
+    comfy.step_seconds, comfy.sampler_checks_interrupt = 0.1, False  # the interrupt lands only after the sampler
+    async with make_runner(comfyui={"cancel_wait_s": 0.5}) as runner:
+        job = await runner.submit(req(steps=60))
+        await until(lambda: (runner.store.get(job.job_id).step or 0) >= 2)
+        await runner.cancel(job.job_id)
+        state = await ended(runner, job.job_id)
+        assert state.status == "failed" and state.error.kind == "stop_unconfirmed"
+        assert state.error.message.startswith(f"cancelled by request, but ComfyUI may still run prompt {state.executor_ref}")
+        assert comfy.running_prompt_id == state.executor_ref, "it was indeed still running"
+        await comfy.wait_for(lambda: state.executor_ref in comfy.history, 15)  # ends at the sampler's end
 
 
 async def test_keyframes_are_uploaded_and_bound(make_runner, comfy, tmp_path):
@@ -230,3 +280,67 @@ async def test_a_comfyui_lacking_the_fl2va_nodes_still_serves_t2va_and_refuses_f
     assert refused.value.decision.reason == "mode_unavailable" and refused.value.decision.ceiling.max_frames == 0
     assert state.status == "done"
     assert runner.store.job_ids() == [job.job_id]
+
+
+# -- a stop of h3core: the prompt runs on, the next start resumes it ------------------------------
+
+
+async def stopped_mid_job(make_runner, comfy, store, *, steps: int, at_step: int, comfyui: dict | None = None) -> str:
+    """Run a job until it reached `at_step`, then stop the runner (as SIGTERM does); its job id."""
+    comfy.step_seconds = 0.05
+    async with make_runner(store, comfyui=comfyui) as runner:
+        job = await runner.submit(req(steps=steps))
+        await until(lambda: (store.get(job.job_id).step or 0) >= at_step)
+    return job.job_id
+
+
+async def test_a_stop_of_h3core_leaves_its_prompt_running_and_the_next_start_resumes_it_on_attempt_1(make_runner, comfy, store):
+    job_id = await stopped_mid_job(make_runner, comfy, store, steps=40, at_step=3)
+    stopped = store.get(job_id)
+    assert stopped.status == "running", "nothing is written for a detached attempt"
+    assert comfy.running_prompt_id == stopped.executor_ref, "the prompt runs on in ComfyUI"
+    assert not [path for method, path, _ in comfy.received if method == "POST" and path in ("/interrupt", "/queue")]
+
+    async with make_runner(store) as runner:
+        state = await ended(runner, job_id)
+    assert state.status == "done" and state.attempt == 1, state.error
+    events = store.events(job_id)
+    resumed = [e for e in events if e.type == "resumed"]
+    assert len(resumed) == 1 and resumed[0].body.executor_ref == stopped.executor_ref and resumed[0].body.attempt == 1
+    assert resumed[0].seq == stopped.last_seq + 1 and resumed[0].body.after_s >= 0
+    steps = [e.body.step for e in events if e.type == "progress"]
+    assert steps == sorted(set(steps)) and steps[-1] == 40
+    assert list(comfy.history) == [stopped.executor_ref], "resumed, not run again"
+
+
+async def test_with_on_stop_interrupt_a_stop_interrupts_the_prompt_and_records_the_attempt_interrupted(make_runner, comfy, store):
+    job_id = await stopped_mid_job(make_runner, comfy, store, steps=40, at_step=3, comfyui={"on_stop": "interrupt"})
+    state = store.get(job_id)
+    ref = store.events(job_id)[2].body.executor_ref
+    assert state.status == "queued" and state.attempt_errors[0].kind == "interrupted"  # retried at the next start
+    assert ("POST", "/interrupt", {"prompt_id": ref}) in comfy.received
+    assert comfy.history[ref]["status"]["messages"][-1][0] == "execution_interrupted"
+
+
+async def test_a_cancel_stored_while_h3core_is_down_is_honoured_by_the_resumed_attempt(make_runner, comfy, store):
+    job_id = await stopped_mid_job(make_runner, comfy, store, steps=200, at_step=2)
+    before = store.get(job_id)
+    store.append(job_id, [CancelRequested(reason="asked while h3core was down")], expected_seq=before.last_seq)
+    async with make_runner(store) as runner:
+        state = await ended(runner, job_id)
+    assert state.status == "cancelled"
+    assert types(runner, job_id)[-3:] == ["cancel_requested", "resumed", "cancelled"]
+    assert comfy.history[before.executor_ref]["status"]["messages"][-1][0] == "execution_interrupted"
+    assert comfy.running_prompt_id is None
+
+
+async def test_a_prompt_gone_when_h3core_comes_back_fails_the_resumed_attempt_executor_lost_and_the_retry_runs(make_runner, comfy, store):
+    job_id = await stopped_mid_job(make_runner, comfy, store, steps=100, at_step=2)
+    await comfy.restart()  # ComfyUI restarted while h3core was down: the prompt and its history are gone
+    comfy.step_seconds = 0.01
+    async with make_runner(store) as runner:
+        state = await ended(runner, job_id)
+    assert state.status == "done" and state.attempt == 2
+    assert state.attempt_errors[0].kind == "executor_lost"
+    kinds = types(runner, job_id)
+    assert kinds[kinds.index("resumed") :][:3] == ["resumed", "attempt_failed", "running"] and kinds.count("resumed") == 1

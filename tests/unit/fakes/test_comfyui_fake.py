@@ -1,7 +1,7 @@
 """The fake ComfyUI (`tests/fakes/comfyui.py`): replayed against real recordings, and its fault switches.
 
 The FIDELITY tests replay each scenario recorded from a real ComfyUI 0.3.64
-(`../shared/comfyui-protocol/samples/*.json`; skipped when that folder is absent) and compare:
+(`tests/fakes/comfyui_protocol/samples/*.json`, copied from the recording) and compare:
 status codes, content types, JSON bodies and websocket message-type sequences. They normalise only
 what the fake cannot know or what differs run to run (see `norm`):
 - prompt ids, client ids and `sid`s (uuids / 32-hex strings) and `timestamp`s;
@@ -34,9 +34,8 @@ from tests.fakes.comfyui import FakeComfyUI, png_bytes
 pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[3]
-SAMPLES = REPO.parent / "shared" / "comfyui-protocol" / "samples"
+SAMPLES = REPO / "tests" / "fakes" / "comfyui_protocol" / "samples"
 WORKFLOWS = REPO / "h3core" / "executors" / "comfyui" / "workflows"
-needs_samples = pytest.mark.skipif(not SAMPLES.is_dir(), reason="../shared/comfyui-protocol/samples not present")
 
 _ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b[0-9a-f]{32}\b")
 
@@ -208,7 +207,6 @@ def add_media(comfy: FakeComfyUI) -> None:
 # -- FIDELITY: replays of the recorded scenarios ----------------------------------------------------------------
 
 
-@needs_samples
 async def test_01_basic_and_02_cached_resubmit(comfy, http):
     rec = sample("01_basic")
     client_id = rec["prompt_post"]["request"]["json"]["client_id"]
@@ -242,7 +240,6 @@ async def test_01_basic_and_02_cached_resubmit(comfy, http):
     assert sorted(p.name for p in (comfy.root / "output").iterdir()) == [ref["filename"]]  # no new file
 
 
-@needs_samples
 async def test_03_progress_and_binary_previews(comfy, http):
     rec = sample("03_progress_binary")
     for case, flags in (("legacy", False), ("feature_flags", True)):
@@ -275,7 +272,6 @@ async def test_03_progress_and_binary_previews(comfy, http):
             check_response(r["history"], await http.get(f"/history/{prompt_id}"))
 
 
-@needs_samples
 async def test_04_interrupt_front_and_delete(comfy, http):
     rec = sample("04_interrupt_queue")
     client_id = rec["post_running"]["request"]["json"]["client_id"]
@@ -319,7 +315,6 @@ async def test_04_interrupt_front_and_delete(comfy, http):
     check_response(rec["queue_after"], await http.get("/queue"))
 
 
-@needs_samples
 async def test_05_interrupt_lands_between_list_items_of_a_slow_node(comfy, http):
     rec = sample("05_interrupt_slow_node")
     comfy.node_seconds = 0.05  # ImageScale runs once per item of RebatchImages' list (16 items)
@@ -346,7 +341,6 @@ async def test_05_interrupt_lands_between_list_items_of_a_slow_node(comfy, http)
     assert len(comfy.history[prompt_id]["outputs"]["5"]["images"]) == 16
 
 
-@needs_samples
 async def test_06_invalid_prompts_answer_exactly_like_comfyui(comfy, http):
     rec = sample("06_invalid_prompts")
     for name, case in rec.items():
@@ -362,7 +356,6 @@ async def test_06_invalid_prompts_answer_exactly_like_comfyui(comfy, http):
     assert (await http.post("/prompt", json={"prompt": probe()})).json()["number"] == 13
 
 
-@needs_samples
 async def test_06_partially_valid_prompt_runs_only_its_valid_outputs(comfy, http):
     case = sample("06_invalid_prompts")["two_outputs_one_bad"]
     r = await replay(http, case)
@@ -372,7 +365,6 @@ async def test_06_partially_valid_prompt_runs_only_its_valid_outputs(comfy, http
     assert entry["status"]["status_str"] == "success"
 
 
-@needs_samples
 async def test_07_runtime_error(comfy, http):
     rec = sample("07_runtime_error")
     client_id = rec["prompt_post"]["request"]["json"]["client_id"]
@@ -385,7 +377,6 @@ async def test_07_runtime_error(comfy, http):
     check_response(rec["history"], await http.get(f"/history/{r.json()['prompt_id']}"))
 
 
-@needs_samples
 async def test_08_uploads_view_and_loadimage(comfy, http):
     rec = sample("08_upload")
     a, b = png_bytes(8, 8, 0x123456), png_bytes(8, 8, 0x654321)
@@ -430,7 +421,6 @@ async def test_08_uploads_view_and_loadimage(comfy, http):
     check_response(rec["loadimage_history"], await http.get(f"/history/{r.json()['prompt_id']}"))
 
 
-@needs_samples
 async def test_09_misc_endpoints_and_who_receives_what(comfy, http):
     rec = sample("09_misc")
     for key in ("GET /queue", "GET /prompt", "GET /features", "GET /history/does-not-exist", "GET /object_info/EmptyImage",
@@ -476,7 +466,6 @@ async def test_09_misc_endpoints_and_who_receives_what(comfy, http):
     assert set(stats) == {"system", "devices"} and stats["system"]["comfyui_version"] == "0.3.64"
 
 
-@needs_samples
 async def test_10_reconnect_with_the_same_client_id_takes_over(comfy, http):
     rec = sample("10_reconnect_same_clientId")
     cid = uuid.uuid4().hex
@@ -509,7 +498,7 @@ async def test_all_six_builtin_templates_are_accepted_and_write_a_real_mp4(comfy
 
     add_media(comfy)
     comfy.step_seconds = 0.0
-    names = sorted(p.stem for p in WORKFLOWS.glob("*.json"))
+    names = sorted(p.stem for p in WORKFLOWS.glob("minimax-h3-*.json"))
     assert len(names) == 6
     for name in names:
         prompt_id = await submit(http, template(name, steps=3), "tpl")
@@ -525,6 +514,19 @@ async def test_all_six_builtin_templates_are_accepted_and_write_a_real_mp4(comfy
     assert [p.name for p in files] == [f"MiniMax_H3_{i:05}_.mp4" for i in range(1, 7)]  # the counter goes up
     with av.open(str(files[0])) as container:
         assert container.streams.video[0].frames == 124 and len(container.streams.audio) == 1
+
+
+async def test_the_model_free_template_runs_and_writes_the_frames_it_was_given(comfy, http):
+    import av
+
+    graph = json.loads((WORKFLOWS / "core-nodes-t2va.json").read_text())["graph"]
+    graph["1"]["inputs"]["batch_size"] = 37
+    entry = await wait_history(comfy, await submit(http, graph, "core"), timeout=20)
+    assert entry["status"]["status_str"] == "success", entry["status"]
+    ref = entry["outputs"]["7"]["images"][0]
+    assert ref["subfolder"] == "h3core" and ref["filename"].endswith(".mp4")
+    with av.open(str(comfy.root / "output" / "h3core" / ref["filename"])) as container:
+        assert container.streams.video[0].frames == 37
 
 
 async def test_a_missing_input_file_is_a_custom_validation_error(comfy, http):

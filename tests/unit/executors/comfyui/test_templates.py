@@ -8,15 +8,52 @@ import pytest
 
 from h3core.domain.request import GenerationRequest
 from h3core.executors.comfyui.templates import TemplateError, builtin_templates, load_template, load_templates, pick
+from tests.fakes.comfyui_nodes import STOCK_NODES
 
 TEMPLATES = builtin_templates()
 
 
-def test_six_templates_ship_one_per_mode_and_topology():
-    assert {(t.mode, t.topology) for t in TEMPLATES.values()} == {
+def test_a_minimax_template_ships_for_each_mode_and_topology_and_serves_it_unless_another_is_named():
+    minimax = {n: t for n, t in TEMPLATES.items() if n.startswith("minimax-h3-")}
+    assert {(t.mode, t.topology) for t in minimax.values()} == {
         (m, t) for m in ("t2va", "fl2va", "ref2va") for t in ("single-gpu", "raylight")
     }
-    assert pick(TEMPLATES, "fl2va", "raylight").name == "minimax-h3-fl2va-raylight"
+    for t in minimax.values():
+        assert pick(TEMPLATES, t.mode, t.topology) is t
+    assert pick(TEMPLATES, "t2va", "single-gpu", {"t2va": "core-nodes-t2va"}).name == "core-nodes-t2va"
+    assert pick(TEMPLATES, "fl2va", "single-gpu", {"t2va": "core-nodes-t2va"}).name == "minimax-h3-fl2va-single-gpu"
+
+
+def test_an_added_template_for_a_mode_is_used_when_named_and_never_otherwise(tmp_path):
+    data = _data()
+    data["name"] = "house-t2va"
+    (tmp_path / "house.json").write_text(json.dumps(data))
+    templates = load_templates(tmp_path)
+    assert pick(templates, "t2va", "single-gpu").name == "minimax-h3-t2va-single-gpu"  # the built-in still
+    assert pick(templates, "t2va", "single-gpu", {"t2va": "house-t2va"}) == templates["house-t2va"]
+
+
+@pytest.mark.parametrize(
+    ("named", "mode", "topology", "message"),
+    [
+        ({"t2va": "nope"}, "t2va", "single-gpu", "no template named 'nope' for mode 't2va'"),
+        ({"fl2va": "core-nodes-t2va"}, "fl2va", "single-gpu", "'core-nodes-t2va' is a t2va template, not fl2va"),
+        ({"t2va": "core-nodes-t2va"}, "t2va", "raylight", "'core-nodes-t2va' is for topology single-gpu, and ComfyUI runs as raylight"),
+    ],
+)
+def test_a_named_template_that_cannot_serve_the_mode_is_refused_naming_why(named, mode, topology, message):
+    with pytest.raises(TemplateError, match=message):
+        pick(TEMPLATES, mode, topology, named)
+
+
+def test_the_model_free_template_uses_core_nodes_only_and_binds_the_videos_size_and_length():
+    t = TEMPLATES["core-nodes-t2va"]
+    assert t.missing_on(STOCK_NODES) == [], "every node is one a stock ComfyUI has"
+    assert t.class_types() == {"EmptyImage", "ImageBlur", "CreateVideo", "SaveVideo"} and t.sampler is None
+    graph = t.build(GenerationRequest(prompt="a fox", width=320, height=192, frames=29, seed=5, steps=4), {})
+    assert graph["1"]["inputs"] | {"color": 0} == {"width": 320, "height": 192, "batch_size": 29, "color": 0}
+    assert "a fox" not in json.dumps(graph) and set(t.ignores) == {"prompt", "seed", "steps"}
+    assert t.value_range(STOCK_NODES, "frames")[:2] == (1, 4096)  # EmptyImage.batch_size: the frame window
 
 
 def test_request_values_land_on_their_bound_inputs():
@@ -68,7 +105,9 @@ def _data(name="minimax-h3-t2va-single-gpu"):
     [
         (lambda d: d["values"]["prompt"][0].update(node="99"), "values.prompt: node 99 is not in the graph"),
         (lambda d: d["values"]["frames"][0].update(input="frames"), "has no input 'frames'"),
-        (lambda d: d["values"].pop("seed"), "no binding for 'seed'"),
+        (lambda d: d["values"].pop("seed"), "no binding for 'seed' \\(bind it, or name it in ignores\\)"),
+        (lambda d: d.update(ignores=["steps"]), "ignores: 'steps' is also bound in values"),
+        (lambda d: (d["values"].pop("frames"), d.update(ignores=["frames"])), "'frames' cannot be ignored"),
         (lambda d: d.update(sampler="77"), "sampler: node 77"),
         (lambda d: d["graph"]["11"]["inputs"].update(samples=["42", 0]), "links to missing node 42"),
     ],
@@ -96,5 +135,10 @@ def test_an_operator_adds_or_replaces_a_template_without_code(tmp_path):
     data["name"] = "house-t2va"
     data["graph"]["8"]["inputs"]["sampler_name"] = "euler"
     (tmp_path / "house.json").write_text(json.dumps(data))
+    data = _data("minimax-h3-fl2va-single-gpu")
+    data["graph"]["8"]["inputs"]["sampler_name"] = "euler"
+    (tmp_path / "fl2va.json").write_text(json.dumps(data))
     templates = load_templates(tmp_path)
-    assert "house-t2va" in templates and len(templates) == 7
+    assert templates.keys() == TEMPLATES.keys() | {"house-t2va"}
+    # A file with a built-in's name replaces it, and serves its mode as the built-in did.
+    assert pick(templates, "fl2va", "single-gpu").graph["8"]["inputs"]["sampler_name"] == "euler"
