@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import anyio
 from anyio.from_thread import start_blocking_portal
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -29,7 +30,8 @@ from h3core import (
     RunnerConfig,
     SQLiteEventStore,
 )
-from h3core.domain.state import extend, fold
+from h3core.adapters.store.memory import MemoryEventStore
+from h3core.domain.state import fold
 from tests.factories import request
 
 plans = st.one_of(
@@ -50,23 +52,48 @@ STALL = 0.3
 
 
 class CrashableStore:
-    """Passes through to the real store until `crash()`; then every write is silently lost,
-    as when the process is killed: the runner believes it wrote, the file never changes."""
+    """The real store until the crash point; from then on every write is lost, as when the
+    process is killed: the runner is told its writes landed, the file never changes again.
+
+    The crash strikes inside the runner's own write path: every runner write is a group commit
+    (`append_batch`, from the group writer's thread), and `arm(n)` lets `n` more of them reach
+    the file before the rest vanish, so the kill lands between two commits of a running
+    runner, or in the middle of its shutdown. Once crashed, reads and writes go to an
+    in-memory copy (what the dead process believed), so the runner carries on consistently
+    while nothing it does reaches the file.
+    """
 
     def __init__(self, real: SQLiteEventStore) -> None:
         self.real = real
-        self.crashed = False
+        self._left: int | None = None  # group commits still reaching the file; None: not armed
+        self._lock = threading.Lock()
+        self.ghost: MemoryEventStore | None = None
 
-    def crash(self) -> None:
-        self.crashed = True
+    def arm(self, after_batches: int) -> None:
+        with self._lock:
+            self._left = after_batches
+            if after_batches == 0:
+                self._die()
+
+    def _die(self) -> None:
+        self.ghost = MemoryEventStore()
+        self.ghost.import_events(list(self.real.all_events()))
+
+    def append_batch(self, items):
+        with self._lock:
+            if self.ghost is None and self._left is not None:
+                if self._left == 0:
+                    self._die()
+                else:
+                    self._left -= 1
+            target = self.ghost or self.real
+        return target.append_batch(items)
 
     def append(self, job_id, bodies, *, expected_seq=None):
-        if not self.crashed:
-            return self.real.append(job_id, bodies, expected_seq=expected_seq)
-        return extend(self.real.get(job_id), job_id, bodies, self.real._clock())
+        raise AssertionError("the runner writes through append_batch only")
 
     def __getattr__(self, name):
-        return getattr(self.real, name)
+        return getattr(self.ghost or self.real, name)
 
 
 async def _task_count() -> int:
@@ -136,10 +163,12 @@ class RunnerMachine(RuleBasedStateMachine):
         assert not any(s.status == "running" for s in self.real.unfinished()), "a graceful stop leaves nothing running"
         self._start()
 
-    @rule()
-    def crash_and_recover(self):
-        self.store.crash()
+    @rule(after_batches=st.integers(0, 3), seconds=st.sampled_from([0.0, 0.02, 0.1]))
+    def crash_and_recover(self, after_batches, seconds):
+        self.store.arm(after_batches)
+        self.portal.call(anyio.sleep, seconds)  # the runner works on; the kill lands where it lands
         self._stop()
+        event("the kill struck" if self.store.ghost is not None else "the kill came after the runner stopped")
         self._start()
 
     @invariant()
