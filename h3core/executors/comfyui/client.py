@@ -1,4 +1,4 @@
-"""ComfyUI's HTTP API, as the recorded protocol (tests/fakes/comfyui_protocol/PROTOCOL.md) records it, and nothing more.
+"""ComfyUI's HTTP API, as the recorded protocol (h3core/testing/comfyui_protocol/PROTOCOL.md) records it, and nothing more.
 
 Every call raises `Unreachable` when the server cannot be reached (connection refused, reset,
 timed out, 5xx), so callers can tell "ComfyUI is down" from "ComfyUI said no".

@@ -11,7 +11,7 @@ from h3core import LocalArtifactStore, Runner, RunnerConfig, SQLiteEventStore
 from h3core.adapters.uploads import LocalUploadStore
 from h3core.executors.comfyui.executor import ComfyUIExecutor, ComfyUISettings
 from h3core.executors.comfyui.templates import builtin_templates
-from tests.fakes.comfyui import FakeComfyUI
+from h3core.testing.comfyui import FakeComfyUI
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fakes.comfyui import FakeComfyUI
+from h3core.testing.comfyui import FakeComfyUI
 from tests.integration.conftest import poll
 from tests.integration.service.conftest import Servers
 

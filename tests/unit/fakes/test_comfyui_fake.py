@@ -1,7 +1,7 @@
-"""The fake ComfyUI (`tests/fakes/comfyui.py`): replayed against real recordings, and its fault switches.
+"""The fake ComfyUI (`h3core/testing/comfyui.py`): replayed against real recordings, and its fault switches.
 
 The FIDELITY tests replay each scenario recorded from a real ComfyUI 0.3.64
-(`tests/fakes/comfyui_protocol/samples/*.json`, copied from the recording) and compare:
+(`h3core/testing/comfyui_protocol/samples/*.json`, copied from the recording) and compare:
 status codes, content types, JSON bodies and websocket message-type sequences. They normalise only
 what the fake cannot know or what differs run to run (see `norm`):
 - prompt ids, client ids and `sid`s (uuids / 32-hex strings) and `timestamp`s;
@@ -29,12 +29,12 @@ import pytest
 import websockets
 from websockets.asyncio.client import connect
 
-from tests.fakes.comfyui import FakeComfyUI, png_bytes
+from h3core.testing.comfyui import PROTOCOL, FakeComfyUI, png_bytes
 
 pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[3]
-SAMPLES = REPO / "tests" / "fakes" / "comfyui_protocol" / "samples"
+SAMPLES = PROTOCOL / "samples"
 WORKFLOWS = REPO / "h3core" / "executors" / "comfyui" / "workflows"
 
 _ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b[0-9a-f]{32}\b")

@@ -1,7 +1,7 @@
-"""Node registry of the fake ComfyUI (`tests/fakes/comfyui.py`): input specs per class, as data.
+"""Node registry of the fake ComfyUI (`h3core/testing/comfyui.py`): input specs per class, as data.
 
 `STOCK_NODES` was copied verbatim from `GET /object_info` of a stock ComfyUI 0.3.64 (the recording
-of tests/fakes/comfyui_protocol/; its 488 KB object_info.json is not copied), except that
+of h3core/testing/comfyui_protocol/; its 488 KB object_info.json is not copied), except that
 `CLIPLoader.type` also lists "minimax". The sampler and scheduler lists are shared constants only to keep this file short.
 `EXTRA_NODES` are written by hand: classes of MiniMax-H3 and Raylight, and two stock audio classes
 that the recorded server did not load (its torchaudio import failed). Their specs follow the

@@ -1,6 +1,8 @@
 """A protocol-faithful fake ComfyUI server (aiohttp, like ComfyUI itself), for tests of a ComfyUI client.
 
-It reproduces what `tests/fakes/comfyui_protocol/PROTOCOL.md` records of ComfyUI 0.3.64: the same
+Needs aiohttp (not a dependency of h3core: install it beside the package to use this module).
+
+It reproduces what `h3core/testing/comfyui_protocol/PROTOCOL.md` records of ComfyUI 0.3.64: the same
 routes (also under `/api`), the same JSON shapes and status codes, prompt validation against a node
 registry (`comfyui_nodes.py`), one worker that runs prompts one at a time in `number` order, the
 websocket message sequences (who gets what, in which order), node output caching across prompts,
@@ -59,6 +61,9 @@ from typing import Any, TypeVar
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from .comfyui_nodes import FILE_INPUTS, MODEL_INPUTS, NODE_INFO, node_info
+
+# What the fake reproduces: PROTOCOL.md and the recorded samples/ of a real ComfyUI 0.3.64.
+PROTOCOL = Path(__file__).parent / "comfyui_protocol"
 
 T = TypeVar("T")
 

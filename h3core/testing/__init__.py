@@ -1,0 +1,10 @@
+"""For implementers and embedders: what h3core's own suite uses to test its pluggable parts.
+
+- `h3core.testing.store`: `EventStoreContract`, the event-store contract as a pytest class to
+  run against any store (needs pytest);
+- `h3core.testing.factories`: builders of valid requests, artifacts and job logs;
+- `h3core.testing.comfyui`: `FakeComfyUI`, a protocol-faithful fake ComfyUI server, with the
+  protocol it reproduces in `comfyui_protocol/` (needs aiohttp).
+
+`import h3core` does not import this package; each module imports what it needs itself.
+"""

@@ -1,0 +1,39 @@
+"""Small builders of valid requests, artifacts and whole job logs, for tests of h3core and of
+code built on it (a store, an executor)."""
+
+from __future__ import annotations
+
+from h3core.domain.events import (
+    Admitted,
+    Artifact,
+    Body,
+    Done,
+    Progress,
+    Running,
+    Submitted,
+)
+from h3core.domain.request import GenerationRequest
+from h3core.domain.retry import RetryPolicy
+
+
+def request(**kw) -> GenerationRequest:
+    return GenerationRequest(**{"prompt": "a red fox in snow", "steps": 4, "frames": 24, "width": 64, "height": 64, **kw})
+
+
+def artifact(path: str = "j/attempt-1.mp4") -> Artifact:
+    return Artifact(path=path, bytes=10, sha256="0" * 64, frames=24, duration_s=1.0)
+
+
+def submitted(retry: RetryPolicy | None = None, **kw) -> Submitted:
+    return Submitted(request=request(**kw), retry=retry or RetryPolicy())
+
+
+def done_log(steps: int = 3) -> list[Body]:
+    """The bodies of a job that ran once and finished."""
+    return [
+        submitted(),
+        Admitted(),
+        Running(attempt=1, executor="fake"),
+        *[Progress(step=i, total=steps) for i in range(1, steps + 1)],
+        Done(artifact=artifact()),
+    ]
