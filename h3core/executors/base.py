@@ -32,19 +32,30 @@ profile), and the runner starts attempts only in modes it says are ready; it mus
 do no I/O (both ask often). `check(job)` is the executor's own pre-check, made before an attempt
 starts: it raises `ExecutorFailure("invalid", ...)` for a job it cannot run. Whatever the
 capabilities admit, `check` must pass (the contract property tests hold every executor to it).
+
+What the service shows of the executor's resources is part of the contract too, each cheap and
+without I/O, each None where the executor has no such thing (the default: return None):
+`health()`, a snapshot of each device group it runs on; `head()`, the cluster head those groups
+run on; `attention_report()`, what its start-up attention probe measured, one row per kernel.
+/readyz and /metrics show what is not None.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from h3core.domain.capabilities import Capabilities
 from h3core.domain.events import Artifact, Progress
 from h3core.domain.failures import FailureKind
 from h3core.domain.request import GenerationRequest
+
+if TYPE_CHECKING:  # the shapes of optional reports; their modules need the executors' extras
+    from h3core.executors.distributed.cluster import HeadHealth
+    from h3core.executors.distributed.group import GroupHealth
+    from h3core.executors.pipeline.attention import ProbeRow
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,18 @@ class Executor(Protocol):
         ...
 
     def run(self, job: JobSpec) -> AsyncIterator[Update]: ...
+
+    def health(self) -> Sequence[GroupHealth] | None:
+        """Each device group's health, a snapshot; None for an executor without groups."""
+        ...
+
+    def head(self) -> HeadHealth | None:
+        """The health of the cluster head its groups run on; None without one."""
+        ...
+
+    def attention_report(self) -> Sequence[ProbeRow] | None:
+        """What the start-up attention probe measured, one row per kernel; None without a probe."""
+        ...
 
 
 @runtime_checkable

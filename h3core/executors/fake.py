@@ -154,6 +154,16 @@ class FakeExecutor:
         finally:
             self._ready = False
 
+    # No device groups, cluster head or attention probe to show.
+    def health(self) -> None:
+        return None
+
+    def head(self) -> None:
+        return None
+
+    def attention_report(self) -> None:
+        return None
+
     def reference(self, job: JobSpec) -> str | None:
         return f"fake-{job.job_id}-{job.attempt}"
 

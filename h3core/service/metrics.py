@@ -11,6 +11,7 @@ from prometheus_client.exposition import generate_latest
 from h3core.adapters.store.base import EventStore
 from h3core.bus import EventBus
 from h3core.domain.state import TERMINAL
+from h3core.executors.base import Executor
 
 # Jobs take minutes (field notes §1: 11–14 min); the buckets span a fake second to an hour.
 GROUP_STATES = ("starting", "ready", "busy", "dead", "down")
@@ -34,17 +35,20 @@ class _StoreCollector:
 
 
 class _GroupCollector:
-    """Device groups (an executor with `health()` and `head()`): whether each is up, and how often
+    """Device groups (an executor whose `health()` is not None): whether each is up, and how often
     it was rebuilt; whether the Ray head they run on is up, and how often it was lost."""
 
-    def __init__(self, executor) -> None:
+    def __init__(self, executor: Executor) -> None:
         self.executor = executor
 
     def collect(self):
+        groups = self.executor.health()
+        if groups is None:
+            return
         up = GaugeMetricFamily("h3core_group_up", "1 when the device group can run a job (ready or busy).", labels=["group", "size"])
         state = GaugeMetricFamily("h3core_group_state", "The device group's state (1 for the current one).", labels=["group", "state"])
         rebuilds = CounterMetricFamily("h3core_group_rebuilds", "Rebuilds of the device group after a failure.", labels=["group"])
-        for h in self.executor.health():
+        for h in groups:
             group = str(h.index)
             up.add_metric([group, str(h.size)], 1 if h.state in ("ready", "busy") else 0)
             for name in GROUP_STATES:
@@ -54,18 +58,23 @@ class _GroupCollector:
         yield state
         yield rebuilds
         head = self.executor.head()
+        if head is None:
+            return
         yield GaugeMetricFamily("h3core_ray_head_up", "1 while the Ray head of the device groups answers.", value=1 if head.state == "up" else 0)
         yield CounterMetricFamily("h3core_ray_head_losses", "Times the Ray head was lost (and Ray restarted or rejoined).", value=head.losses)
 
 
 class _AttentionCollector:
-    """The pipeline's start-up attention probe (an executor with `attention_report()`): the kernel that runs,
-    and what each candidate measured."""
+    """The pipeline's start-up attention probe (an executor whose `attention_report()` is not None):
+    the kernel that runs, and what each candidate measured."""
 
-    def __init__(self, executor) -> None:
+    def __init__(self, executor: Executor) -> None:
         self.executor = executor
 
     def collect(self):
+        report = self.executor.attention_report()
+        if report is None:
+            return
         kernel = GaugeMetricFamily("h3core_attention_kernel", "1 for the attention kernel the pipeline runs.", labels=["kernel"])
         verdict = GaugeMetricFamily(
             "h3core_attention_probe_verdict",
@@ -79,7 +88,7 @@ class _AttentionCollector:
         error = GaugeMetricFamily(
             "h3core_attention_probe_error", "Relative L1 error against the float32 reference.", labels=["kernel"]
         )
-        for row in self.executor.attention_report():
+        for row in report:
             kernel.add_metric([row.kernel], 1 if row.verdict == "chosen" else 0)
             verdict.add_metric([row.kernel, row.verdict], 1)
             if row.ms is not None:
@@ -92,12 +101,11 @@ class _AttentionCollector:
 
 
 class Metrics:
-    def __init__(self, store: EventStore, executor=None) -> None:
+    def __init__(self, store: EventStore, executor: Executor | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_StoreCollector(store))
-        if callable(getattr(executor, "health", None)):
+        if executor is not None:  # each reports only what the executor has (its reports are not None)
             self.registry.register(_GroupCollector(executor))
-        if callable(getattr(executor, "attention_report", None)):
             self.registry.register(_AttentionCollector(executor))
         self.duration = Histogram(
             "h3core_job_duration_seconds",

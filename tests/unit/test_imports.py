@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+import h3core
 
 
 def _imports(module: str) -> set[str]:
@@ -14,3 +19,15 @@ def _imports(module: str) -> set[str]:
 
 def test_import_h3core_leaves_the_testing_package_alone():
     assert not {m for m in _imports("h3core") if m.startswith("h3core.testing")}
+
+
+ROUTES = sorted(p.stem for p in (Path(h3core.__file__).parent / "service" / "routes").glob("*.py") if p.stem != "__init__")
+
+
+@pytest.mark.parametrize("name", ROUTES)
+def test_a_routes_module_imports_alone_without_the_app(name):
+    """Routes take the `Service` from its own module: importing one never imports the app, so
+    there is no import circle between them."""
+    loaded = _imports(f"h3core.service.routes.{name}")
+    assert f"h3core.service.routes.{name}" in loaded
+    assert "h3core.service.app" not in loaded

@@ -173,6 +173,16 @@ class ComfyUIExecutor:
         with anyio.CancelScope(shield=True):
             await self.client.aclose()
 
+    # No device groups, cluster head or attention probe to show.
+    def health(self) -> None:
+        return None
+
+    def head(self) -> None:
+        return None
+
+    def attention_report(self) -> None:
+        return None
+
     def reference(self, job: JobSpec) -> str:
         return prompt_id_for(job.job_id, job.attempt)
 

@@ -129,6 +129,12 @@ class PipelineExecutor:
         model = load_model(s.model_dir, device=s.device, dtype=s.dtype, placement=s.placement)
         return Generator(model, self.plan, cache_size=s.prompt_cache)
 
+    def health(self) -> None:
+        return None  # one device, no groups
+
+    def head(self) -> None:
+        return None
+
     def attention_report(self) -> tuple[ProbeRow, ...]:
         """What the start-up probe measured, one row per kernel (the chosen one among them)."""
         return self.attention.rows

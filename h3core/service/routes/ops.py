@@ -7,6 +7,7 @@ from litestar import Request, Response, get
 from litestar.openapi.datastructures import ResponseSpec
 
 from h3core.adapters.lock import RunnerLock, runner_lock_path
+from h3core.executors.base import Executor
 from h3core.service.auth import bearer_matches
 from h3core.service.context import Service
 from h3core.service.settings import Settings
@@ -61,8 +62,8 @@ async def _readiness(svc: Service) -> Response[ReadyView]:
     else:
         checks["runner"] = "accepting" if svc.runner.accepting else "not accepting"
         ok = checks["store"] == "ok" and bool(servable) and svc.runner.accepting
-        health = getattr(svc.runner.executor, "health", None)
-        groups = [GroupView.model_validate(h, from_attributes=True) for h in health()] if callable(health) else None
+        health = svc.runner.executor.health()
+        groups = [GroupView.model_validate(h, from_attributes=True) for h in health] if health is not None else None
     attention = _attention(svc.runner.executor) if svc.tail is None else None
     view = ReadyView(
         status="ready" if ok else "not ready", executor=executor, modes=modes, problems=problems, groups=groups, attention=attention, **checks
@@ -70,10 +71,10 @@ async def _readiness(svc: Service) -> Response[ReadyView]:
     return Response(view, status_code=200 if ok else 503)
 
 
-def _attention(executor) -> list[AttentionRowView] | None:
-    """The pipeline's start-up attention probe (an executor with `attention_report()`), else None."""
-    report = getattr(executor, "attention_report", None)
-    return [AttentionRowView.model_validate(r, from_attributes=True) for r in report()] if callable(report) else None
+def _attention(executor: Executor) -> list[AttentionRowView] | None:
+    """The executor's start-up attention probe (the pipeline's), else None."""
+    report = executor.attention_report()
+    return [AttentionRowView.model_validate(r, from_attributes=True) for r in report] if report is not None else None
 
 
 @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4")
