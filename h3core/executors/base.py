@@ -34,7 +34,7 @@ starts: it raises `ExecutorFailure("invalid", ...)` for a job it cannot run. Wha
 capabilities admit, `check` must pass (the contract property tests hold every executor to it).
 
 What the service shows of the executor's resources is part of the contract too, each cheap and
-without I/O, each None where the executor has no such thing (the default: return None):
+without I/O, each None where the executor has no such thing (`NoReports` gives those defaults):
 `health()`, a snapshot of each device group it runs on; `head()`, the cluster head those groups
 run on; `attention_report()`, what its start-up attention probe measured, one row per kernel.
 /readyz and /metrics show what is not None.
@@ -114,6 +114,20 @@ def classify(exc: BaseException) -> tuple[FailureKind, str, str | None]:
     if "OutOfMemoryError" in names or host_oom(exc) or "out of memory" in text.lower():
         return "oom", f"out of memory: {text}"[:2000], type(exc).__name__
     return "executor_error", f"{type(exc).__name__}: {text}"[:2000], None
+
+
+class NoReports:
+    """The optional reports' defaults, for an executor with no device groups, cluster head or
+    attention probe to show: inherit it and override what applies."""
+
+    def health(self) -> None:
+        return None
+
+    def head(self) -> None:
+        return None
+
+    def attention_report(self) -> None:
+        return None
 
 
 @runtime_checkable

@@ -30,7 +30,7 @@ from h3core.domain.capabilities import MODES, Capabilities, FrameWindow, GroupBu
 from h3core.domain.events import Progress
 from h3core.domain.failures import FAILURE_KINDS, FailureKind
 from h3core.domain.geometry import FPS, count_tokens, snap_frames
-from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Result, Update
+from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, NoReports, Result, Update
 
 _DIRECTIVE = re.compile(r"\[fake\s+([^\]]*)\]")
 _MAX_PREVIEW_SIDE = 128
@@ -86,7 +86,7 @@ class FakeLimits:
     media: Mapping[str, int] = field(default_factory=dict)  # most uploads per field ("references.videos")
 
 
-class FakeExecutor:
+class FakeExecutor(NoReports):
     name = "fake"
 
     def __init__(
@@ -153,16 +153,6 @@ class FakeExecutor:
             yield
         finally:
             self._ready = False
-
-    # No device groups, cluster head or attention probe to show.
-    def health(self) -> None:
-        return None
-
-    def head(self) -> None:
-        return None
-
-    def attention_report(self) -> None:
-        return None
 
     def reference(self, job: JobSpec) -> str | None:
         return f"fake-{job.job_id}-{job.attempt}"

@@ -32,7 +32,7 @@ from h3core.adapters.artifacts import ArtifactStore
 from h3core.domain.capabilities import MODES, Capabilities, FrameWindow, ModeReadiness
 from h3core.domain.events import Progress
 from h3core.domain.request import UPLOAD_MODES
-from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Result, Update
+from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, NoReports, Result, Update
 from h3core.executors.comfyui.client import ComfyClient, HistoryEntry, PromptRejected, Unreachable
 from h3core.executors.comfyui.feed import LogTail, SocketFeed
 from h3core.executors.comfyui.templates import Template, TemplateError, pick
@@ -64,7 +64,7 @@ def prompt_id_for(job_id: str, attempt: int) -> str:
     return str(uuid.uuid5(_PROMPTS, f"{job_id}:{attempt}"))
 
 
-class ComfyUIExecutor:
+class ComfyUIExecutor(NoReports):
     name = "comfyui"
 
     def __init__(
@@ -172,16 +172,6 @@ class ComfyUIExecutor:
                 tg.cancel_scope.cancel()
         with anyio.CancelScope(shield=True):
             await self.client.aclose()
-
-    # No device groups, cluster head or attention probe to show.
-    def health(self) -> None:
-        return None
-
-    def head(self) -> None:
-        return None
-
-    def attention_report(self) -> None:
-        return None
 
     def reference(self, job: JobSpec) -> str:
         return prompt_id_for(job.job_id, job.attempt)

@@ -22,7 +22,7 @@ import anyio.to_thread
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.domain.capabilities import Capabilities
 from h3core.domain.events import Artifact
-from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Update
+from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, NoReports, Update
 from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS, ProbeRow
 from h3core.executors.pipeline.driver import media_for, model_failure, save_video, stream
 from h3core.executors.pipeline.generate import Control, Generator, Media, StopRequested
@@ -53,7 +53,7 @@ class Counters:
     last_job: dict[str, float] = field(default_factory=dict)  # stage -> seconds, of the last finished job
 
 
-class PipelineExecutor:
+class PipelineExecutor(NoReports):  # one device: no groups, no head
     name = "pipeline"
 
     def __init__(self, settings: PipelineSettings, artifacts: ArtifactStore, upload_path: Callable[[str], Path]) -> None:
@@ -128,12 +128,6 @@ class PipelineExecutor:
         s = self.settings
         model = load_model(s.model_dir, device=s.device, dtype=s.dtype, placement=s.placement)
         return Generator(model, self.plan, cache_size=s.prompt_cache)
-
-    def health(self) -> None:
-        return None  # one device, no groups
-
-    def head(self) -> None:
-        return None
 
     def attention_report(self) -> tuple[ProbeRow, ...]:
         """What the start-up probe measured, one row per kernel (the chosen one among them)."""
