@@ -55,7 +55,7 @@ from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent, JobState
 from h3core.executors.base import Executor, Heartbeat, JobSpec, Result, Resumable, classify
-from h3core.writer import GroupWriter, Queued
+from h3core.writer import Queued, _GroupWriter
 
 T = TypeVar("T")
 
@@ -160,7 +160,7 @@ class Runner:
         self.bus = bus or EventBus()
         self._new_id = id_factory
         self.board = board
-        self.writer = GroupWriter(store, self.bus)
+        self.writer = _GroupWriter(store, self.bus)
         self._attempts: dict[str, _Attempt] = {}
         self._busy: set[str] = set()  # job ids whose task is alive (cleanup may outlive the attempt)
         self._wake = anyio.Event()

@@ -31,7 +31,7 @@ class Queued:
     outcome: AppendOutcome | None = None
 
 
-class GroupWriter:
+class _GroupWriter:
     def __init__(self, store: EventStore, bus: EventBus, *, max_batch: int = 256) -> None:
         self.store = store
         self.bus = bus

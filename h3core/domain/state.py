@@ -258,7 +258,7 @@ def fold(events: Iterable[Event], state: JobState | None = None) -> JobState | N
     return state
 
 
-def extend(
+def _extend(
     state: JobState | None, job_id: str, bodies: Iterable[Body], at: datetime
 ) -> tuple[JobState, tuple[Event, ...]]:
     """Number `bodies` after `state`, check each against the rules, return the new state and events.
@@ -274,5 +274,5 @@ def extend(
         state = apply(state, event)
         events.append(event)
     if state is None:
-        raise ValueError("extend needs at least one event for a new job")
+        raise ValueError("_extend needs at least one event for a new job")
     return state, tuple(events)

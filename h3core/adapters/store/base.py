@@ -4,7 +4,7 @@ A store keeps each job's append-only event log and a projection of every job's c
 for listing. Implementations must honour:
 
 - **Validate before write.** `append` folds the new events onto the job's current state (as
-  read inside the same write transaction) with `h3core.domain.state.extend`; an illegal event
+  read inside the same write transaction) with `h3core.domain.state._extend`; an illegal event
   raises `IllegalEvent` and nothing of the batch is stored.
 - **Atomic batches.** All events of one `append` and the projection update land together or not
   at all. `append_batch` commits many appends at once, each still all or nothing.
@@ -43,7 +43,7 @@ AppendRequest = tuple[str, Sequence[Body], int | None]
 AppendOutcome = tuple[JobState, tuple[Event, ...]] | Exception
 
 
-def precheck(state: JobState | None, job_id: str, bodies: Sequence[Body], expected_seq: int | None) -> None:
+def _precheck(state: JobState | None, job_id: str, bodies: Sequence[Body], expected_seq: int | None) -> None:
     """What every store checks before folding an append: the caller's expectation, and that a
     new job starts with `Submitted`."""
     if not bodies:

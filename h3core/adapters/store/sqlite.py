@@ -19,9 +19,9 @@ from pathlib import Path
 
 from sqlite_utils import Database
 
-from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
+from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, _precheck, utc_now
 from h3core.domain.events import Body, Event, Submitted, event_from_json
-from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend
+from h3core.domain.state import IllegalEvent, JobState, Status, _extend, apply
 
 SCHEMA_VERSION = 3
 
@@ -221,8 +221,8 @@ class SQLiteEventStore:
         self, conn: sqlite3.Connection, job_id: str, bodies: Sequence[Body], expected_seq: int | None
     ) -> tuple[JobState, tuple[Event, ...]]:
         state = self._state_in(conn, job_id)
-        precheck(state, job_id, bodies, expected_seq)
-        new_state, events = extend(state, job_id, bodies, self._clock())
+        _precheck(state, job_id, bodies, expected_seq)
+        new_state, events = _extend(state, job_id, bodies, self._clock())
         self._store(conn, new_state, events)
         return new_state, events
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from h3core.domain.events import Submitted, body_from_json
-from h3core.domain.state import JobState, extend
+from h3core.domain.state import JobState
+from h3core.domain.state import _extend as extend
 from tests.factories import submitted
 
 OLD_SUBMITTED = json.dumps(
