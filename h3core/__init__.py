@@ -3,7 +3,9 @@
 from h3core.adapters.artifacts import ArtifactStore, LocalArtifactStore
 from h3core.adapters.store import (
     Conflict,
+    EventLog,
     EventStore,
+    JobProjections,
     MemoryEventStore,
     SchemaTooNew,
     SQLiteEventStore,
@@ -81,6 +83,7 @@ __all__ = [
     "Done",
     "Event",
     "EventBus",
+    "EventLog",
     "EventStore",
     "Executor",
     "ExecutorFailure",
@@ -97,6 +100,7 @@ __all__ = [
     "Heartbeat",
     "IdempotencyMismatch",
     "IllegalEvent",
+    "JobProjections",
     "JobSpec",
     "JobState",
     "Keyframes",

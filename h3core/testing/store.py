@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from h3core.adapters.store.base import Conflict, UnknownJob
+from h3core.adapters.store.base import Conflict, EventLog, EventStore, JobProjections, UnknownJob
 from h3core.domain.events import Admitted, AttemptFailed, Progress, Running
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent
@@ -35,6 +35,13 @@ class EventStoreContract:
     @pytest.fixture
     def store(self):
         raise NotImplementedError("override the `store` fixture: yield a fresh, empty store")
+
+    def test_it_is_both_a_log_and_its_projections(self, store):
+        assert isinstance(store, EventLog) and isinstance(store, JobProjections) and isinstance(store, EventStore)
+
+    def test_an_unknown_job_has_no_state_and_no_events(self, store):
+        assert store.get("nope") is None and store.events("nope") == [] and store.queue_position("nope") is None
+        assert store.job_ids() == [] and store.cursor() == 0 and store.counts() == {}
 
     def test_append_assigns_seq_and_returns_the_new_state(self, store):
         state, events = store.append("j", [submitted(), Admitted()])

@@ -1,7 +1,6 @@
-"""The event store contract.
+"""The event store contract, in two parts: the log and the projections.
 
-A store keeps each job's append-only event log and a projection of every job's current state
-for listing. Implementations must honour:
+`EventLog` keeps each job's append-only event log. Implementations must honour:
 
 - **Validate before write.** `append` folds the new events onto the job's current state (as
   read inside the same write transaction) with `h3core.domain.state._extend`; an illegal event
@@ -11,12 +10,22 @@ for listing. Implementations must honour:
 - **Optimistic concurrency.** With `expected_seq`, the append fails with `Conflict` unless the
   job's last stored seq equals it (0: the job must not exist yet). `(job_id, seq)` is unique.
 - **Never updated, never deleted.** Stored events are immutable.
-- **No open cursors.** Every read returns fully materialised values, so a read never holds a
-  lock a writer waits on (field notes §2.3).
+- **Followable.** `cursor`/`events_after` give every job's events in the order they were stored,
+  gap-free: what another process follows.
+
+`JobProjections` answers queries over every job's current state, kept in step with the log
+(the state a job's log folds to, always):
+
 - **Queue order.** `queued()` returns queued jobs by priority (highest first), then by
   submission order; a retried job keeps its original place.
+- **Stable cursors.** A job's cursor is its submission order; listings page on it both ways.
 
-`MemoryEventStore` is the fake that honours the same contract; `SQLiteEventStore` the real one.
+Both: **no open cursors.** Every read returns fully materialised values, so a read never holds
+a lock a writer waits on (docs/design.md, "SQLite under concurrent writers").
+
+`EventStore` is both, plus `ping` and `close`. `MemoryEventStore` is the fake that honours the
+same contract; `SQLiteEventStore` the real one; `h3core.testing.store.EventStoreContract` tests
+an implementation against it.
 """
 
 from __future__ import annotations
@@ -60,7 +69,9 @@ def utc_now() -> datetime:
 
 
 @runtime_checkable
-class EventStore(Protocol):
+class EventLog(Protocol):
+    """Each job's append-only event log (the module docstring states the contract)."""
+
     def append(
         self, job_id: str, bodies: Sequence[Body], *, expected_seq: int | None = None
     ) -> tuple[JobState, tuple[Event, ...]]:
@@ -79,9 +90,34 @@ class EventStore(Protocol):
         """
         ...
 
-    def get(self, job_id: str) -> JobState | None: ...
+    def events(self, job_id: str, after_seq: int = 0) -> list[Event]:
+        """The job's events after seq `after_seq`, in seq order ([] for an unknown job)."""
+        ...
 
-    def events(self, job_id: str, after_seq: int = 0) -> list[Event]: ...
+    def job_ids(self) -> list[str]:
+        """Every job id, in submission order."""
+        ...
+
+    def all_events(self, batch: int = 10_000) -> Iterator[Event]:
+        """Every stored event, job by job in submission order, fetched in batches."""
+        ...
+
+    def cursor(self) -> int:
+        """The position of the newest stored event, of any job (0: none yet)."""
+        ...
+
+    def events_after(self, cursor: int, limit: int = 1000) -> list[tuple[int, Event]]:
+        """Events of every job stored after `cursor`, in the order they were stored, each with
+        its position: what a process follows to see what other processes write. Gap-free: an
+        event never appears after one stored later."""
+        ...
+
+
+@runtime_checkable
+class JobProjections(Protocol):
+    """Queries over every job's current state, as its log folds (the module docstring)."""
+
+    def get(self, job_id: str) -> JobState | None: ...
 
     def by_idempotency_key(self, key: str) -> JobState | None: ...
 
@@ -120,26 +156,13 @@ class EventStore(Protocol):
         """1 for the next queued job to run; None if the job is not queued."""
         ...
 
+
+@runtime_checkable
+class EventStore(EventLog, JobProjections, Protocol):
+    """The log and its projections, in one store."""
+
     def ping(self) -> None:
         """Raise if the store cannot take a write now."""
-        ...
-
-    def job_ids(self) -> list[str]:
-        """Every job id, in submission order."""
-        ...
-
-    def all_events(self, batch: int = 10_000) -> Iterator[Event]:
-        """Every stored event, job by job in submission order, fetched in batches."""
-        ...
-
-    def cursor(self) -> int:
-        """The position of the newest stored event, of any job (0: none yet)."""
-        ...
-
-    def events_after(self, cursor: int, limit: int = 1000) -> list[tuple[int, Event]]:
-        """Events of every job stored after `cursor`, in the order they were stored, each with
-        its position: what a process follows to see what other processes write. Gap-free: an
-        event never appears after one stored later."""
         ...
 
     def close(self) -> None: ...
