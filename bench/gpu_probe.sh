@@ -3,7 +3,7 @@
 # gpu_bundle.sh made (.gpu-wheels/ carried): the released geometry (33 B-parameter transformer,
 # random weights, bf16) on one device. With --memory-cap 80 the allocator is limited to an 80 GiB
 # card's worth, so an out-of-memory boundary is reached in a few points (~13 GiB above the weights:
-# about 75k tokens at 1344x768 by field notes §5b) and the run fits one 10-minute call.
+# about 75k tokens at 1344x768 by docs/design.md §5b) and the run fits one 10-minute call.
 #   run(command="bash bench/gpu_probe.sh", carry=[".gpu-wheels"], timeout_s=600)
 # Results in $OUT: probe.txt (every point), probed-80gib.toml (the profile).
 . "$(dirname "${BASH_SOURCE[0]}")/gpu/setup.sh"

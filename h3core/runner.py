@@ -2,7 +2,7 @@
 
 The terminal guarantee: once a job is `Running`, exactly one terminal event (or a retry) is
 written whatever happens: the executor returns, raises, returns without a result, hangs (stall
-timeout), overruns its deadline, is cancelled, or the runner itself is cancelled (field notes
+timeout), overruns its deadline, is cancelled, or the runner itself is cancelled (docs/design.md
 §2.1: cancellation is a `BaseException`, so it is never caught as an error here). Terminal
 writes happen in shielded scopes; executors never write events.
 
@@ -327,7 +327,7 @@ class Runner:
     async def _recover(self) -> list[JobState]:
         """End what a dead or stopped process left running, or return it, marked `Resumed`, where
         the executor re-attaches to its work."""
-        # Load fully, then write (field notes §2.3): the list is materialised before any append.
+        # Load fully, then write (docs/design.md §2.3): the list is materialised before any append.
         unfinished = await self._call(self.store.unfinished)
         resumable = []
         now = datetime.now(UTC)

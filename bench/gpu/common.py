@@ -23,7 +23,7 @@ DEVICE = "cpu" if DRY else "cuda"
 DTYPE = "float32" if DRY else "bfloat16"
 WORK = Path(os.environ.get("H3GPU_WORK") or Path(os.environ.get("TMPDIR", "/tmp")) / "h3gpu")
 OUT = Path(os.environ.get("OUT") or ROOT / "gpu-out")
-REAL_GEOMETRY = (56, 128)  # MiniMax-H3's heads x head dim (field notes §4; diffusers' defaults)
+REAL_GEOMETRY = (56, 128)  # MiniMax-H3's heads x head dim (docs/design.md §4; diffusers' defaults)
 
 
 def now() -> float:

@@ -22,9 +22,9 @@ from h3core.domain.request import GenerationRequest
 
 CeilingReason = Literal["vram", "unverified", "quality", "model_window", "mode_unavailable", "api_limit"]
 
-# The API's hard cap where no profile sets one (field notes §5: the old API's cap, 50 s at 24 fps).
+# The API's hard cap where no profile sets one (docs/design.md §5: the old API's cap, 50 s at 24 fps).
 DEFAULT_API_MAX_FRAMES = 1200
-# The canvases the console offers (field notes §5), listed where no profile names its own.
+# The canvases the console offers (docs/design.md §5), listed where no profile names its own.
 DEFAULT_RESOLUTIONS: tuple[tuple[int, int], ...] = ((832, 480), (1024, 576), (1344, 768), (448, 256))
 
 

@@ -1,7 +1,7 @@
 """Token geometry: how long a MiniMax-H3 request's packed transformer sequence is.
 
-Memory on the GPU is driven by this one number (field notes §5), so admission is a budget of
-tokens rather than a table of frame limits. The formulas follow the model (field notes §4):
+Memory on the GPU is driven by this one number (docs/design.md §5), so admission is a budget of
+tokens rather than a table of frame limits. The formulas follow the model (docs/design.md §4):
 
     F'       = smallest n >= F with n % 17 == 5        (the video VAE's 17-frame clips)
     latent_t = 5 * (F' - 5) / 17 + 2
@@ -111,7 +111,7 @@ def ref_video_rows(media: Media, frames: int) -> int:
 class TokenCount(BaseModel):
     """A request's sequence length, by part. `total` is what admission budgets.
 
-    The prompt's own text tokens are left out: the measured budgets (field notes §5) count
+    The prompt's own text tokens are left out: the measured budgets (docs/design.md §5) count
     video and audio rows only, and a prompt is small beside them.
     """
 

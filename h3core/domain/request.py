@@ -19,7 +19,7 @@ Mode = Literal["t2va", "fl2va", "ref2va"]
 UPLOAD_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 
 MAX_PROMPT_CHARS = 8000
-MIN_SIDE = 32  # the smallest canvas the model takes (field notes §4: 32-pixel token grid)
+MIN_SIDE = 32  # the smallest canvas the model takes (docs/design.md §4: 32-pixel token grid)
 MAX_SIDE = 4096
 SIDE_MULTIPLE = 32
 MAX_FRAMES = 100_000  # a sanity bound on the field; admission applies the real caps
@@ -40,7 +40,7 @@ UPLOAD_KINDS = {
 # The mode each upload field belongs to.
 UPLOAD_MODES = {name: "fl2va" if name.startswith("keyframes.") else "ref2va" for name in UPLOAD_KINDS}
 
-# Accepted for the console's contract but with no effect on MiniMax-H3 (field notes §2.8).
+# Accepted for the console's contract but with no effect on MiniMax-H3 (docs/design.md §2.8).
 INERT_FIELDS = ("cfg_scale", "negative_prompt", "turbo")
 
 

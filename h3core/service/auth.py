@@ -1,4 +1,4 @@
-"""Bearer tokens for every /v1 route (field notes §2.7)."""
+"""Bearer tokens for every /v1 route (docs/design.md §2.7)."""
 
 from __future__ import annotations
 

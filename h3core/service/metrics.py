@@ -13,7 +13,7 @@ from h3core.bus import EventBus
 from h3core.domain.state import TERMINAL
 from h3core.executors.base import Executor
 
-# Jobs take minutes (field notes §1: 11–14 min); the buckets span a fake second to an hour.
+# Jobs take minutes (docs/design.md §1: 11–14 min); the buckets span a fake second to an hour.
 GROUP_STATES = ("starting", "ready", "busy", "dead", "down")
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600)
 

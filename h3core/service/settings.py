@@ -215,7 +215,7 @@ class Settings(BaseSettings):
         )
 
     def check_exposure(self) -> None:
-        """Refuse to listen beyond loopback without tokens (field notes §2.7)."""
+        """Refuse to listen beyond loopback without tokens (docs/design.md §2.7)."""
         if self.api_tokens or is_loopback(self.host):
             return
         raise SettingsError(

@@ -45,7 +45,7 @@ def test_if_n_frames_are_refused_so_are_n_plus_one(shape, n):
 def test_a_larger_canvas_is_refused_where_a_smaller_one_is(shape, dw, dh, n):
     bigger = shape.model_copy(update={"width": shape.width + 32 * dw, "height": shape.height + 32 * dh})
     assume(bigger.width <= 4096 and bigger.height <= 4096)
-    # Quality caps are per resolution (field notes §5), and equal to the API cap in the default
+    # Quality caps are per resolution (docs/design.md §5), and equal to the API cap in the default
     # profile, so they cannot make a larger canvas look more admissible.
     if not admitted(shape, n):
         assert not admitted(bigger, n)

@@ -21,7 +21,7 @@
 - **Stable cursors.** A job's cursor is its submission order; listings page on it both ways.
 
 Both: **no open cursors.** Every read returns fully materialised values, so a read never holds
-a lock a writer waits on (docs/design.md, "SQLite under concurrent writers").
+a lock a writer waits on (docs/design.md §2.3).
 
 `EventStore` is both, plus `ping` and `close`. `MemoryEventStore` is the fake that honours the
 same contract; `SQLiteEventStore` the real one; `h3core.testing.store.EventStoreContract` tests

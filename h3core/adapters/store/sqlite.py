@@ -1,6 +1,6 @@
 """The SQLite event store: an append-only `events` table and a `jobs` projection, in one file.
 
-Why it cannot say "database is locked" (field notes §2.3): WAL lets readers and the writer run
+Why it cannot say "database is locked" (docs/design.md §2.3): WAL lets readers and the writer run
 side by side; every write transaction starts with `BEGIN IMMEDIATE`, which takes the write lock
 up front so a second writer waits out the busy timeout instead of failing on a lock upgrade;
 and no read ever leaves a cursor open.

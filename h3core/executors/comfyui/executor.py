@@ -1,6 +1,6 @@
 """The ComfyUI executor: runs a job as a prompt on a ComfyUI (+ Raylight) server.
 
-What the old adapter got wrong (field notes §2) and how this one avoids it:
+What the old adapter got wrong (docs/design.md §2) and how this one avoids it:
 - completion came from one websocket message: here only /history decides, polled with backoff
   and checked at once when the socket says the prompt ended; a dropped socket only loses hints;
 - the prompt id was the server's: here it is ours (derived from job and attempt), so after a

@@ -3,7 +3,7 @@
 Neither decides anything: completion is read from /history only. The websocket is one
 connection per executor (`clientId`), reconnected with backoff whenever it drops, and its
 messages are handed to whoever follows that prompt. The log tail trusts only progress bars
-whose total equals the request's steps (field notes §2.4: another bar at start-up counts GPUs).
+whose total equals the request's steps (docs/design.md §2.4: another bar at start-up counts GPUs).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@
 The error is the relative L1 distance, sum|out - ref| / sum|ref|, from a float32 reference on
 the same random inputs, at an aligned length (1024) and at one that is not a multiple of 64
 (135): SageAttention 1.0.6 leaves the padded keys of the last 64-key block unmasked and is 20 %
-off there, 0.2 % at 8k (field notes §5b). The time is the median of a few calls at a job-like
+off there, 0.2 % at 8k (docs/design.md §5b). The time is the median of a few calls at a job-like
 length (16k tokens on a GPU), with the allocator's peak during the call.
 
 The decision and its table are cached in a JSON file keyed by everything they depend on

@@ -1,6 +1,6 @@
 """The ComfyUI executor through the runner, against a protocol-faithful fake ComfyUI on loopback.
 
-Each old failure of field notes §2 has its test here: completion from one socket message
+Each old failure of docs/design.md §2 has its test here: completion from one socket message
 (socket dropped), a restart of ComfyUI (prompt vanished), OOM classification, the global
 interrupt, and a restart of h3core (re-attach instead of re-run: tests/integration/comfyui/
 test_comfyui_process.py, with a real process killed by SIGKILL).

@@ -62,7 +62,7 @@ def test_sqlite_refuses_a_file_from_a_newer_schema(tmp_path):
 
 
 def test_sqlite_survives_a_second_connection_reading_while_it_writes(tmp_path):
-    """Field notes §2.3: a reader on another connection never makes a write fail."""
+    """docs/design.md §2.3: a reader on another connection never makes a write fail."""
     store = SQLiteEventStore(tmp_path / "h3.db", busy_timeout_s=5)
     for i in range(50):
         store.append(f"j{i}", [submitted(), Admitted()])

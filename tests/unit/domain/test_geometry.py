@@ -1,4 +1,4 @@
-"""Token geometry against the worked values of field notes §5."""
+"""Token geometry against the worked values of docs/design.md §5."""
 
 import pytest
 from hypothesis import given
