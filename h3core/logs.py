@@ -20,7 +20,8 @@ FORMATS: tuple[LogFormat, ...] = ("text", "json")
 LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error")
 
 # Attributes every LogRecord has: whatever else a record carries came in `extra`.
-_STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+# uvicorn's `color_message` is its message again, with terminal colours.
+_STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName", "color_message"}
 
 
 def fields(record: logging.LogRecord) -> dict[str, object]:

@@ -1,7 +1,7 @@
-"""`h3core worker` on a store whose disk fails every write of a `done` event, inside the real
+"""`h3core worker` (or `serve`) on a store whose disk fails every write of a `done` event, inside the real
 write transaction (after the rows, before the commit): the store stays unusable for the attempt's end.
 
-    python tests/integration/failing_store_worker.py worker --db ... [worker args]
+    python tests/integration/failing_store_worker.py {worker|serve} --db ... [args]
 """
 
 from __future__ import annotations
