@@ -11,6 +11,10 @@ runs and that executor detaches it (its work goes on outside h3core, a ComfyUI p
 is written and the attempt stays `running` in the log; the next start re-attaches to it
 (`Resumed`) and the guarantee resumes there: it ends as above, or `executor_lost` if the work is
 gone. A stop or a crash leaves nothing that no start will end.
+
+Nor does a lost store: a failing write is retried for `store_retry_s`; past it nothing can be
+written, so `run` stops every attempt and raises `StoreUnavailable` (the process exits), and the
+next start ends what stayed `running` as after a crash.
 """
 
 from __future__ import annotations
