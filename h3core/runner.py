@@ -594,7 +594,8 @@ class Runner:
                     raise outcome
             elif outcome is not None:
                 a.state = outcome[0]
-                _log_written(a.state, item.bodies)
+                if log.isEnabledFor(logging.DEBUG):  # steps are logged at DEBUG: spare the hot path otherwise
+                    _log_written(a.state, item.bodies)
 
     async def _watch(self, a: _Attempt, driver: anyio.CancelScope, tg: anyio.abc.TaskGroup) -> None:
         """Stop the driver on cancel, stall, deadline or a stop of the runner; end the job if it will not stop."""
