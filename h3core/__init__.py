@@ -1,5 +1,7 @@
 """h3core: run long GPU video-generation jobs so that none is ever stuck, lost or half-done."""
 
+import logging
+
 from h3core.adapters.artifacts import ArtifactStore, LocalArtifactStore
 from h3core.adapters.store import (
     Conflict,
@@ -61,6 +63,7 @@ from h3core.runner import (
     RunnerConfig,
     ShuttingDown,
 )
+from h3core.store_retry import StoreUnavailable
 
 __all__ = [
     "AdmissionPolicy",
@@ -119,6 +122,7 @@ __all__ = [
     "SQLiteEventStore",
     "SchemaTooNew",
     "ShuttingDown",
+    "StoreUnavailable",
     "Submitted",
     "Topology",
     "UnknownJob",
@@ -127,3 +131,7 @@ __all__ = [
     "fold",
     "place",
 ]
+
+# A library configures no logging: its records go wherever the embedding program sends them
+# (`h3core.logs.configure` for h3core's own commands).
+logging.getLogger(__name__).addHandler(logging.NullHandler())

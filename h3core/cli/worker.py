@@ -19,6 +19,7 @@ from h3core.adapters.profiles import builtin_profiles
 from h3core.cli.app import app
 from h3core.cli.capacity import ProfileOption, admission, profile_named
 from h3core.cli.common import (
+    EXIT_DATA,
     DbOption,
     console_err,
     fail,
@@ -35,7 +36,10 @@ from h3core.domain.events import (
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 from h3core.executors.fake import FakeExecutor, FakePlan
+from h3core.logs import LogFormat, LogLevel
+from h3core.logs import configure as configure_logging
 from h3core.runner import IdempotencyMismatch, Refused, Runner, RunnerConfig
+from h3core.store_retry import StoreUnavailable
 
 
 @app.command()
@@ -90,7 +94,15 @@ async def _print_events(events: AsyncIterator[Event]) -> None:
 
 
 async def serve_runner(runner: Runner, *, verbose: bool, name: str = "worker") -> str:
-    """Run until SIGTERM or SIGINT; return the signal's name. Cancelling the runner is its shutdown."""
+    """Run until SIGTERM or SIGINT; return the signal's name. Cancelling the runner is its shutdown.
+    Raises `StoreUnavailable` where the runner stopped because the store is unusable."""
+    try:
+        return await _serve_runner(runner, verbose=verbose, name=name)
+    except* StoreUnavailable as group:
+        raise StoreUnavailable.within(group) from None
+
+
+async def _serve_runner(runner: Runner, *, verbose: bool, name: str) -> str:
     received: list[str] = []
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with AsyncExitStack() as stack:
@@ -149,14 +161,21 @@ def worker(
     poll_interval: Annotated[float, typer.Option(help="Seconds between looks for work other processes stored.")] = 0.5,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print one line per event written.")] = False,
     profile: ProfileOption = None,
+    store_retry: Annotated[
+        float, typer.Option(envvar="H3_STORE_RETRY", help="Seconds a failing store is retried before the worker exits.")
+    ] = 30.0,
+    log_format: Annotated[LogFormat, typer.Option(envvar="H3_LOG_FORMAT", help="Log records as text or JSON lines.")] = "text",
+    log_level: Annotated[LogLevel, typer.Option(envvar="H3_LOG_LEVEL", help="Least level logged.")] = "info",
 ) -> None:
     """Run queued jobs with the fake executor until SIGTERM or SIGINT (a graceful stop)."""
+    configure_logging(log_format, log_level)
     try:
         config = RunnerConfig(
             slots=slots,
             stall_timeout_s=stall_timeout,
             poll_interval_s=poll_interval,
             retry=RetryPolicy(max_attempts=max_attempts),
+            store_retry_s=store_retry,
         )
     except ValidationError as exc:
         fail(f"invalid worker setting: {first_error(exc)}")
@@ -174,7 +193,10 @@ def worker(
                 f"worker: pid {os.getpid()}, store {db}, artifacts {artifacts}, slots {slots}; "
                 "stop with SIGTERM or Ctrl-C"
             )
-            how = anyio.run(functools.partial(serve_runner, runner, verbose=verbose))
+            try:
+                how = anyio.run(functools.partial(serve_runner, runner, verbose=verbose))
+            except StoreUnavailable as exc:
+                fail(f"worker stopped, the store is unusable: {exc}", EXIT_DATA)
             console_err().print(f"worker: stopped ({how})")
     finally:
         lock.release()

@@ -154,10 +154,13 @@ class SQLiteEventStore:
             self._begin()
             try:
                 yield self._w
+                self._w.execute("COMMIT")
             except BaseException:
-                self._w.execute("ROLLBACK")
+                # A failed COMMIT (busy) leaves the transaction open; an I/O error may have ended
+                # it already. Either way none of it is stored, and the next write starts clean.
+                if self._w.in_transaction:
+                    self._w.execute("ROLLBACK")
                 raise
-            self._w.execute("COMMIT")
 
     def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
         with self._rlock:
