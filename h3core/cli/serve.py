@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from h3core.adapters.profiles import ProfileError
 from h3core.cli.app import app
-from h3core.cli.common import console_err, fail, first_error, take_runner_lock
+from h3core.cli.common import console_err, fail, first_error, require_extra, take_runner_lock
 
 
 def _opt(envvar: str, help: str, **kw):
@@ -69,6 +69,7 @@ def serve(
     log_level: Annotated[str | None, _opt("H3_LOG_LEVEL", "debug, info, warning or error \\[info].")] = None,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /schema). Tokens come from H3_API_TOKENS only (never a flag)."""
+    require_extra("service", "litestar", "uvicorn", "prometheus_client")
     import uvicorn
 
     from h3core.service.app import build_service, create_app, create_metrics_app
