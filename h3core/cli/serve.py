@@ -7,16 +7,12 @@ import signal
 from pathlib import Path
 from typing import Annotated
 
-import typer
 from pydantic import ValidationError
 
 from h3core.adapters.profiles import ProfileError
 from h3core.cli.app import app
 from h3core.cli.common import console_err, fail, first_error, require_extra, take_runner_lock
-
-
-def _opt(envvar: str, help: str, **kw):
-    return typer.Option(envvar=envvar, help=help, show_default=False, **kw)
+from h3core.cli.common import setting_option as _opt
 
 
 @app.command()
