@@ -55,6 +55,7 @@ from h3core.executors import (
     Result,
     classify,
 )
+from h3core.jobs import JobCancelled, JobFailed, JobNotDone, Jobs
 from h3core.runner import (
     IdempotencyMismatch,
     NotCancellable,
@@ -100,8 +101,12 @@ __all__ = [
     "Heartbeat",
     "IdempotencyMismatch",
     "IllegalEvent",
+    "JobCancelled",
+    "JobFailed",
+    "JobNotDone",
     "JobSpec",
     "JobState",
+    "Jobs",
     "Keyframes",
     "LiveContract",
     "LocalArtifactStore",

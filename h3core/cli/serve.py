@@ -7,18 +7,14 @@ import signal
 from pathlib import Path
 from typing import Annotated
 
-import typer
 from pydantic import ValidationError
 
 from h3core.adapters.profiles import ProfileError
 from h3core.cli.app import app
-from h3core.cli.common import EXIT_DATA, console_err, fail, first_error, take_runner_lock
+from h3core.cli.common import EXIT_DATA, console_err, fail, first_error, require_extra, take_runner_lock
+from h3core.cli.common import setting_option as _opt
 from h3core.logs import configure as configure_logging
 from h3core.store_retry import StoreUnavailable
-
-
-def _opt(envvar: str, help: str, **kw):
-    return typer.Option(envvar=envvar, help=help, show_default=False, **kw)
 
 
 @app.command()
@@ -73,6 +69,7 @@ def serve(
     store_retry: Annotated[float | None, _opt("H3_STORE_RETRY", "Seconds a failing store is retried before the process exits non-zero \\[30].")] = None,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /schema). Tokens come from H3_API_TOKENS only (never a flag)."""
+    require_extra("service", "litestar", "uvicorn", "prometheus_client")
     import uvicorn
 
     from h3core.service.app import build_service, create_app, create_metrics_app

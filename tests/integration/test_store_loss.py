@@ -15,7 +15,7 @@ from tests.integration.conftest import clean_env, enqueue
 @pytest.mark.parametrize(
     ("command", "who"),
     [
-        (["worker"], "worker stopped"),
+        (["worker", "--executor", "fake"], "worker stopped"),
         (["serve", "--role", "runner", "--executor", "fake"], "h3core runner stopped"),
         (["serve", "--executor", "fake", "--port", "0"], "h3core stopped"),  # HTTP and runner in one process
     ],

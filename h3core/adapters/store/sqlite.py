@@ -17,12 +17,14 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING
 
 from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
 from h3core.domain.events import VERSIONS, Body, Event, Submitted, body_from_json, event_from_json
 from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend, fold
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
 
 SCHEMA_VERSION = 4
 
@@ -183,6 +185,10 @@ class SQLiteEventStore:
                     f"{self.path} has schema version {version}; this h3core knows up to "
                     f"{len(MIGRATIONS)}. Upgrade h3core, or restore the backup taken before the upgrade."
                 )
+            # Imported here: sqlite_utils imports numpy and pandas when they are installed, and
+            # `import h3core` must not load them.
+            from sqlite_utils import Database
+
             db = Database(conn)
             for i in range(version, len(MIGRATIONS)):
                 MIGRATIONS[i](db)
