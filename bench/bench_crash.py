@@ -60,7 +60,7 @@ def _cli(*args: object) -> subprocess.CompletedProcess[str]:
 
 def _worker(db: Path, artifacts: Path, log: Path, *, crash_at: str | None = None, step: float = 0.02) -> subprocess.Popen:
     program = [str(CRASHING), crash_at] if crash_at else ["-m", "h3core.cli"]
-    cmd = [sys.executable, *program, "worker", "--db", db, "--artifacts", artifacts, "--poll-interval", "0.05",
+    cmd = [sys.executable, *program, "worker", "--db", db, "--artifacts", artifacts, "--executor", "fake", "--poll-interval", "0.05",
            "--fake-step-seconds", step]  # fmt: skip
     with open(log, "ab") as out:
         return subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, env=_env(), cwd=db.parent)

@@ -1,5 +1,7 @@
 """h3core: run long GPU video-generation jobs so that none is ever stuck, lost or half-done."""
 
+import logging
+
 from h3core.adapters.artifacts import ArtifactStore, LocalArtifactStore
 from h3core.adapters.store import (
     Conflict,
@@ -55,6 +57,7 @@ from h3core.executors import (
     Result,
     classify,
 )
+from h3core.jobs import JobCancelled, JobFailed, JobNotDone, Jobs
 from h3core.runner import (
     IdempotencyMismatch,
     NotCancellable,
@@ -63,6 +66,7 @@ from h3core.runner import (
     RunnerConfig,
     ShuttingDown,
 )
+from h3core.store_retry import StoreUnavailable
 
 __all__ = [
     "AdmissionPolicy",
@@ -100,9 +104,13 @@ __all__ = [
     "Heartbeat",
     "IdempotencyMismatch",
     "IllegalEvent",
+    "JobCancelled",
+    "JobFailed",
+    "JobNotDone",
     "JobProjections",
     "JobSpec",
     "JobState",
+    "Jobs",
     "Keyframes",
     "LiveContract",
     "LocalArtifactStore",
@@ -123,6 +131,7 @@ __all__ = [
     "SQLiteEventStore",
     "SchemaTooNew",
     "ShuttingDown",
+    "StoreUnavailable",
     "Submitted",
     "Topology",
     "UnknownJob",
@@ -131,3 +140,7 @@ __all__ = [
     "fold",
     "place",
 ]
+
+# A library configures no logging: its records go wherever the embedding program sends them
+# (`h3core.logs.configure` for h3core's own commands).
+logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -11,11 +11,16 @@ runs and that executor detaches it (its work goes on outside h3core, a ComfyUI p
 is written and the attempt stays `running` in the log; the next start re-attaches to it
 (`Resumed`) and the guarantee resumes there: it ends as above, or `executor_lost` if the work is
 gone. A stop or a crash leaves nothing that no start will end.
+
+Nor does a lost store: a failing write is retried for `store_retry_s`; past it nothing can be
+written, so `run` stops every attempt and raises `StoreUnavailable` (the process exits), and the
+next start ends what stayed `running` as after a crash.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +50,7 @@ from h3core.domain.events import (
     Done,
     Failed,
     Progress,
+    Recovered,
     Resumed,
     Running,
     Submitted,
@@ -55,9 +61,12 @@ from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent, JobState
 from h3core.executors.base import Executor, Heartbeat, JobSpec, Result, Resumable, classify
+from h3core.store_retry import StoreUnavailable, retrying
 from h3core.writer import Queued, _GroupWriter
 
 T = TypeVar("T")
+
+log = logging.getLogger("h3core.runner")
 
 # Progress events an attempt may have queued to the writer and not yet seen written. They are
 # written in order; the executor does not wait for each to reach the disk (the terminal event
@@ -77,6 +86,9 @@ class RunnerConfig(BaseModel):
     # for its mode to become ready); None: it waits as long as it takes.
     queue_timeout_s: float | None = Field(default=None, gt=0)
     retry: RetryPolicy = RetryPolicy()
+    # A store write or read failing (locked, I/O error) is retried this long; past it the store is
+    # unusable: `run` stops its jobs and raises `StoreUnavailable`.
+    store_retry_s: float = Field(default=30.0, gt=0)
 
 
 class Refused(Exception):
@@ -160,7 +172,8 @@ class Runner:
         self.bus = bus or EventBus()
         self._new_id = id_factory
         self.board = board
-        self.writer = _GroupWriter(store, self.bus)
+        self.writer = _GroupWriter(store, self.bus, retry_s=self.config.store_retry_s)
+        self._store_lost: StoreUnavailable | None = None
         self._attempts: dict[str, _Attempt] = {}
         self._busy: set[str] = set()  # job ids whose task is alive (cleanup may outlive the attempt)
         self._wake = anyio.Event()
@@ -170,11 +183,30 @@ class Runner:
     # -- the store, off the event loop --------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """A store read, off the event loop (reads never wait behind writes)."""
-        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+        """A store read, off the event loop (reads never wait behind writes), retried while the
+        store fails transiently."""
+        try:
+            return await retrying(lambda: fn(*args, **kwargs), limit_s=self.config.store_retry_s, what="read")
+        except StoreUnavailable as exc:
+            self._lose_store(exc)
+            raise
 
     async def _append(self, job_id: str, bodies: Sequence[Body], expected_seq: int | None = None) -> JobState:
-        return await self.writer.append(job_id, bodies, expected_seq)
+        state = await self.writer.append(job_id, bodies, expected_seq)
+        _log_written(state, bodies)
+        return state
+
+    def _lose_store(self, exc: StoreUnavailable) -> None:
+        """The store is unusable: admit nothing more; `run` stops every job and raises `exc`."""
+        if self._store_lost is None:
+            self._store_lost = exc
+        self._accepting = False
+
+    async def _stop_on_store_loss(self) -> None:
+        await self.writer.failed.wait()
+        assert self.writer.failure is not None
+        self._lose_store(self.writer.failure)
+        raise self.writer.failure
 
     def _poke(self) -> None:
         self._wake.set()
@@ -266,10 +298,14 @@ class Runner:
     # -- the loop -------------------------------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Recover, then run queued jobs until cancelled. Cancelling this is a shutdown."""
+        """Recover, then run queued jobs until cancelled. Cancelling this is a shutdown.
+
+        Raises `StoreUnavailable` once the store has failed for `store_retry_s`: every running
+        attempt is stopped first (their ends cannot be written: the next start records them)."""
         try:
             async with self.executor.running(), anyio.create_task_group() as writing:
                 await writing.start(self._write_shielded)
+                writing.start_soon(self._stop_on_store_loss)
                 try:
                     resumable = await self._recover()
                     slots = anyio.Semaphore(self.slot_count())
@@ -289,6 +325,8 @@ class Runner:
                 finally:
                     self._accepting = False
                     self.writer.close()  # every job task has ended: drain what they wrote, stop
+        except* StoreUnavailable as group:
+            raise self._store_lost or StoreUnavailable.within(group) from None
         finally:
             self._accepting = False
 
@@ -302,16 +340,20 @@ class Runner:
         """Accept submits and cancels, group-committed as `run` does, and run no job: for a
         process that only takes requests while another process's runner runs the jobs (it sees
         them in the store). Cancelling this stops admitting."""
-        async with anyio.create_task_group() as writing:
-            await writing.start(self._write_shielded)
-            try:
-                self._accepting = True
-                self.started = True
-                task_status.started()
-                await anyio.sleep_forever()
-            finally:
-                self._accepting = False
-                self.writer.close()
+        try:
+            async with anyio.create_task_group() as writing:
+                await writing.start(self._write_shielded)
+                writing.start_soon(self._stop_on_store_loss)
+                try:
+                    self._accepting = True
+                    self.started = True
+                    task_status.started()
+                    await anyio.sleep_forever()
+                finally:
+                    self._accepting = False
+                    self.writer.close()
+        except* StoreUnavailable as group:
+            raise self._store_lost or StoreUnavailable.within(group) from None
 
     async def _write_shielded(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with anyio.CancelScope(shield=True):
@@ -399,7 +441,13 @@ class Runner:
                 # Our own jobs can be queued while their task ends (a retry): skip those.
                 queued = await self._call(self.store.queued, wanted, frozenset(self._busy), modes)
                 if queued:
-                    outcomes = await self.writer.append_many([(s.job_id, [self._start(s, caps)], s.last_seq) for s in queued])
+                    starts = [(s.job_id, [self._start(s, caps)], s.last_seq) for s in queued]
+                    outcomes = await self.writer.append_many(starts)
+                    for (_, bodies, _), outcome in zip(starts, outcomes, strict=True):
+                        if isinstance(outcome, StoreUnavailable):
+                            raise outcome
+                        if not isinstance(outcome, Exception):
+                            _log_written(outcome, bodies)
                     claimed = [o for o in outcomes if not isinstance(o, Exception) and o.status == "running"]
                     if claimed:
                         return claimed
@@ -516,6 +564,10 @@ class Runner:
         except Exception as exc:  # errors only: cancellation is a BaseException and passes
             a.result = None
             a.error = classify(exc)
+            kind, message, _ = a.error
+            where = {"job_id": a.state.job_id, "attempt": a.state.attempt, "executor": self.executor.name, "kind": kind}
+            log.warning("executor %s failed job %s (%s): %s", self.executor.name, a.state.job_id, kind, message, extra=where)
+            log.debug("executor %s failed job %s", self.executor.name, a.state.job_id, exc_info=exc, extra=where)
         finally:
             a.driver_done = True
             a.wake()
@@ -535,12 +587,15 @@ class Runner:
         """Take the outcomes of the progress events written so far: the newest state, or the
         store's refusal (an executor breaking the progress contract), raised unless `quiet`."""
         while a.reported and a.reported[0].done.is_set():
-            outcome = a.reported.pop(0).outcome
+            item = a.reported.pop(0)
+            outcome = item.outcome
             if isinstance(outcome, Exception):
                 if not quiet:
                     raise outcome
             elif outcome is not None:
                 a.state = outcome[0]
+                if log.isEnabledFor(logging.DEBUG):  # steps are logged at DEBUG: spare the hot path otherwise
+                    _log_written(a.state, item.bodies)
 
     async def _watch(self, a: _Attempt, driver: anyio.CancelScope, tg: anyio.abc.TaskGroup) -> None:
         """Stop the driver on cancel, stall, deadline or a stop of the runner; end the job if it will not stop."""
@@ -555,7 +610,9 @@ class Runner:
         for the next start (nothing is written then), else it is stopped and recorded interrupted.
         An attempt already being stopped (a cancel, a stall) is stopped as it was."""
         a.stopping = True
-        if not driver.cancel_called and not a.cancel and not a.driver_done and self._can_resume(a.state):
+        # A lost store stops the work too: this process is going away without a way to record it.
+        resumable = self._store_lost is None and self._can_resume(a.state)
+        if not driver.cancel_called and not a.cancel and not a.driver_done and resumable:
             assert isinstance(self.executor, Resumable) and a.state.executor_ref is not None
             spec = JobSpec(a.state.job_id, a.state.attempt, a.state.request, a.state.tokens, last_step=a.state.step or 0)
             a.detached = self.executor.detach(spec, a.state.executor_ref)
@@ -630,6 +687,16 @@ class Runner:
     async def _write_end(self, a: _Attempt, *, interrupted: bool, grace_expired: bool) -> None:
         await self._settle(a, quiet=True)  # the terminal event comes after every progress event
         body = self._outcome(a, interrupted=interrupted, grace_expired=grace_expired)
+        try:
+            await self._write_outcome(a, body, interrupted=interrupted, grace_expired=grace_expired)
+        except StoreUnavailable as exc:
+            log.error(
+                "job %s: its end (%s) cannot be written, the store is unusable; it stays %s until the next start ends it",
+                a.state.job_id, body.type if body else "none", a.state.status,
+                extra={"job_id": a.state.job_id, "attempt": a.state.attempt, "error": str(exc)},
+            )  # fmt: skip
+
+    async def _write_outcome(self, a: _Attempt, body: Body | None, *, interrupted: bool, grace_expired: bool) -> None:
         while body is not None:
             try:
                 a.state = await self._append(a.state.job_id, [body], expected_seq=a.state.last_seq)
@@ -643,3 +710,41 @@ class Runner:
                     a.cancel = True
                 a.state = current
                 body = self._outcome(a, interrupted=interrupted, grace_expired=grace_expired)
+
+
+def _log_written(state: JobState, bodies: Sequence[Body]) -> None:
+    """One record per event the runner wrote, with the job and attempt as fields: a job's life
+    at INFO (its steps at DEBUG), its failures at WARNING."""
+    for body in bodies:
+        extra: dict[str, Any] = {"job_id": state.job_id, "attempt": state.attempt, "event": body.type}
+        match body:
+            case Admitted():
+                extra |= {"tokens": body.tokens, "priority": state.priority, "mode": state.request.mode}
+                log.info("job %s admitted (%s tokens)", state.job_id, body.tokens, extra=extra)
+            case Running():
+                extra |= {"executor": body.executor, "executor_ref": body.executor_ref}
+                log.info("job %s started: attempt %d on %s", state.job_id, body.attempt, body.executor, extra=extra)
+            case Resumed():
+                extra |= {"executor": state.executor, "executor_ref": body.executor_ref}
+                log.info("job %s resumed: attempt %d, %gs after h3core stopped", state.job_id, body.attempt, body.after_s, extra=extra)
+            case Progress():
+                extra |= {"step": body.step, "total": body.total}
+                log.debug("job %s step %d/%d", state.job_id, body.step, body.total, extra=extra)
+            case Done():
+                extra |= {"path": body.artifact.path, "bytes": body.artifact.bytes}
+                log.info("job %s done", state.job_id, extra=extra)
+            case Recovered():
+                extra |= {"path": body.artifact.path}
+                log.info("job %s recovered: attempt %d had committed its video", state.job_id, body.attempt, extra=extra)
+            case AttemptFailed():
+                extra |= {"attempt": body.attempt, "kind": body.kind}
+                log.warning("job %s attempt %d failed (%s), queued again: %s", state.job_id, body.attempt, body.kind, body.message, extra=extra)
+            case Failed():
+                extra |= {"kind": body.kind}
+                log.warning("job %s failed (%s): %s", state.job_id, body.kind, body.message, extra=extra)
+            case CancelRequested():
+                log.info("job %s: cancel requested (%s)", state.job_id, body.reason, extra=extra)
+            case Cancelled():
+                log.info("job %s cancelled: %s", state.job_id, body.reason, extra=extra)
+            case _:  # submitted: its admission (or refusal) follows in the same append
+                log.debug("job %s %s", state.job_id, body.type, extra=extra)

@@ -4,6 +4,10 @@ Every event the runner writes goes through here, in the order it was asked for. 
 waiting when the writer comes round is committed in one transaction (one fsync), each append
 still checked and all-or-nothing on its own (`EventStore.append_batch`). Published to the bus
 only once durable.
+
+A failing transaction is retried (`h3core.store_retry`); once the store has failed for longer
+than `retry_s`, the writer gives up for good: `failure` is set, `failed` fires, and every append
+from then on is refused with that `StoreUnavailable`, so no caller waits on a dead store.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from h3core.adapters.store.base import AppendOutcome, AppendRequest, EventStore
 from h3core.bus import EventBus
 from h3core.domain.events import Body
 from h3core.domain.state import JobState
+from h3core.store_retry import StoreUnavailable, retrying
 
 
 @dataclass
@@ -32,10 +37,13 @@ class Queued:
 
 
 class _GroupWriter:
-    def __init__(self, store: EventStore, bus: EventBus, *, max_batch: int = 256) -> None:
+    def __init__(self, store: EventStore, bus: EventBus, *, max_batch: int = 256, retry_s: float = 30.0) -> None:
         self.store = store
         self.bus = bus
         self.max_batch = max_batch
+        self.retry_s = retry_s
+        self.failure: StoreUnavailable | None = None
+        self.failed = anyio.Event()
         self._pending: list[Queued] = []
         self._wake = anyio.Event()
         self._running = False
@@ -54,7 +62,7 @@ class _GroupWriter:
         """Several appends, each all or nothing (`EventStore.append_batch`); each one's new state,
         or the exception that refused it, in order. They share a commit when they fit a batch."""
         if not self._running:  # before the runner starts (a submit from the CLI), or after it ends
-            outcomes = await anyio.to_thread.run_sync(self.store.append_batch, requests, limiter=self._thread)
+            outcomes = await self._commit(requests)
             for outcome in outcomes:
                 if not isinstance(outcome, Exception):
                     self.bus.publish(outcome[1])
@@ -93,10 +101,7 @@ class _GroupWriter:
                     continue
                 batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
                 requests = [(p.job_id, p.bodies, p.expected_seq) for p in batch]
-                try:
-                    outcomes = await anyio.to_thread.run_sync(self.store.append_batch, requests, limiter=self._thread)
-                except Exception as exc:  # the transaction itself failed (disk full, I/O error)
-                    outcomes = [exc] * len(batch)
+                outcomes = await self._commit(requests)
                 self.batches += 1
                 self.appends += len(batch)
                 for item, outcome in zip(batch, outcomes, strict=True):
@@ -106,6 +111,22 @@ class _GroupWriter:
                     item.done.set()
         finally:
             self._running = False
+
+    async def _commit(self, requests: Sequence[AppendRequest]) -> list[AppendOutcome]:
+        """One transaction for `requests`, retried while the store fails transiently; each
+        request's outcome, or the error that failed the whole transaction for each."""
+        if self.failure is not None:
+            return [self.failure] * len(requests)
+        try:
+            return await retrying(
+                lambda: self.store.append_batch(requests), limit_s=self.retry_s, what="write", limiter=self._thread
+            )
+        except StoreUnavailable as exc:
+            self.failure = exc
+            self.failed.set()
+            return [exc] * len(requests)
+        except Exception as exc:  # not the database's state (a bug, a full disk's OSError): this batch only
+            return [exc] * len(requests)
 
     def close(self) -> None:
         self._closing = True

@@ -1,18 +1,22 @@
-"""Client commands that talk to a running `h3core serve`: `submit [--watch]` and `cancel`."""
+"""Client commands that talk to a running `h3core serve`: `submit [--watch]` and `cancel`.
+
+They need the `client` extra (httpx), imported when a command runs: `import h3core.cli` does not.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import httpx
 import typer
-from httpx_sse import connect_sse
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from h3core.cli.app import app
-from h3core.cli.common import EXIT_DATA, EXIT_USAGE, console, console_err, fail
+from h3core.cli.common import EXIT_DATA, EXIT_USAGE, console, console_err, fail, require_extra
+
+if TYPE_CHECKING:
+    import httpx
 
 UrlOption = Annotated[str, typer.Option("--url", envvar="H3_URL", help="The h3core service.")]
 TokenOption = Annotated[
@@ -21,6 +25,9 @@ TokenOption = Annotated[
 
 
 def http(url: str, token: str | None, timeout: float = 30.0) -> httpx.Client:
+    require_extra("client", "httpx", "httpx_sse")
+    import httpx
+
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
 
@@ -40,6 +47,8 @@ def _problem(response: httpx.Response) -> str:
 
 
 def _request(client: httpx.Client, method: str, path: str, **kw) -> httpx.Response:
+    import httpx
+
     try:
         return client.request(method, path, **kw)
     except httpx.HTTPError as exc:
@@ -48,6 +57,9 @@ def _request(client: httpx.Client, method: str, path: str, **kw) -> httpx.Respon
 
 def watch(client: httpx.Client, job_id: str) -> dict:
     """Follow a job's event stream with a progress bar; return its final view."""
+    import httpx
+    from httpx_sse import connect_sse
+
     out = console()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=out) as bar:
         task = bar.add_task(f"{job_id[:12]} queued", total=None)

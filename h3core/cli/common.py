@@ -133,6 +133,21 @@ def first_error(exc: ValidationError) -> str:
     return "; ".join(shown) + more
 
 
+def setting_option(envvar: str, help: str, **kw):
+    """An option for one of the service's settings (h3core/service/settings.py): unset unless
+    given, so that the environment and the config file keep their say."""
+    return typer.Option(envvar=envvar, help=help, show_default=False, **kw)
+
+
+def require_extra(extra: str, *modules: str) -> None:
+    """Exit 2 naming the extra to install when one of `modules` (an optional dependency) is missing."""
+    from importlib.util import find_spec
+
+    missing = [m for m in modules if find_spec(m) is None]
+    if missing:
+        fail(f"this command needs the {extra} extra ({', '.join(missing)} not installed): pip install 'h3core[{extra}]'")
+
+
 def take_runner_lock(db: Path) -> RunnerLock:
     """One store takes one runner (`serve` or `worker`): a second would fight the first over
     its running jobs. Exits 3 naming the holder if the store is taken."""

@@ -7,16 +7,14 @@ import signal
 from pathlib import Path
 from typing import Annotated
 
-import typer
 from pydantic import ValidationError
 
 from h3core.adapters.profiles import ProfileError
 from h3core.cli.app import app
-from h3core.cli.common import console_err, fail, first_error, take_runner_lock
-
-
-def _opt(envvar: str, help: str, **kw):
-    return typer.Option(envvar=envvar, help=help, show_default=False, **kw)
+from h3core.cli.common import EXIT_DATA, console_err, fail, first_error, require_extra, take_runner_lock
+from h3core.cli.common import setting_option as _opt
+from h3core.logs import configure as configure_logging
+from h3core.store_retry import StoreUnavailable
 
 
 @app.command()
@@ -67,8 +65,11 @@ def serve(
     comfyui_on_stop: Annotated[str | None, _opt("H3_COMFYUI_ON_STOP", "On SIGTERM: detach (prompts run on; the next start re-attaches) or interrupt \\[detach].")] = None,
     config: Annotated[Path | None, _opt("H3_CONFIG", "A TOML settings file (same names as these options).")] = None,
     log_level: Annotated[str | None, _opt("H3_LOG_LEVEL", "debug, info, warning or error \\[info].")] = None,
+    log_format: Annotated[str | None, _opt("H3_LOG_FORMAT", "Log records as text or JSON lines (json) \\[text].")] = None,
+    store_retry: Annotated[float | None, _opt("H3_STORE_RETRY", "Seconds a failing store is retried before the process exits non-zero \\[30].")] = None,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /schema). Tokens come from H3_API_TOKENS only (never a flag)."""
+    require_extra("service", "litestar", "uvicorn", "prometheus_client")
     import uvicorn
 
     from h3core.service.app import build_service, create_app, create_metrics_app
@@ -83,6 +84,7 @@ def serve(
     }  # fmt: skip
     try:
         settings = Settings(**given)
+        configure_logging(settings.log_format, settings.log_level)
         settings.check_exposure()
         service = build_service(settings)
         application = create_app(settings, service) if settings.role != "runner" else None  # no HTTP there
@@ -115,8 +117,11 @@ def serve(
         http="auto",
         timeout_graceful_shutdown=max(5, int(settings.cancel_grace) + 5),
         access_log=settings.log_level == "debug",
+        # JSON lines: uvicorn's records go through h3core's handler rather than uvicorn's own.
+        **({"log_config": None} if settings.log_format == "json" else {}),
     )
     server = _server(config, on_exit=service.begin_shutdown)
+    service.on_fatal = lambda: setattr(server, "should_exit", True)
     metrics_server = None
     if settings.metrics_port is not None:
         metrics_config = uvicorn.Config(
@@ -137,6 +142,8 @@ def serve(
     finally:
         if lock is not None:
             lock.release()
+    if service.fatal is not None:
+        fail(f"h3core stopped, the store is unusable: {service.fatal}", EXIT_DATA)
 
 
 def _run_jobs(svc) -> None:
@@ -153,6 +160,8 @@ def _run_jobs(svc) -> None:
     _freeze_startup_objects()
     try:
         how = anyio.run(functools.partial(serve_runner, svc.runner, verbose=False, name="h3core runner"), backend_options=_loop_options())
+    except StoreUnavailable as exc:
+        fail(f"h3core runner stopped, the store is unusable: {exc}", EXIT_DATA)
     finally:
         svc.store.close()
     console_err().print(f"h3core runner: stopped ({how})")

@@ -1,4 +1,8 @@
-"""Running jobs from the command line: `enqueue` a job, run a `worker` until SIGTERM."""
+"""Running jobs from the command line: `enqueue` a job, run a `worker` until SIGTERM.
+
+The worker runs the executor `serve` is configured to run (the same settings and the same
+`make_executor`); `--executor fake` when the fake is wanted.
+"""
 
 from __future__ import annotations
 
@@ -16,14 +20,17 @@ from pydantic import ValidationError
 
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.profiles import builtin_profiles
+from h3core.adapters.uploads import LocalUploadStore
 from h3core.cli.app import app
 from h3core.cli.capacity import ProfileOption, admission, profile_named
 from h3core.cli.common import (
+    EXIT_DATA,
     DbOption,
     console_err,
     fail,
     first_error,
     open_store,
+    setting_option,
     take_runner_lock,
     ts,
 )
@@ -34,8 +41,9 @@ from h3core.domain.events import (
 )
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
-from h3core.executors.fake import FakeExecutor, FakePlan
+from h3core.logs import configure as configure_logging
 from h3core.runner import IdempotencyMismatch, Refused, Runner, RunnerConfig
+from h3core.store_retry import StoreUnavailable
 
 
 @app.command()
@@ -90,7 +98,15 @@ async def _print_events(events: AsyncIterator[Event]) -> None:
 
 
 async def serve_runner(runner: Runner, *, verbose: bool, name: str = "worker") -> str:
-    """Run until SIGTERM or SIGINT; return the signal's name. Cancelling the runner is its shutdown."""
+    """Run until SIGTERM or SIGINT; return the signal's name. Cancelling the runner is its shutdown.
+    Raises `StoreUnavailable` where the runner stopped because the store is unusable."""
+    try:
+        return await _serve_runner(runner, verbose=verbose, name=name)
+    except* StoreUnavailable as group:
+        raise StoreUnavailable.within(group) from None
+
+
+async def _serve_runner(runner: Runner, *, verbose: bool, name: str) -> str:
     received: list[str] = []
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with AsyncExitStack() as stack:
@@ -128,54 +144,75 @@ async def serve_runner(runner: Runner, *, verbose: bool, name: str = "worker") -
 @app.command()
 def worker(
     db: DbOption = Path("h3core.db"),
-    artifacts: Annotated[Path, typer.Option(envvar="H3_ARTIFACTS", help="Where finished videos go.")] = Path(
-        "artifacts"
-    ),
-    slots: Annotated[int, typer.Option(min=1, max=256, help="Jobs run at once.")] = 1,
-    stall_timeout: Annotated[
-        float, typer.Option(envvar="H3_STALL_TIMEOUT", help="Seconds without progress before an attempt is stalled.")
-    ] = 600.0,
-    fake_step_seconds: Annotated[
-        float, typer.Option(envvar="H3_FAKE_STEP_SECONDS", min=0, help="The fake executor's time per step.")
-    ] = 0.5,
+    executor: Annotated[str | None, setting_option("H3_EXECUTOR", "pipeline, comfyui or fake, as `serve` runs it \\[pipeline].")] = None,
+    artifacts: Annotated[Path | None, setting_option("H3_ARTIFACTS", "Where finished videos go \\[artifacts].")] = None,
+    slots: Annotated[int | None, setting_option("H3_SLOTS", "Jobs run at once \\[1].")] = None,
+    stall_timeout: Annotated[float | None, setting_option("H3_STALL_TIMEOUT", "Seconds without progress before an attempt is stalled \\[600].")] = None,
+    fake_step_seconds: Annotated[float | None, setting_option("H3_FAKE_STEP_SECONDS", "The fake executor's time per step \\[0.5].")] = None,
     max_attempts: Annotated[
-        int,
-        typer.Option(
-            envvar="H3_MAX_ATTEMPTS",
-            help="Retry policy of jobs submitted through this runner. Jobs already stored keep the "
-            "policy recorded when they were enqueued (see `enqueue --max-attempts`).",
+        int | None,
+        setting_option(
+            "H3_MAX_ATTEMPTS",
+            "Retry policy of jobs submitted through this runner. Jobs already stored keep the "
+            "policy recorded when they were enqueued (see `enqueue --max-attempts`) \\[2].",
         ),
-    ] = 2,
-    poll_interval: Annotated[float, typer.Option(help="Seconds between looks for work other processes stored.")] = 0.5,
+    ] = None,
+    poll_interval: Annotated[float | None, setting_option("H3_POLL_INTERVAL", "Seconds between looks for work other processes stored \\[0.5].")] = None,
+    model_dir: Annotated[Path | None, setting_option("H3_MODEL_DIR", "MiniMax-H3 weights, diffusers layout (pipeline) \\[a tiny random model beside the store].")] = None,
+    device: Annotated[str | None, setting_option("H3_DEVICE", "Torch device of the pipeline \\[cpu].")] = None,
+    config: Annotated[Path | None, setting_option("H3_CONFIG", "A TOML settings file (the names of `serve`'s options).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print one line per event written.")] = False,
     profile: ProfileOption = None,
+    store_retry: Annotated[float | None, setting_option("H3_STORE_RETRY", "Seconds a failing store is retried before the worker exits non-zero \\[30].")] = None,
+    log_format: Annotated[str | None, setting_option("H3_LOG_FORMAT", "Log records as text or JSON lines (json) \\[text].")] = None,
+    log_level: Annotated[str | None, setting_option("H3_LOG_LEVEL", "debug, info, warning or error \\[info].")] = None,
 ) -> None:
-    """Run queued jobs with the fake executor until SIGTERM or SIGINT (a graceful stop)."""
+    """Run the store's queued jobs until SIGTERM or SIGINT (a graceful stop), with the executor
+    `serve` would run: the same settings (these flags, every other `serve` setting from its H3_*
+    variable or the --config file). `--executor fake` runs the fake."""
+    from h3core.service.executors import make_executor
+    from h3core.service.settings import Settings, SettingsError
+
+    if config is not None:
+        os.environ["H3_CONFIG"] = str(config)
+    given = {
+        "db": db, "executor": executor, "artifacts": artifacts, "slots": slots, "stall_timeout": stall_timeout,
+        "fake_step_seconds": fake_step_seconds, "max_attempts": max_attempts, "poll_interval": poll_interval,
+        "model_dir": model_dir, "device": device, "capacity_profile": profile, "store_retry": store_retry,
+        "log_format": log_format, "log_level": log_level,
+    }  # fmt: skip
     try:
-        config = RunnerConfig(
-            slots=slots,
-            stall_timeout_s=stall_timeout,
-            poll_interval_s=poll_interval,
-            retry=RetryPolicy(max_attempts=max_attempts),
-        )
+        settings = Settings(**{k: v for k, v in given.items() if v is not None})
+        runner_config = settings.runner_config()
+        configure_logging(settings.log_format, settings.log_level)
     except ValidationError as exc:
-        fail(f"invalid worker setting: {first_error(exc)}")
-    lock = take_runner_lock(db)
+        fail(f"invalid setting: {first_error(exc)}")
+    except SettingsError as exc:
+        fail(str(exc))
+    explicit = profile_named(settings.capacity_profile)
+    lock = take_runner_lock(settings.db)  # before the executor: loading a model takes a while
     try:
-        with open_store(db, create=True) as store:
+        with open_store(settings.db, create=True) as store:
             try:
-                artifact_store = LocalArtifactStore(artifacts)
+                artifact_store = LocalArtifactStore(settings.artifacts)
+                uploads = LocalUploadStore(settings.uploads)
             except OSError as exc:
-                fail(f"cannot use {artifacts} for artifacts: {exc.strerror or exc}")
-            executor = FakeExecutor(artifact_store, default=FakePlan(step_seconds=fake_step_seconds))
-            contract = LiveContract(executor.capabilities, builtin_profiles(), profile=profile_named(profile))
-            runner = Runner(store, executor, config, admission=contract, board=CapabilityFile(capabilities_path(db)), artifacts=artifact_store)
+                fail(f"cannot use {exc.filename or settings.artifacts}: {exc.strerror or exc}")
+            try:
+                built = make_executor(settings, artifact_store, uploads)
+            except SettingsError as exc:
+                fail(str(exc))
+            contract = LiveContract(built.capabilities, builtin_profiles(), profile=explicit)
+            board = CapabilityFile(capabilities_path(settings.db))
+            runner = Runner(store, built, runner_config, admission=contract, board=board, artifacts=artifact_store)
             console_err().print(
-                f"worker: pid {os.getpid()}, store {db}, artifacts {artifacts}, slots {slots}; "
-                "stop with SIGTERM or Ctrl-C"
+                f"worker: pid {os.getpid()}, store {settings.db}, executor {settings.executor}, artifacts {settings.artifacts}, "
+                f"slots {runner.slot_count()}; stop with SIGTERM or Ctrl-C"
             )
-            how = anyio.run(functools.partial(serve_runner, runner, verbose=verbose))
+            try:
+                how = anyio.run(functools.partial(serve_runner, runner, verbose=verbose))
+            except StoreUnavailable as exc:
+                fail(f"worker stopped, the store is unusable: {exc}", EXIT_DATA)
             console_err().print(f"worker: stopped ({how})")
     finally:
         lock.release()
-

@@ -2,14 +2,20 @@
 
 An event is an envelope (`job_id`, `seq`, `at`) around one body. Bodies are what callers
 construct ("a job made progress"); the store gives them their place in the log.
+
+Every body carries its schema version (`v`), stored and exported with it. Logs outlive the code
+that wrote them, so a body is read by upcasting it, step by step, from the version it was written
+at to the one this code defines (`h3core.domain.upcasting`); a body without `v` was written
+before versions were recorded, at version 1. The rule for changing a body is in docs/events.md.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from h3core.domain.failures import FailureKind
 from h3core.domain.ids import JobId
@@ -17,8 +23,24 @@ from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 
 
-class _Body(BaseModel):
+class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+
+class _Body(_Model):
+    # The version this body was written at. Its default is the version this code writes: a changed
+    # body raises it (`v: int = 2`) and registers an upcaster from the old one (docs/events.md).
+    v: int = Field(default=1, ge=1)
+
+    @classmethod
+    def version(cls) -> int:
+        return cls.model_fields["v"].default
+
+    @model_validator(mode="after")
+    def _current(self) -> _Body:
+        if self.v != self.version():
+            raise ValueError(f"a version {self.v} {type(self).__name__} body: this code reads version {self.version()} (upcast it)")
+        return self
 
 
 class Submitted(_Body):
@@ -65,8 +87,9 @@ class Progress(_Body):
     total: int = Field(ge=1)
 
 
-class Artifact(_Body):
-    """A finished video. `path` is relative to the artifact store's root, never a client's."""
+class Artifact(_Model):
+    """A finished video. `path` is relative to the artifact store's root, never a client's.
+    Part of `done` and `recovered`: changing it changes their versions."""
 
     path: str
     bytes: int = Field(ge=0)
@@ -155,14 +178,54 @@ class Event(BaseModel):
 
 _EVENT = TypeAdapter(Event)
 _BODY = TypeAdapter(Body)
+# The version this code writes, of each body type.
+VERSIONS: dict[str, int] = {cls.model_fields["type"].default: cls.version() for cls in get_args(get_args(Body)[0])}
 
 
 def event_from_json(data: str | bytes) -> Event:
-    return _EVENT.validate_json(data)
+    """An event as stored or exported, at whatever version its body was written."""
+    try:
+        event = _EVENT.validate_json(data)  # written at this code's versions: one pass
+    except ValidationError:
+        raw = _json(data)
+        if not isinstance(raw, dict) or not isinstance(raw.get("body"), dict) or not _stale(raw["body"]):
+            raise
+        return _EVENT.validate_json(json.dumps({**raw, "body": upcast(raw["body"])}))
+    if VERSIONS[event.type] != 1:  # a body without `v` is version 1 whatever the default says
+        raw = json.loads(data)
+        if "v" not in raw["body"]:
+            return _EVENT.validate_json(json.dumps({**raw, "body": upcast(raw["body"])}))
+    return event
 
 
 def body_from_json(data: str | bytes) -> Body:
-    return _BODY.validate_json(data)
+    try:
+        body = _BODY.validate_json(data)
+    except ValidationError:
+        raw = _json(data)
+        if not isinstance(raw, dict) or not _stale(raw):
+            raise
+        return _BODY.validate_json(json.dumps(upcast(raw)))
+    if VERSIONS[body.type] != 1 and "v" not in json.loads(data):
+        return _BODY.validate_json(json.dumps(upcast(json.loads(data))))
+    return body
+
+
+def _json(data: str | bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None  # not JSON at all: the validation error stands
+
+
+def _stale(body: dict[str, Any]) -> bool:
+    return body.get("v", 1) != VERSIONS.get(str(body.get("type")))
+
+
+def upcast(body: dict[str, Any]) -> dict[str, Any]:
+    from h3core.domain.upcasting import upcast as _upcast
+
+    return _upcast(body, VERSIONS)
 
 
 def event_at(job_id: str, seq: int, at: datetime, body: Body) -> Event:

@@ -4,7 +4,9 @@ Each job follows a `FakePlan`: time per step, fail at step k with a chosen kind 
 way torch raises it), hang, finish without a result, or finish. Plans come from the executor's
 constructor (per job id, or a default) or from a directive in the prompt, so a demo or a test in
 another process can steer a job: `[fake step=0.2 fail_at=3 kind=oom]`. The artifact is a real
-H.264 + AAC mp4 with the request's frame count, drawn small, so downloads work end to end.
+video with the request's frame count, drawn small, so downloads work end to end: an H.264 + AAC
+mp4 where PyAV and numpy are installed (the service, pipeline and comfyui extras), else a
+YUV4MPEG2 (`.y4m`, no sound) written in pure Python, so the core library runs without codecs.
 
 `FakeLimits` gives it limits of its own (modes, a clip window, a token budget, upload slots),
 which it states in `capabilities()` and enforces in `check()`, and `set_ready` makes modes
@@ -14,18 +16,19 @@ executor can be tested without a model.
 
 from __future__ import annotations
 
+import random
 import re
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields, replace
+from importlib.util import find_spec
 from pathlib import Path
+from typing import Literal
 
 import anyio
-import numpy as np
 
 from h3core.adapters.artifacts import ArtifactStore
-from h3core.adapters.video import write_mp4
 from h3core.domain.capabilities import MODES, Capabilities, FrameWindow, GroupBudget, ModeReadiness
 from h3core.domain.events import Progress
 from h3core.domain.failures import FAILURE_KINDS, FailureKind
@@ -34,6 +37,14 @@ from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, NoReports
 
 _DIRECTIVE = re.compile(r"\[fake\s+([^\]]*)\]")
 _MAX_PREVIEW_SIDE = 128
+Encoding = Literal["mp4", "y4m"]
+# (file suffix, media type) of each encoding.
+_FORMATS: dict[str, tuple[str, str]] = {"mp4": (".mp4", "video/mp4"), "y4m": (".y4m", "video/x-yuv4mpeg2")}
+
+
+def default_encoding() -> Encoding:
+    """mp4 where PyAV and numpy are installed, else y4m (the core install has neither)."""
+    return "mp4" if find_spec("av") is not None and find_spec("numpy") is not None else "y4m"
 
 
 class OutOfMemoryError(RuntimeError):
@@ -96,14 +107,17 @@ class FakeExecutor(NoReports):
         default: FakePlan | None = None,
         plans: Mapping[str, FakePlan] | Callable[[JobSpec], FakePlan | None] | None = None,
         limits: FakeLimits | None = None,
+        encoding: Encoding | None = None,
     ) -> None:
+        """`encoding`: the artifact's format; None picks mp4 where PyAV is installed, else y4m."""
         self.artifacts = artifacts
+        self.encoding: Encoding = encoding or default_encoding()
         self.default = default or FakePlan()
         self._plans = plans
         self.limits = limits or FakeLimits()
         self._ready = False
         self._unready: dict[str, str] = {}  # mode -> why it cannot start a job now
-        self._videos: OrderedDict[tuple[int, int, int, int], bytes] = OrderedDict()
+        self._videos: OrderedDict[tuple[int, int, int, int], bytes] = OrderedDict()  # rendered, by (w, h, frames, seed)
         self.runs = 0  # attempts started, for tests
         self.cleanups = 0  # attempts whose cleanup ran
 
@@ -198,14 +212,16 @@ class FakeExecutor(NoReports):
         key = (r.width, r.height, r.frames, r.seed)
         data = self._videos.get(key)
         if data is None:
-            data = _render(r.width, r.height, r.frames, r.seed)
+            render = _render_mp4 if self.encoding == "mp4" else _render_y4m
+            data = render(*_preview_size(r.width, r.height), r.frames, r.seed)
             self._videos[key] = data
             while len(self._videos) > 8:
                 self._videos.popitem(last=False)
-        staged = self.artifacts.staging(job.job_id, job.attempt)
+        suffix, media_type = _FORMATS[self.encoding]
+        staged = self.artifacts.staging(job.job_id, job.attempt, suffix)
         Path(staged).write_bytes(data)
         return self.artifacts.commit(
-            staged, job_id=job.job_id, attempt=job.attempt, frames=r.frames, duration_s=r.frames / r.fps
+            staged, job_id=job.job_id, attempt=job.attempt, frames=r.frames, duration_s=r.frames / r.fps, media_type=media_type
         )
 
 
@@ -225,13 +241,22 @@ def _raise(kind: FailureKind, step: int) -> None:
     raise ExecutorFailure(kind, f"fake executor reports '{kind}' at step {step}")
 
 
-def _render(width: int, height: int, frames: int, seed: int) -> bytes:
-    """A small moving test pattern and a tone, deterministic in its arguments."""
-    import tempfile
-
+def _preview_size(width: int, height: int) -> tuple[int, int]:
+    """The request's aspect, at most _MAX_PREVIEW_SIDE a side, even sides (yuv420p)."""
     scale = max(width, height) / _MAX_PREVIEW_SIDE
     w = max(2, int(width / max(scale, 1)) // 2 * 2)
     h = max(2, int(height / max(scale, 1)) // 2 * 2)
+    return w, h
+
+
+def _render_mp4(w: int, h: int, frames: int, seed: int) -> bytes:
+    """A small moving test pattern and a tone, deterministic in its arguments (H.264 + AAC)."""
+    import tempfile
+
+    import numpy as np
+
+    from h3core.adapters.video import write_mp4
+
     rng = np.random.default_rng(seed)
     base = rng.integers(0, 256, size=3, dtype=np.uint8)
     t = np.arange(frames)
@@ -247,3 +272,20 @@ def _render(width: int, height: int, frames: int, seed: int) -> bytes:
         path = Path(d) / "fake.mp4"
         write_mp4(path, video, fps=24, audio=np.stack([tone, tone]), sample_rate=rate, preset="ultrafast")
         return path.read_bytes()
+
+
+def _render_y4m(w: int, h: int, frames: int, seed: int) -> bytes:
+    """The same pattern as raw 4:2:0 frames in a YUV4MPEG2 stream (no sound), in pure Python."""
+    r, g, b = random.Random(seed).randbytes(3)
+    # BT.601 full range, as the C420jpeg colour space of the header says.
+    y = round(0.299 * r + 0.587 * g + 0.114 * b)
+    u = round(128 - 0.168736 * r - 0.331264 * g + 0.5 * b)
+    v = round(128 + 0.5 * r - 0.418688 * g - 0.081312 * b)
+    chroma = bytes([u]) * (w * h // 4) + bytes([v]) * (w * h // 4)
+    out = bytearray(f"YUV4MPEG2 W{w} H{h} F24:1 Ip A1:1 C420jpeg\n".encode())
+    for i in range(frames):
+        bar = (i * 3) % w
+        row = bytearray([y]) * w
+        row[bar : bar + 2] = b"\xff\xff"[: w - bar]
+        out += b"FRAME\n" + bytes(row) * h + chroma
+    return bytes(out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -73,7 +74,7 @@ def _http_error(request: Request, exc: HTTPException) -> Response:
 
 
 def _internal_error(request: Request, exc: Exception) -> Response:
-    request.logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    logging.getLogger("h3core.service").exception("unhandled error on %s %s", request.method, request.url.path)
     return _problem(HTTP_500_INTERNAL_SERVER_ERROR, "internal error; the server log has the details")
 
 
@@ -112,6 +113,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
         middleware=[CrossSiteGuard(cross_site)],
         cors_config=cross_site.cors(),
         request_class=_Request,
+        logging_config=None,  # the process configures logging (h3core.logs), not the app it embeds
         request_max_body_size=settings.max_body_bytes,
         exception_handlers={
             ValidationException: _validation_error,
@@ -141,5 +143,6 @@ def create_metrics_app(settings: Settings, svc: Service) -> Litestar:
         dependencies={"svc": Provide(lambda: svc, sync_to_thread=False)},
         middleware=[CrossSiteGuard(CrossSitePolicy.of(settings, listen_host=settings.metrics_host))],
         openapi_config=None,
+        logging_config=None,
         debug=False,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -19,6 +20,7 @@ from h3core.runner import Runner
 from h3core.service.executors import make_executor
 from h3core.service.metrics import Metrics
 from h3core.service.settings import Settings
+from h3core.store_retry import StoreUnavailable
 from h3core.tail import StoreTail
 
 
@@ -40,6 +42,9 @@ class Service:
     # a burst of them cannot take every thread the service has.
     previews: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
     stopping: bool = False
+    # Set when the runner stopped because the store is unusable; `on_fatal` then ends the process.
+    fatal: StoreUnavailable | None = None
+    on_fatal: Callable[[], None] | None = None
     _runner_scope: anyio.CancelScope | None = None
     _loop: asyncio.AbstractEventLoop | None = None
 
@@ -54,14 +59,22 @@ class Service:
 
     async def run_runner(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         self._loop = asyncio.get_running_loop()
-        with anyio.CancelScope() as scope:
-            self._runner_scope = scope
-            if self.tail is None:
-                await self.runner.run(task_status=task_status)
-            else:
-                async with anyio.create_task_group() as tg:
-                    await tg.start(self.tail.run)
-                    await self.runner.admit_only(task_status=task_status)
+        try:
+            with anyio.CancelScope() as scope:
+                self._runner_scope = scope
+                if self.tail is None:
+                    await self.runner.run(task_status=task_status)
+                else:
+                    async with anyio.create_task_group() as tg:
+                        await tg.start(self.tail.run)
+                        await self.runner.admit_only(task_status=task_status)
+        except* StoreUnavailable as group:
+            if not self.runner.started:
+                raise  # at start-up: the service does not start
+            self.fatal = StoreUnavailable.within(group)
+            self.stopping = True
+            if self.on_fatal is not None:
+                self.on_fatal()
         self.bus.close()  # after the runner's last events (the interruptions) went out
 
 

@@ -119,6 +119,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1 << 20, ge=1024)  # JSON requests
     max_upload_bytes: int = Field(default=500 << 20, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["text", "json"] = "text"
+    store_retry: float = Field(default=30.0, gt=0)  # seconds a failing store is retried before the process exits
 
     @field_validator("api_tokens", "retry_on", "openai_models", "allowed_hosts", "cors_origins", mode="before")
     @classmethod
@@ -211,6 +213,7 @@ class Settings(BaseSettings):
             attempt_deadline_s=self.attempt_deadline,
             queue_timeout_s=self.queue_timeout,
             cancel_grace_s=self.cancel_grace,
+            store_retry_s=self.store_retry,
             retry=RetryPolicy(max_attempts=self.max_attempts, retry_on=tuple(self.retry_on)),
         )
 

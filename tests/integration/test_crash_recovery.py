@@ -191,7 +191,7 @@ def test_a_second_worker_on_the_same_store_exits_3_while_the_first_runs(paths, s
     first.wait_ready()
 
     second = subprocess.run(
-        [sys.executable, "-m", "h3core.cli", "worker", "--db", str(db), "--artifacts", str(artifacts)],
+        [sys.executable, "-m", "h3core.cli", "worker", "--db", str(db), "--artifacts", str(artifacts), "--executor", "fake"],
         capture_output=True, text=True, timeout=60, env=clean_env(),
     )
     assert second.returncode == 3, second.stderr

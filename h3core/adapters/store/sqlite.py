@@ -8,6 +8,7 @@ and no read ever leaves a cursor open.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import threading
@@ -16,14 +17,16 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING
 
 from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, _precheck, utc_now
-from h3core.domain.events import Body, Event, Submitted, event_from_json
-from h3core.domain.state import IllegalEvent, JobState, Status, _extend, apply
+from h3core.domain.events import VERSIONS, Body, Event, Submitted, body_from_json, event_from_json
+from h3core.domain.state import IllegalEvent, JobState, Status, _extend, apply, fold
 
-SCHEMA_VERSION = 3
+if TYPE_CHECKING:
+    from sqlite_utils import Database
+
+SCHEMA_VERSION = 4
 
 
 class SchemaTooNew(RuntimeError):
@@ -75,8 +78,20 @@ def _v3(db: Database) -> None:
     db.execute("CREATE INDEX jobs_status_order ON jobs (status, queue_order)")
 
 
+def _v4(db: Database) -> None:
+    # What the `jobs` projection was folded with (see `_refold`): absent, it is rebuilt once.
+    db["meta"].create({"key": str, "value": str}, pk="key")
+
+
 # Index i migrates schema version i to i + 1. Add a function here, never edit an old one.
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1, _v2, _v3)
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1, _v2, _v3, _v4)
+
+
+def _fold_fingerprint() -> str:
+    """Names the code that folds events into `jobs.state`: the state's shape and the event
+    versions read. A file folded by other code has its projection rebuilt from the log."""
+    spec = {"state": JobState.model_json_schema(), "events": VERSIONS}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
 class SQLiteEventStore:
@@ -95,6 +110,7 @@ class SQLiteEventStore:
         self._busy_timeout_s = busy_timeout_s
         self._w = self._connect(busy_timeout_s, durable)
         self._migrate()
+        self._refold()
         self._r = self._connect(busy_timeout_s, durable)
         # Point reads (one row by key) get their own connection, so they never wait behind a
         # scan on `_r` (a listing, a count): the service answers them on its event loop.
@@ -140,10 +156,13 @@ class SQLiteEventStore:
             self._begin()
             try:
                 yield self._w
+                self._w.execute("COMMIT")
             except BaseException:
-                self._w.execute("ROLLBACK")
+                # A failed COMMIT (busy) leaves the transaction open; an I/O error may have ended
+                # it already. Either way none of it is stored, and the next write starts clean.
+                if self._w.in_transaction:
+                    self._w.execute("ROLLBACK")
                 raise
-            self._w.execute("COMMIT")
 
     def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
         with self._rlock:
@@ -166,10 +185,35 @@ class SQLiteEventStore:
                     f"{self.path} has schema version {version}; this h3core knows up to "
                     f"{len(MIGRATIONS)}. Upgrade h3core, or restore the backup taken before the upgrade."
                 )
+            # Imported here: sqlite_utils imports numpy and pandas when they are installed, and
+            # `import h3core` must not load them.
+            from sqlite_utils import Database
+
             db = Database(conn)
             for i in range(version, len(MIGRATIONS)):
                 MIGRATIONS[i](db)
             conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+
+    def _refold(self) -> None:
+        """The `jobs` projection is derived: where it was folded by other code (an upgrade that
+        changed the state or an event), fold it again from the log, in one transaction."""
+        fingerprint = _fold_fingerprint()
+        with self._write() as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'fold'").fetchone()
+            if row is not None and row[0] == fingerprint:
+                return
+            job_ids = [r[0] for r in conn.execute("SELECT job_id FROM jobs").fetchall()]
+            for job_id in job_ids:
+                rows = conn.execute(
+                    "SELECT job_id, seq, at, body FROM events WHERE job_id = ? ORDER BY seq", (job_id,)
+                ).fetchall()
+                state = fold(_event(r) for r in rows)
+                assert state is not None  # a jobs row is written with its Submitted event
+                conn.execute(
+                    "UPDATE jobs SET status = ?, updated_at = ?, last_seq = ?, state = ? WHERE job_id = ?",
+                    (state.status, state.updated_at.isoformat(), state.last_seq, state.model_dump_json(), job_id),
+                )
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('fold', ?)", (fingerprint,))
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -261,7 +305,8 @@ class SQLiteEventStore:
                 fresh = []
                 for e in sorted(evs, key=lambda e: e.seq):
                     if e.seq <= have:
-                        if stored.get(e.seq) != e.body.model_dump_json():
+                        # Compared as bodies, not text: the stored one may predate versions (no `v`).
+                        if e.seq not in stored or body_from_json(stored[e.seq]) != e.body:
                             raise Conflict(f"job {job_id} event #{e.seq} differs from the stored one")
                         continue
                     state = apply(state, e)

@@ -19,6 +19,7 @@ What the old adapter got wrong (docs/design.md §2) and how this one avoids it:
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -36,6 +37,8 @@ from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, NoReports
 from h3core.executors.comfyui.client import ComfyClient, HistoryEntry, PromptRejected, Unreachable
 from h3core.executors.comfyui.feed import LogTail, SocketFeed
 from h3core.executors.comfyui.templates import Template, TemplateError, pick
+
+log = logging.getLogger("h3core.executors.comfyui")
 
 _PROMPTS = uuid.UUID("6c3e1d2a-8f4b-4a57-9a57-3f6f3f0b7c11")  # namespace of our prompt ids
 VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".mov")
@@ -262,10 +265,14 @@ class ComfyUIExecutor(NoReports):
         """Call until ComfyUI answers; fail the attempt once it has been unreachable too long."""
         deadline = anyio.current_time() + self.settings.unreachable_after_s
         delay = self.settings.poll_min_s
+        first = True
         while True:
             try:
                 return await call()
             except Unreachable as exc:
+                if first:
+                    first = False
+                    log.warning("ComfyUI unreachable (%s); retrying for %gs", exc, self.settings.unreachable_after_s, extra={"error": str(exc)})
                 if anyio.current_time() >= deadline:
                     raise ExecutorFailure(
                         "executor_lost", f"ComfyUI unreachable for {self.settings.unreachable_after_s:g}s: {exc}"
@@ -319,6 +326,11 @@ class ComfyUIExecutor(NoReports):
                         running, pending = await self.client.queue()
                 except Unreachable as exc:
                     now = anyio.current_time()
+                    if unreachable_since is None:
+                        log.warning(
+                            "ComfyUI unreachable while following prompt %s (%s); retrying for %gs", prompt_id, exc,
+                            s.unreachable_after_s, extra={**_where(job), "prompt_id": prompt_id, "error": str(exc)},
+                        )  # fmt: skip
                     unreachable_since = unreachable_since or now
                     if now - unreachable_since >= s.unreachable_after_s:
                         raise ExecutorFailure(
@@ -326,6 +338,8 @@ class ComfyUIExecutor(NoReports):
                         ) from exc
                     delay = min(delay * 2, s.poll_max_s)
                     continue
+                if unreachable_since is not None:
+                    log.info("ComfyUI answers again (prompt %s)", prompt_id, extra={**_where(job), "prompt_id": prompt_id})
                 unreachable_since = None
                 if entry is not None:
                     result = await self._finish(job, template, prompt_id, entry)
@@ -390,6 +404,10 @@ class ComfyUIExecutor(NoReports):
                     why = f"ComfyUI did not answer for {self.settings.cancel_wait_s:g}s ({exc})"
                 await anyio.sleep(0.1)
         return why
+
+
+def _where(job: JobSpec) -> dict[str, Any]:
+    return {"job_id": job.job_id, "attempt": job.attempt, "executor": "comfyui"}
 
 
 def _rejection(body: dict[str, Any], template: Template) -> str:

@@ -9,6 +9,7 @@ whose total equals the request's steps (docs/design.md §2.4: another bar at sta
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +23,8 @@ from websockets.exceptions import WebSocketException
 
 Message = dict[str, Any]
 
+log = logging.getLogger("h3core.executors.comfyui")
+
 
 class SocketFeed:
     def __init__(self, base_url: str, client_id: str, *, buffer: int = 256) -> None:
@@ -33,21 +36,40 @@ class SocketFeed:
         self.connects = 0  # for tests and metrics: how often it (re)connected
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Keep a connection up until cancelled; never raises for a dropped or refused socket."""
+        """Keep a connection up until cancelled; never raises for a dropped or refused socket, but
+        logs each drop, the first refusal of a run of them, and each reconnection."""
         task_status.started()
         delay = 0.2
+        refused = 0  # connection attempts refused since the socket was last up
         while True:
+            was_up = False
             try:
                 async with connect(self.url, open_timeout=10, ping_interval=20, max_size=None) as ws:
-                    self.connected, delay = True, 0.2
+                    self.connected, delay, was_up = True, 0.2, True
                     self.connects += 1
+                    where = {"url": self.url, "connects": self.connects}
+                    if self.connects == 1:
+                        log.info("ComfyUI websocket connected (%s)", self.url, extra=where)
+                    else:
+                        log.info("ComfyUI websocket reconnected (%s, after %d refused)", self.url, refused, extra=where)
+                    refused = 0
                     async for raw in ws:
                         if isinstance(raw, str):
                             self._dispatch(json.loads(raw))
-            except (OSError, WebSocketException, TimeoutError, json.JSONDecodeError):
-                pass
+                why = "closed by ComfyUI"
+            except (OSError, WebSocketException, TimeoutError, json.JSONDecodeError) as exc:
+                why = f"{type(exc).__name__}: {exc}"
             finally:
                 self.connected = False
+            where = {"url": self.url, "error": why}
+            if was_up:
+                log.warning("ComfyUI websocket dropped (%s); reconnecting", why, extra=where)
+            else:
+                refused += 1
+                # The first refusal says ComfyUI is down; the retries after it, every few seconds, only at DEBUG.
+                (log.warning if refused == 1 else log.debug)(
+                    "ComfyUI websocket cannot connect (%s); retrying in %.1fs", why, delay, extra=where
+                )
             await anyio.sleep(delay)
             delay = min(delay * 2, 5.0)
 

@@ -262,7 +262,7 @@ class DistributedExecutor:
 
     async def _recover(self, host: RayHost, reason: str) -> None:
         """Fail what runs on the lost head, start or join Ray again, and rebuild every group."""
-        log.warning("%s; failing the jobs on it and reconnecting", reason)
+        log.warning("%s; failing the jobs on it and reconnecting", reason, extra={"reason": reason})
         host.begin_outage(reason)  # from here every wait on Ray in a group gives up within a poll
         for group in self.groups:
             group.forget(reason)
@@ -279,10 +279,10 @@ class DistributedExecutor:
                 break
             except Exception as exc:  # noqa: BLE001 - the head may take a while to come back: try again
                 host.health.last_error = f"{reason}; reconnecting failed ({type(exc).__name__}: {exc}), next try in {delay:g} s"[:1000]
-                log.warning("%s", host.health.last_error)
+                log.warning("%s", host.health.last_error, extra={"reason": reason, "error": f"{type(exc).__name__}: {exc}"})
                 await anyio.sleep(delay)
                 delay = min(2 * delay, longest)
-        log.warning("Ray reconnected (%s); rebuilding every group", host.health.address)
+        log.info("Ray reconnected (%s); rebuilding every group", host.health.address, extra={"address": host.health.address})
         self._generation += 1
         for group in self.groups:
             self._rebuild(group)

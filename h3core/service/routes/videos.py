@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
@@ -351,7 +352,7 @@ def on_http_error(_: Request, exc: HTTPException) -> Response:
 
 
 def _on_internal(request: Request, exc: Exception) -> Response:
-    request.logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    logging.getLogger("h3core.service").exception("unhandled error on %s %s", request.method, request.url.path)
     return Response(error_body(500, "internal error; the server log has the details", code="internal_error"), status_code=500)
 
 

@@ -8,6 +8,8 @@ test_comfyui_process.py, with a real process killed by SIGKILL).
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 import av
 import pytest
@@ -60,13 +62,21 @@ async def test_a_job_completes_with_one_progress_event_per_step_and_its_video(ma
     assert graph["5"]["inputs"]["prompt"] == "a red fox in snow" and graph["9"]["inputs"]["steps"] == 6
 
 
-async def test_a_dropped_socket_loses_hints_not_the_job(make_runner, comfy):
+async def test_a_dropped_socket_loses_hints_not_the_job(make_runner, comfy, caplog):
+    caplog.set_level(logging.INFO, logger="h3core.executors.comfyui")
     comfy.drop_sockets_at_step = 3
     async with make_runner() as runner:
         job = await runner.submit(req(steps=10))
         state = await ended(runner, job.job_id)
         assert runner.executor.feed.connects >= 2, "the socket came back"
     assert state.status == "done"
+    said = [(r.levelname, r.getMessage().split(" (")[0], r.url) for r in caplog.records if r.name == "h3core.executors.comfyui"]
+    url = runner.executor.feed.url
+    assert said[:3] == [
+        ("INFO", "ComfyUI websocket connected", url),
+        ("WARNING", "ComfyUI websocket dropped", url),
+        ("INFO", "ComfyUI websocket reconnected", url),
+    ]
     steps = [e.body.step for e in runner.store.events(job.job_id) if e.type == "progress"]
     assert steps == sorted(set(steps)) and steps[-1] == 10
 
@@ -204,7 +214,8 @@ async def test_raylight_progress_comes_from_the_log_trusting_only_the_requests_s
     assert steps and steps[-1] == 12 and all(0 < s <= 12 for s in steps) and len(steps) > 2
 
 
-async def test_comfyui_unreachable_mid_job_fails_the_attempt_within_the_bound_and_the_retry_waits_for_it(make_runner, comfy):
+async def test_comfyui_unreachable_mid_job_fails_the_attempt_within_the_bound_and_the_retry_waits_for_it(make_runner, comfy, caplog):
+    caplog.set_level(logging.INFO, logger="h3core")
     comfy.step_seconds = 0.1
     async with make_runner() as runner:
         await until(lambda: runner.executor.capabilities().ready)
@@ -221,6 +232,12 @@ async def test_comfyui_unreachable_mid_job_fails_the_attempt_within_the_bound_an
         await comfy.resume_listening()
         state = await ended(runner, job.job_id)
     assert state.status == "done" and state.attempt == 2
+    unreachable = [r for r in caplog.records if r.getMessage().startswith("ComfyUI unreachable while following")]
+    assert [(r.levelname, r.job_id, r.attempt) for r in unreachable] == [("WARNING", job.job_id, 1)], "once, not per poll"
+    lost = [r for r in caplog.records if r.name == "h3core.runner" and getattr(r, "event", None) == "attempt_failed"]
+    assert [(r.job_id, r.kind) for r in lost] == [(job.job_id, "executor_lost")]
+    drops = [r.getMessage() for r in caplog.records if r.name == "h3core.executors.comfyui" and r.levelname == "WARNING"]
+    assert any(m.startswith("ComfyUI websocket dropped") for m in drops)
 
 
 async def test_raylights_start_up_bar_is_not_taken_for_sampling_progress(make_runner, comfy):

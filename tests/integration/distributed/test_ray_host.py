@@ -6,6 +6,7 @@ runs in a process of its own (one Ray per process; this package's tests share an
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import threading
@@ -21,6 +22,7 @@ from h3core.executors.distributed import executor as executor_module
 from h3core.executors.distributed.cluster import ClusterSettings, RayHost
 from h3core.executors.distributed.executor import DistributedExecutor, DistributedSettings
 from h3core.executors.distributed.group import Group
+from h3core.logs import fields
 from tests.integration.distributed.conftest import until
 
 pytestmark = pytest.mark.timeout(300)
@@ -165,7 +167,8 @@ class ScriptedRay(RayHost):
 
 
 @pytest.mark.anyio
-async def test_a_lost_head_makes_the_executor_not_ready_until_ray_is_back_and_every_group_is_rebuilt(tiny_model, tmp_path, monkeypatch):
+async def test_a_lost_head_makes_the_executor_not_ready_until_ray_is_back_and_every_group_is_rebuilt(tiny_model, tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="h3core.executors.distributed")
     def build(group: Group) -> None:  # no Ray here: every build succeeds at once
         group.health.builds += 1
         group.health.rebuilds = group.health.builds - 1
@@ -199,3 +202,11 @@ async def test_a_lost_head_makes_the_executor_not_ready_until_ray_is_back_and_ev
         assert [g.rebuilds for g in executor.health()] == [1, 1]
     assert host.started  # a host the executor was given is left to its owner
     host.close()
+    said = [(r.levelname, r.getMessage().split(";")[0], fields(r)) for r in caplog.records if r.name == "h3core.executors.distributed"]
+    reason = "Ray head lost: gcs_server (pid 8) exited with -9"
+    assert said == [
+        ("WARNING", reason, {"reason": reason}),
+        ("WARNING", reason, {"reason": reason, "error": "ConnectionError: the cluster is down"}),
+        ("WARNING", reason, {"reason": reason, "error": "ConnectionError: the cluster is down"}),
+        ("INFO", "Ray reconnected (scripted)", {"address": "scripted"}),
+    ]

@@ -11,7 +11,7 @@ from h3core.adapters.store import MemoryEventStore, SchemaTooNew, SQLiteEventSto
 from h3core.adapters.store.sqlite import SCHEMA_VERSION
 from h3core.domain.events import Admitted, Running
 from h3core.testing.store import EventStoreContract
-from tests.factories import submitted
+from tests.factories import done_log, submitted
 
 
 class TestSQLiteEventStore(EventStoreContract):
@@ -86,7 +86,7 @@ def test_a_version_1_file_is_migrated_forward(tmp_path):
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     store = SQLiteEventStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 3
+    assert store.schema_version() == SCHEMA_VERSION == 4
     plan = sqlite3.connect(path).execute(
         "EXPLAIN QUERY PLAN SELECT state FROM jobs WHERE status = 'queued' ORDER BY priority DESC, queue_order LIMIT 5"
     ).fetchall()
@@ -111,3 +111,31 @@ def test_a_writer_waits_for_another_processs_write_lock_up_to_its_busy_timeout(t
     threading.Timer(0.3, lambda: holder.execute("COMMIT")).start()
     patient.append("j", [submitted()])  # waits out the other writer, then writes
     assert hasty.get("j").status == "submitted"
+
+
+def test_a_projection_folded_by_other_code_is_refolded_from_the_log_on_open(tmp_path):
+    path = tmp_path / "s.db"
+    store = SQLiteEventStore(path)
+    store.append("j", done_log())
+    truth = store.get("j")
+    store.close()
+
+    def tamper(fingerprint: str) -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        stale = truth.model_copy(update={"status": "queued", "artifact": None}).model_dump_json()
+        conn.execute("UPDATE jobs SET status = 'queued', state = ? WHERE job_id = 'j'", (stale,))
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'fold'", (fingerprint,))
+        conn.close()
+
+    # The same code folded it: the projection is trusted as it is (no refold on every open).
+    current = sqlite3.connect(path).execute("SELECT value FROM meta WHERE key = 'fold'").fetchone()[0]
+    tamper(current)
+    reopened = SQLiteEventStore(path)
+    assert reopened.get("j").status == "queued"
+    reopened.close()
+    # Other code folded it (the state or an event changed since): rebuilt from the events.
+    tamper("written by an older h3core")
+    reopened = SQLiteEventStore(path)
+    assert reopened.get("j") == truth
+    assert [s.job_id for s in reopened.queued(limit=5)] == []
+    reopened.close()

@@ -26,3 +26,40 @@ def test_classify_recognises_oom_the_way_torch_raises_it():
     kind, message, _ = classify(ValueError("bad shape"))
     assert (kind, message) == ("executor_error", "ValueError: bad shape")
     assert classify(ExecutorFailure("executor_lost", "gone", "rank 1"))[0:3] == ("executor_lost", "gone", "rank 1")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("encoding", "suffix", "media_type", "audio"), [("mp4", ".mp4", "video/mp4", True), ("y4m", ".y4m", "video/x-yuv4mpeg2", False)])
+async def test_the_fake_writes_a_real_video_with_the_requested_frames_in_either_encoding(tmp_path, encoding, suffix, media_type, audio):
+    """y4m is what the core install (no PyAV) writes; PyAV decodes it here to show it is a real video."""
+    import av
+
+    from h3core import LocalArtifactStore
+    from h3core.executors.base import JobSpec, Result
+    from h3core.executors.fake import FakeExecutor
+    from tests.factories import request
+
+    artifacts = LocalArtifactStore(tmp_path)
+    fake = FakeExecutor(artifacts, encoding=encoding)
+    r = request(frames=30, width=448, height=256, steps=2)
+    async with fake.running():
+        updates = [u async for u in fake.run(JobSpec(job_id="a" * 32, attempt=1, request=r))]
+    artifact = updates[-1].artifact if isinstance(updates[-1], Result) else None
+    assert artifact is not None and artifact.path.endswith(suffix) and artifact.media_type == media_type
+    path = artifacts.resolve(artifact.path)
+    assert artifacts.committed("a" * 32, 1).recorded == artifact
+    with av.open(str(path)) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+        assert bool(container.streams.audio) is audio
+    assert len(frames) == 30 and frames[0].shape == (72, 128, 3)  # the request's aspect, 128 wide
+    moving = [int(f[36].argmax(axis=0)[0]) for f in frames[:3]]  # the bright bar's column, per frame
+    assert moving[0] < moving[1] < moving[2]
+
+
+def test_the_default_encoding_is_y4m_without_pyav(monkeypatch):
+    from h3core.executors import fake
+
+    assert fake.default_encoding() == "mp4"  # the test venv has PyAV
+    real = fake.find_spec
+    monkeypatch.setattr(fake, "find_spec", lambda name: None if name == "av" else real(name))
+    assert fake.default_encoding() == "y4m"

@@ -1,0 +1,232 @@
+"""`Jobs`: h3core embedded in another program, with no HTTP and no process of its own.
+
+    async with Jobs("jobs.db", FakeExecutor(artifacts), artifacts=artifacts) as jobs:
+        job = await jobs.submit(GenerationRequest(prompt="a red fox", frames=24, steps=4))
+        async for event in jobs.follow(job.job_id):
+            ...
+        done = await jobs.result(job.job_id)
+
+Entering opens the store (a SQLite path, taking the store's runner lock as `serve` and `worker`
+do, or an `EventStore` the caller owns, or None for one in memory) and runs the runner in a task
+group until the block exits: leaving is a shutdown (running attempts end `interrupted`, or are
+left for the next start to resume where the executor can). Every store call from these methods
+runs on a worker thread, so none blocks the caller's event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import anyio
+
+from h3core.adapters.artifacts import ArtifactStore
+from h3core.adapters.lock import RunnerLock, runner_lock_path
+from h3core.adapters.store.base import EventStore, UnknownJob
+from h3core.adapters.store.memory import MemoryEventStore
+from h3core.adapters.store.sqlite import SQLiteEventStore
+from h3core.domain.admission import AdmissionPolicy
+from h3core.domain.events import Event
+from h3core.domain.request import GenerationRequest
+from h3core.domain.state import JobState, apply
+from h3core.executors.base import Executor
+from h3core.runner import Runner, RunnerConfig, ShuttingDown
+
+__all__ = ["JobCancelled", "JobFailed", "JobNotDone", "Jobs"]
+
+T = TypeVar("T")
+
+
+class JobNotDone(Exception):
+    """`Jobs.result` of a job that ended without a video; `state` is how it ended."""
+
+    def __init__(self, state: JobState, message: str) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+class JobFailed(JobNotDone):
+    """The job failed; `state.error` says how (its kind, message and detail)."""
+
+    def __init__(self, state: JobState) -> None:
+        err = state.error
+        why = f"{err.kind}: {err.message}" if err is not None else "no error recorded"
+        super().__init__(state, f"job {state.job_id} failed ({why}); `h3core replay {state.job_id}` shows its log")
+
+
+class JobCancelled(JobNotDone):
+    """The job was cancelled before it finished."""
+
+    def __init__(self, state: JobState) -> None:
+        super().__init__(state, f"job {state.job_id} was cancelled; its log says by whom and why")
+
+
+class Jobs:
+    """A store, an executor and the runner between them, for the length of an `async with`."""
+
+    def __init__(
+        self,
+        store: str | Path | EventStore | None,
+        executor: Executor,
+        *,
+        artifacts: ArtifactStore | None = None,
+        config: RunnerConfig | None = None,
+        admission: AdmissionPolicy | None = None,
+    ) -> None:
+        """`store`: a SQLite file (opened and closed here), an open `EventStore` (left open), or
+        None (in memory, gone at exit). `artifacts`: where the executor commits videos, so that a
+        restart adopts a video committed before a crash; `admission`: by default, what the
+        executor says it can run."""
+        self._store_arg = store
+        self._executor = executor
+        self._artifacts = artifacts
+        self._config = config or RunnerConfig()
+        self._admission = admission
+        self._exits: AsyncExitStack | None = None
+        self._runner: Runner | None = None
+
+    # -- the lifetime ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> Jobs:
+        if self._exits is not None:
+            raise RuntimeError("this Jobs is already open; make a new one")
+        exits = AsyncExitStack()
+        await exits.enter_async_context(self._running())
+        self._exits = exits
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        exits, self._exits = self._exits, None
+        assert exits is not None
+        return await exits.__aexit__(exc_type, exc, tb)
+
+    @asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        lock: RunnerLock | None = None
+        owned = isinstance(self._store_arg, str | Path)
+        if owned:
+            path = Path(self._store_arg)  # type: ignore[arg-type]
+            lock = RunnerLock(runner_lock_path(path))
+            lock.acquire()  # LockHeld: another runner (a serve, a worker, a Jobs) has this store
+        try:
+            if owned:
+                store: EventStore = await anyio.to_thread.run_sync(SQLiteEventStore, path)
+            else:
+                store = self._store_arg if self._store_arg is not None else MemoryEventStore()  # type: ignore[assignment]
+            try:
+                runner = Runner(store, self._executor, self._config, admission=self._admission, artifacts=self._artifacts)
+                async with anyio.create_task_group() as tg:
+                    await tg.start(runner.run)
+                    self._runner = runner
+                    try:
+                        yield
+                    finally:
+                        tg.cancel_scope.cancel()  # the runner's shutdown
+                runner.bus.close()  # after its last events: followers end
+            finally:
+                self._runner = None
+                if owned:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(store.close)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    @property
+    def runner(self) -> Runner:
+        if self._runner is None:
+            raise RuntimeError("Jobs is not open: use it as `async with Jobs(...) as jobs:`")
+        return self._runner
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(lambda: fn(*args))
+
+    # -- the API --------------------------------------------------------------------------
+
+    async def submit(self, request: GenerationRequest, *, priority: int = 0, idempotency_key: str | None = None) -> JobState:
+        """Admit and store a job; its state as stored (`job_id`, `status` queued). Raises
+        `Refused` (admission's reason and ceiling), `IdempotencyMismatch` or `ShuttingDown`."""
+        return await self.runner.submit(request, priority=priority, idempotency_key=idempotency_key)
+
+    async def get(self, job_id: str) -> JobState:
+        """The job's state now; `UnknownJob` if there is no such job."""
+        state = await self._read(self.runner.store.get, job_id)
+        if state is None:
+            raise UnknownJob(job_id)
+        return state
+
+    async def events(self, job_id: str, after_seq: int = 0) -> list[Event]:
+        """The job's stored events after `after_seq`, in order."""
+        await self.get(job_id)
+        return await self._read(self.runner.store.events, job_id, after_seq)
+
+    async def follow(self, job_id: str, after_seq: int = 0) -> AsyncIterator[Event]:
+        """Every event of the job after `after_seq`, stored ones first, then each as it is
+        written, ending after the terminal one (or when the runner stops). Nothing is missed:
+        it subscribes before it reads the store, and reads the store again whenever the live
+        feed dropped it or skipped (events another process stored reach it that way)."""
+        after = after_seq
+        runner = self.runner
+        bus = runner.bus
+        await self.get(job_id)
+        while True:
+            async with bus.subscribe(job_id) as live:
+                for e in await self._read(runner.store.events, job_id, after):
+                    yield e
+                    after = e.seq
+                    if e.terminal:
+                        return
+                while True:
+                    received: Event | None = None
+                    with anyio.move_on_after(self._config.poll_interval_s):
+                        try:
+                            received = await live.receive()
+                        except anyio.EndOfStream:
+                            if bus.closed:
+                                return  # the runner stopped
+                            break  # dropped for falling behind: catch up from the store
+                    # Decided inside the scope, yielded outside it.
+                    if received is None or received.seq > after + 1:
+                        break  # a quiet spell or a gap: read the store again
+                    if received.seq <= after:
+                        continue
+                    yield received
+                    after = received.seq
+                    if received.terminal:
+                        return
+
+    async def wait(self, job_id: str) -> JobState:
+        """The job's final state (done, failed or cancelled), once it has one. Raises
+        `ShuttingDown` if this `Jobs` closes first."""
+        state: JobState | None = None
+        async for e in self.follow(job_id):
+            state = apply(state, e)  # the state the log folds to, with no read after the end
+        if state is None or not state.terminal:
+            status = state.status if state is not None else "unknown"
+            raise ShuttingDown(f"the runner stopped before job {job_id} ended (it is {status})")
+        return state
+
+    async def result(self, job_id: str) -> JobState:
+        """The job's final state if it is done (`state.artifact` is its video); `JobFailed` or
+        `JobCancelled` otherwise, with the state attached."""
+        state = await self.wait(job_id)
+        if state.status == "failed":
+            raise JobFailed(state)
+        if state.status == "cancelled":
+            raise JobCancelled(state)
+        return state
+
+    async def cancel(self, job_id: str, reason: str = "cancelled by request") -> JobState:
+        """Cancel a job: a queued one ends at once, a running one once its executor has stopped
+        (`wait` for that). Raises `UnknownJob`, or `NotCancellable` if it has already ended."""
+        try:
+            return await self.runner.cancel(job_id, reason)
+        except UnknownJob:
+            raise
+        except KeyError:
+            raise UnknownJob(job_id) from None

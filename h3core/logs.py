@@ -1,0 +1,81 @@
+"""Logging for a process that runs h3core (`h3core serve`, `h3core worker`).
+
+h3core logs through the standard library under `h3core.<module>` and configures nothing on
+import (the package adds a NullHandler, as the logging HOWTO asks of libraries). A record's
+structured fields (`job_id`, `attempt`, `executor`, `kind`, ...) travel in `extra`; `configure`
+prints them after the message as `key=value` (text) or as keys of one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Literal, TextIO
+
+LogFormat = Literal["text", "json"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+FORMATS: tuple[LogFormat, ...] = ("text", "json")
+LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error")
+
+# Attributes every LogRecord has: whatever else a record carries came in `extra`.
+# uvicorn's `color_message` is its message again, with terminal colours.
+_STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName", "color_message"}
+
+
+def fields(record: logging.LogRecord) -> dict[str, object]:
+    """The structured fields a record was given in `extra`."""
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
+
+
+def _ts(record: logging.LogRecord) -> str:
+    return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per record: ts, level, logger, message, the extra fields, and `exc` (a
+    traceback) where the record has one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, object] = {
+            "ts": _ts(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in fields(record).items():
+            line.setdefault(key, value)  # an extra field never hides one of the four above
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str, ensure_ascii=False)
+
+
+class Text(logging.Formatter):
+    """`ts LEVEL logger: message key=value ...`, a traceback on the lines after."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        extra = " ".join(f"{k}={v}" for k, v in fields(record).items())
+        line = f"{_ts(record)} {record.levelname} {record.name}: {record.getMessage()}" + (f" {extra}" if extra else "")
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class _Handler(logging.StreamHandler):
+    """Ours: a second `configure` replaces it rather than adding another."""
+
+
+def configure(format: LogFormat = "text", level: LogLevel = "info", stream: TextIO | None = None) -> None:
+    """Send every log record at `level` or above to `stream` (stderr) in `format`."""
+    if format not in FORMATS:
+        raise ValueError(f"log format {format!r}: use one of {', '.join(FORMATS)}")
+    if level not in LEVELS:
+        raise ValueError(f"log level {level!r}: use one of {', '.join(LEVELS)}")
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _Handler)]:
+        root.removeHandler(old)
+    handler = _Handler(stream or sys.stderr)
+    handler.setFormatter(JsonLines() if format == "json" else Text())
+    root.addHandler(handler)
+    root.setLevel(level.upper())

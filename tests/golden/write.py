@@ -1,0 +1,147 @@
+"""Write a golden set: job logs covering every event type and failure kind, as a SQLite store,
+its `h3core export` file and the states they fold to.
+
+Run once per released event schema, by the h3core on `sys.path`, into a new folder; a set is
+never rewritten (docs/events.md). `python tests/golden/write.py tests/golden/<name>`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from h3core.adapters.store.sqlite import SQLiteEventStore
+from h3core.domain.events import (
+    Admitted,
+    Artifact,
+    AttemptFailed,
+    Cancelled,
+    CancelRequested,
+    Done,
+    Failed,
+    Progress,
+    Running,
+    Submitted,
+)
+from h3core.domain.failures import FAILURE_KINDS
+from h3core.domain.request import GenerationRequest, Keyframes, References
+from h3core.domain.retry import RetryPolicy
+
+try:  # events that came later than the first golden set
+    from h3core.domain.events import Recovered, Resumed
+except ImportError:  # pragma: no cover
+    Recovered = Resumed = None
+
+
+def _artifact(job: str, attempt: int) -> Artifact:
+    return Artifact(path=f"{job}/attempt-{attempt}.mp4", bytes=48213, sha256=f"{attempt:x}" * 64, frames=121, duration_s=5.042)
+
+
+def _request(**kw) -> GenerationRequest:
+    return GenerationRequest(
+        **{"prompt": "a red fox running through snow", "width": 448, "height": 256, "frames": 121, "steps": 8, **kw}
+    )
+
+
+def logs() -> dict[str, list[list]]:
+    """job id -> the appends (lists of bodies) that make its log, in order."""
+    t2va = Submitted(request=_request(seed=7), priority=0)
+    out: dict[str, list[list]] = {
+        "done": [
+            [t2va, Admitted(tokens=7424)],
+            [Running(attempt=1, executor="pipeline", executor_ref=None, info={"attention": "cudnn", "group": "0"})],
+            *[[Progress(step=i, total=8)] for i in (1, 2, 5, 8)],
+            [Done(artifact=_artifact("done", 1), tokens=7424)],
+        ],
+        "retried": [
+            [Submitted(request=_request(), retry=RetryPolicy(max_attempts=3, retry_on=("oom", "stalled"))), Admitted()],
+            [Running(attempt=1, executor="distributed")],
+            [Progress(step=1, total=8)],
+            [
+                AttemptFailed(
+                    kind="oom", message="CUDA out of memory", detail="Tried to allocate 2.00 GiB", attempt=1, tokens=7424
+                )
+            ],
+            [Running(attempt=2, executor="distributed")],
+            [AttemptFailed(kind="stalled", message="no progress for 600 s", attempt=2)],
+            [Running(attempt=3, executor="distributed")],
+            [Done(artifact=_artifact("retried", 3))],
+        ],
+        "fl2va": [
+            [
+                Submitted(
+                    request=_request(mode="fl2va", keyframes=Keyframes(first="up-first", last="up-last"), cfg_scale=5.0),
+                    priority=5,
+                    warnings=("'cfg_scale' was accepted but has no effect: MiniMax-H3 is CFG-distilled",),
+                    idempotency_key="console-2026-12-01-0001",
+                ),
+                Admitted(tokens=7424),
+            ],
+            [Cancelled(reason="cancelled while queued")],
+        ],
+        "ref2va": [
+            [
+                Submitted(
+                    request=_request(mode="ref2va", references=References(images=("up-a", "up-b"), audios=("up-c",))),
+                    remixed_from="done",
+                ),
+                Admitted(),
+            ],
+            [Running(attempt=1, executor="comfyui", executor_ref="prompt-0c1f")],
+            [Progress(step=3, total=8)],
+            [CancelRequested(reason="asked by the client")],
+            [Cancelled(reason="prompt interrupted")],
+        ],
+        "refused": [
+            [Submitted(request=_request())],
+            [Failed(kind="invalid", message="refused at recovery: frames: 121 exceeds 97")],
+        ],
+    }
+    for kind in FAILURE_KINDS:
+        out[f"failed-{kind.replace('_', '-')}"] = [
+            [Submitted(request=_request(), retry=RetryPolicy(max_attempts=1)), Admitted()],
+            [Running(attempt=1, executor="fake")],
+            [Failed(kind=kind, message=f"ended: {kind}", detail=f"the detail of {kind}", tokens=7424)],
+        ]
+    if Resumed is not None:
+        out["resumed"] = [
+            [t2va, Admitted()],
+            [Running(attempt=1, executor="comfyui", executor_ref="prompt-9a2e")],
+            [Resumed(attempt=1, executor_ref="prompt-9a2e", after_s=2.8)],
+            [Progress(step=8, total=8)],
+            [Done(artifact=_artifact("resumed", 1))],
+        ]
+    if Recovered is not None:
+        out["recovered"] = [
+            [t2va, Admitted()],
+            [Running(attempt=1, executor="pipeline")],
+            [Recovered(attempt=1, artifact=_artifact("recovered", 1)), Done(artifact=_artifact("recovered", 1))],
+        ]
+    return out
+
+
+def write(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    ticks = iter(range(10_000))
+    store = SQLiteEventStore(folder / "store.db", clock=lambda: start + timedelta(seconds=next(ticks)))
+    for job_id, appends in logs().items():
+        for bodies in appends:
+            store.append(job_id, bodies)
+    states = {job_id: store.get(job_id).model_dump(mode="json") for job_id in logs()}
+    store.close()
+    (folder / "states.json").write_text(json.dumps(states, indent=1, sort_keys=True) + "\n")
+    # The export file is what the CLI writes, not a re-serialisation of it.
+    subprocess.run(
+        [sys.executable, "-m", "h3core.cli", "export", "--db", str(folder / "store.db"), "-o", str(folder / "export.jsonl")],
+        check=True,
+    )
+    for extra in folder.glob("store.db-*"):  # WAL leftovers: the set is the file alone
+        extra.unlink()
+
+
+if __name__ == "__main__":
+    write(Path(sys.argv[1]))

@@ -1,0 +1,156 @@
+"""Logging: a job's life as records with its fields, the formats of `h3core.logs`, and a library
+that configures nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from h3core import Admitted, RetryPolicy, Running, SQLiteEventStore
+from h3core.logs import configure, fields
+from tests.factories import request, submitted
+from tests.unit.conftest import wait_until
+
+pytestmark = pytest.mark.anyio
+
+
+def lifecycle(caplog, job_id: str) -> list[tuple[str, str, int, dict]]:
+    """(level, event, attempt, other fields) of the runner's records about one job."""
+    out = []
+    for r in caplog.records:
+        if r.name == "h3core.runner" and getattr(r, "job_id", None) == job_id and hasattr(r, "event"):
+            rest = {k: v for k, v in fields(r).items() if k not in ("job_id", "event", "attempt")}
+            out.append((r.levelname, r.event, r.attempt, rest))
+    return out
+
+
+async def test_a_job_that_runs_to_done_is_logged_step_by_step_with_its_fields(make_runner, caplog):
+    caplog.set_level(logging.DEBUG, logger="h3core")
+    async with make_runner() as runner:
+        job = await runner.submit(request(steps=3))
+        await wait_until(lambda: runner.store.get(job.job_id).terminal)
+    life = lifecycle(caplog, job.job_id)
+    assert [(level, event, attempt) for level, event, attempt, _ in life] == [
+        ("DEBUG", "submitted", 0),
+        ("INFO", "admitted", 0),
+        ("INFO", "running", 1),
+        ("DEBUG", "progress", 1),
+        ("DEBUG", "progress", 1),
+        ("DEBUG", "progress", 1),
+        ("INFO", "done", 1),
+    ]
+    assert life[1][3] == {"tokens": job.tokens, "priority": 0, "mode": "t2va"}
+    assert life[2][3]["executor"] == "fake" and life[2][3]["executor_ref"]
+    assert [rest["step"] for _, event, _, rest in life if event == "progress"] == [1, 2, 3]
+    assert life[-1][3]["path"] == runner.store.get(job.job_id).artifact.path
+
+
+async def test_a_failed_attempt_its_retry_and_the_final_failure_are_warnings_with_their_kind(make_runner, caplog):
+    caplog.set_level(logging.DEBUG, logger="h3core")
+    retry = RetryPolicy(max_attempts=2, retry_on=("oom",))
+    async with make_runner(retry=retry) as runner:
+        job = await runner.submit(request(steps=3, prompt="x [fake fail_at=2 kind=oom]"))
+        await wait_until(lambda: runner.store.get(job.job_id).terminal)
+    life = [(level, event, attempt, rest.get("kind")) for level, event, attempt, rest in lifecycle(caplog, job.job_id)]
+    assert [x for x in life if x[1] != "progress"] == [
+        ("DEBUG", "submitted", 0, None),
+        ("INFO", "admitted", 0, None),
+        ("INFO", "running", 1, None),
+        ("WARNING", "attempt_failed", 1, "oom"),
+        ("INFO", "running", 2, None),
+        ("WARNING", "failed", 2, "oom"),
+    ]
+    raised = [r for r in caplog.records if r.name == "h3core.runner" and not hasattr(r, "event") and r.job_id == job.job_id]
+    assert [(r.levelname, r.attempt, r.kind, r.executor) for r in raised] == [
+        ("WARNING", 1, "oom", "fake"), ("DEBUG", 1, "oom", "fake"),
+        ("WARNING", 2, "oom", "fake"), ("DEBUG", 2, "oom", "fake"),
+    ]  # fmt: skip
+    assert "out of memory" in raised[0].getMessage()
+    assert raised[1].exc_info is not None, "the traceback goes at DEBUG"
+
+
+async def test_a_cancel_is_logged_as_requested_then_cancelled(make_runner, caplog):
+    caplog.set_level(logging.INFO, logger="h3core")
+    async with make_runner() as runner:
+        job = await runner.submit(request(steps=1000, prompt="x [fake step=0.02]"))
+        await wait_until(lambda: runner.store.get(job.job_id).step)
+        await runner.cancel(job.job_id, "no longer needed")
+        await wait_until(lambda: runner.store.get(job.job_id).terminal)
+    events = [event for _, event, _, _ in lifecycle(caplog, job.job_id)]
+    assert events == ["admitted", "running", "cancel_requested", "cancelled"]
+
+
+async def test_what_a_dead_process_left_running_is_logged_at_recovery(make_runner, caplog, tmp_path):
+    caplog.set_level(logging.INFO, logger="h3core")
+    store = SQLiteEventStore(tmp_path / "h3.db", durable=False)
+    store.append("dead", [submitted(), Admitted(), Running(attempt=1, executor="fake")], expected_seq=0)
+    async with make_runner(store=store) as runner:
+        await wait_until(lambda: runner.store.get("dead").terminal)
+    life = [(level, event, attempt, rest.get("kind")) for level, event, attempt, rest in lifecycle(caplog, "dead")]
+    assert life == [
+        ("WARNING", "attempt_failed", 1, "interrupted"),
+        ("INFO", "running", 2, None),
+        ("INFO", "done", 2, None),
+    ]
+
+
+def record(msg: str = "job %s started", *args, exc: bool = False, **extra) -> logging.LogRecord:
+    exc_info = None
+    if exc:
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            exc_info = sys.exc_info()
+    r = logging.LogRecord("h3core.runner", logging.WARNING, __file__, 1, msg, args or ("j1",), exc_info)
+    r.__dict__.update(extra)
+    return r
+
+
+def test_json_lines_carry_the_four_keys_the_extra_fields_and_a_traceback():
+    from h3core.logs import JsonLines
+
+    line = json.loads(JsonLines().format(record(job_id="j1", attempt=2, kind="oom", exc=True)))
+    assert line["level"] == "warning" and line["logger"] == "h3core.runner"
+    assert line["message"] == "job j1 started" and line["ts"].endswith("Z")
+    assert (line["job_id"], line["attempt"], line["kind"]) == ("j1", 2, "oom")
+    assert "RuntimeError: boom" in line["exc"]
+    # An extra field named like one of the four does not hide it.
+    assert json.loads(JsonLines().format(record(logger="x")))["logger"] == "h3core.runner"
+
+
+def test_configure_prints_text_or_json_at_the_level_asked_and_replaces_itself():
+    root = logging.getLogger()
+    before = list(root.handlers), root.level
+    text, lines = io.StringIO(), io.StringIO()
+    try:
+        configure("text", "warning", text)
+        configure("json", "info", lines)  # replaces the text handler: one record, one line
+        log = logging.getLogger("h3core.test")
+        log.info("job %s done", "j1", extra={"job_id": "j1", "attempt": 1})
+        log.debug("not shown")
+        configure("text", "info", text)
+        log.info("job %s done", "j2", extra={"job_id": "j2"})
+    finally:
+        root.handlers[:] = before[0]
+        root.setLevel(before[1])
+    (one,) = [json.loads(x) for x in lines.getvalue().splitlines()]
+    assert one["message"] == "job j1 done" and one["job_id"] == "j1" and one["attempt"] == 1
+    (said,) = text.getvalue().splitlines()
+    assert said.endswith("INFO h3core.test: job j2 done job_id=j2")
+    with pytest.raises(ValueError, match="log format 'xml'"):
+        configure("xml")  # type: ignore[arg-type]
+
+
+def test_importing_h3core_configures_no_logging():
+    code = (
+        "import logging, h3core, h3core.runner;"
+        "root = logging.getLogger();"
+        "print(len(root.handlers), root.level, [type(h).__name__ for h in logging.getLogger('h3core').handlers])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip().split(maxsplit=2)
+    assert out == ["0", str(logging.WARNING), "['NullHandler']"]
