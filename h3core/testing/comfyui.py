@@ -1,6 +1,7 @@
 """A protocol-faithful fake ComfyUI server (aiohttp, like ComfyUI itself), for tests of a ComfyUI client.
 
-Needs aiohttp (not a dependency of h3core: install it beside the package to use this module).
+Needs aiohttp (the `test` extra), and numpy and PyAV for `SaveVideo` (the `service` extra);
+`import h3core` imports none of them.
 
 It reproduces what `h3core/testing/comfyui_protocol/PROTOCOL.md` records of ComfyUI 0.3.64: the same
 routes (also under `/api`), the same JSON shapes and status codes, prompt validation against a node
