@@ -15,13 +15,17 @@ h3core's own suite runs it against `SQLiteEventStore` and `MemoryEventStore`. Ne
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from h3core.adapters.store.base import Conflict, EventLog, EventStore, JobProjections, UnknownJob
-from h3core.domain.events import Admitted, AttemptFailed, Progress, Running
+from h3core.domain.events import Admitted, AttemptFailed, Progress, Running, event_at, event_from_json
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent
 from h3core.testing.factories import done_log, submitted
+
+_AT = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def _queue(store, job, priority=0, **kw):
@@ -175,3 +179,23 @@ class EventStoreContract:
         assert positions == sorted(positions) and positions[0] > start and store.cursor() == positions[-1]
         assert store.events_after(positions[1], limit=2) == rows[2:4]
         assert [e for _, e in rows if e.job_id == "a"] == store.events("a", after_seq=2)
+
+    def test_imported_events_fold_as_appended_ones_and_importing_again_adds_nothing(self, store):
+        source = [event_at("j", i, _AT, body) for i, body in enumerate(done_log(steps=2), start=1)]
+        assert store.import_events(source) == len(source)
+        assert store.events("j") == source and store.get("j").status == "done"
+        assert store.import_events(source) == 0
+        with pytest.raises(Conflict):  # the same place in the log, another event
+            store.import_events([event_at("j", 2, _AT, Admitted(tokens=9))])
+
+    def test_an_exported_line_from_before_versions_imports_as_version_1(self, store):
+        """Export files outlive the code that wrote them (docs/events.md): a body without `v`."""
+        lines = [e.model_dump_json(exclude={"body": {"v"}}) for e in [_submitted_event()]]
+        assert all('"v"' not in line for line in lines)
+        assert store.import_events([event_from_json(line) for line in lines]) == 1
+        assert store.import_events([_submitted_event()]) == 0  # the versioned one is the same event
+        assert store.get("j").status == "submitted"
+
+
+def _submitted_event():
+    return event_at("j", 1, _AT, submitted())
