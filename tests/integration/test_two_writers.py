@@ -78,7 +78,7 @@ def test_two_processes_append_to_one_store_concurrently(tmp_path: Path):
 
     spans = []
     for name, (out, err) in results.items():
-        assert "database is locked" not in err
+        assert "database is locked" not in err, f"{name}:\n{err[-4000:]}"
         assert procs[name].returncode == 0, f"{name} failed:\n{err}"
         said, times = out.strip().splitlines()
         assert said == f"{name} wrote {JOBS_PER_WRITER} jobs"

@@ -94,6 +94,21 @@ def _fold_fingerprint() -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
+def _until_not_busy(run: Callable[[], object], timeout_s: float) -> None:
+    """`run`, again in short sleeps (0.1 to 2 ms) while SQLite answers busy, up to `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.0001
+    while True:
+        try:
+            run()
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:  # extended codes too
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.002)
+
+
 class SQLiteEventStore:
     def __init__(
         self,
@@ -122,7 +137,9 @@ class SQLiteEventStore:
             self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
         )
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-        conn.execute("PRAGMA journal_mode = WAL")
+        # Switching a new file to WAL, or opening one while another process rebuilds its index,
+        # can answer SQLITE_BUSY without calling the busy handler (sqlite.org/wal.html): wait here.
+        _until_not_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"), busy_timeout_s)
         # FULL: a returned append has reached the disk. NORMAL survives a process crash only.
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
         conn.execute("PRAGMA foreign_keys = ON")
@@ -134,19 +151,9 @@ class SQLiteEventStore:
         Not in SQLite's busy handler, whose sleeps grow to 100 ms: with a second writing process
         (an API beside a runner) that made a commit wait tens of ms for a lock held a fraction of
         one. Every other statement keeps the handler (a CI run once saw one need it)."""
-        deadline = time.monotonic() + self._busy_timeout_s
-        pause = 0.0001
         self._w.execute("PRAGMA busy_timeout = 0")
         try:
-            while True:
-                try:
-                    self._w.execute("BEGIN IMMEDIATE")
-                    return
-                except sqlite3.OperationalError as exc:
-                    if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:  # extended codes too
-                        raise
-                time.sleep(pause)
-                pause = min(pause * 2, 0.002)
+            _until_not_busy(lambda: self._w.execute("BEGIN IMMEDIATE"), self._busy_timeout_s)
         finally:
             self._w.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
 
