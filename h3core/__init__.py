@@ -46,6 +46,7 @@ from h3core.domain.request import GenerationRequest, Keyframes, References
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent, JobState, apply, fold
 from h3core.domain.topology import GroupPlan, Topology, place
+from h3core.domain.upcasting import NewerBody
 from h3core.executors import (
     Executor,
     ExecutorFailure,
@@ -116,6 +117,7 @@ __all__ = [
     "LocalArtifactStore",
     "MemoryEventStore",
     "ModeReadiness",
+    "NewerBody",
     "NotCancellable",
     "Progress",
     "Recovered",
