@@ -184,31 +184,32 @@ VERSIONS: dict[str, int] = {cls.model_fields["type"].default: cls.version() for 
 
 def event_from_json(data: str | bytes) -> Event:
     """An event as stored or exported, at whatever version its body was written."""
-    try:
-        event = _EVENT.validate_json(data)  # written at this code's versions: one pass
-    except ValidationError:
-        raw = _json(data)
-        if not isinstance(raw, dict) or not isinstance(raw.get("body"), dict) or not _stale(raw["body"]):
-            raise
-        return _EVENT.validate_json(json.dumps({**raw, "body": upcast(raw["body"])}))
-    if VERSIONS[event.type] != 1:  # a body without `v` is version 1 whatever the default says
-        raw = json.loads(data)
-        if "v" not in raw["body"]:
-            return _EVENT.validate_json(json.dumps({**raw, "body": upcast(raw["body"])}))
-    return event
+    return _read(_EVENT, data, "body")
 
 
 def body_from_json(data: str | bytes) -> Body:
+    """A body as stored, at whatever version it was written."""
+    return _read(_BODY, data, None)
+
+
+def _read(adapter: TypeAdapter[Any], data: str | bytes, key: str | None) -> Any:
+    """`data` validated by `adapter`, its body (at `key`, or `data` itself) upcast first where it
+    was written at an older version. Bodies of types never bumped take one pass."""
+    error: ValidationError | None = None
     try:
-        body = _BODY.validate_json(data)
-    except ValidationError:
-        raw = _json(data)
-        if not isinstance(raw, dict) or not _stale(raw):
-            raise
-        return _BODY.validate_json(json.dumps(upcast(raw)))
-    if VERSIONS[body.type] != 1 and "v" not in json.loads(data):
-        return _BODY.validate_json(json.dumps(upcast(json.loads(data))))
-    return body
+        value = adapter.validate_json(data)
+        if VERSIONS[value.type] == 1:
+            return value
+    except ValidationError as exc:
+        error = exc
+    raw = _json(data)
+    body = raw.get(key) if key is not None and isinstance(raw, dict) else raw
+    if not isinstance(body, dict) or not _stale(body):  # current, or not a body at all
+        if error is not None:
+            raise error
+        return value
+    current = upcast(body)
+    return adapter.validate_json(json.dumps({**raw, key: current} if key is not None else current))
 
 
 def _json(data: str | bytes) -> Any:
