@@ -33,6 +33,7 @@ from h3core.domain.events import Event
 from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState, apply
 from h3core.executors.base import Executor
+from h3core.follow import follow
 from h3core.runner import Runner, RunnerConfig, ShuttingDown
 
 __all__ = ["JobCancelled", "JobFailed", "JobNotDone", "Jobs"]
@@ -170,35 +171,10 @@ class Jobs:
         written, ending after the terminal one (or when the runner stops). Nothing is missed:
         it subscribes before it reads the store, and reads the store again whenever the live
         feed dropped it or skipped (events another process stored reach it that way)."""
-        after = after_seq
-        runner = self.runner
-        bus = runner.bus
         await self.get(job_id)
-        while True:
-            async with bus.subscribe(job_id) as live:
-                for e in await self._read(runner.store.events, job_id, after):
-                    yield e
-                    after = e.seq
-                    if e.terminal:
-                        return
-                while True:
-                    received: Event | None = None
-                    with anyio.move_on_after(self._config.poll_interval_s):
-                        try:
-                            received = await live.receive()
-                        except anyio.EndOfStream:
-                            if bus.closed:
-                                return  # the runner stopped
-                            break  # dropped for falling behind: catch up from the store
-                    # Decided inside the scope, yielded outside it.
-                    if received is None or received.seq > after + 1:
-                        break  # a quiet spell or a gap: read the store again
-                    if received.seq <= after:
-                        continue
-                    yield received
-                    after = received.seq
-                    if received.terminal:
-                        return
+        async for e in follow(self.runner.bus, self.runner.store.events, job_id, after_seq, resync_s=self._config.poll_interval_s):
+            if e is not None:  # None: a quiet spell, after which the store was read again
+                yield e
 
     async def wait(self, job_id: str) -> JobState:
         """The job's final state (done, failed or cancelled), once it has one. Raises

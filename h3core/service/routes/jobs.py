@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated
 
-import anyio
-from anyio.abc import ObjectReceiveStream
 from litestar import Request, Response, get, head, post
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
@@ -15,10 +13,10 @@ from litestar.params import Parameter
 from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 
-from h3core.bus import EventBus
 from h3core.domain.adoption import mismatch
 from h3core.domain.events import Event
 from h3core.domain.state import JobState
+from h3core.follow import follow
 from h3core.runner import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown, new_job_id
 from h3core.service import files
 from h3core.service.context import Service
@@ -110,66 +108,6 @@ async def job_events(svc: Service, job_id: str) -> list[Event]:
     return await in_thread(svc.store.events, job_id)
 
 
-class _Resync:
-    """Catch up from the store: we fell behind (dropped by the bus, or a gap), or it is time to
-    see what other processes stored."""
-
-
-async def _next_live(live: ObjectReceiveStream[Event], timeout_s: float) -> Event | _Resync | None:
-    """The next live event; `_Resync()` when the stream was dropped or nothing came in time; None
-    when the bus has closed (the service is stopping). The wait is a cancel scope, so it lives
-    here: the generator that yields the event decides outside it."""
-    with anyio.move_on_after(timeout_s):
-        try:
-            return await live.receive()
-        except anyio.EndOfStream:
-            return None
-    return _Resync()
-
-
-async def follow(
-    bus: EventBus,
-    read: Callable[[str, int], list[Event]],
-    job_id: str,
-    after: int,
-    *,
-    stopping: Callable[[], bool],
-    resync_s: float | None = None,
-) -> AsyncIterator[Event | None]:
-    """A job's events after seq `after`: the stored history, then each one as it is published,
-    in order and without gaps, ending after the terminal one or when the bus closes. Yields None
-    as a keep-alive whenever `resync_s` passes quietly (then re-reads the store, which is how
-    events other processes stored arrive). Never yields inside a cancel scope."""
-    resync_s = STREAM_RESYNC_S if resync_s is None else resync_s
-    while True:
-        # Subscribe before reading the store, so nothing falls between the two.
-        async with bus.subscribe(job_id) as live:
-            for e in await in_thread(read, job_id, after):
-                yield e
-                after = e.seq
-                if e.terminal:
-                    return
-            while True:
-                got = await _next_live(live, resync_s)
-                if got is None:
-                    if bus.closed:
-                        return  # the service is stopping: end the stream, let it stop
-                    break  # we fell behind and were dropped: catch up from the store
-                if isinstance(got, _Resync):
-                    if stopping():
-                        return
-                    yield None
-                    break  # events from other processes reach us through the store
-                if got.seq <= after:
-                    continue
-                if got.seq != after + 1:
-                    break  # a gap: catch up from the store
-                yield got
-                after = got.seq
-                if got.terminal:
-                    return
-
-
 def _sse(event: Event) -> ServerSentEventMessage:
     return ServerSentEventMessage(data=event.model_dump_json(), event=event.type, id=event.seq)
 
@@ -204,7 +142,7 @@ async def job_stream(
         return Response(content=None, status_code=204)
 
     async def events() -> AsyncIterator[ServerSentEventMessage]:
-        async for e in follow(svc.bus, svc.store.events, job_id, start, stopping=lambda: svc.stopping):
+        async for e in follow(svc.bus, svc.store.events, job_id, start, resync_s=STREAM_RESYNC_S, stopping=lambda: svc.stopping):
             yield _sse(e) if e is not None else ServerSentEventMessage(comment="keep-alive", data=None)
 
     return ServerSentEvent(events())

@@ -10,7 +10,7 @@ import pytest
 from h3core.adapters.store.memory import MemoryEventStore
 from h3core.bus import EventBus
 from h3core.domain.events import Admitted, Progress, Running
-from h3core.service.routes.jobs import follow
+from h3core.follow import follow
 from tests.factories import submitted
 
 pytestmark = pytest.mark.anyio
