@@ -55,13 +55,28 @@ def _env() -> dict[str, str]:
 
 
 def _cli(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "h3core.cli", *map(str, args)], capture_output=True, text=True, env=_env(), timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "h3core.cli", *map(str, args)], capture_output=True, text=True, env=_env(), timeout=120
+    )
 
 
 def _worker(db: Path, artifacts: Path, log: Path, *, crash_at: str | None = None, step: float = 0.02) -> subprocess.Popen:
     program = [str(CRASHING), crash_at] if crash_at else ["-m", "h3core.cli"]
-    cmd = [sys.executable, *program, "worker", "--db", db, "--artifacts", artifacts, "--executor", "fake", "--poll-interval", "0.05",
-           "--fake-step-seconds", step]  # fmt: skip
+    cmd = [
+        sys.executable,
+        *program,
+        "worker",
+        "--db",
+        db,
+        "--artifacts",
+        artifacts,
+        "--executor",
+        "fake",
+        "--poll-interval",
+        "0.05",
+        "--fake-step-seconds",
+        step,
+    ]
     with open(log, "ab") as out:
         return subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, env=_env(), cwd=db.parent)
 
@@ -129,9 +144,10 @@ def trial(kind: str, work: Path, rng: random.Random, jobs: int, steps: int) -> d
     states = {j: store.get(j) for j in ids}
     files = videos.files()
     adopted = sum(
-        1 for j, (attempt, sha) in unrecorded.items()
+        1
+        for j, (attempt, sha) in unrecorded.items()
         if states[j].status == "done" and states[j].attempt == attempt and states[j].artifact.sha256 == sha
-    )  # fmt: skip
+    )
     verify = _cli("verify", "--db", db, "--artifacts", artifacts)
     out = {
         "jobs": jobs,
@@ -140,7 +156,7 @@ def trial(kind: str, work: Path, rng: random.Random, jobs: int, steps: int) -> d
         "stuck": sum(1 for s in states.values() if s is None or not s.terminal),
         "interrupted": sum(
             1 for j in ids for e in store.events(j) if e.type in ("attempt_failed", "failed") and e.body.kind == "interrupted"
-        ),  # fmt: skip
+        ),
         "unrecorded": len(unrecorded),
         "adopted": adopted,
         "rerun": len(unrecorded) - adopted,
@@ -168,13 +184,29 @@ def main() -> None:
     workdir = a.workdir or Path(tempfile.mkdtemp(prefix="h3crash-"))
     print_machine(workdir, "Crash trials")
     rng = random.Random(a.seed)
-    columns = ["kind", "trials", "jobs", "kills", "lost", "stuck", "interrupted", "unrecorded", "adopted", "rerun", "part_left", "garbage", "verify_failed"]
+    columns = [
+        "kind",
+        "trials",
+        "jobs",
+        "kills",
+        "lost",
+        "stuck",
+        "interrupted",
+        "unrecorded",
+        "adopted",
+        "rerun",
+        "part_left",
+        "garbage",
+        "verify_failed",
+    ]
     t = table(
-        f"SIGKILL trials ({a.jobs} jobs x {a.steps} steps each, seed {a.seed})", columns,
-        caption="interrupted: attempts recovery recorded as interrupted (a kill landed mid-job); unrecorded: videos committed but not yet recorded done at the crash; adopted: of those, ended done on that "
+        f"SIGKILL trials ({a.jobs} jobs x {a.steps} steps each, seed {a.seed})",
+        columns,
+        caption="interrupted: attempts recovery recorded as interrupted (a kill landed mid-job); "
+        "unrecorded: videos committed but not yet recorded done at the crash; adopted: of those, ended done on that "
         "attempt with the same sha256; rerun: of those, ran again; part_left: partial files after recovery; "
         "garbage: files `h3core gc` would remove; verify_failed: trials where `h3core verify` (logs and sha256) failed.",
-    )  # fmt: skip
+    )
     for kind in kinds:
         total = dict.fromkeys(columns[2:], 0)
         started = time.perf_counter()

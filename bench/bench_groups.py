@@ -81,7 +81,12 @@ def main() -> None:
     ray.cloudpickle.register_pickle_by_value(probes)
     height, width = (int(v) for v in args.size.split("x"))
     request = GenerationRequest(
-        prompt="a red fox running through fresh snow at dawn", width=width, height=height, frames=args.frames, steps=args.steps, seed=1
+        prompt="a red fox running through fresh snow at dawn",
+        width=width,
+        height=height,
+        frames=args.frames,
+        steps=args.steps,
+        seed=1,
     )
     payload = Payload(request=request.model_dump(mode="json"), files={})
 
@@ -106,7 +111,12 @@ def main() -> None:
     for name in args.configs.split(","):
         size, fsdp, ulysses = CONFIGS[name]
         spec = RankSpec(
-            model_dir=str(model_dir), device=args.device, dtype=args.dtype, attention=kernel, fsdp=fsdp, ulysses=ulysses,
+            model_dir=str(model_dir),
+            device=args.device,
+            dtype=args.dtype,
+            attention=kernel,
+            fsdp=fsdp,
+            ulysses=ulysses,
             threads=args.threads,
         )
         group = Group(GroupPlan(index=0, devices=tuple(range(size))), spec)
@@ -131,7 +141,14 @@ def main() -> None:
             comm = ray.get(group.actors[0].__ray_call__.remote(probes.stop_comm_timer)) if profiled else {}
             denoise_ms = out["seconds"]["denoise"] * 1000
             share = f"{100 * sum(comm.values()) / denoise_ms:.0f}" if profiled else "-"
-            speed.add_row(name, f"{cold:.1f}", f"{first:.2f}", f"{statistics.median(walls):.2f}", f"{1000 * statistics.median(steps):.1f}", share)
+            speed.add_row(
+                name,
+                f"{cold:.1f}",
+                f"{first:.2f}",
+                f"{statistics.median(walls):.2f}",
+                f"{1000 * statistics.median(steps):.1f}",
+                share,
+            )
             peaks = ray.get([a.__ray_call__.remote(probes.peak) for a in group.actors])
             for rank, (info, top) in enumerate(zip(group.health.ranks, peaks, strict=True)):
                 memory.add_row(name, str(rank), mib(info["param_bytes"]), mib(top))

@@ -243,8 +243,18 @@ class Load:
         self.errors[what] = self.errors.get(what, 0) + 1
 
 
-async def load(url: str, ids: list[str], *, pollers: int, submitters: int, warmup: float, seconds: float, poll_every: float,
-               server_pids: list[int], seed: int) -> Load:  # fmt: skip
+async def load(
+    url: str,
+    ids: list[str],
+    *,
+    pollers: int,
+    submitters: int,
+    warmup: float,
+    seconds: float,
+    poll_every: float,
+    server_pids: list[int],
+    seed: int,
+) -> Load:
     out = Load()
     clock = time.perf_counter
     # One session, so one keep-alive connection, per loop. aiohttp, not httpx: the client shares
@@ -256,9 +266,7 @@ async def load(url: str, ids: list[str], *, pollers: int, submitters: int, warmu
     post_headers = {"Content-Type": "application/json"}
     async with AsyncExitStack() as stack:
         clients = [
-            await stack.enter_async_context(
-                aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=1), timeout=timeout)
-            )
+            await stack.enter_async_context(aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=1), timeout=timeout))
             for _ in range(pollers + submitters)
         ]
         p0, d0 = clock(), datetime.now(UTC)
@@ -356,8 +364,9 @@ class Pass:
     e2e: dict
 
 
-def run_pass(name: str, args: argparse.Namespace, cached: Path, ids: list[str], base_order: int,
-             profile: Path | None = None) -> Pass:  # fmt: skip
+def run_pass(
+    name: str, args: argparse.Namespace, cached: Path, ids: list[str], base_order: int, profile: Path | None = None
+) -> Pass:
     root = args.workdir / f"pass-{name}"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -367,7 +376,11 @@ def run_pass(name: str, args: argparse.Namespace, cached: Path, ids: list[str], 
     pollers = 0 if name == "submits only" else args.pollers
     submitters = 0 if name == "pollers only" else args.submitters
     # --split: the runner in a process of its own (H3_ROLE=runner), the HTTP API in another (api).
-    servers = [Server(db, root, args.slots, role="runner"), Server(db, root, args.slots, role="api")] if args.split and profile is None else []
+    servers = (
+        [Server(db, root, args.slots, role="runner"), Server(db, root, args.slots, role="api")]
+        if args.split and profile is None
+        else []
+    )
     server = servers[-1] if servers else Server(db, root, args.slots, profile=profile)
     for s in servers[:-1]:
         s.start()
@@ -385,7 +398,7 @@ def run_pass(name: str, args: argparse.Namespace, cached: Path, ids: list[str], 
                 poll_every=args.poll_every,
                 server_pids=[s.proc.pid for s in servers or [server] if s.proc is not None],
                 seed=len(name),
-            )  # fmt: skip
+            )
         )
         drain = None
         if submitters and args.drain > 0:  # no more requests: how fast does the runner empty the queue left?
@@ -429,8 +442,18 @@ def report(passes: list[Pass], args: argparse.Namespace) -> None:
         if p.pollers:
             lat = p.load.poll_s
             errs = sum(n for k, n in p.load.errors.items() if k.startswith("GET"))
-            t.add_row(p.name, str(p.pollers), str(p.submitters), f"{len(lat):,}", rate(len(lat), p.load.window_s),
-                      ms(pct(lat, 50)), ms(pct(lat, 90)), ms(pct(lat, 99)), ms(max(lat, default=float("nan"))), str(errs))  # fmt: skip
+            t.add_row(
+                p.name,
+                str(p.pollers),
+                str(p.submitters),
+                f"{len(lat):,}",
+                rate(len(lat), p.load.window_s),
+                ms(pct(lat, 50)),
+                ms(pct(lat, 90)),
+                ms(pct(lat, 99)),
+                ms(max(lat, default=float("nan"))),
+                str(errs),
+            )
     show(t)
 
     t = table(
@@ -443,14 +466,32 @@ def report(passes: list[Pass], args: argparse.Namespace) -> None:
         if p.submitters:
             lat = p.load.submit_s
             errs = sum(n for k, n in p.load.errors.items() if k.startswith("POST"))
-            t.add_row(p.name, str(p.pollers), str(p.submitters), f"{len(lat):,}", rate(len(lat), p.load.window_s),
-                      ms(pct(lat, 50)), ms(pct(lat, 90)), ms(pct(lat, 99)), ms(max(lat, default=float("nan"))), str(errs))  # fmt: skip
+            t.add_row(
+                p.name,
+                str(p.pollers),
+                str(p.submitters),
+                f"{len(lat):,}",
+                rate(len(lat), p.load.window_s),
+                ms(pct(lat, 50)),
+                ms(pct(lat, 90)),
+                ms(pct(lat, 99)),
+                ms(max(lat, default=float("nan"))),
+                str(errs),
+            )
     show(t)
 
     t = table(
         "End to end: submitted jobs reaching done",
-        ["pass", "submitted in window", "done in window", "e2e jobs/s", "submit->done p50 ms", "submit->done p99 ms",
-         "not done at window end", "then, no load: jobs/s"],
+        [
+            "pass",
+            "submitted in window",
+            "done in window",
+            "e2e jobs/s",
+            "submit->done p50 ms",
+            "submit->done p99 ms",
+            "not done at window end",
+            "then, no load: jobs/s",
+        ],
         caption=f"Each job: Submitted+Admitted, Running, {STORED_STEPS} x Progress, Done: 8 durable appends through the "
         "runner's single writer. done in window: jobs whose finished_at (server clock) is inside the window; e2e jobs/s "
         "= that / window length. submit->done: finished_at - created_at of those jobs. Both read from the store file "
@@ -458,15 +499,23 @@ def report(passes: list[Pass], args: argparse.Namespace) -> None:
         f"or running when the window closed. then, no load: jobs done per second in the {args.drain:g} s after the "
         "window, with the server up and no request at all (the runner alone, emptying that backlog; '>=' when "
         "it emptied it before the time was up).",
-    )  # fmt: skip
+    )
     for p in passes:
         if p.submitters:
             e = p.e2e
             drain = "-"
             if e["drain_s"]:
                 drain = ("" if e["drained"] < e["open_at_end"] else ">= ") + rate(e["drained"], e["drain_s"])
-            t.add_row(p.name, f"{e['submitted']:,}", f"{e['done']:,}", rate(e["done"], p.load.window_s),
-                      ms(pct(e["latency"], 50)), ms(pct(e["latency"], 99)), f"{e['open_at_end']:,}", drain)  # fmt: skip
+            t.add_row(
+                p.name,
+                f"{e['submitted']:,}",
+                f"{e['done']:,}",
+                rate(e["done"], p.load.window_s),
+                ms(pct(e["latency"], 50)),
+                ms(pct(e["latency"], 99)),
+                f"{e['open_at_end']:,}",
+                drain,
+            )
     show(t)
     failed = {p.name: p.e2e["failed"] for p in passes if p.e2e["failed"]}
     if failed:
@@ -475,7 +524,8 @@ def report(passes: list[Pass], args: argparse.Namespace) -> None:
     t = table(
         "Where the CPU went during the window",
         ["pass", "server CPU/wall", "client CPU/wall", "together", "machine has", "server CPU ms / request"],
-        caption="server: utime+stime of the server process (all threads, /proc/PID/stat; with --split, of both processes); client: this process. "
+        caption="server: utime+stime of the server process (all threads, /proc/PID/stat; "
+        "with --split, of both processes); client: this process. "
         "server CPU ms / request: server CPU time / HTTP requests answered in the window (in passes with submits it "
         "includes the runner's work for the jobs, which runs in the server process). "
         "Both run on the same cores, so what the client spends is taken from the server. A Python process does "
@@ -483,9 +533,14 @@ def report(passes: list[Pass], args: argparse.Namespace) -> None:
     )
     for p in passes:
         w = p.load.window_s
-        t.add_row(p.name, f"{p.load.server_cpu_s / w:.2f}", f"{p.load.client_cpu_s / w:.2f}",
-                  f"{(p.load.server_cpu_s + p.load.client_cpu_s) / w:.2f}", f"{len(os.sched_getaffinity(0)):.1f}",
-                  ms(p.load.server_cpu_s / max(1, len(p.load.poll_s) + len(p.load.submit_s))))  # fmt: skip
+        t.add_row(
+            p.name,
+            f"{p.load.server_cpu_s / w:.2f}",
+            f"{p.load.client_cpu_s / w:.2f}",
+            f"{(p.load.server_cpu_s + p.load.client_cpu_s) / w:.2f}",
+            f"{len(os.sched_getaffinity(0)):.1f}",
+            ms(p.load.server_cpu_s / max(1, len(p.load.poll_s) + len(p.load.submit_s))),
+        )
     show(t)
 
     t = table(
@@ -499,8 +554,12 @@ def report(passes: list[Pass], args: argparse.Namespace) -> None:
             p99 = pct(p.load.poll_s, 99)
             at = "" if p.pollers == TARGET_POLLERS else f" (at {p.pollers} pollers, not {TARGET_POLLERS})"
             at += f" (each poller paced to 1 GET / {args.poll_every:g} s)" if args.poll_every else " (closed-loop pollers)"
-            t.add_row(f"status p99 < {TARGET_P99_S * 1000:g} ms at {TARGET_POLLERS} pollers", p.name,
-                      f"{ms(p99)} ms{at}", "yes" if p99 < TARGET_P99_S and p.pollers == TARGET_POLLERS else "no")  # fmt: skip
+            t.add_row(
+                f"status p99 < {TARGET_P99_S * 1000:g} ms at {TARGET_POLLERS} pollers",
+                p.name,
+                f"{ms(p99)} ms{at}",
+                "yes" if p99 < TARGET_P99_S and p.pollers == TARGET_POLLERS else "no",
+            )
     for p in passes:
         if p.submitters:
             r = p.e2e["done"] / p.load.window_s
@@ -573,11 +632,24 @@ def area(file: str, fn: str) -> str:
 async def _asgi(app, method: str, path: str, body: bytes = b"") -> int:  # noqa: ANN001
     """One request straight into the ASGI app: no socket, no HTTP parsing (uvicorn's and its HTTP parser's part)."""
     scope = {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1", "method": method,
-        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8100), "state": {},
-    }  # fmt: skip
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8100),
+        "state": {},
+    }
     given = False
     status = 0
 
@@ -653,11 +725,20 @@ def breakdown(args: argparse.Namespace, cached: Path, ids: list[str], passes: li
         rows.append((path, label, calls, lat, (time.process_time() - cpu0) / calls))
 
     get_path = "GET /v1/jobs/{id}"
-    timed(get_path, "SQL: SELECT state FROM jobs WHERE job_id = ? (plain sqlite3)",
-          lambda k: conn.execute("SELECT state FROM jobs WHERE job_id = ?", (sample[k],)).fetchone(), n)  # fmt: skip
+    timed(
+        get_path,
+        "SQL: SELECT state FROM jobs WHERE job_id = ? (plain sqlite3)",
+        lambda k: conn.execute("SELECT state FROM jobs WHERE job_id = ?", (sample[k],)).fetchone(),
+        n,
+    )
     timed(get_path, "JobState.model_validate_json(state)", lambda k: JobState.model_validate_json(states_json[k % 50]), n)
     timed(get_path, "store.get(id): SQL + parse, called directly", lambda k: svc.store.get(sample[k]), n)
-    timed(get_path, "job_view(state): the JobView model", lambda k: job_view(states[k % 50], now=datetime.now(UTC), queue_position=None), n)  # fmt: skip
+    timed(
+        get_path,
+        "job_view(state): the JobView model",
+        lambda k: job_view(states[k % 50], now=datetime.now(UTC), queue_position=None),
+        n,
+    )
     timed(get_path, "encode_json(view) with the app's encoders (the body)", lambda k: encode_json(views[k % 50], serializer), n)
 
     async def run_async() -> None:
@@ -691,8 +772,12 @@ def breakdown(args: argparse.Namespace, cached: Path, ids: list[str], passes: li
     timed(post_path, "admission: CapacityPolicy.decide(request)", lambda k: svc.policy.decide(req, {}), n)
     queued = svc.store.counts().get("queued", 0)
     some_queued = svc.store.queued(1)[0].job_id
-    timed(post_path, f"store.queue_position(id) with {queued:,} queued (each 201 reports it)",
-          lambda k: svc.store.queue_position(some_queued), max(20, n // 10))  # fmt: skip
+    timed(
+        post_path,
+        f"store.queue_position(id) with {queued:,} queued (each 201 reports it)",
+        lambda k: svc.store.queue_position(some_queued),
+        max(20, n // 10),
+    )
     conn.close()
     svc.store.close()
     shutil.rmtree(root, ignore_errors=True)
@@ -749,13 +834,17 @@ def main() -> None:
     )
     ap.add_argument("--top", type=int, default=30, help="functions listed from the profile (default 30)")
     ap.add_argument(
-        "--breakdown", type=int, default=0, metavar="N",
+        "--breakdown",
+        type=int,
+        default=0,
+        metavar="N",
         help="then time each step of a GET and a POST in this process, N calls each (default 0: skip)",
-    )  # fmt: skip
+    )
     ap.add_argument(
-        "--split", action="store_true",
+        "--split",
+        action="store_true",
         help="run the service as two processes on the same store: H3_ROLE=runner (the jobs) and H3_ROLE=api (HTTP)",
-    )  # fmt: skip
+    )
     ap.add_argument("--keep", action="store_true", help="keep each pass's DB and server log under WORKDIR/pass-NAME")
     args = ap.parse_args()
     names = [n.strip() for n in args.passes.split(",") if n.strip()]
@@ -777,9 +866,14 @@ def main() -> None:
     )
     size = cached.stat().st_size / 2**20
     console.print(
-        f"Store: {cached} ({size:,.0f} MiB, {len(ids):,} done jobs, {meta['events']:,} events, schema v{SCHEMA_VERSION}), {built}.\n"
-        f"Server: `python -m h3core.cli serve` (uvicorn {version('uvicorn')} with {_http_impl()}, litestar {version('litestar')}; store durable=True, the service's default), H3_EXECUTOR=fake, H3_SLOTS={args.slots}, H3_FAKE_STEP_SECONDS=0, "
-        f"a fresh copy of the store per pass{split}. Client: aiohttp {version('aiohttp')} ClientSession on anyio (asyncio), HTTP/1.1 keep-alive, "
+        f"Store: {cached} ({size:,.0f} MiB, {len(ids):,} done jobs, "
+        f"{meta['events']:,} events, schema v{SCHEMA_VERSION}), {built}.\n"
+        f"Server: `python -m h3core.cli serve` (uvicorn {version('uvicorn')} with {_http_impl()}, "
+        f"litestar {version('litestar')}; "
+        f"store durable=True, the service's default), "
+        f"H3_EXECUTOR=fake, H3_SLOTS={args.slots}, H3_FAKE_STEP_SECONDS=0, "
+        f"a fresh copy of the store per pass{split}. "
+        f"Client: aiohttp {version('aiohttp')} ClientSession on anyio (asyncio), HTTP/1.1 keep-alive, "
         "one client (one connection) per loop, in this process.\n"
         f"Client and server share this machine's {len(os.sched_getaffinity(0))} cores: the client's CPU is part of "
         "the cost of every figure below.\n"

@@ -81,10 +81,17 @@ def jobs(args) -> None:
         steps = sum(out.step_seconds)
         total = load_s + sum(s.values()) + mux
         t.add_row(
-            label, f"{load_s:.3f}", f"{encode:.3f}" if out.encoded else "0 (cached)", f"{s.get('vae_encoder', 0):.3f}",
-            f"{s['denoise']:.3f}", f"{steps / max(out.steps, 1) * 1000:.1f}", f"{s['decode']:.3f}", f"{mux:.3f}",
-            f"{total:.3f}", f"{(total - steps) / total:.0%}",
-        )  # fmt: skip
+            label,
+            f"{load_s:.3f}",
+            f"{encode:.3f}" if out.encoded else "0 (cached)",
+            f"{s.get('vae_encoder', 0):.3f}",
+            f"{s['denoise']:.3f}",
+            f"{steps / max(out.steps, 1) * 1000:.1f}",
+            f"{s['decode']:.3f}",
+            f"{mux:.3f}",
+            f"{total:.3f}",
+            f"{(total - steps) / total:.0%}",
+        )
     show(t)
     parts = ", ".join(f"{k} {v:.2f}s" for k, v in sorted(model.load_seconds.items(), key=lambda kv: -kv[1]))
     console.print(f"load by component: {parts}\n")

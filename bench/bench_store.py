@@ -496,7 +496,8 @@ def bench_replay(workdir: Path, events: int, steps: int, batch: int, sample: int
     built = (
         "reused from cache"
         if cached
-        else f"built in {meta['build_s']:.1f} s ({meta['events'] / meta['build_s']:,.0f} events/s via import_events, durable=False)"
+        else f"built in {meta['build_s']:.1f} s ({meta['events'] / meta['build_s']:,.0f} "
+        f"events/s via import_events, durable=False)"
     )
     console.print(f"DB: {path} ({size / 2**20:,.0f} MiB, {meta['jobs']:,} jobs, {meta['events']:,} events), {built}\n")
     n_events, n_jobs = meta["events"], meta["jobs"]

@@ -77,7 +77,9 @@ class Comfy:
 
 
 def runner_for(comfy: Comfy, workdir: Path, slots: int) -> Runner:
-    settings = ComfyUISettings(url=comfy.url, client_id=f"h3bench-{os.getpid()}", templates=TEMPLATES, poll_min_s=0.1, poll_max_s=1.0)
+    settings = ComfyUISettings(
+        url=comfy.url, client_id=f"h3bench-{os.getpid()}", templates=TEMPLATES, poll_min_s=0.1, poll_max_s=1.0
+    )
     executor = ComfyUIExecutor(settings, builtin_templates(), LocalArtifactStore(workdir / "artifacts"), lambda u: workdir / u)
     store = SQLiteEventStore(workdir / f"h3-{slots}-{time.monotonic_ns()}.db", durable=False)
     return Runner(store, executor, RunnerConfig(slots=slots, poll_interval_s=0.05, cancel_grace_s=30))
@@ -118,10 +120,11 @@ async def cancels(comfy: Comfy, workdir: Path, trials: int) -> None:
             outcomes[key] = outcomes.get(key, 0) + 1
         tg.cancel_scope.cancel()
     t = table(
-        f"Cancel while pending: {trials} trials", ["outcome", "trials"],
+        f"Cancel while pending: {trials} trials",
+        ["outcome", "trials"],
         caption="Each trial: another client's prompt (~1 s) runs, the job's prompt waits behind it, and the job is "
         "cancelled 0-1.5 s after its submission. `done`: the prompt had finished before the cancel arrived.",
-    )  # fmt: skip
+    )
     for key, n in sorted(outcomes.items()):
         t.add_row(key, str(n))
     t.add_row("jobs `cancelled` whose prompt ComfyUI still held right after", str(len(held)))
@@ -160,10 +163,14 @@ def sigterm_restart(comfy: Comfy, workdir: Path) -> None:
     port = _free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("H3_")},
-        "H3_EXECUTOR": "comfyui", "H3_COMFYUI_URL": comfy.url, "H3_COMFYUI_TEMPLATE": "t2va=core-nodes-t2va",
-        "H3_PORT": str(port), "H3_DB": str(workdir / "serve.db"), "H3_ARTIFACTS": str(workdir / "serve-artifacts"),
+        "H3_EXECUTOR": "comfyui",
+        "H3_COMFYUI_URL": comfy.url,
+        "H3_COMFYUI_TEMPLATE": "t2va=core-nodes-t2va",
+        "H3_PORT": str(port),
+        "H3_DB": str(workdir / "serve.db"),
+        "H3_ARTIFACTS": str(workdir / "serve-artifacts"),
         "H3_UPLOADS": str(workdir / "serve-uploads"),
-    }  # fmt: skip
+    }
     api = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=15)
     comfy.wait_idle()
     first = _serve(env, workdir / "serve-1.log", api)

@@ -61,7 +61,11 @@ def main() -> None:
                 jobs.append(f"{state['status']} {time.monotonic() - t0:.1f}s")
             after = head(server.proc.pid)
             losses = next(
-                (line.split()[-1] for line in api.get("/metrics").text.splitlines() if line.startswith("h3core_ray_head_losses_total")),
+                (
+                    line.split()[-1]
+                    for line in api.get("/metrics").text.splitlines()
+                    if line.startswith("h3core_ray_head_losses_total")
+                ),
                 "?",
             )
         server_alive = server.running
@@ -70,7 +74,9 @@ def main() -> None:
     finally:
         servers.kill_all()
     pids = lambda h: ",".join(f"{k}={p.pid}" for k, p in sorted(h.items()))  # noqa: E731
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; {time.strftime('%Y-%m-%d')}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; {time.strftime('%Y-%m-%d')}"
+    )
     print()
     print("| idle s | head before | head lived | head after | head losses | jobs | server alive | exit on SIGTERM |")
     print("|---|---|---|---|---|---|---|---|")

@@ -139,5 +139,7 @@ async def publish_capabilities(executor: Executor, board: CapabilityFile, *, int
     finally:
         if last is not None:
             why = "the runner process stopped"
-            stopped = last.with_modes(ModeReadiness(mode=m.mode, served=m.served, ready=False, reason=why if m.served else m.reason) for m in last.modes)
+            stopped = last.with_modes(
+                ModeReadiness(mode=m.mode, served=m.served, ready=False, reason=why if m.served else m.reason) for m in last.modes
+            )
             board.publish(stopped)

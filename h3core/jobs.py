@@ -172,7 +172,9 @@ class Jobs:
         it subscribes before it reads the store, and reads the store again whenever the live
         feed dropped it or skipped (events another process stored reach it that way)."""
         await self.get(job_id)
-        async for e in follow(self.runner.bus, self.runner.store.events, job_id, after_seq, resync_s=self._config.poll_interval_s):
+        async for e in follow(
+            self.runner.bus, self.runner.store.events, job_id, after_seq, resync_s=self._config.poll_interval_s
+        ):
             if e is not None:  # None: a quiet spell, after which the store was read again
                 yield e
 

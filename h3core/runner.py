@@ -360,11 +360,7 @@ class Runner:
             await self.writer.run(task_status=task_status)
 
     def _can_resume(self, state: JobState) -> bool:
-        return (
-            isinstance(self.executor, Resumable)
-            and state.executor == self.executor.name
-            and state.executor_ref is not None
-        )
+        return isinstance(self.executor, Resumable) and state.executor == self.executor.name and state.executor_ref is not None
 
     async def _recover(self) -> list[JobState]:
         """End what a dead or stopped process left running, or return it, marked `Resumed`, where
@@ -692,9 +688,11 @@ class Runner:
         except StoreUnavailable as exc:
             log.error(
                 "job %s: its end (%s) cannot be written, the store is unusable; it stays %s until the next start ends it",
-                a.state.job_id, body.type if body else "none", a.state.status,
+                a.state.job_id,
+                body.type if body else "none",
+                a.state.status,
                 extra={"job_id": a.state.job_id, "attempt": a.state.attempt, "error": str(exc)},
-            )  # fmt: skip
+            )
 
     async def _write_outcome(self, a: _Attempt, body: Body | None, *, interrupted: bool, grace_expired: bool) -> None:
         while body is not None:
@@ -726,7 +724,9 @@ def _log_written(state: JobState, bodies: Sequence[Body]) -> None:
                 log.info("job %s started: attempt %d on %s", state.job_id, body.attempt, body.executor, extra=extra)
             case Resumed():
                 extra |= {"executor": state.executor, "executor_ref": body.executor_ref}
-                log.info("job %s resumed: attempt %d, %gs after h3core stopped", state.job_id, body.attempt, body.after_s, extra=extra)
+                log.info(
+                    "job %s resumed: attempt %d, %gs after h3core stopped", state.job_id, body.attempt, body.after_s, extra=extra
+                )
             case Progress():
                 extra |= {"step": body.step, "total": body.total}
                 log.debug("job %s step %d/%d", state.job_id, body.step, body.total, extra=extra)
@@ -738,7 +738,14 @@ def _log_written(state: JobState, bodies: Sequence[Body]) -> None:
                 log.info("job %s recovered: attempt %d had committed its video", state.job_id, body.attempt, extra=extra)
             case AttemptFailed():
                 extra |= {"attempt": body.attempt, "kind": body.kind}
-                log.warning("job %s attempt %d failed (%s), queued again: %s", state.job_id, body.attempt, body.kind, body.message, extra=extra)
+                log.warning(
+                    "job %s attempt %d failed (%s), queued again: %s",
+                    state.job_id,
+                    body.attempt,
+                    body.kind,
+                    body.message,
+                    extra=extra,
+                )
             case Failed():
                 extra |= {"kind": body.kind}
                 log.warning("job %s failed (%s): %s", state.job_id, body.kind, body.message, extra=extra)

@@ -62,13 +62,20 @@ async def retrying(call: Callable[[], T], *, limit_s: float, what: str, limiter:
             give_up = now + limit_s if give_up is None else give_up
             if now >= give_up:
                 log.error(
-                    "store unusable: %s failed for %gs (%d tries): %s", what, limit_s, tries, exc,
+                    "store unusable: %s failed for %gs (%d tries): %s",
+                    what,
+                    limit_s,
+                    tries,
+                    exc,
                     extra={"operation": what, "tries": tries, "error": str(exc)},
-                )  # fmt: skip
+                )
                 raise StoreUnavailable(f"the store failed every {what} for {limit_s:g}s ({tries} tries): {exc}") from exc
             log.warning(
-                "store %s failed (%s); retrying in %.2fs", what, exc, pause,
+                "store %s failed (%s); retrying in %.2fs",
+                what,
+                exc,
+                pause,
                 extra={"operation": what, "tries": tries, "error": str(exc)},
-            )  # fmt: skip
+            )
             await anyio.sleep(min(pause, give_up - now))
             pause = min(pause * 2, LONGEST_PAUSE_S)

@@ -67,21 +67,35 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
     )
     ref = state.executor_ref if state and state.executor_ref else "ref-0"
     resumed = st.builds(
-        Resumed, attempt=st.sampled_from([max(attempt, 1), max(attempt, 1), attempt + 1]),
-        executor_ref=st.sampled_from([ref, ref, "another"]), after_s=st.floats(0, 1e6),
-    )  # fmt: skip
+        Resumed,
+        attempt=st.sampled_from([max(attempt, 1), max(attempt, 1), attempt + 1]),
+        executor_ref=st.sampled_from([ref, ref, "another"]),
+        after_s=st.floats(0, 1e6),
+    )
     progress = st.builds(
         Progress, step=st.sampled_from([step + 1, step + 1, step, step + 3]), total=st.sampled_from([total, total, total + 1])
     )
     retry_kinds = st.sampled_from(state.retry.retry_on) if state and state.retry.retry_on else kinds
     attempt_failed = st.builds(
-        AttemptFailed, kind=st.one_of(retry_kinds, kinds), message=st.just("m"), attempt=st.sampled_from([max(attempt, 1), attempt + 1])
+        AttemptFailed,
+        kind=st.one_of(retry_kinds, kinds),
+        message=st.just("m"),
+        attempt=st.sampled_from([max(attempt, 1), attempt + 1]),
     )
     recovered = st.builds(Recovered, attempt=st.sampled_from([max(attempt, 1), attempt + 1]), artifact=st.just(artifact()))
     anything = st.one_of(
-        submissions, _admitted, running, resumed, progress, _done, attempt_failed, _failed, _cancel_requested,
-        _cancelled, recovered,
-    )  # fmt: skip
+        submissions,
+        _admitted,
+        running,
+        resumed,
+        progress,
+        _done,
+        attempt_failed,
+        _failed,
+        _cancel_requested,
+        _cancelled,
+        recovered,
+    )
     if state is None:
         likely = [submissions] * 8
     elif state.status == "submitted":

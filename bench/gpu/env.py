@@ -21,11 +21,23 @@ print(
 )
 rows = []
 for mod, dist in [
-    ("torch", "torch"), ("triton", "triton"), ("diffusers", "diffusers"), ("transformers", "transformers"),
-    ("tokenizers", "tokenizers"), ("huggingface_hub", "huggingface-hub"), ("sageattention", "sageattention"),
-    ("pydantic", "pydantic"), ("pydantic_core", "pydantic-core"), ("accelerate", "accelerate"), ("av", "av"),
-    ("sqlite_utils", "sqlite-utils"), ("numpy", "numpy"), ("PIL", "pillow"), ("anyio", "anyio"), ("rich", "rich"),
-]:  # fmt: skip
+    ("torch", "torch"),
+    ("triton", "triton"),
+    ("diffusers", "diffusers"),
+    ("transformers", "transformers"),
+    ("tokenizers", "tokenizers"),
+    ("huggingface_hub", "huggingface-hub"),
+    ("sageattention", "sageattention"),
+    ("pydantic", "pydantic"),
+    ("pydantic_core", "pydantic-core"),
+    ("accelerate", "accelerate"),
+    ("av", "av"),
+    ("sqlite_utils", "sqlite-utils"),
+    ("numpy", "numpy"),
+    ("PIL", "pillow"),
+    ("anyio", "anyio"),
+    ("rich", "rich"),
+]:
     try:
         version = metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -40,30 +52,40 @@ print(md(["package", "version", "imported from"], rows) + "\n")
 
 import torch  # noqa: E402
 
-print(f"torch {torch.__version__}; CUDA build {torch.version.cuda}; cuDNN {torch.backends.cudnn.version()}; "
-      f"CUDA available {torch.cuda.is_available()}; {torch.cuda.device_count()} GPU(s)")  # fmt: skip
+print(
+    f"torch {torch.__version__}; CUDA build {torch.version.cuda}; cuDNN {torch.backends.cudnn.version()}; "
+    f"CUDA available {torch.cuda.is_available()}; {torch.cuda.device_count()} GPU(s)"
+)
 for i in range(torch.cuda.device_count()):
     p = torch.cuda.get_device_properties(i)
     free, total = torch.cuda.mem_get_info(i)
     print(
-        f"GPU {i}: {p.name}, sm_{p.major}{p.minor}, {p.multi_processor_count} SMs, {total / 2**30:.1f} GiB ({free / 2**30:.1f} free)"
+        f"GPU {i}: {p.name}, sm_{p.major}{p.minor}, {p.multi_processor_count} SMs, "
+        f"{total / 2**30:.1f} GiB ({free / 2**30:.1f} free)"
     )
 if not torch.cuda.is_available() and not DRY:
     print("NO CUDA DEVICE: every later step fails")
 cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or shutil.which("clang")
 inc = Path(sysconfig.get_paths()["include"]) / "Python.h"
-print(f"Triton's launcher needs a C compiler: {cc or 'NONE (Triton kernels, so sage-triton, cannot launch)'}; "
-      f"Python.h: {'present' if inc.exists() else f'MISSING at {inc}'}")  # fmt: skip
+print(
+    f"Triton's launcher needs a C compiler: {cc or 'NONE (Triton kernels, so sage-triton, cannot launch)'}; "
+    f"Python.h: {'present' if inc.exists() else f'MISSING at {inc}'}"
+)
 
 from h3core.executors.pipeline.attention import sage_build  # noqa: E402
 
 build = sage_build()
-print(f"sageattention: {build.version or 'not installed'}; functions: {', '.join(sorted(build.functions)) or '-'}"
-      + (f"; {build.error}" if build.error else ""))  # fmt: skip
+print(
+    f"sageattention: {build.version or 'not installed'}; functions: {', '.join(sorted(build.functions)) or '-'}"
+    + (f"; {build.error}" if build.error else "")
+)
 for mod in (
-    "h3core", "h3core.executors.pipeline.executor", "h3core.executors.pipeline.kernel_probe", "h3core.adapters.video",
+    "h3core",
+    "h3core.executors.pipeline.executor",
+    "h3core.executors.pipeline.kernel_probe",
+    "h3core.adapters.video",
     "diffusers.modular_pipelines.minimax_h3",
-):  # fmt: skip
+):
     try:
         importlib.import_module(mod)
         print(f"import {mod}: ok")

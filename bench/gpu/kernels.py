@@ -33,8 +33,12 @@ FULL_REFERENCE_UPTO = 8229  # beyond: the error on SAMPLED query rows
 SAMPLED = 512
 MATH_BYTES = 0.05e9 if DRY else 40e9  # MATH's score matrix (heads x n^2 x 4 bytes) must fit in this
 REPS = 3
-WORKERS = [("sdpa", ["cudnn", "flash", "efficient", "math"]), ("sage-fp16", ["sage-fp16"]), ("sage-fp8", ["sage-fp8"]),
-           ("sage-triton", ["sage-triton"])]  # fmt: skip
+WORKERS = [
+    ("sdpa", ["cudnn", "flash", "efficient", "math"]),
+    ("sage-fp16", ["sage-fp16"]),
+    ("sage-fp8", ["sage-fp8"]),
+    ("sage-triton", ["sage-triton"]),
+]
 SHARE = {"sdpa": 0.55, "sage-fp16": 0.15, "sage-fp8": 0.15, "sage-triton": 0.15}
 
 
@@ -245,8 +249,10 @@ def report() -> int:
             [[k, *(show(cells.get((k, n)), "time", k) for n in SEQS)] for k in order],
         )
     )
-    print("\nRelative L1 error against float32 softmax attention (all query rows up to 8229 tokens, "
-          f"{SAMPLED} sampled above); the start-up probe's tolerance is 0.05.\n")  # fmt: skip
+    print(
+        "\nRelative L1 error against float32 softmax attention (all query rows up to 8229 tokens, "
+        f"{SAMPLED} sampled above); the start-up probe's tolerance is 0.05.\n"
+    )
     lengths = sorted({*UNALIGNED, *SEQS})
     print(
         md(

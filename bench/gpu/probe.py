@@ -12,9 +12,17 @@ print(f"## What `auto` chooses at start ({DEVICE}, {DTYPE})\n")
 for label, (heads, head_dim) in (("MiniMax-H3", REAL_GEOMETRY), ("the tiny model", (2, 32))):
     folder = geometry_folder(heads, head_dim)
     cmd = [
-        sys.executable, "-c", "from h3core.cli import main; main()", "model", "attention", str(folder),
-        "--device", DEVICE, "--dtype", DTYPE,
-    ]  # fmt: skip
+        sys.executable,
+        "-c",
+        "from h3core.cli import main; main()",
+        "model",
+        "attention",
+        str(folder),
+        "--device",
+        DEVICE,
+        "--dtype",
+        DTYPE,
+    ]
     print(f"### {label}: {heads} heads x {head_dim}\n")
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=WORK)
     print(done.stdout.strip() or "(no table)")

@@ -29,13 +29,16 @@ app.add_typer(capacity_app, name="capacity")
 ProfileOption = Annotated[
     str | None,
     typer.Option(
-        "--profile", envvar="H3_CAPACITY_PROFILE",
+        "--profile",
+        envvar="H3_CAPACITY_PROFILE",
         help="A capacity profile: a TOML file, or a built-in one by name. Default: the built-in one that describes the executor.",
     ),
-]  # fmt: skip
+]
 ExecutorOption = Annotated[
     str | None,
-    typer.Option("--executor", help="Build this executor from the settings (H3_*, --config) instead of reading what the runner states."),
+    typer.Option(
+        "--executor", help="Build this executor from the settings (H3_*, --config) instead of reading what the runner states."
+    ),
 ]
 
 
@@ -66,7 +69,10 @@ def _capabilities(db: Path, executor: str | None) -> tuple[Capabilities, str]:
         settings = Settings(db=db, **({"executor": executor} if executor else {}))
         built = make_executor(settings, LocalArtifactStore(settings.artifacts), LocalUploadStore(settings.uploads))
     except (ValidationError, SettingsError) as exc:
-        fail(f"cannot build the {executor or 'configured'} executor: {first_error(exc) if isinstance(exc, ValidationError) else exc}")
+        fail(
+            f"cannot build the {executor or 'configured'} executor: "
+            f"{first_error(exc) if isinstance(exc, ValidationError) else exc}"
+        )
     return built.capabilities(), f"the {settings.executor} executor as configured (not running)"
 
 
@@ -82,8 +88,14 @@ def show(db: DbOption = Path("h3core.db"), profile: ProfileOption = None, execut
     prof, caps = contract.profile, contract.caps
     out = console()
     out.print(Text.assemble(("executor ", "bold"), (caps.executor, "bold"), f"  ({where})"))
-    out.print(f"hardware:  {caps.hardware or '-'}" + (f"; kernel {caps.kernel}" if caps.kernel else "") + (f"; model {caps.model}" if caps.model else ""))
-    out.print("modes:     " + "; ".join(f"{m.mode} " + ("served" if m.served else f"NOT SERVED ({m.reason})") for m in caps.modes))
+    out.print(
+        f"hardware:  {caps.hardware or '-'}"
+        + (f"; kernel {caps.kernel}" if caps.kernel else "")
+        + (f"; model {caps.model}" if caps.model else "")
+    )
+    out.print(
+        "modes:     " + "; ".join(f"{m.mode} " + ("served" if m.served else f"NOT SERVED ({m.reason})") for m in caps.modes)
+    )
     if caps.window is not None:
         out.print(f"window:    {caps.window.describe()}")
     if caps.max_tokens is not None:
@@ -92,8 +104,14 @@ def show(db: DbOption = Path("h3core.db"), profile: ProfileOption = None, execut
         out.print("profile:   none describes this executor: no memory budget is known (nothing measured here)")
     else:
         b = prof.budget()
-        out.print(Text.assemble(("profile   ", "bold"), (prof.name, "bold"), f"  ({prof.hardware}; {prof.attention}; {prof.source})"))
-        above = f"; smallest OOM {_point(b.smallest_oom)} = {b.smallest_oom_tokens:,} tokens" if b.smallest_oom else "; no OOM measured: UNVERIFIED"
+        out.print(
+            Text.assemble(("profile   ", "bold"), (prof.name, "bold"), f"  ({prof.hardware}; {prof.attention}; {prof.source})")
+        )
+        above = (
+            f"; smallest OOM {_point(b.smallest_oom)} = {b.smallest_oom_tokens:,} tokens"
+            if b.smallest_oom
+            else "; no OOM measured: UNVERIFIED"
+        )
         out.print(
             f"budget:    {b.tokens:,} video+audio tokens = largest run that fit {_point(b.largest_ran)} "
             f"({b.largest_ran_tokens:,}){above}; safety margin {b.safety_margin:g} of the gap"
@@ -105,17 +123,31 @@ def show(db: DbOption = Path("h3core.db"), profile: ProfileOption = None, execut
         out.print(f"group of {g.size}: " + (f"{g.tokens:,} tokens ({g.source})" if g.tokens is not None else "no budget"))
     out.print(f"API cap:   {contract.api_max_frames} frames")
     table = Table(title="admitted frame counts", title_justify="left")
-    for col, justify in [("resolution", "left"), ("mode", "left"), ("max frames", "right"), ("seconds", "right"),
-                         ("reason", "left"), ("min frames", "right"), ("tokens at max", "right"), ("verified", "left")]:  # fmt: skip
+    for col, justify in [
+        ("resolution", "left"),
+        ("mode", "left"),
+        ("max frames", "right"),
+        ("seconds", "right"),
+        ("reason", "left"),
+        ("min frames", "right"),
+        ("tokens at max", "right"),
+        ("verified", "left"),
+    ]:
         table.add_column(col, justify=justify, no_wrap=True)
     for row in contract.ceilings():
         s = row.shape
         mode = s.mode + (f" ({s.keyframes} keyframe{'s' if s.keyframes > 1 else ''})" if s.keyframes else "")
         mode += f" ({s.ref_images} image ref, 16:9)" if s.ref_images else ""
         table.add_row(
-            f"{s.width}x{s.height}", mode, str(row.max_frames), f"{row.max_frames / 24:.1f}", row.reason, str(row.min_frames),
-            f"{row.tokens_at_max:,}" if row.tokens_at_max else "-", "yes" if row.verified else "NO",
-        )  # fmt: skip
+            f"{s.width}x{s.height}",
+            mode,
+            str(row.max_frames),
+            f"{row.max_frames / 24:.1f}",
+            row.reason,
+            str(row.min_frames),
+            f"{row.tokens_at_max:,}" if row.tokens_at_max else "-",
+            "yes" if row.verified else "NO",
+        )
     out.print(table)
 
 
@@ -141,7 +173,11 @@ def evidence_from_store(store, profile: CapacityProfile) -> tuple[list[Evidence]
             if state.executor is None or not profile.describes_run(state.executor, state.info):
                 other += 1
                 continue
-            out.append(Evidence(job_id=state.job_id, tokens=state.tokens, outcome=outcome, references=state.request.references is not None))  # type: ignore[arg-type]
+            out.append(
+                Evidence(
+                    job_id=state.job_id, tokens=state.tokens, outcome=outcome, references=state.request.references is not None
+                )
+            )  # type: ignore[arg-type]
     return out, other
 
 
@@ -171,7 +207,10 @@ def fit_cmd(db: DbOption = Path("h3core.db"), profile: ProfileOption = None) -> 
             jobs, other = evidence_from_store(store, prof)
             out.print(Text(f"profile {prof.name} ({prof.hardware})", style="bold"))
             if other:
-                out.print(f"  {other} finished job(s) ran where this profile does not describe (other hardware, model or kernel): not evidence for it")
+                out.print(
+                    f"  {other} finished job(s) ran where this profile does not describe "
+                    "(other hardware, model or kernel): not evidence for it"
+                )
             if not jobs:
                 out.print("  no job in the store ran where this profile describes: nothing to fit")
                 continue
@@ -185,12 +224,19 @@ def fit_cmd(db: DbOption = Path("h3core.db"), profile: ProfileOption = None) -> 
 
 def _print_fit(out, store, f: Fit, now: int | None) -> None:
     label = "with references" if f.references else "without references"
-    out.print(Text(f"  runs {label} (the profile's points and the store's jobs): {f.ran} ran, {f.oom} out of memory", style="bold"))
+    out.print(
+        Text(f"  runs {label} (the profile's points and the store's jobs): {f.ran} ran, {f.oom} out of memory", style="bold")
+    )
     out.print(f"    bound below (largest that ran):      {_describe(store, f.bound_below)}")
     out.print(f"    bound above (smallest out of memory): {_describe(store, f.bound_above)}")
     for o, r in f.contradictions:
-        out.print(Text(f"    CONTRADICTION: {_describe(store, o)} ran out of memory, "
-                       f"but {_describe(store, r)} ran: not one budget (other hardware, or references?)", style="red"))  # fmt: skip
+        out.print(
+            Text(
+                f"    CONTRADICTION: {_describe(store, o)} ran out of memory, "
+                f"but {_describe(store, r)} ran: not one budget (other hardware, or references?)",
+                style="red",
+            )
+        )
     if f.proposed_budget is None:
         out.print("    nothing ran: no budget can be proposed")
         return
@@ -201,7 +247,10 @@ def _print_fit(out, store, f: Fit, now: int | None) -> None:
         for e, outcome in ((f.bound_below, "ran"), (f.bound_above, "oom")):
             if e is not None and not e.job_id.startswith("profile:"):
                 r = store.get(e.job_id).request
-                lines.append(f'      {{ width = {r.width}, height = {r.height}, frames = {r.frames}, outcome = "{outcome}", note = "job {e.job_id}" }}')
+                lines.append(
+                    f"      {{ width = {r.width}, height = {r.height}, frames = {r.frames}, "
+                    f'outcome = "{outcome}", note = "job {e.job_id}" }}'
+                )
         if lines:
             out.print("    to adopt it, add these as [[points]] in the profile:")
             for line in lines:
@@ -218,20 +267,49 @@ def _resolution(text: str) -> tuple[int, int]:
 
 @capacity_app.command("probe")
 def probe_cmd(
-    geometry: Annotated[str, typer.Option(help="The model to build: released (diffusers' default configs) or tiny (h3core's tiny configs).")] = "released",
-    model_dir: Annotated[Path | None, typer.Option("--model-dir", help="Take the configs and the model's name from this folder instead (its weights are not read).")] = None,
+    geometry: Annotated[
+        str, typer.Option(help="The model to build: released (diffusers' default configs) or tiny (h3core's tiny configs).")
+    ] = "released",
+    model_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--model-dir", help="Take the configs and the model's name from this folder instead (its weights are not read)."
+        ),
+    ] = None,
     device: Annotated[str, typer.Option(envvar="H3_DEVICE", help="Torch device, as the server's.")] = "cpu",
-    dtype: Annotated[str, typer.Option(envvar="H3_DTYPE", help="Weights' dtype, as the server's (bfloat16 on a GPU).")] = "float32",
-    attention: Annotated[str, typer.Option(envvar="H3_ATTENTION", help="The attention kernel, chosen as the server chooses it.")] = "auto",
-    math_max_tokens: Annotated[int, typer.Option(envvar="H3_ATTENTION_MATH_MAX_TOKENS", help="Longest sequence allowed on SDPA's MATH kernel.")] = 4096,
-    resolution: Annotated[list[str] | None, typer.Option("--resolution", help="A canvas to search (WIDTHxHEIGHT; repeat for more). Default 1344x768.")] = None,
+    dtype: Annotated[
+        str, typer.Option(envvar="H3_DTYPE", help="Weights' dtype, as the server's (bfloat16 on a GPU).")
+    ] = "float32",
+    attention: Annotated[
+        str, typer.Option(envvar="H3_ATTENTION", help="The attention kernel, chosen as the server chooses it.")
+    ] = "auto",
+    math_max_tokens: Annotated[
+        int, typer.Option(envvar="H3_ATTENTION_MATH_MAX_TOKENS", help="Longest sequence allowed on SDPA's MATH kernel.")
+    ] = 4096,
+    resolution: Annotated[
+        list[str] | None,
+        typer.Option("--resolution", help="A canvas to search (WIDTHxHEIGHT; repeat for more). Default 1344x768."),
+    ] = None,
     start_frames: Annotated[int, typer.Option(min=1, help="The first frame count measured.")] = 124,
-    max_frames: Annotated[int, typer.Option(min=1, help="The longest measured (the API's cap by default; more finds an out-of-memory bound past it).")] = 1200,
+    max_frames: Annotated[
+        int,
+        typer.Option(min=1, help="The longest measured (the API's cap by default; more finds an out-of-memory bound past it)."),
+    ] = 1200,
     growth: Annotated[float, typer.Option(min=1.01, help="Factor by which frames grow until a point runs out of memory.")] = 2.0,
     precision: Annotated[int, typer.Option(min=1, help="Stop bisecting once the boundary is this many frames wide.")] = 17,
-    text_tokens: Annotated[int, typer.Option(min=1, help="Prompt rows in the sequence (the API's longest prompt makes about 2,000).")] = 2048,
-    memory_cap: Annotated[float | None, typer.Option(min=0.01, help="GiB this probe may hold, weights included (CUDA: the allocator's limit; CPU: the address space, RLIMIT_AS).")] = None,
-    reserve: Annotated[float, typer.Option(min=0.0, help="GiB held on the device for parts not built (a text encoder sharing the device).")] = 0.0,
+    text_tokens: Annotated[
+        int, typer.Option(min=1, help="Prompt rows in the sequence (the API's longest prompt makes about 2,000).")
+    ] = 2048,
+    memory_cap: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            help="GiB this probe may hold, weights included (CUDA: the allocator's limit; CPU: the address space, RLIMIT_AS).",
+        ),
+    ] = None,
+    reserve: Annotated[
+        float, typer.Option(min=0.0, help="GiB held on the device for parts not built (a text encoder sharing the device).")
+    ] = 0.0,
     threads: Annotated[int | None, typer.Option(min=1, help="Torch threads on a CPU.")] = None,
     name: Annotated[str | None, typer.Option(help="The profile's name (default: from the device, kernel and model).")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the profile here (default: print it).")] = None,
@@ -260,37 +338,66 @@ def probe_cmd(
         except ValidationError as exc:
             fail(f"--resolution {width}x{height} / --max-frames {max_frames}: {first_error(exc)}")
     spec = ProbeSpec(
-        geometry=geometry, model_dir=str(model_dir) if model_dir else None, device=device, dtype=dtype, attention=attention,
-        math_max_tokens=math_max_tokens, text_tokens=text_tokens, memory_cap_gib=memory_cap, reserve_gib=reserve, threads=threads,
-    )  # fmt: skip
+        geometry=geometry,
+        model_dir=str(model_dir) if model_dir else None,
+        device=device,
+        dtype=dtype,
+        attention=attention,
+        math_max_tokens=math_max_tokens,
+        text_tokens=text_tokens,
+        memory_cap_gib=memory_cap,
+        reserve_gib=reserve,
+        threads=threads,
+    )
     err = console_err()
     err.print(f"building the {model_dir or geometry} geometry with random weights on {device} ({dtype})…")
     try:
         with probe_process(spec) as worker:
             ident = worker.identity
             resident = f"{worker.resident_bytes / GIB:.2f} GiB resident" if worker.resident_bytes else "built"
-            err.print(f"{ident.device}: {ident.model}, {resident} after {worker.build_seconds:.1f} s; attention {ident.attention}")
+            err.print(
+                f"{ident.device}: {ident.model}, {resident} after {worker.build_seconds:.1f} s; attention {ident.attention}"
+            )
 
             def show_point(m) -> None:
                 style = "green" if m.outcome == "ran" else "red"
                 err.print(Text.assemble(f"  {m.width}x{m.height}x{m.frames:<5} ", (f"{m.outcome:<4}", style), f" {m.describe()}"))
 
-            points = search(worker.measure, canvases, max_frames=max_frames, start=start_frames, growth=growth, precision=precision, on_point=show_point)
+            points = search(
+                worker.measure,
+                canvases,
+                max_frames=max_frames,
+                start=start_frames,
+                growth=growth,
+                precision=precision,
+                on_point=show_point,
+            )
     except ProbeError as exc:
         fail(str(exc), EXIT_DATA)
     try:
-        profile = probed_profile(ident, points, api_max_frames=DEFAULT_API_MAX_FRAMES, resolutions=[*canvases, *DEFAULT_RESOLUTIONS], name=name)
+        profile = probed_profile(
+            ident, points, api_max_frames=DEFAULT_API_MAX_FRAMES, resolutions=[*canvases, *DEFAULT_RESOLUTIONS], name=name
+        )
     except ValueError as exc:
         why = "; ".join(e["msg"] for e in exc.errors()) if isinstance(exc, ValidationError) else str(exc)
         fail(f"the points give no profile: {why}", EXIT_DATA)
     budget = profile.budget()
-    bound = f", below {budget.smallest_oom_tokens:,} that ran out of memory" if budget.verified else "; UNVERIFIED: nothing ran out of memory"
+    bound = (
+        f", below {budget.smallest_oom_tokens:,} that ran out of memory"
+        if budget.verified
+        else "; UNVERIFIED: nothing ran out of memory"
+    )
     err.print(Text(f"budget: {budget.tokens:,} tokens (largest that ran {_point(budget.largest_ran)}{bound})", style="bold"))
     header = (
         f"Capacity profile {profile.name}: {SOURCE_NOTE}\n"
         f"geometry {ident.geometry} ({ident.model}), {ident.device} {ident.dtype}, attention {ident.attention};\n"
-        f"{ident.text_tokens} prompt rows; one denoising step and the decode per point (step and decode seconds, peak memory in the notes).\n"
-        + ("UNVERIFIED: no point ran out of memory, so the budget is only the largest run that fit.\n" if not budget.verified else "")
+        f"{ident.text_tokens} prompt rows; one denoising step and the decode per point "
+        "(step and decode seconds, peak memory in the notes).\n"
+        + (
+            "UNVERIFIED: no point ran out of memory, so the budget is only the largest run that fit.\n"
+            if not budget.verified
+            else ""
+        )
         + "Budgets of groups of several devices are not probed."
     )
     text = dump_profile(profile, header=header)

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 UrlOption = Annotated[str, typer.Option("--url", envvar="H3_URL", help="The h3core service.")]
 TokenOption = Annotated[
-    str | None, typer.Option("--token", envvar="H3_TOKEN", help="A bearer token, if the service requires one.", show_default=False)
+    str | None,
+    typer.Option("--token", envvar="H3_TOKEN", help="A bearer token, if the service requires one.", show_default=False),
 ]
 
 
@@ -76,7 +77,9 @@ def watch(client: httpx.Client, job_id: str) -> dict:
                     elif kind == "progress":
                         bar.update(task, total=body["total"], completed=body["step"])
                     elif kind == "attempt_failed":
-                        bar.console.print(f"attempt {body['attempt']} failed ({body['kind']}: {body['message']}); it will be retried")
+                        bar.console.print(
+                            f"attempt {body['attempt']} failed ({body['kind']}: {body['message']}); it will be retried"
+                        )
                     elif kind in ("done", "failed", "cancelled"):
                         bar.update(task, description=f"{job_id[:12]} {kind}")
                         break
@@ -105,8 +108,16 @@ def submit(
     download: Annotated[Path | None, typer.Option(help="With --watch: save the video here.")] = None,
 ) -> None:
     """Submit a job to the service; with --watch, follow it live and say where the video is."""
-    body: dict = {"prompt": prompt, "mode": mode, "width": width, "height": height, "frames": frames, "steps": steps,
-                  "seed": seed, "priority": priority}  # fmt: skip
+    body: dict = {
+        "prompt": prompt,
+        "mode": mode,
+        "width": width,
+        "height": height,
+        "frames": frames,
+        "steps": steps,
+        "seed": seed,
+        "priority": priority,
+    }
     if first or last:
         body["keyframes"] = {k: v for k, v in (("first", first), ("last", last)) if v}
     if image:
@@ -119,7 +130,10 @@ def submit(
         job = response.json()
         for w in job.get("warnings", []):
             console_err().print(f"warning: {w}")
-        console().print(f"job {job['id']} {job['status']}" + (f" (queue position {job['queue_position']})" if job.get("queue_position") else ""))
+        console().print(
+            f"job {job['id']} {job['status']}"
+            + (f" (queue position {job['queue_position']})" if job.get("queue_position") else "")
+        )
         if not wait:
             return
         job = watch(client, job["id"])
@@ -130,7 +144,9 @@ def submit(
             out.print(f"why: h3core replay {job['id']}")
             raise typer.Exit(EXIT_DATA)
         art = job["artifact"]
-        out.print(f"done in {job['elapsed_seconds']:.1f}s: {client.base_url}{art['url']} ({art['bytes']} bytes, sha256 {art['sha256']})")
+        out.print(
+            f"done in {job['elapsed_seconds']:.1f}s: {client.base_url}{art['url']} ({art['bytes']} bytes, sha256 {art['sha256']})"
+        )
         if download is not None:
             with client.stream("GET", art["url"]) as r, open(download, "wb") as f:
                 for chunk in r.iter_bytes():

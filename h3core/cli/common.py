@@ -73,8 +73,6 @@ def open_store(db: Path, *, create: bool = False) -> Iterator[SQLiteEventStore]:
         store.close()
 
 
-
-
 def ts(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
@@ -158,8 +156,7 @@ def take_runner_lock(db: Path) -> RunnerLock:
     except LockHeld as exc:
         holder = f" (process {exc.holder})" if exc.holder else ""
         fail(
-            f"another h3core already runs on {db}{holder}: {lock_path} is locked. "
-            "Stop it first; one store takes one runner.",
+            f"another h3core already runs on {db}{holder}: {lock_path} is locked. Stop it first; one store takes one runner.",
             EXIT_LOCKED,
         )
     except OSError as exc:

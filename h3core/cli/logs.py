@@ -246,8 +246,7 @@ def import_(
         except IllegalEvent as exc:
             where = line_of.get((exc.job_id, exc.seq))
             fail(
-                (f"line {where}: " if where else "")
-                + f"the log breaks a rule ({exc.code}): {exc}; nothing was imported",
+                (f"line {where}: " if where else "") + f"the log breaks a rule ({exc.code}): {exc}; nothing was imported",
                 EXIT_DATA,
             )
         except Conflict as exc:
@@ -293,7 +292,6 @@ def jobs(
         out.print(f"no jobs{f' with status {status.value}' if status else ''} in {db}")
         return
     out.print(table)
-
 
 
 @app.command()

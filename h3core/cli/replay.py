@@ -77,16 +77,11 @@ def fields(event: Event) -> str:
             return f"step {b.step}/{b.total}"
         case Done():
             a = b.artifact
-            return (
-                f"artifact={a.path}  bytes={a.bytes}  sha256={a.sha256}  "
-                f"frames={a.frames}  duration={a.duration_s:g}s"
-            )
+            return f"artifact={a.path}  bytes={a.bytes}  sha256={a.sha256}  frames={a.frames}  duration={a.duration_s:g}s"
         case Recovered():
             return f"attempt={b.attempt}  artifact={b.artifact.path}  (committed before h3core stopped; size and sha256 checked)"
         case AttemptFailed():
-            return f"attempt={b.attempt}  kind={b.kind}  message={b.message!r}" + (
-                f"  detail={b.detail!r}" if b.detail else ""
-            )
+            return f"attempt={b.attempt}  kind={b.kind}  message={b.message!r}" + (f"  detail={b.detail!r}" if b.detail else "")
         case Failed():
             return f"kind={b.kind}  message={b.message!r}" + (f"  detail={b.detail!r}" if b.detail else "")
         case CancelRequested() | Cancelled():
@@ -312,4 +307,3 @@ def replay(
     out.print()
     out.print(status)
     out.print(Text.assemble(("why: ", "bold"), _why(state, events, datetime.now(UTC))))
-

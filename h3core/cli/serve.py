@@ -19,9 +19,15 @@ from h3core.store_retry import StoreUnavailable
 
 @app.command()
 def serve(
-    role: Annotated[str | None, _opt("H3_ROLE", "all: HTTP and runner in one process; api: HTTP only; runner: jobs only (no HTTP) \\[all].")] = None,
-    tail_interval: Annotated[float | None, _opt("H3_TAIL_INTERVAL", "api role: seconds between looks for events the runner process stored \\[0.05].")] = None,
-    poll_interval: Annotated[float | None, _opt("H3_POLL_INTERVAL", "Seconds between a runner's looks for work other processes stored \\[0.5].")] = None,
+    role: Annotated[
+        str | None, _opt("H3_ROLE", "all: HTTP and runner in one process; api: HTTP only; runner: jobs only (no HTTP) \\[all].")
+    ] = None,
+    tail_interval: Annotated[
+        float | None, _opt("H3_TAIL_INTERVAL", "api role: seconds between looks for events the runner process stored \\[0.05].")
+    ] = None,
+    poll_interval: Annotated[
+        float | None, _opt("H3_POLL_INTERVAL", "Seconds between a runner's looks for work other processes stored \\[0.5].")
+    ] = None,
     host: Annotated[str | None, _opt("H3_HOST", "Address to listen on \\[127.0.0.1].")] = None,
     port: Annotated[int | None, _opt("H3_PORT", "Port \\[8100].")] = None,
     db: Annotated[Path | None, _opt("H3_DB", "SQLite store \\[h3core.db].")] = None,
@@ -29,44 +35,109 @@ def serve(
     uploads: Annotated[Path | None, _opt("H3_UPLOADS", "Folder for keyframes and references \\[uploads].")] = None,
     executor: Annotated[str | None, _opt("H3_EXECUTOR", "pipeline, comfyui or fake \\[pipeline].")] = None,
     slots: Annotated[int | None, _opt("H3_SLOTS", "Jobs run at once \\[1].")] = None,
-    openai_models: Annotated[str | None, _opt("H3_OPENAI_MODELS", "Model names /v1/videos answers to, comma-separated; the first is reported \\[minimax-h3].")] = None,
-    stall_timeout: Annotated[float | None, _opt("H3_STALL_TIMEOUT", "Seconds without progress before a job is stalled \\[600].")] = None,
-    queue_timeout: Annotated[float | None, _opt("H3_QUEUE_TIMEOUT", "Seconds a job may wait unstarted after admission, then fails 'deadline' \\[no limit].")] = None,
+    openai_models: Annotated[
+        str | None,
+        _opt("H3_OPENAI_MODELS", "Model names /v1/videos answers to, comma-separated; the first is reported \\[minimax-h3]."),
+    ] = None,
+    stall_timeout: Annotated[
+        float | None, _opt("H3_STALL_TIMEOUT", "Seconds without progress before a job is stalled \\[600].")
+    ] = None,
+    queue_timeout: Annotated[
+        float | None,
+        _opt("H3_QUEUE_TIMEOUT", "Seconds a job may wait unstarted after admission, then fails 'deadline' \\[no limit]."),
+    ] = None,
     fake_step_seconds: Annotated[float | None, _opt("H3_FAKE_STEP_SECONDS", "The fake executor's time per step \\[0.5].")] = None,
     max_attempts: Annotated[int | None, _opt("H3_MAX_ATTEMPTS", "Retry policy: attempts per job \\[2].")] = None,
-    retry_on: Annotated[str | None, _opt("H3_RETRY_ON", "Retry policy: failure kinds retried \\[executor_lost,interrupted].")] = None,
-    capacity_profile: Annotated[str | None, _opt("H3_CAPACITY_PROFILE", "Capacity profile (a TOML file or a built-in name) applied whatever the hardware \\[the built-in one that describes the executor, if any].")] = None,
-    model_dir: Annotated[Path | None, _opt("H3_MODEL_DIR", "MiniMax-H3 weights, diffusers layout (pipeline) \\[a tiny random model].")] = None,
+    retry_on: Annotated[
+        str | None, _opt("H3_RETRY_ON", "Retry policy: failure kinds retried \\[executor_lost,interrupted].")
+    ] = None,
+    capacity_profile: Annotated[
+        str | None,
+        _opt(
+            "H3_CAPACITY_PROFILE",
+            "Capacity profile (a TOML file or a built-in name) applied whatever the hardware "
+            "\\[the built-in one that describes the executor, if any].",
+        ),
+    ] = None,
+    model_dir: Annotated[
+        Path | None, _opt("H3_MODEL_DIR", "MiniMax-H3 weights, diffusers layout (pipeline) \\[a tiny random model].")
+    ] = None,
     device: Annotated[str | None, _opt("H3_DEVICE", "Torch device of the pipeline \\[cpu].")] = None,
     dtype: Annotated[str | None, _opt("H3_DTYPE", "float32, bfloat16 or float16 (pipeline) \\[float32].")] = None,
-    attention: Annotated[str | None, _opt("H3_ATTENTION", "auto (measured at start), cudnn, flash, efficient, sage-fp16, sage-fp8, sage-triton or math (pipeline) \\[auto].")] = None,
-    attention_math_max_tokens: Annotated[int | None, _opt("H3_ATTENTION_MATH_MAX_TOKENS", "Longest sequence the MATH kernel may take \\[4096].")] = None,
-    attention_tolerance: Annotated[float | None, _opt("H3_ATTENTION_TOLERANCE", "Relative L1 error an attention kernel may show at start \\[0.05].")] = None,
-    text_encoder_device: Annotated[str | None, _opt("H3_TEXT_ENCODER_DEVICE", "Where the text encoder lives, e.g. cpu beside a GPU transformer \\[with the transformer].")] = None,
+    attention: Annotated[
+        str | None,
+        _opt(
+            "H3_ATTENTION",
+            "auto (measured at start), cudnn, flash, efficient, sage-fp16, sage-fp8, sage-triton or math (pipeline) \\[auto].",
+        ),
+    ] = None,
+    attention_math_max_tokens: Annotated[
+        int | None, _opt("H3_ATTENTION_MATH_MAX_TOKENS", "Longest sequence the MATH kernel may take \\[4096].")
+    ] = None,
+    attention_tolerance: Annotated[
+        float | None, _opt("H3_ATTENTION_TOLERANCE", "Relative L1 error an attention kernel may show at start \\[0.05].")
+    ] = None,
+    text_encoder_device: Annotated[
+        str | None,
+        _opt(
+            "H3_TEXT_ENCODER_DEVICE", "Where the text encoder lives, e.g. cpu beside a GPU transformer \\[with the transformer]."
+        ),
+    ] = None,
     vae_device: Annotated[str | None, _opt("H3_VAE_DEVICE", "Where both VAEs live \\[with the transformer].")] = None,
-    devices: Annotated[int | None, _opt("H3_DEVICES", "Run the pipeline on this many devices as groups of Ray actors \\[unset: in-process].")] = None,
-    group_size: Annotated[str | None, _opt("H3_GROUP_SIZE", "Ranks per group, or the sizes in order (2,1,1); each group is one slot \\[1].")] = None,
+    devices: Annotated[
+        int | None, _opt("H3_DEVICES", "Run the pipeline on this many devices as groups of Ray actors \\[unset: in-process].")
+    ] = None,
+    group_size: Annotated[
+        str | None, _opt("H3_GROUP_SIZE", "Ranks per group, or the sizes in order (2,1,1); each group is one slot \\[1].")
+    ] = None,
     parallel: Annotated[str | None, _opt("H3_PARALLEL", "fsdp+ulysses, fsdp or ulysses within a group \\[fsdp+ulysses].")] = None,
-    group_budgets: Annotated[str | None, _opt("H3_GROUP_BUDGETS", "Tokens a group of each size fits, measured (1=40000,2=90000) \\[unlimited].")] = None,
-    group_timeout: Annotated[float | None, _opt("H3_GROUP_TIMEOUT", "Seconds any collective may wait for a partner rank \\[120].")] = None,
-    watchdog_interval: Annotated[float | None, _opt("H3_WATCHDOG_INTERVAL", "Seconds between pings of idle groups \\[10].")] = None,
+    group_budgets: Annotated[
+        str | None, _opt("H3_GROUP_BUDGETS", "Tokens a group of each size fits, measured (1=40000,2=90000) \\[unlimited].")
+    ] = None,
+    group_timeout: Annotated[
+        float | None, _opt("H3_GROUP_TIMEOUT", "Seconds any collective may wait for a partner rank \\[120].")
+    ] = None,
+    watchdog_interval: Annotated[
+        float | None, _opt("H3_WATCHDOG_INTERVAL", "Seconds between pings of idle groups \\[10].")
+    ] = None,
     rank_threads: Annotated[int | None, _opt("H3_RANK_THREADS", "Torch threads per rank on a CPU \\[torch's default].")] = None,
-    ray_address: Annotated[str | None, _opt("H3_RAY_ADDRESS", "An existing Ray cluster \\[unset: a local Ray on loopback].")] = None,
+    ray_address: Annotated[
+        str | None, _opt("H3_RAY_ADDRESS", "An existing Ray cluster \\[unset: a local Ray on loopback].")
+    ] = None,
     comfyui_url: Annotated[str | None, _opt("H3_COMFYUI_URL", "ComfyUI server (comfyui executor).")] = None,
     comfyui_topology: Annotated[str | None, _opt("H3_COMFYUI_TOPOLOGY", "single-gpu or raylight \\[single-gpu].")] = None,
     comfyui_templates: Annotated[Path | None, _opt("H3_COMFYUI_TEMPLATES", "A folder of extra workflow templates.")] = None,
     comfyui_log: Annotated[Path | None, _opt("H3_COMFYUI_LOG", "ComfyUI's log file (Raylight progress).")] = None,
-    allowed_hosts: Annotated[str | None, _opt("H3_ALLOWED_HOSTS", "Host names answered besides loopback ones, comma-separated (* for any) \\[none].")] = None,
-    cors_origins: Annotated[str | None, _opt("H3_CORS_ORIGINS", "Origins whose pages may call the API (scheme://host:port), comma-separated \\[none].")] = None,
-    metrics_port: Annotated[int | None, _opt("H3_METRICS_PORT", "Serve /metrics on this port instead of the API's \\[unset].")] = None,
+    allowed_hosts: Annotated[
+        str | None, _opt("H3_ALLOWED_HOSTS", "Host names answered besides loopback ones, comma-separated (* for any) \\[none].")
+    ] = None,
+    cors_origins: Annotated[
+        str | None,
+        _opt("H3_CORS_ORIGINS", "Origins whose pages may call the API (scheme://host:port), comma-separated \\[none]."),
+    ] = None,
+    metrics_port: Annotated[
+        int | None, _opt("H3_METRICS_PORT", "Serve /metrics on this port instead of the API's \\[unset].")
+    ] = None,
     metrics_host: Annotated[str | None, _opt("H3_METRICS_HOST", "Address of the /metrics listener \\[127.0.0.1].")] = None,
-    comfyui_template: Annotated[str | None, _opt("H3_COMFYUI_TEMPLATE", "The template per mode, by name: t2va=core-nodes-t2va,fl2va=... \\[minimax-h3-MODE-TOPOLOGY].")] = None,
-    comfyui_concurrency: Annotated[int | None, _opt("H3_COMFYUI_CONCURRENCY", "Prompts ComfyUI runs at once; jobs beyond it wait queued in h3core \\[1].")] = None,
-    comfyui_on_stop: Annotated[str | None, _opt("H3_COMFYUI_ON_STOP", "On SIGTERM: detach (prompts run on; the next start re-attaches) or interrupt \\[detach].")] = None,
+    comfyui_template: Annotated[
+        str | None,
+        _opt(
+            "H3_COMFYUI_TEMPLATE", "The template per mode, by name: t2va=core-nodes-t2va,fl2va=... \\[minimax-h3-MODE-TOPOLOGY]."
+        ),
+    ] = None,
+    comfyui_concurrency: Annotated[
+        int | None, _opt("H3_COMFYUI_CONCURRENCY", "Prompts ComfyUI runs at once; jobs beyond it wait queued in h3core \\[1].")
+    ] = None,
+    comfyui_on_stop: Annotated[
+        str | None,
+        _opt("H3_COMFYUI_ON_STOP", "On SIGTERM: detach (prompts run on; the next start re-attaches) or interrupt \\[detach]."),
+    ] = None,
     config: Annotated[Path | None, _opt("H3_CONFIG", "A TOML settings file (same names as these options).")] = None,
     log_level: Annotated[str | None, _opt("H3_LOG_LEVEL", "debug, info, warning or error \\[info].")] = None,
     log_format: Annotated[str | None, _opt("H3_LOG_FORMAT", "Log records as text or JSON lines (json) \\[text].")] = None,
-    store_retry: Annotated[float | None, _opt("H3_STORE_RETRY", "Seconds a failing store is retried before the process exits non-zero \\[30].")] = None,
+    store_retry: Annotated[
+        float | None, _opt("H3_STORE_RETRY", "Seconds a failing store is retried before the process exits non-zero \\[30].")
+    ] = None,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /schema). Tokens come from H3_API_TOKENS only (never a flag)."""
     require_extra("service", "litestar", "uvicorn", "prometheus_client")
@@ -78,10 +149,11 @@ def serve(
     if config is not None:
         os.environ["H3_CONFIG"] = str(config)
     given = {
-        k: v for k, v in locals().items()
+        k: v
+        for k, v in locals().items()
         if k not in ("config", "uvicorn", "build_service", "create_app", "create_metrics_app", "Settings", "SettingsError")
         and v is not None
-    }  # fmt: skip
+    }
     try:
         settings = Settings(**given)
         configure_logging(settings.log_format, settings.log_level)
@@ -104,7 +176,11 @@ def serve(
         f"h3core: http://{settings.host}:{settings.port}  store {settings.db}  "
         f"{'runner in another process' if lock is None else f'executor {settings.executor}'}  {auth}  "
         f"({_server_impl()})"
-        + (f"  metrics http://{settings.metrics_host}:{settings.metrics_port}/metrics" if settings.metrics_port is not None else "")
+        + (
+            f"  metrics http://{settings.metrics_host}:{settings.metrics_port}/metrics"
+            if settings.metrics_port is not None
+            else ""
+        )
     )
     config = uvicorn.Config(
         application,
@@ -125,9 +201,13 @@ def serve(
     metrics_server = None
     if settings.metrics_port is not None:
         metrics_config = uvicorn.Config(
-            create_metrics_app(settings, service), log_level=settings.log_level, lifespan="off", access_log=False,
-            loop="auto", http="auto",
-        )  # fmt: skip
+            create_metrics_app(settings, service),
+            log_level=settings.log_level,
+            lifespan="off",
+            access_log=False,
+            loop="auto",
+            http="auto",
+        )
         metrics_server = (_quiet_server(metrics_config), _listen(settings.metrics_host, settings.metrics_port))
     _freeze_startup_objects()
     # uvicorn re-raises the signal it stopped on, once it is done; a stop we asked for is a
@@ -159,7 +239,9 @@ def _run_jobs(svc) -> None:
     console_err().print(f"h3core runner: pid {os.getpid()}, store {s.db}, executor {s.executor}, slots {svc.runner.slot_count()}")
     _freeze_startup_objects()
     try:
-        how = anyio.run(functools.partial(serve_runner, svc.runner, verbose=False, name="h3core runner"), backend_options=_loop_options())
+        how = anyio.run(
+            functools.partial(serve_runner, svc.runner, verbose=False, name="h3core runner"), backend_options=_loop_options()
+        )
     except StoreUnavailable as exc:
         fail(f"h3core runner stopped, the store is unusable: {exc}", EXIT_DATA)
     finally:

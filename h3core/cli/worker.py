@@ -65,18 +65,14 @@ def enqueue(
 ) -> None:
     """Store a job for a worker to run, and print its id. No runner is started."""
     try:
-        request = GenerationRequest(
-            prompt=prompt, steps=steps, frames=frames, width=width, height=height, seed=seed
-        )
+        request = GenerationRequest(prompt=prompt, steps=steps, frames=frames, width=width, height=height, seed=seed)
         retry = RetryPolicy(max_attempts=max_attempts)
     except ValidationError as exc:
         fail(f"invalid job: {first_error(exc)}")
     with open_store(db, create=True) as store:
         runner = Runner(store, None, RunnerConfig(retry=retry), admission=admission(db, profile))  # submits only
         try:
-            state = anyio.run(
-                functools.partial(runner.submit, request, priority=priority, idempotency_key=idempotency_key)
-            )
+            state = anyio.run(functools.partial(runner.submit, request, priority=priority, idempotency_key=idempotency_key))
         except (Refused, IdempotencyMismatch) as exc:
             fail(str(exc))
     for warning in state.warnings:
@@ -144,11 +140,17 @@ async def _serve_runner(runner: Runner, *, verbose: bool, name: str) -> str:
 @app.command()
 def worker(
     db: DbOption = Path("h3core.db"),
-    executor: Annotated[str | None, setting_option("H3_EXECUTOR", "pipeline, comfyui or fake, as `serve` runs it \\[pipeline].")] = None,
+    executor: Annotated[
+        str | None, setting_option("H3_EXECUTOR", "pipeline, comfyui or fake, as `serve` runs it \\[pipeline].")
+    ] = None,
     artifacts: Annotated[Path | None, setting_option("H3_ARTIFACTS", "Where finished videos go \\[artifacts].")] = None,
     slots: Annotated[int | None, setting_option("H3_SLOTS", "Jobs run at once \\[1].")] = None,
-    stall_timeout: Annotated[float | None, setting_option("H3_STALL_TIMEOUT", "Seconds without progress before an attempt is stalled \\[600].")] = None,
-    fake_step_seconds: Annotated[float | None, setting_option("H3_FAKE_STEP_SECONDS", "The fake executor's time per step \\[0.5].")] = None,
+    stall_timeout: Annotated[
+        float | None, setting_option("H3_STALL_TIMEOUT", "Seconds without progress before an attempt is stalled \\[600].")
+    ] = None,
+    fake_step_seconds: Annotated[
+        float | None, setting_option("H3_FAKE_STEP_SECONDS", "The fake executor's time per step \\[0.5].")
+    ] = None,
     max_attempts: Annotated[
         int | None,
         setting_option(
@@ -157,14 +159,26 @@ def worker(
             "policy recorded when they were enqueued (see `enqueue --max-attempts`) \\[2].",
         ),
     ] = None,
-    poll_interval: Annotated[float | None, setting_option("H3_POLL_INTERVAL", "Seconds between looks for work other processes stored \\[0.5].")] = None,
-    model_dir: Annotated[Path | None, setting_option("H3_MODEL_DIR", "MiniMax-H3 weights, diffusers layout (pipeline) \\[a tiny random model beside the store].")] = None,
+    poll_interval: Annotated[
+        float | None, setting_option("H3_POLL_INTERVAL", "Seconds between looks for work other processes stored \\[0.5].")
+    ] = None,
+    model_dir: Annotated[
+        Path | None,
+        setting_option(
+            "H3_MODEL_DIR", "MiniMax-H3 weights, diffusers layout (pipeline) \\[a tiny random model beside the store]."
+        ),
+    ] = None,
     device: Annotated[str | None, setting_option("H3_DEVICE", "Torch device of the pipeline \\[cpu].")] = None,
     config: Annotated[Path | None, setting_option("H3_CONFIG", "A TOML settings file (the names of `serve`'s options).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print one line per event written.")] = False,
     profile: ProfileOption = None,
-    store_retry: Annotated[float | None, setting_option("H3_STORE_RETRY", "Seconds a failing store is retried before the worker exits non-zero \\[30].")] = None,
-    log_format: Annotated[str | None, setting_option("H3_LOG_FORMAT", "Log records as text or JSON lines (json) \\[text].")] = None,
+    store_retry: Annotated[
+        float | None,
+        setting_option("H3_STORE_RETRY", "Seconds a failing store is retried before the worker exits non-zero \\[30]."),
+    ] = None,
+    log_format: Annotated[
+        str | None, setting_option("H3_LOG_FORMAT", "Log records as text or JSON lines (json) \\[text].")
+    ] = None,
     log_level: Annotated[str | None, setting_option("H3_LOG_LEVEL", "debug, info, warning or error \\[info].")] = None,
 ) -> None:
     """Run the store's queued jobs until SIGTERM or SIGINT (a graceful stop), with the executor
@@ -176,11 +190,21 @@ def worker(
     if config is not None:
         os.environ["H3_CONFIG"] = str(config)
     given = {
-        "db": db, "executor": executor, "artifacts": artifacts, "slots": slots, "stall_timeout": stall_timeout,
-        "fake_step_seconds": fake_step_seconds, "max_attempts": max_attempts, "poll_interval": poll_interval,
-        "model_dir": model_dir, "device": device, "capacity_profile": profile, "store_retry": store_retry,
-        "log_format": log_format, "log_level": log_level,
-    }  # fmt: skip
+        "db": db,
+        "executor": executor,
+        "artifacts": artifacts,
+        "slots": slots,
+        "stall_timeout": stall_timeout,
+        "fake_step_seconds": fake_step_seconds,
+        "max_attempts": max_attempts,
+        "poll_interval": poll_interval,
+        "model_dir": model_dir,
+        "device": device,
+        "capacity_profile": profile,
+        "store_retry": store_retry,
+        "log_format": log_format,
+        "log_level": log_level,
+    }
     try:
         settings = Settings(**{k: v for k, v in given.items() if v is not None})
         runner_config = settings.runner_config()

@@ -111,16 +111,25 @@ class Contract:
         caps, shape = self.caps, Shape.of(request)
         mode = caps.mode(request.mode)
         if not mode.served:
-            return _Limit(reason="mode_unavailable", why=f"mode {request.mode} is not served by {caps.executor}: {mode.reason or 'not offered'}")
+            return _Limit(
+                reason="mode_unavailable",
+                why=f"mode {request.mode} is not served by {caps.executor}: {mode.reason or 'not offered'}",
+            )
         for name, ids in request.uploads().items():
             most, count = caps.media.get(name), len(ids)
             if most is not None and count > most:
-                return _Limit(reason="mode_unavailable", why=f"{name}: {caps.executor} takes at most {most} here, the request has {count}")
+                return _Limit(
+                    reason="mode_unavailable", why=f"{name}: {caps.executor} takes at most {most} here, the request has {count}"
+                )
         refs = request.references
         if refs is not None and caps.max_references is not None and refs.count() > caps.max_references:
-            return _Limit(reason="mode_unavailable", why=f"references: at most {caps.max_references} in all, the request has {refs.count()}")
+            return _Limit(
+                reason="mode_unavailable", why=f"references: at most {caps.max_references} in all, the request has {refs.count()}"
+            )
         if refs is not None and not caps.audio_alone and refs.audios and not (refs.images or refs.videos):
-            return _Limit(reason="mode_unavailable", why="references.audios: an audio reference needs an image or video reference beside it")
+            return _Limit(
+                reason="mode_unavailable", why="references.audios: an audio reference needs an image or video reference beside it"
+            )
         window = caps.window
         if window is not None and not window.admits(request.frames):
             snapped = snap_frames(request.frames)
@@ -138,20 +147,27 @@ class Contract:
         if caps.max_tokens is not None and (sequence := tokens + text_rows_bound(request)) > caps.max_tokens:
             kernel = f" ({caps.max_tokens_reason})" if caps.max_tokens_reason else ""
             return _Limit(
-                reason="vram", why=f"its sequence may reach {sequence} tokens with the prompt's, over the attention kernel's {caps.max_tokens}-token limit{kernel}"
+                reason="vram",
+                why=f"its sequence may reach {sequence} tokens with the prompt's, "
+                f"over the attention kernel's {caps.max_tokens}-token limit{kernel}",
             )
         budget = self._budget(shape)
         if budget is not None and (budget.tokens is not None and tokens > budget.tokens):
             reason: CeilingReason = "vram" if budget.verified else "unverified"
-            return _Limit(reason=reason, verified=budget.verified, why=f"it needs {tokens} tokens, over the {budget.tokens}-token budget ({budget.source})")
+            return _Limit(
+                reason=reason,
+                verified=budget.verified,
+                why=f"it needs {tokens} tokens, over the {budget.tokens}-token budget ({budget.source})",
+            )
         if budget is None:
             assert self.profile is not None
             refs = self.profile.references
             return _Limit(
-                reason="unverified", verified=False,
+                reason="unverified",
+                verified=False,
                 why=f"requests with references have no measured memory budget on {self.profile.name}, and this profile "
                 f"rejects them ({refs.note or 'references.policy = reject'})",
-            )  # fmt: skip
+            )
         return None
 
     def _quality_cap(self, shape: Shape) -> int | None:
@@ -171,7 +187,9 @@ class Contract:
             if refs.policy == "reject":
                 return None
             tokens = refs.budget_tokens if best.tokens is None else min(refs.budget_tokens or 0, best.tokens)
-            return GroupBudget(size=best.size, tokens=tokens, verified=False, source=f"references budget of {self.profile.name}, unverified")
+            return GroupBudget(
+                size=best.size, tokens=tokens, verified=False, source=f"references budget of {self.profile.name}, unverified"
+            )
         return best
 
     # -- what callers see --------------------------------------------------------------------
@@ -229,9 +247,15 @@ class Contract:
         # Verified: a measurement backs the limit that binds, and that what it admits fits in memory.
         verified = refusal.verified and budget is not None and budget.verified
         return CeilingRow(
-            shape=shape, min_frames=low if best else 0, max_frames=best, reason=refusal.reason, verified=verified,
-            tokens_at_max=tokens, budget_tokens=budget.tokens if budget is not None else None, why=refusal.why,
-        )  # fmt: skip
+            shape=shape,
+            min_frames=low if best else 0,
+            max_frames=best,
+            reason=refusal.reason,
+            verified=verified,
+            tokens_at_max=tokens,
+            budget_tokens=budget.tokens if budget is not None else None,
+            why=refusal.why,
+        )
 
     def ceilings(self, resolutions: Sequence[tuple[int, int]] | None = None) -> list[CeilingRow]:
         """The table the console reads: every offered resolution, for each mode."""

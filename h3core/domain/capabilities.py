@@ -139,9 +139,13 @@ class Capabilities(_Data):
         """The identity a `Running` event recorded, as capabilities (for matching profiles)."""
         sizes = [int(n) for n in info.get("group_sizes", "1").split(",") if n.strip().isdigit()] or [1]
         return cls(
-            executor=executor, hardware=info.get("hardware", ""), kernel=info.get("kernel"), model=info.get("model_name"),
-            topology=info.get("topology"), groups=tuple(GroupBudget(size=n) for n in sizes),
-        )  # fmt: skip
+            executor=executor,
+            hardware=info.get("hardware", ""),
+            kernel=info.get("kernel"),
+            model=info.get("model_name"),
+            topology=info.get("topology"),
+            groups=tuple(GroupBudget(size=n) for n in sizes),
+        )
 
     def mode(self, mode: str) -> ModeReadiness:
         return next(m for m in self.modes if m.mode == mode)
@@ -181,5 +185,3 @@ class Capabilities(_Data):
         """Fill the groups that have no budget of their own from `budgets` (by size)."""
         groups = tuple(g if g.tokens is not None or g.size not in budgets else budgets[g.size] for g in self.groups)
         return self.model_copy(update={"groups": groups})
-
-

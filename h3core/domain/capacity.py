@@ -220,9 +220,14 @@ class Shape(_Data):
                 audios=tuple(f"a{n}" for n in range(self.ref_audios)),
             )
         return GenerationRequest(
-            mode=self.mode, prompt="-", width=self.width, height=self.height, frames=frames,
-            keyframes=keyframes, references=references,
-        )  # fmt: skip
+            mode=self.mode,
+            prompt="-",
+            width=self.width,
+            height=self.height,
+            frames=frames,
+            keyframes=keyframes,
+            references=references,
+        )
 
 
 class Evidence(_Data):
@@ -256,9 +261,7 @@ def fit(evidence: Iterable[Evidence], *, safety_margin: float = 0.0) -> list[Fit
         oom = [e for e in group if e.outcome == "oom"]
         below = max(ran, key=lambda e: e.tokens) if ran else None
         above = min(oom, key=lambda e: e.tokens) if oom else None
-        contradictions = tuple(
-            (o, r) for o in sorted(oom, key=lambda e: e.tokens) for r in ran if o.tokens <= r.tokens
-        )[:20]
+        contradictions = tuple((o, r) for o in sorted(oom, key=lambda e: e.tokens) for r in ran if o.tokens <= r.tokens)[:20]
         proposed = None
         if below is not None:
             proposed = below.tokens
@@ -266,16 +269,23 @@ def fit(evidence: Iterable[Evidence], *, safety_margin: float = 0.0) -> list[Fit
                 proposed += min(int(safety_margin * (above.tokens - below.tokens)), above.tokens - below.tokens - 1)
         out.append(
             Fit(
-                references=refs, ran=len(ran), oom=len(oom), bound_below=below, bound_above=above,
-                contradictions=contradictions, proposed_budget=proposed,
+                references=refs,
+                ran=len(ran),
+                oom=len(oom),
+                bound_below=below,
+                bound_above=above,
+                contradictions=contradictions,
+                proposed_budget=proposed,
             )
-        )  # fmt: skip
+        )
     return out
 
 
 def evidence_points(points: Sequence[MeasuredPoint]) -> list[Evidence]:
     return [
-        Evidence(job_id=f"profile:{p.width}x{p.height}x{p.frames}", tokens=p.tokens, outcome=p.outcome, references=p.ref_images > 0)
+        Evidence(
+            job_id=f"profile:{p.width}x{p.height}x{p.frames}", tokens=p.tokens, outcome=p.outcome, references=p.ref_images > 0
+        )
         for p in points
     ]
 

@@ -39,7 +39,9 @@ class _Body(_Model):
     @model_validator(mode="after")
     def _current(self) -> _Body:
         if self.v != self.version():
-            raise ValueError(f"a version {self.v} {type(self).__name__} body: this code reads version {self.version()} (upcast it)")
+            raise ValueError(
+                f"a version {self.v} {type(self).__name__} body: this code reads version {self.version()} (upcast it)"
+            )
         return self
 
 
@@ -143,17 +145,7 @@ class Recovered(_Body):
 
 
 Body = Annotated[
-    Submitted
-    | Admitted
-    | Running
-    | Resumed
-    | Progress
-    | Done
-    | AttemptFailed
-    | Failed
-    | CancelRequested
-    | Cancelled
-    | Recovered,
+    Submitted | Admitted | Running | Resumed | Progress | Done | AttemptFailed | Failed | CancelRequested | Cancelled | Recovered,
     Field(discriminator="type"),
 ]
 TERMINAL_TYPES = frozenset({"done", "failed", "cancelled"})

@@ -149,9 +149,12 @@ def count_tokens(request: GenerationRequest, media: Mapping[str, Media] | None =
         for ref in request.references.audios:
             references += ref_audio_rows(media.get(ref, ASSUMED_AUDIO).seconds, f)
     return TokenCount(
-        video=video_tokens(w, h, f), audio=audio_tokens(f), keyframes=keyframes,
-        references=references, reference_text=reference_text,
-    )  # fmt: skip
+        video=video_tokens(w, h, f),
+        audio=audio_tokens(f),
+        keyframes=keyframes,
+        references=references,
+        reference_text=reference_text,
+    )
 
 
 # Rows a prompt's chat template may add around its own tokens (a bound, not a count).

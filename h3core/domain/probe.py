@@ -157,7 +157,8 @@ def probed_profile(
     held = f", {identity.reserve_gib:g} GiB held for parts not built" if identity.reserve_gib else ""
     return CapacityProfile(
         name=name or default_name(identity),
-        hardware=f"{identity.group_size} x {identity.device} ({identity.dtype}{cap}{held}), in-process pipeline, one job at a time",
+        hardware=f"{identity.group_size} x {identity.device} ({identity.dtype}{cap}{held}), "
+        "in-process pipeline, one job at a time",
         attention=identity.attention,
         match=(
             ProfileMatch(

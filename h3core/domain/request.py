@@ -76,7 +76,9 @@ class References(_Frozen):
     """Reference media for ref2va, as upload ids (lists are taken as tuples)."""
 
     model_config = ConfigDict(
-        json_schema_extra={"anyOf": [{"required": [n], "properties": {n: {"minItems": 1}}} for n in ("images", "videos", "audios")]}
+        json_schema_extra={
+            "anyOf": [{"required": [n], "properties": {n: {"minItems": 1}}} for n in ("images", "videos", "audios")]
+        }
     )
 
     images: tuple[_UploadRef, ...] = Field(default=(), max_length=MAX_REF_IMAGES, strict=False)

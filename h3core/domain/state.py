@@ -129,7 +129,9 @@ def apply(state: JobState | None, event: Event) -> JobState:
         raise _illegal(event, "after_terminal", f"job already ended '{state.status}'; '{body.type}' cannot follow")
 
     if state.recovered is not None and not (isinstance(body, Done) and body.artifact == state.recovered):
-        raise _illegal(event, "recovered_then_done", f"only 'done' with the recovered video follows 'recovered', not '{body.type}'")
+        raise _illegal(
+            event, "recovered_then_done", f"only 'done' with the recovered video follows 'recovered', not '{body.type}'"
+        )
 
     common = {"last_seq": event.seq, "updated_at": event.at}
     match body:
@@ -138,16 +140,12 @@ def apply(state: JobState | None, event: Event) -> JobState:
         case Admitted():
             if state.status != "submitted":
                 raise _illegal(event, "not_submitted", f"'admitted' only follows 'submitted', job is '{state.status}'")
-            return state.model_copy(
-                update={**common, "status": "queued", "admitted_at": event.at, "tokens": body.tokens}
-            )
+            return state.model_copy(update={**common, "status": "queued", "admitted_at": event.at, "tokens": body.tokens})
         case Running():
             if state.status != "queued":
                 raise _illegal(event, "not_queued", f"'running' only from queued, job is '{state.status}'")
             if body.attempt != state.attempt + 1:
-                raise _illegal(
-                    event, "attempt_order", f"attempt {body.attempt} cannot follow attempt {state.attempt}"
-                )
+                raise _illegal(event, "attempt_order", f"attempt {body.attempt} cannot follow attempt {state.attempt}")
             return state.model_copy(
                 update={
                     **common,
@@ -239,7 +237,9 @@ def apply(state: JobState | None, event: Event) -> JobState:
         case CancelRequested():
             if state.status != "running":
                 raise _illegal(
-                    event, "not_running", f"'cancel_requested' only while running (queued jobs cancel at once), job is '{state.status}'"
+                    event,
+                    "not_running",
+                    f"'cancel_requested' only while running (queued jobs cancel at once), job is '{state.status}'",
                 )
             if state.cancel_requested:
                 raise _illegal(event, "duplicate_cancel", "cancel already requested")
@@ -258,9 +258,7 @@ def fold(events: Iterable[Event], state: JobState | None = None) -> JobState | N
     return state
 
 
-def _extend(
-    state: JobState | None, job_id: str, bodies: Iterable[Body], at: datetime
-) -> tuple[JobState, tuple[Event, ...]]:
+def _extend(state: JobState | None, job_id: str, bodies: Iterable[Body], at: datetime) -> tuple[JobState, tuple[Event, ...]]:
     """Number `bodies` after `state`, check each against the rules, return the new state and events.
 
     This is what every store does inside its write transaction, so an illegal event is refused

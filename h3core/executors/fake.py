@@ -135,7 +135,9 @@ class FakeExecutor(NoReports):
             else:
                 modes.append(ModeReadiness(mode=mode))
         budget = GroupBudget(size=1, tokens=lim.budget_tokens, verified=lim.budget_tokens is not None, source="fake limits")
-        return Capabilities(executor=self.name, hardware="fake", modes=tuple(modes), window=window, groups=(budget,), media=dict(lim.media))
+        return Capabilities(
+            executor=self.name, hardware="fake", modes=tuple(modes), window=window, groups=(budget,), media=dict(lim.media)
+        )
 
     def set_ready(self, ready: bool, reason: str = "not ready", modes: tuple[str, ...] = MODES) -> None:
         """Make `modes` unready (or ready again), as a server that went away and came back."""
@@ -233,9 +235,7 @@ def _describe(plan: FakePlan) -> str:
 
 def _raise(kind: FailureKind, step: int) -> None:
     if kind == "oom":
-        raise OutOfMemoryError(
-            f"CUDA out of memory. Tried to allocate 2.00 GiB (fake executor, step {step})"
-        )
+        raise OutOfMemoryError(f"CUDA out of memory. Tried to allocate 2.00 GiB (fake executor, step {step})")
     if kind == "executor_error":
         raise RuntimeError(f"fake executor failed at step {step}")
     raise ExecutorFailure(kind, f"fake executor reports '{kind}' at step {step}")

@@ -78,7 +78,6 @@ class Service:
         self.bus.close()  # after the runner's last events (the interruptions) went out
 
 
-
 def build_service(settings: Settings) -> Service:
     store = SQLiteEventStore(settings.db)
     artifacts = LocalArtifactStore(settings.artifacts)

@@ -72,9 +72,11 @@ class CrossSitePolicy:
         if not self.origins:
             return None
         return CORSConfig(
-            allow_origins=list(self.origins), allow_headers=CORS_REQUEST_HEADERS, expose_headers=CORS_EXPOSED_HEADERS,
+            allow_origins=list(self.origins),
+            allow_headers=CORS_REQUEST_HEADERS,
+            expose_headers=CORS_EXPOSED_HEADERS,
             allow_credentials=False,
-        )  # fmt: skip
+        )
 
     def host_allowed(self, host: str | None) -> bool:
         if self.hosts is None:
@@ -130,9 +132,11 @@ class CrossSiteGuard(ASGIMiddleware):
         host = headers.get("host")
         if not self.policy.host_allowed(host):
             return _refuse(
-                400, "Host", f"Host {host!r} is not a name this service answers to: loopback names, the address it listens on "
+                400,
+                "Host",
+                f"Host {host!r} is not a name this service answers to: loopback names, the address it listens on "
                 "and H3_ALLOWED_HOSTS (a page on another site that renamed itself to this address is refused)",
-            )  # fmt: skip
+            )
         origin = headers.get("origin")
         if origin is not None and not self.policy.origin_allowed(origin, scheme=scope.get("scheme", "http"), host=host):
             return _refuse(403, "Origin", f"requests from pages on {origin} are refused; allow an origin with H3_CORS_ORIGINS")

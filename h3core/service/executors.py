@@ -89,7 +89,9 @@ def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalU
     if topology is None and settings.slots != 1:
         raise SettingsError("slots: the pipeline executor runs one job at a time on its device; set slots to 1")
     if topology is not None and settings.slots not in (1, len(topology.group_sizes)):
-        raise SettingsError(f"slots: with devices set, each of the {len(topology.group_sizes)} groups is one slot; leave slots unset")
+        raise SettingsError(
+            f"slots: with devices set, each of the {len(topology.group_sizes)} groups is one slot; leave slots unset"
+        )
     model_dir = settings.model_dir
     if model_dir is None:
         model_dir = tiny_model_dir(settings)
@@ -122,7 +124,9 @@ def _groups(settings: Settings, topology, model: dict, artifacts: LocalArtifactS
     from importlib.util import find_spec
 
     if find_spec("ray") is None:
-        raise SettingsError("devices: groups of devices need the distributed extra (ray): pip install 'h3core[pipeline,distributed]'")
+        raise SettingsError(
+            "devices: groups of devices need the distributed extra (ray): pip install 'h3core[pipeline,distributed]'"
+        )
     from h3core.executors.distributed import ClusterSettings, DistributedExecutor, DistributedSettings
     from h3core.executors.pipeline.attention import AttentionError
 

@@ -39,7 +39,9 @@ def span(path: Path, size: int, request_headers: Mapping[str, str], *, media_typ
     try:
         part = parse_range(request_headers.get("range"), size, if_range=request_headers.get("if-range"), etag=etag)
     except Unsatisfiable:
-        raise HTTPException(status_code=416, detail=f"range not satisfiable for {size} bytes", headers={"Content-Range": f"bytes */{size}"}) from None
+        raise HTTPException(
+            status_code=416, detail=f"range not satisfiable for {size} bytes", headers={"Content-Range": f"bytes */{size}"}
+        ) from None
     start, end = part if part is not None else (0, size - 1)
     headers = {"Accept-Ranges": "bytes", "Content-Length": str(end - start + 1), "ETag": etag}
     if part is not None:

@@ -45,8 +45,12 @@ class _GroupCollector:
         groups = self.executor.health()
         if groups is None:
             return
-        up = GaugeMetricFamily("h3core_group_up", "1 when the device group can run a job (ready or busy).", labels=["group", "size"])
-        state = GaugeMetricFamily("h3core_group_state", "The device group's state (1 for the current one).", labels=["group", "state"])
+        up = GaugeMetricFamily(
+            "h3core_group_up", "1 when the device group can run a job (ready or busy).", labels=["group", "size"]
+        )
+        state = GaugeMetricFamily(
+            "h3core_group_state", "The device group's state (1 for the current one).", labels=["group", "state"]
+        )
         rebuilds = CounterMetricFamily("h3core_group_rebuilds", "Rebuilds of the device group after a failure.", labels=["group"])
         for h in groups:
             group = str(h.index)
@@ -60,8 +64,12 @@ class _GroupCollector:
         head = self.executor.head()
         if head is None:
             return
-        yield GaugeMetricFamily("h3core_ray_head_up", "1 while the Ray head of the device groups answers.", value=1 if head.state == "up" else 0)
-        yield CounterMetricFamily("h3core_ray_head_losses", "Times the Ray head was lost (and Ray restarted or rejoined).", value=head.losses)
+        yield GaugeMetricFamily(
+            "h3core_ray_head_up", "1 while the Ray head of the device groups answers.", value=1 if head.state == "up" else 0
+        )
+        yield CounterMetricFamily(
+            "h3core_ray_head_losses", "Times the Ray head was lost (and Ray restarted or rejoined).", value=head.losses
+        )
 
 
 class _AttentionCollector:

@@ -50,7 +50,9 @@ class ImageUrlReference(BaseModel):
     """An image inline, as a base64 data URL (no remote URL is fetched)."""
 
     model_config = ConfigDict(extra="forbid")
-    image_url: str = Field(pattern=r"^data:image/(png|jpeg|webp);base64,([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")
+    image_url: str = Field(
+        pattern=r"^data:image/(png|jpeg|webp);base64,([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+    )
 
 
 def _excludes(name: str, *others: str) -> list[dict]:
@@ -301,7 +303,9 @@ def frames_for(value: object) -> int:
 
 def check_model(value: object, served: Sequence[str]) -> None:
     if value not in served:
-        raise bad("model", f"model {value!r} is not served here; this deployment serves: {', '.join(served)}", code="model_not_found")
+        raise bad(
+            "model", f"model {value!r} is not served here; this deployment serves: {', '.join(served)}", code="model_not_found"
+        )
 
 
 def request_fields(params: Mapping[str, object], *, served: Sequence[str], first_frame: str | None = None) -> dict[str, object]:

@@ -222,8 +222,7 @@ class Settings(BaseSettings):
         if self.api_tokens or is_loopback(self.host):
             return
         raise SettingsError(
-            f"refusing to listen on {self.host} without API tokens: set H3_API_TOKENS (comma-separated), "
-            "or listen on 127.0.0.1"
+            f"refusing to listen on {self.host} without API tokens: set H3_API_TOKENS (comma-separated), or listen on 127.0.0.1"
         )
 
 

@@ -186,7 +186,9 @@ def api_status(state: JobState) -> ApiStatus:
     return "queued" if state.status in ("submitted", "queued") else state.status  # type: ignore[return-value]
 
 
-def job_view(state: JobState, *, now: datetime, queue_position: int | None, base: str = "", waiting: str | None = None) -> JobView:
+def job_view(
+    state: JobState, *, now: datetime, queue_position: int | None, base: str = "", waiting: str | None = None
+) -> JobView:
     start = state.started_at
     elapsed = ((state.finished_at or now) - start).total_seconds() if start else 0.0
     error = ErrorView(kind=state.error.kind, message=state.error.message, detail=state.error.detail) if state.error else None
@@ -194,9 +196,13 @@ def job_view(state: JobState, *, now: datetime, queue_position: int | None, base
     if state.artifact is not None:
         a = state.artifact
         artifact = ArtifactView(
-            url=f"{base}/v1/jobs/{state.job_id}/video", bytes=a.bytes, sha256=a.sha256, frames=a.frames,
-            duration_seconds=a.duration_s, media_type=a.media_type,
-        )  # fmt: skip
+            url=f"{base}/v1/jobs/{state.job_id}/video",
+            bytes=a.bytes,
+            sha256=a.sha256,
+            frames=a.frames,
+            duration_seconds=a.duration_s,
+            media_type=a.media_type,
+        )
     return JobView(
         id=state.job_id,
         status=api_status(state),
@@ -222,24 +228,42 @@ def job_view(state: JobState, *, now: datetime, queue_position: int | None, base
 def ceiling_view(row: CeilingRow) -> CeilingView:
     s = row.shape
     return CeilingView(
-        mode=s.mode, width=s.width, height=s.height, keyframes=s.keyframes, reference_images=s.ref_images,
-        min_frames=row.min_frames, max_frames=row.max_frames, max_seconds=round(row.max_frames / 24, 3), reason=row.reason,
-        verified=row.verified, tokens_at_max=row.tokens_at_max, why=row.why,
-    )  # fmt: skip
+        mode=s.mode,
+        width=s.width,
+        height=s.height,
+        keyframes=s.keyframes,
+        reference_images=s.ref_images,
+        min_frames=row.min_frames,
+        max_frames=row.max_frames,
+        max_seconds=round(row.max_frames / 24, 3),
+        reason=row.reason,
+        verified=row.verified,
+        tokens_at_max=row.tokens_at_max,
+        why=row.why,
+    )
 
 
 def ceilings_view(contract: Contract) -> CeilingsView:
     caps, profile = contract.caps, contract.profile
     window = caps.window
     return CeilingsView(
-        executor=caps.executor, hardware=caps.hardware, kernel=caps.kernel,
-        profile=profile.name if profile else None, profile_hardware=profile.hardware if profile else None,
+        executor=caps.executor,
+        hardware=caps.hardware,
+        kernel=caps.kernel,
+        profile=profile.name if profile else None,
+        profile_hardware=profile.hardware if profile else None,
         attention=profile.attention if profile else None,
-        budgets=[BudgetView(group_size=g.size, tokens=g.tokens, verified=g.verified, source=g.source or "none measured") for g in caps.groups],
-        window=WindowView(min_seconds=window.min_seconds, max_seconds=window.max_seconds, source=window.source) if window else None,
-        max_tokens=caps.max_tokens, api_max_frames=contract.api_max_frames,
+        budgets=[
+            BudgetView(group_size=g.size, tokens=g.tokens, verified=g.verified, source=g.source or "none measured")
+            for g in caps.groups
+        ],
+        window=WindowView(min_seconds=window.min_seconds, max_seconds=window.max_seconds, source=window.source)
+        if window
+        else None,
+        max_tokens=caps.max_tokens,
+        api_max_frames=contract.api_max_frames,
         ceilings=[ceiling_view(r) for r in contract.ceilings()],
-    )  # fmt: skip
+    )
 
 
 def problems(*codes: int) -> dict[int, object]:

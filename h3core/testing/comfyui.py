@@ -74,10 +74,27 @@ SAMPLERS = frozenset({"KSampler", "KSamplerAdvanced", "SamplerCustomAdvanced", "
 SENSITIVE_EXTRA_DATA_KEYS = ("auth_token_comfy_org", "api_key_comfy_org")
 MAXIMUM_HISTORY_SIZE = 10000
 MODEL_FOLDERS = [
-    "checkpoints", "configs", "loras", "vae", "text_encoders", "diffusion_models", "clip_vision", "style_models",
-    "embeddings", "diffusers", "vae_approx", "controlnet", "gligen", "upscale_models", "custom_nodes",
-    "hypernetworks", "photomaker", "classifiers", "model_patches", "audio_encoders",
-]  # fmt: skip
+    "checkpoints",
+    "configs",
+    "loras",
+    "vae",
+    "text_encoders",
+    "diffusion_models",
+    "clip_vision",
+    "style_models",
+    "embeddings",
+    "diffusers",
+    "vae_approx",
+    "controlnet",
+    "gligen",
+    "upscale_models",
+    "custom_nodes",
+    "hypernetworks",
+    "photomaker",
+    "classifiers",
+    "model_patches",
+    "audio_encoders",
+]
 OOM_MESSAGE = (
     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 22.00 GiB of which 1.02 GiB "
     "is free. Including non-PyTorch memory, this process has 20.96 GiB memory in use. Of the allocated memory "
@@ -673,8 +690,9 @@ class FakeComfyUI:
         ]
 
     async def _index(self, request: web.Request) -> web.Response:
-        return web.Response(text="<!DOCTYPE html><html><head><title>ComfyUI</title></head><body></body></html>",
-                            content_type="text/html")  # fmt: skip
+        return web.Response(
+            text="<!DOCTYPE html><html><head><title>ComfyUI</title></head><body></body></html>", content_type="text/html"
+        )
 
     async def _ok(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
@@ -696,18 +714,34 @@ class FakeComfyUI:
 
     async def _system_stats(self, request: web.Request) -> web.Response:
         vram = 150_754_820_096
-        return web.json_response({
-            "system": {
-                "os": "posix", "ram_total": RAM_TOTAL, "ram_free": 24194351104, "comfyui_version": "0.3.64",
-                "required_frontend_version": "1.27.10", "installed_templates_version": "0.1.95",
-                "required_templates_version": "0.1.95", "python_version": sys.version, "pytorch_version": "2.14.1+cu130",
-                "embedded_python": False, "argv": ["main.py", "--listen", "127.0.0.1", "--port", str(self._port)],
-            },
-            "devices": [{
-                "name": "cuda:0 NVIDIA H200 : cudaMallocAsync", "type": "cuda", "index": 0, "vram_total": vram,
-                "vram_free": vram - 2**30, "torch_vram_total": 0, "torch_vram_free": 0,
-            }],
-        })  # fmt: skip
+        return web.json_response(
+            {
+                "system": {
+                    "os": "posix",
+                    "ram_total": RAM_TOTAL,
+                    "ram_free": 24194351104,
+                    "comfyui_version": "0.3.64",
+                    "required_frontend_version": "1.27.10",
+                    "installed_templates_version": "0.1.95",
+                    "required_templates_version": "0.1.95",
+                    "python_version": sys.version,
+                    "pytorch_version": "2.14.1+cu130",
+                    "embedded_python": False,
+                    "argv": ["main.py", "--listen", "127.0.0.1", "--port", str(self._port)],
+                },
+                "devices": [
+                    {
+                        "name": "cuda:0 NVIDIA H200 : cudaMallocAsync",
+                        "type": "cuda",
+                        "index": 0,
+                        "vram_total": vram,
+                        "vram_free": vram - 2**30,
+                        "torch_vram_total": 0,
+                        "torch_vram_free": 0,
+                    }
+                ],
+            }
+        )
 
     async def _get_prompt(self, request: web.Request) -> web.Response:
         return web.json_response(self._queue_info())
@@ -960,12 +994,14 @@ class FakeComfyUI:
                 valid, reasons, _ = self._validate_inputs(prompt, o, validated)
             except Exception as ex:
                 valid = False
-                reasons = [{
-                    "type": "exception_during_validation",
-                    "message": "Exception when validating node",
-                    "details": str(ex),
-                    "extra_info": {"exception_type": _full_type_name(ex), "traceback": list(_VALIDATION_FRAMES)},
-                }]  # fmt: skip
+                reasons = [
+                    {
+                        "type": "exception_during_validation",
+                        "message": "Exception when validating node",
+                        "details": str(ex),
+                        "extra_info": {"exception_type": _full_type_name(ex), "traceback": list(_VALIDATION_FRAMES)},
+                    }
+                ]
                 validated[o] = (False, reasons, o)
             if valid is True:
                 good.append(o)
@@ -1021,24 +1057,33 @@ class FakeComfyUI:
             info = [input_type, extra_info]
             if isinstance(val, list):
                 if len(val) != 2:
-                    errors.append({
-                        "type": "bad_linked_input",
-                        "message": "Bad linked input, must be a length-2 list of [node_id, slot_index]",
-                        "details": f"{x}",
-                        "extra_info": {"input_name": x, "input_config": info, "received_value": val},
-                    })  # fmt: skip
+                    errors.append(
+                        {
+                            "type": "bad_linked_input",
+                            "message": "Bad linked input, must be a length-2 list of [node_id, slot_index]",
+                            "details": f"{x}",
+                            "extra_info": {"input_name": x, "input_config": info, "received_value": val},
+                        }
+                    )
                     continue
                 o_id = val[0]
                 o_class_type = prompt[o_id]["class_type"]
                 received_type = tuple(NODE_INFO[o_class_type]["output"])[val[1]]
                 if not _types_match(received_type, input_type):
                     details = f"{x}, received_type({received_type}) mismatch input_type({input_type})"
-                    errors.append({
-                        "type": "return_type_mismatch",
-                        "message": "Return type mismatch between linked nodes",
-                        "details": details,
-                        "extra_info": {"input_name": x, "input_config": info, "received_type": received_type, "linked_node": val},
-                    })  # fmt: skip
+                    errors.append(
+                        {
+                            "type": "return_type_mismatch",
+                            "message": "Return type mismatch between linked nodes",
+                            "details": details,
+                            "extra_info": {
+                                "input_name": x,
+                                "input_config": info,
+                                "received_type": received_type,
+                                "linked_node": val,
+                            },
+                        }
+                    )
                     continue
                 try:
                     r = self._validate_inputs(prompt, o_id, validated)
@@ -1047,15 +1092,21 @@ class FakeComfyUI:
                         continue
                 except Exception as ex:
                     valid = False
-                    reasons = [{
-                        "type": "exception_during_inner_validation",
-                        "message": "Exception when validating inner node",
-                        "details": str(ex),
-                        "extra_info": {
-                            "input_name": x, "input_config": info, "exception_message": str(ex),
-                            "exception_type": _full_type_name(ex), "traceback": list(_VALIDATION_FRAMES), "linked_node": val,
-                        },
-                    }]  # fmt: skip
+                    reasons = [
+                        {
+                            "type": "exception_during_inner_validation",
+                            "message": "Exception when validating inner node",
+                            "details": str(ex),
+                            "extra_info": {
+                                "input_name": x,
+                                "input_config": info,
+                                "exception_message": str(ex),
+                                "exception_type": _full_type_name(ex),
+                                "traceback": list(_VALIDATION_FRAMES),
+                                "linked_node": val,
+                            },
+                        }
+                    ]
                     validated[o_id] = (False, reasons, o_id)
                     continue
             else:
@@ -1071,30 +1122,41 @@ class FakeComfyUI:
                     if input_type == "BOOLEAN":
                         val = inputs[x] = bool(val)
                 except Exception as ex:
-                    errors.append({
-                        "type": "invalid_input_type",
-                        "message": f"Failed to convert an input value to a {input_type} value",
-                        "details": f"{x}, {val}, {ex}",
-                        "extra_info": {"input_name": x, "input_config": info, "received_value": val, "exception_message": str(ex)},
-                    })  # fmt: skip
+                    errors.append(
+                        {
+                            "type": "invalid_input_type",
+                            "message": f"Failed to convert an input value to a {input_type} value",
+                            "details": f"{x}, {val}, {ex}",
+                            "extra_info": {
+                                "input_name": x,
+                                "input_config": info,
+                                "received_value": val,
+                                "exception_message": str(ex),
+                            },
+                        }
+                    )
                     continue
                 if x in custom:
                     continue
                 if "min" in extra_info and val < extra_info["min"]:
-                    errors.append({
-                        "type": "value_smaller_than_min",
-                        "message": "Value {} smaller than min of {}".format(val, extra_info["min"]),
-                        "details": f"{x}",
-                        "extra_info": {"input_name": x, "input_config": info, "received_value": val},
-                    })  # fmt: skip
+                    errors.append(
+                        {
+                            "type": "value_smaller_than_min",
+                            "message": "Value {} smaller than min of {}".format(val, extra_info["min"]),
+                            "details": f"{x}",
+                            "extra_info": {"input_name": x, "input_config": info, "received_value": val},
+                        }
+                    )
                     continue
                 if "max" in extra_info and val > extra_info["max"]:
-                    errors.append({
-                        "type": "value_bigger_than_max",
-                        "message": "Value {} bigger than max of {}".format(val, extra_info["max"]),
-                        "details": f"{x}",
-                        "extra_info": {"input_name": x, "input_config": info, "received_value": val},
-                    })  # fmt: skip
+                    errors.append(
+                        {
+                            "type": "value_bigger_than_max",
+                            "message": "Value {} bigger than max of {}".format(val, extra_info["max"]),
+                            "details": f"{x}",
+                            "extra_info": {"input_name": x, "input_config": info, "received_value": val},
+                        }
+                    )
                     continue
                 if isinstance(input_type, list) or input_type == "COMBO":
                     if (class_type, x) in MODEL_INPUTS and self.model_files is None:
@@ -1107,23 +1169,27 @@ class FakeComfyUI:
                             input_config = None
                         else:
                             list_info = str(options)
-                        errors.append({
-                            "type": "value_not_in_list",
-                            "message": "Value not in list",
-                            "details": f"{x}: '{val}' not in {list_info}",
-                            "extra_info": {"input_name": x, "input_config": input_config, "received_value": val},
-                        })  # fmt: skip
+                        errors.append(
+                            {
+                                "type": "value_not_in_list",
+                                "message": "Value not in list",
+                                "details": f"{x}: '{val}' not in {list_info}",
+                                "extra_info": {"input_name": x, "input_config": input_config, "received_value": val},
+                            }
+                        )
                         continue
         for x in custom:
             if x in inputs and not isinstance(inputs[x], list):
                 _, message = FILE_INPUTS[(class_type, x)]
                 if not self._exists_annotated(inputs[x]):
-                    errors.append({
-                        "type": "custom_validation_failed",
-                        "message": "Custom validation failed for node",
-                        "details": f"{x} - {message.format(inputs[x])}",
-                        "extra_info": {"input_name": x},
-                    })  # fmt: skip
+                    errors.append(
+                        {
+                            "type": "custom_validation_failed",
+                            "message": "Custom validation failed for node",
+                            "details": f"{x} - {message.format(inputs[x])}",
+                            "extra_info": {"input_name": x},
+                        }
+                    )
         result = (False, errors, uid) if errors or valid is not True else (True, [], uid)
         validated[uid] = result
         return result
@@ -1313,12 +1379,18 @@ class FakeComfyUI:
     def _send_progress_state(self, run: _Run) -> None:
         nodes = {
             uid: {
-                "value": e["value"], "max": e["max"], "state": e["state"], "node_id": uid, "prompt_id": run.prompt_id,
-                "display_node_id": uid, "parent_node_id": None, "real_node_id": uid,
+                "value": e["value"],
+                "max": e["max"],
+                "state": e["state"],
+                "node_id": uid,
+                "prompt_id": run.prompt_id,
+                "display_node_id": uid,
+                "parent_node_id": None,
+                "real_node_id": uid,
             }
             for uid, e in run.progress.items()
             if e["state"] != "pending"
-        }  # fmt: skip
+        }
         self._emit("progress_state", {"prompt_id": run.prompt_id, "nodes": nodes}, run.client_id)
 
     def _start_progress(self, run: _Run, uid: str) -> None:
@@ -1345,8 +1417,14 @@ class FakeComfyUI:
         self._send_progress_state(run)
         modern = self._supports_preview_metadata(run.client_id)
         if preview is not None and modern:
-            meta = {"node_id": uid, "prompt_id": run.prompt_id, "display_node_id": uid, "parent_node_id": None,
-                    "real_node_id": uid, "image_type": "image/png"}  # fmt: skip
+            meta = {
+                "node_id": uid,
+                "prompt_id": run.prompt_id,
+                "display_node_id": uid,
+                "parent_node_id": None,
+                "real_node_id": uid,
+                "image_type": "image/png",
+            }
             meta_json = json.dumps(meta).encode()
             self._emit(4, struct.pack(">I", len(meta_json)) + meta_json + preview, run.client_id)
         self._emit("progress", {"value": value, "max": total, "prompt_id": run.prompt_id, "node": uid}, run.client_id)
@@ -1466,10 +1544,16 @@ class FakeComfyUI:
         elif failure.exception_type != "graph.DependencyCycleError":
             message = f"{message}\n"
         mes = {
-            "prompt_id": run.prompt_id, "node_id": uid, "node_type": run.prompt[uid]["class_type"],
-            "executed": list(run.executed), "exception_message": message, "exception_type": failure.exception_type,
-            "traceback": failure.traceback, "current_inputs": current_inputs, "current_outputs": list(run.prompt),
-        }  # fmt: skip
+            "prompt_id": run.prompt_id,
+            "node_id": uid,
+            "node_type": run.prompt[uid]["class_type"],
+            "executed": list(run.executed),
+            "exception_message": message,
+            "exception_type": failure.exception_type,
+            "traceback": failure.traceback,
+            "current_inputs": current_inputs,
+            "current_outputs": list(run.prompt),
+        }
         self._add_message(run, "execution_error", mes, broadcast=False)
 
     # -- fake nodes: async (run, node id, one call's inputs) -> (outputs, ui or None) -----------------------------
@@ -1542,9 +1626,12 @@ class FakeComfyUI:
                 "RuntimeError",
                 "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried "
                 f"to allocate {w * h * b * 4} bytes. Error code 12 (Cannot allocate memory)",
-                _EXEC_FRAMES + [f'  File "{_ROOT}/nodes.py", line 1877, in generate\n    r = torch.full([batch_size, height, '
-                                "width, 1], ((color >> 16) & 0xFF) / 0xFF)\n"],
-            )  # fmt: skip
+                _EXEC_FRAMES
+                + [
+                    f'  File "{_ROOT}/nodes.py", line 1877, in generate\n    r = torch.full([batch_size, height, '
+                    "width, 1], ((color >> 16) & 0xFF) / 0xFF)\n"
+                ],
+            )
         return (Images(b, w, h, int(kw.get("color", 0))),), None
 
     async def _n_EmptyLatentImage(self, run: _Run, uid: str, kw: dict[str, Any]) -> tuple[tuple[Any, ...], None]:

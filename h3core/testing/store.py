@@ -53,8 +53,6 @@ class EventStoreContract:
         assert state.status == "queued" and store.get("j") == state
         assert store.events("j", after_seq=1) == [events[1]]
 
-
-
     def test_an_illegal_batch_stores_nothing(self, store):
         store.append("j", [submitted(), Admitted()])
         with pytest.raises(IllegalEvent) as err:
@@ -62,8 +60,6 @@ class EventStoreContract:
         assert err.value.code == "step_over_total"
         assert [e.type for e in store.events("j")] == ["submitted", "admitted"]
         assert store.get("j").status == "queued"
-
-
 
     def test_expected_seq_is_the_optimistic_concurrency_check(self, store):
         store.append("j", [submitted()], expected_seq=0)
@@ -73,13 +69,9 @@ class EventStoreContract:
             store.append("j", [Admitted()], expected_seq=5)
         store.append("j", [Admitted()], expected_seq=1)
 
-
-
     def test_appending_to_an_unknown_job_is_refused(self, store):
         with pytest.raises(UnknownJob):
             store.append("nope", [Admitted()])
-
-
 
     def test_idempotency_keys_are_unique(self, store):
         a = submitted().model_copy(update={"idempotency_key": "k1"})
@@ -88,8 +80,6 @@ class EventStoreContract:
         with pytest.raises(Conflict):
             store.append("b", [a])
         assert store.get("b") is None
-
-
 
     def test_queue_order_is_priority_then_fifo_and_a_retry_keeps_its_place(self, store):
         for job, prio in [("a", 0), ("b", 0), ("c", 5), ("d", 0)]:
@@ -103,8 +93,6 @@ class EventStoreContract:
         assert [s.job_id for s in store.queued(1, exclude=["zz"])] == ["c"]
         assert [s.job_id for s in store.unfinished()] == ["c", "a", "b", "d"]
 
-
-
     def test_listing_is_newest_first_with_a_cursor_and_a_status_filter(self, store):
         for i in range(5):
             _queue(store, f"j{i}")
@@ -117,8 +105,6 @@ class EventStoreContract:
         assert store.counts() == {"queued": 4, "running": 1}
         assert store.job_ids() == [f"j{i}" for i in range(5)]
 
-
-
     def test_listing_pages_both_ways_from_a_jobs_cursor(self, store):
         for i in range(5):
             _queue(store, f"j{i}")
@@ -130,12 +116,8 @@ class EventStoreContract:
         newest = store.list_jobs(before=store.cursor_of("j3"))
         assert [s.job_id for _, s in newest] == ["j2", "j1", "j0"] and newest[0][0] == store.cursor_of("j2")
 
-
-
     def test_a_writable_store_answers_ping(self, store):
         store.ping()
-
-
 
     def test_all_events_walks_every_log_in_order_across_batches(self, store):
         for i in range(4):
@@ -173,8 +155,11 @@ class EventStoreContract:
         store.append_batch([("b", [Admitted()], None), ("a", [Progress(step=1, total=4)], None)])
         rows = store.events_after(start)
         assert [(e.job_id, e.type) for _, e in rows] == [
-            ("b", "submitted"), ("a", "running"), ("b", "admitted"), ("a", "progress"),
-        ]  # fmt: skip
+            ("b", "submitted"),
+            ("a", "running"),
+            ("b", "admitted"),
+            ("a", "progress"),
+        ]
         positions = [p for p, _ in rows]
         assert positions == sorted(positions) and positions[0] > start and store.cursor() == positions[-1]
         assert store.events_after(positions[1], limit=2) == rows[2:4]

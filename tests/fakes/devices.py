@@ -232,4 +232,3 @@ def place_model(model, placement: dict[str, str]) -> SimulatedDevices:
             if model.has(name):
                 sim.place(model.components[name], placement[part])
     return sim
-

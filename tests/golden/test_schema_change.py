@@ -20,7 +20,9 @@ from .test_golden import SETS
 RENAME = [
     (
         "domain/events.py",
-        'type: Literal["admitted"] = "admitted"\n    # The request\'s token count where the admission policy computed one (capacity evidence).\n    tokens: int | None = None',
+        'type: Literal["admitted"] = "admitted"\n'
+        "    # The request's token count where the admission policy computed one (capacity evidence).\n"
+        "    tokens: int | None = None",
         'v: int = Field(default=2, ge=1)\n    type: Literal["admitted"] = "admitted"\n    token_count: int | None = None',
     ),
     (

@@ -48,16 +48,26 @@ def tiny_model(tmp_path_factory) -> Path:
 class Worker:
     """One `h3core worker` process; its stdout and stderr go to a log file."""
 
-    def __init__(self, db: Path, artifacts: Path, args: tuple[str, ...], log: Path, program: tuple[str, ...] = ("-m", "h3core.cli")) -> None:
+    def __init__(
+        self, db: Path, artifacts: Path, args: tuple[str, ...], log: Path, program: tuple[str, ...] = ("-m", "h3core.cli")
+    ) -> None:
         self.log_path = log
         cmd = [
-            sys.executable, *program, "worker", "--db", str(db), "--artifacts", str(artifacts),
-            "--poll-interval", "0.1", "--verbose", *(() if "--executor" in args else ("--executor", "fake")), *args,
+            sys.executable,
+            *program,
+            "worker",
+            "--db",
+            str(db),
+            "--artifacts",
+            str(artifacts),
+            "--poll-interval",
+            "0.1",
+            "--verbose",
+            *(() if "--executor" in args else ("--executor", "fake")),
+            *args,
         ]
         with open(log, "wb") as out:
-            self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, env=clean_env(), cwd=db.parent
-            )
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=clean_env(), cwd=db.parent)
 
     @property
     def pid(self) -> int:
@@ -78,7 +88,9 @@ class Worker:
     def wait_ready(self, timeout: float = 30) -> None:
         poll(
             lambda: "worker: ready" in self.log() or self.proc.poll() is not None,
-            timeout, "the worker to be ready", self.log,
+            timeout,
+            "the worker to be ready",
+            self.log,
         )
         assert self.proc.poll() is None, f"worker exited with {self.proc.returncode}\n{self.log()}"
 
@@ -125,8 +137,21 @@ def enqueue(db: Path, count: int, *, steps: int, max_attempts: int = 2, prompt: 
     ids = []
     for i in range(count):
         result = cli(
-            "enqueue", "--db", db, "--prompt", f"{prompt} {i}", "--steps", steps, "--frames", 12,
-            "--width", 64, "--height", 64, "--max-attempts", max_attempts,
+            "enqueue",
+            "--db",
+            db,
+            "--prompt",
+            f"{prompt} {i}",
+            "--steps",
+            steps,
+            "--frames",
+            12,
+            "--width",
+            64,
+            "--height",
+            64,
+            "--max-attempts",
+            max_attempts,
         )
         assert result.exit_code == 0, result.output
         ids.append(result.stdout.strip())

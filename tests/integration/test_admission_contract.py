@@ -164,7 +164,9 @@ def test_groups_of_devices(tiny_model, tmp_path, sizes, budgets, request):
 
     topology = Topology(devices=sum(sizes), group_sizes=tuple(sizes))
     executor = DistributedExecutor(
-        DistributedSettings(model_dir=tiny_model, topology=topology, budgets=budgets), LocalArtifactStore(tmp_path / "a"), lambda u: tmp_path / u
+        DistributedSettings(model_dir=tiny_model, topology=topology, budgets=budgets),
+        LocalArtifactStore(tmp_path / "a"),
+        lambda u: tmp_path / u,
     )
     agree(LiveContract(executor.capabilities), lambda r: executor.check(spec(r)), request)
 
@@ -198,8 +200,12 @@ def test_comfyui_with_a_template_set(comfyui, tmp_path, topology, dropped, missi
     server, root, node_info = comfyui
     templates = {n: t for n, t in builtin_templates().items() if t.mode not in dropped}
     named = named if topology == "single-gpu" else {}
-    executor = ComfyUIExecutor(ComfyUISettings(url="http://127.0.0.1:9", client_id="t", topology=topology, templates=named), templates,
-                               LocalArtifactStore(tmp_path / "a"), lambda u: tmp_path / u)  # fmt: skip
+    executor = ComfyUIExecutor(
+        ComfyUISettings(url="http://127.0.0.1:9", client_id="t", topology=topology, templates=named),
+        templates,
+        LocalArtifactStore(tmp_path / "a"),
+        lambda u: tmp_path / u,
+    )
     executor._info = {name: info for name, info in _object_info(server, node_info).items() if name not in missing}
     server.missing_nodes = set(missing)
 
@@ -208,7 +214,9 @@ def test_comfyui_with_a_template_set(comfyui, tmp_path, topology, dropped, missi
         names = {}
         for ids in r.uploads().values():
             for upload_id in ids:
-                names[upload_id] = f"h3-{upload_id}.{'wav' if upload_id.startswith('aud') else 'mp4' if upload_id.startswith('vid') else 'png'}"
+                names[upload_id] = (
+                    f"h3-{upload_id}.{'wav' if upload_id.startswith('aud') else 'mp4' if upload_id.startswith('vid') else 'png'}"
+                )
                 (root / "input" / names[upload_id]).touch()
         graph = executor._template(spec(r)).build(r, names)
         ok, error, _, node_errors = server._validate_prompt(graph, None)

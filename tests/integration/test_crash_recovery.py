@@ -55,7 +55,9 @@ def test_sigkill_mid_job_then_restart_recovers_every_job_in_order(paths, store, 
 
     second = workers.start(db, artifacts, "--fake-step-seconds", "0.2")
     poll(
-        lambda: all(store.get(j).terminal for j in ids), 60, "every job to end",
+        lambda: all(store.get(j).terminal for j in ids),
+        60,
+        "every job to end",
         lambda: second.log() + "\n" + repr({j: store.get(j).status for j in ids}),
     )
 
@@ -82,12 +84,8 @@ def test_sigkill_mid_job_then_restart_recovers_every_job_in_order(paths, store, 
         assert [b.attempt for b in (e.body for e in logs[job_id]) if isinstance(b, Running)] == [1]
 
     # FIFO across the crash: the recovered job first, then the queued ones in submission order.
-    starts = sorted(
-        (e.at, e.job_id, e.body.attempt) for events in logs.values() for e in events if isinstance(e.body, Running)
-    )
-    assert [(job, attempt) for _, job, attempt in starts] == [
-        (ids[0], 1), (ids[0], 2), *[(j, 1) for j in ids[1:]]
-    ]
+    starts = sorted((e.at, e.job_id, e.body.attempt) for events in logs.values() for e in events if isinstance(e.body, Running))
+    assert [(job, attempt) for _, job, attempt in starts] == [(ids[0], 1), (ids[0], 2), *[(j, 1) for j in ids[1:]]]
 
     verified = cli("verify", "--db", db, "--artifacts", artifacts)
     assert verified.exit_code == 0, verified.output
@@ -192,7 +190,10 @@ def test_a_second_worker_on_the_same_store_exits_3_while_the_first_runs(paths, s
 
     second = subprocess.run(
         [sys.executable, "-m", "h3core.cli", "worker", "--db", str(db), "--artifacts", str(artifacts), "--executor", "fake"],
-        capture_output=True, text=True, timeout=60, env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
     )
     assert second.returncode == 3, second.stderr
     assert "another h3core already runs on" in second.stderr

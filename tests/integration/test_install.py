@@ -28,8 +28,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 # Distribution names of what the extras bring; none may come with the core.
-NOT_IN_CORE = ("litestar", "uvicorn", "httpx", "prometheus-client", "websockets", "torch", "diffusers", "transformers",
-               "av", "numpy", "pillow", "ray")  # fmt: skip
+NOT_IN_CORE = (
+    "litestar",
+    "uvicorn",
+    "httpx",
+    "prometheus-client",
+    "websockets",
+    "torch",
+    "diffusers",
+    "transformers",
+    "av",
+    "numpy",
+    "pillow",
+    "ray",
+)
 
 
 def _wheel(out: Path) -> Path:
@@ -41,8 +53,9 @@ def _wheel(out: Path) -> Path:
     setuptools = tuple(int(p) for p in importlib.metadata.version("setuptools").split(".")[:2])
     # setuptools >= 70.1 builds wheels by itself: no isolated build env to fetch. Older: pip fetches one.
     isolation = ["--no-build-isolation"] if setuptools >= (70, 1) else []
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", out / "dist", src],
-                   check=True, timeout=300)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", out / "dist", src], check=True, timeout=300
+    )
     [wheel] = (out / "dist").glob("h3core-*.whl")
     return wheel
 
@@ -63,9 +76,13 @@ def run(bin_dir: Path, *args: object, cwd: Path, timeout: float = 120) -> subpro
 
 
 def test_the_core_install_brings_no_extra(core, tmp_path):
-    listed = run(core, core / "python", "-c",
-                 "import importlib.metadata as m, json; print(json.dumps(sorted(d.metadata['Name'].lower() for d in m.distributions())))",
-                 cwd=tmp_path)  # fmt: skip
+    listed = run(
+        core,
+        core / "python",
+        "-c",
+        "import importlib.metadata as m, json; print(json.dumps(sorted(d.metadata['Name'].lower() for d in m.distributions())))",
+        cwd=tmp_path,
+    )
     installed = set(json.loads(listed.stdout))
     assert "h3core" in installed and {"pydantic", "anyio", "sqlite-utils"} <= installed
     assert installed.isdisjoint(NOT_IN_CORE), sorted(installed & set(NOT_IN_CORE))
@@ -97,16 +114,48 @@ def test_the_readme_library_example_runs_to_done_in_the_core_install(core, tmp_p
 
 def test_the_core_worker_runs_the_fake_and_serve_names_its_extra(core, tmp_path):
     h3 = core / "h3core"
-    enqueued = run(core, h3, "enqueue", "--db", "w.db", "--prompt", "a fox", "--width", 64, "--height", 64,
-                   "--frames", 12, "--steps", 2, cwd=tmp_path)  # fmt: skip
+    enqueued = run(
+        core,
+        h3,
+        "enqueue",
+        "--db",
+        "w.db",
+        "--prompt",
+        "a fox",
+        "--width",
+        64,
+        "--height",
+        64,
+        "--frames",
+        12,
+        "--steps",
+        2,
+        cwd=tmp_path,
+    )
     assert enqueued.returncode == 0, enqueued.stderr
     job_id = enqueued.stdout.strip()
     log = tmp_path / "worker.log"
     with open(log, "wb") as out:
         worker = subprocess.Popen(
-            [h3, "worker", "--db", "w.db", "--artifacts", "art", "--executor", "fake", "--fake-step-seconds", "0", "--poll-interval", "0.1"],
-            cwd=tmp_path, env=clean_env(), stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                h3,
+                "worker",
+                "--db",
+                "w.db",
+                "--artifacts",
+                "art",
+                "--executor",
+                "fake",
+                "--fake-step-seconds",
+                "0",
+                "--poll-interval",
+                "0.1",
+            ],
+            cwd=tmp_path,
+            env=clean_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         store = SQLiteEventStore(tmp_path / "w.db")
         try:

@@ -25,11 +25,27 @@ def test_a_process_whose_store_fails_exits_1_naming_why_in_json_log_lines(tmp_pa
     (job_id,) = enqueue(db, 1, steps=2)
     program = Path(__file__).with_name("failing_store_worker.py")
     done = subprocess.run(
-        [sys.executable, str(program), *command, "--db", str(db), "--artifacts", str(tmp_path / "artifacts"),
-         "--fake-step-seconds", "0", "--poll-interval", "0.05", "--log-format", "json"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [
+            sys.executable,
+            str(program),
+            *command,
+            "--db",
+            str(db),
+            "--artifacts",
+            str(tmp_path / "artifacts"),
+            "--fake-step-seconds",
+            "0",
+            "--poll-interval",
+            "0.05",
+            "--log-format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
         env={**clean_env(), "H3_STORE_RETRY": "0.5", "COLUMNS": "400"},
-    )  # fmt: skip
+    )
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     said = " ".join(done.stderr.split())

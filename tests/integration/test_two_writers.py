@@ -59,14 +59,18 @@ def test_two_processes_append_to_one_store_concurrently(tmp_path: Path):
     procs = {
         name: subprocess.Popen(
             [sys.executable, "-c", WRITER, str(db), name, str(JOBS_PER_WRITER), str(go)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(),
         )
         for name in names
     }
     try:
         poll(
             lambda: all(Path(f"{go}.{n}.ready").exists() or procs[n].poll() is not None for n in names),
-            60, "both writers to open the store",
+            60,
+            "both writers to open the store",
         )
         go.touch()
         results = {name: proc.communicate(timeout=90) for name, proc in procs.items()}

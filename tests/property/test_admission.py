@@ -22,6 +22,7 @@ def test_the_profile_describes_the_deployment_and_gives_its_budget():
     assert PROFILE_SAYS is PROFILE
     assert [(g.size, g.tokens, g.verified) for g in DEPLOYMENT.groups] == [(1, 133_236, True)]
 
+
 sides = st.integers(1, 64).map(lambda n: n * 32)
 shapes = st.one_of(
     st.builds(Shape, mode=st.just("t2va"), width=sides, height=sides),

@@ -31,10 +31,15 @@ capabilities = st.builds(
     Capabilities,
     executor=st.just("x"),
     window=st.one_of(st.none(), windows),
-    groups=st.lists(st.builds(GroupBudget, size=st.integers(1, 4), tokens=budgets, verified=st.booleans()), min_size=1, max_size=3).map(tuple),
+    groups=st.lists(
+        st.builds(GroupBudget, size=st.integers(1, 4), tokens=budgets, verified=st.booleans()), min_size=1, max_size=3
+    ).map(tuple),
     max_tokens=st.one_of(st.none(), st.integers(2_000, 200_000)),
     modes=st.lists(st.sampled_from(["t2va", "fl2va", "ref2va"]), unique=True).map(
-        lambda off: tuple(ModeReadiness(mode=m, served=m not in off, ready=m not in off, reason="off" if m in off else None) for m in ("t2va", "fl2va", "ref2va"))
+        lambda off: tuple(
+            ModeReadiness(mode=m, served=m not in off, ready=m not in off, reason="off" if m in off else None)
+            for m in ("t2va", "fl2va", "ref2va")
+        )
     ),
 )
 
@@ -110,7 +115,11 @@ def test_upload_slots_and_reference_rules_are_the_executors():
 
     assert refs(images=["a", "b", "c"]).admitted
     assert refs(images=["a"], audios=["s"]).admitted
-    for refused, field in ((refs(videos=["v"]), "references.videos"), (refs(images=["a", "b"], audios=["s", "t"]), "references"), (refs(audios=["s"]), "references.audios")):
+    for refused, field in (
+        (refs(videos=["v"]), "references.videos"),
+        (refs(images=["a", "b"], audios=["s", "t"]), "references"),
+        (refs(audios=["s"]), "references.audios"),
+    ):
         assert not refused.admitted and refused.reason == "mode_unavailable" and field in refused.detail
     last = contract.decide(GenerationRequest(prompt="p", mode="fl2va", keyframes={"first": "a", "last": "b"}, frames=48))
     assert last.reason == "mode_unavailable" and "keyframes.last" in last.detail
@@ -127,7 +136,10 @@ def test_the_kernel_limit_and_an_unverified_budget_name_themselves():
 
 
 def test_a_job_goes_to_any_group_it_fits_so_the_largest_budget_binds():
-    caps = Capabilities(executor="x", groups=(GroupBudget(size=1, tokens=20_000, verified=True), GroupBudget(size=2, tokens=60_000, verified=True)))
+    caps = Capabilities(
+        executor="x",
+        groups=(GroupBudget(size=1, tokens=20_000, verified=True), GroupBudget(size=2, tokens=60_000, verified=True)),
+    )
     contract = Contract(caps)
     assert contract.decide(GenerationRequest(prompt="p", width=832, height=480, frames=300)).admitted  # ~36k: the 2-group
     assert not contract.decide(GenerationRequest(prompt="p", width=832, height=480, frames=600)).admitted
@@ -135,7 +147,9 @@ def test_a_job_goes_to_any_group_it_fits_so_the_largest_budget_binds():
 
 def test_profiles_give_budgets_only_to_what_they_describe():
     profile = load_profile(name="1xh200-bf16")
-    h200 = Capabilities(executor="pipeline", hardware="NVIDIA H200", model="minimax-h3", groups=(GroupBudget(size=1), GroupBudget(size=2)))
+    h200 = Capabilities(
+        executor="pipeline", hardware="NVIDIA H200", model="minimax-h3", groups=(GroupBudget(size=1), GroupBudget(size=2))
+    )
     found, caps = applicable([profile], h200)
     assert found is None  # it describes groups of one; the largest group here has two
     assert [(g.size, g.tokens, g.verified) for g in caps.groups] == [(1, 73_386, False), (2, None, False)]

@@ -26,9 +26,7 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> No
 @pytest.fixture
 def make_runner(tmp_path):
     @asynccontextmanager
-    async def make(
-        plan: FakePlan | None = None, plans=None, store=None, limits=None, **config
-    ) -> AsyncIterator[Runner]:
+    async def make(plan: FakePlan | None = None, plans=None, store=None, limits=None, **config) -> AsyncIterator[Runner]:
         store = store or SQLiteEventStore(tmp_path / "h3.db", durable=False)
         artifacts = LocalArtifactStore(tmp_path / "artifacts")
         executor = FakeExecutor(artifacts, default=plan, plans=plans, limits=limits)

@@ -67,9 +67,11 @@ async def test_a_failed_attempt_its_retry_and_the_final_failure_are_warnings_wit
     ]
     raised = [r for r in caplog.records if r.name == "h3core.runner" and not hasattr(r, "event") and r.job_id == job.job_id]
     assert [(r.levelname, r.attempt, r.kind, r.executor) for r in raised] == [
-        ("WARNING", 1, "oom", "fake"), ("DEBUG", 1, "oom", "fake"),
-        ("WARNING", 2, "oom", "fake"), ("DEBUG", 2, "oom", "fake"),
-    ]  # fmt: skip
+        ("WARNING", 1, "oom", "fake"),
+        ("DEBUG", 1, "oom", "fake"),
+        ("WARNING", 2, "oom", "fake"),
+        ("DEBUG", 2, "oom", "fake"),
+    ]
     assert "out of memory" in raised[0].getMessage()
     assert raised[1].exc_info is not None, "the traceback goes at DEBUG"
 
@@ -152,5 +154,7 @@ def test_importing_h3core_configures_no_logging():
         "root = logging.getLogger();"
         "print(len(root.handlers), root.level, [type(h).__name__ for h in logging.getLogger('h3core').handlers])"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip().split(maxsplit=2)
+    out = (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip().split(maxsplit=2)
+    )
     assert out == ["0", str(logging.WARNING), "['NullHandler']"]

@@ -8,8 +8,23 @@ import sys
 from tests.readme import check_example_output, library_example
 
 # Everything an extra brings; all installed in the test venv, so the check below can fail.
-OPTIONAL = ("litestar", "uvicorn", "httpx", "httpx_sse", "websockets", "prometheus_client", "torch", "diffusers",
-            "transformers", "av", "numpy", "pandas", "ray", "PIL", "aiohttp")  # fmt: skip
+OPTIONAL = (
+    "litestar",
+    "uvicorn",
+    "httpx",
+    "httpx_sse",
+    "websockets",
+    "prometheus_client",
+    "torch",
+    "diffusers",
+    "transformers",
+    "av",
+    "numpy",
+    "pandas",
+    "ray",
+    "PIL",
+    "aiohttp",
+)
 
 
 def test_import_h3core_and_its_cli_load_no_optional_dependency():

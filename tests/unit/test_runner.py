@@ -89,9 +89,17 @@ async def test_a_retryable_failure_runs_a_new_attempt(make_runner):
         await wait_until(ended(runner, job.job_id))
     events = runner.store.events(job.job_id)
     assert [e.type for e in events] == [
-        "submitted", "admitted", "running", "progress", "attempt_failed",
-        "running", "progress", "progress", "progress", "done",
-    ]  # fmt: skip
+        "submitted",
+        "admitted",
+        "running",
+        "progress",
+        "attempt_failed",
+        "running",
+        "progress",
+        "progress",
+        "progress",
+        "done",
+    ]
     assert [e.body.attempt for e in events if e.type == "running"] == [1, 2]
     assert runner.store.get(job.job_id).attempt_errors[0].kind == "executor_lost"
 
@@ -330,7 +338,9 @@ async def test_a_remix_keeps_its_source_in_its_log_and_its_key_covers_it(make_ru
     async with make_runner(plan=FakePlan(step_seconds=0.05)) as runner:
         source = await runner.submit(request())
         remix = await runner.submit(request(prompt="again"), remixed_from=source.job_id, idempotency_key="r")
-        assert (await runner.submit(request(prompt="again"), remixed_from=source.job_id, idempotency_key="r")).job_id == remix.job_id
+        assert (
+            await runner.submit(request(prompt="again"), remixed_from=source.job_id, idempotency_key="r")
+        ).job_id == remix.job_id
         with pytest.raises(IdempotencyMismatch):
             await runner.submit(request(prompt="again"), remixed_from=None, idempotency_key="r")
     reopened = SQLiteEventStore(tmp_path / "h3.db")  # what a restarted service reads

@@ -79,9 +79,11 @@ async def test_a_write_that_fails_a_few_times_is_retried_and_lands_exactly_once(
 async def test_a_store_that_stays_unusable_stops_the_runner_and_its_jobs(tmp_path, caplog):
     # Every write from the second step on fails: the attempt is running, its progress cannot land.
     store = FailingDisk(
-        tmp_path / "h3.db", durable=False, times=float("inf"),
+        tmp_path / "h3.db",
+        durable=False,
+        times=float("inf"),
         failing=lambda events: any(e.type == "progress" and e.body.step >= 2 for e in events),
-    )  # fmt: skip
+    )
     runner = make_runner(tmp_path, store, FakePlan(step_seconds=0.02), store_retry_s=0.3)
     job = await runner.submit(request(steps=1000))  # before `run`: written directly, also through the retrying path
     with anyio.fail_after(20), pytest.raises(StoreUnavailable, match=r"failed every write for 0\.3s .*disk I/O error"):

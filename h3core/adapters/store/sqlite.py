@@ -143,9 +143,7 @@ class SQLiteEventStore:
         self._plock = threading.Lock()
 
     def _connect(self, busy_timeout_s: float, durable: bool) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
-        )
+        conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
         # Switching a new file to WAL, or opening one while another process rebuilds its index,
         # can answer SQLITE_BUSY without calling the busy handler (sqlite.org/wal.html): wait here.
@@ -380,8 +378,7 @@ class SQLiteEventStore:
 
     def unfinished(self) -> list[JobState]:
         rows = self._read(
-            "SELECT state FROM jobs WHERE status IN ('submitted', 'queued', 'running') "
-            "ORDER BY priority DESC, queue_order"
+            "SELECT state FROM jobs WHERE status IN ('submitted', 'queued', 'running') ORDER BY priority DESC, queue_order"
         )
         return [JobState.model_validate_json(s) for (s,) in rows]
 

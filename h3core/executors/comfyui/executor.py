@@ -126,12 +126,20 @@ class ComfyUIExecutor(NoReports):
                     if window is not None:
                         least = max(least or 1, window.least)
                         most = most if window.most is None else window.most if most is None else min(most, window.most)
-                        where = window.source.removesuffix(" on the server") + (f", {where}" if where not in window.source else "")
+                        where = window.source.removesuffix(" on the server") + (
+                            f", {where}" if where not in window.source else ""
+                        )
                     window = FrameWindow(least=max(1, least or 1), most=most, source=f"{where} on the server")
         return Capabilities(
-            executor=self.name, hardware=f"ComfyUI at {s.url}", model="minimax-h3", topology=s.topology, modes=tuple(modes),
-            media=media, window=window, concurrency=s.concurrency,
-        )  # fmt: skip
+            executor=self.name,
+            hardware=f"ComfyUI at {s.url}",
+            model="minimax-h3",
+            topology=s.topology,
+            modes=tuple(modes),
+            media=media,
+            window=window,
+            concurrency=s.concurrency,
+        )
 
     def check(self, job: JobSpec) -> None:
         template = self._template(job)
@@ -272,7 +280,12 @@ class ComfyUIExecutor(NoReports):
             except Unreachable as exc:
                 if first:
                     first = False
-                    log.warning("ComfyUI unreachable (%s); retrying for %gs", exc, self.settings.unreachable_after_s, extra={"error": str(exc)})
+                    log.warning(
+                        "ComfyUI unreachable (%s); retrying for %gs",
+                        exc,
+                        self.settings.unreachable_after_s,
+                        extra={"error": str(exc)},
+                    )
                 if anyio.current_time() >= deadline:
                     raise ExecutorFailure(
                         "executor_lost", f"ComfyUI unreachable for {self.settings.unreachable_after_s:g}s: {exc}"
@@ -328,9 +341,12 @@ class ComfyUIExecutor(NoReports):
                     now = anyio.current_time()
                     if unreachable_since is None:
                         log.warning(
-                            "ComfyUI unreachable while following prompt %s (%s); retrying for %gs", prompt_id, exc,
-                            s.unreachable_after_s, extra={**_where(job), "prompt_id": prompt_id, "error": str(exc)},
-                        )  # fmt: skip
+                            "ComfyUI unreachable while following prompt %s (%s); retrying for %gs",
+                            prompt_id,
+                            exc,
+                            s.unreachable_after_s,
+                            extra={**_where(job), "prompt_id": prompt_id, "error": str(exc)},
+                        )
                     unreachable_since = unreachable_since or now
                     if now - unreachable_since >= s.unreachable_after_s:
                         raise ExecutorFailure(
@@ -369,7 +385,8 @@ class ComfyUIExecutor(NoReports):
         ref = _video_output(entry.outputs.get(template.output) or {})
         if ref is None:
             raise ExecutorFailure(
-                "executor_error", f"prompt {prompt_id} succeeded but output node {template.output} named no video",
+                "executor_error",
+                f"prompt {prompt_id} succeeded but output node {template.output} named no video",
                 str(entry.outputs)[:2000],
             )
         staged = self.artifacts.staging(job.job_id, job.attempt, Path(ref["filename"]).suffix or ".mp4")
@@ -437,7 +454,8 @@ def _failure(entry: HistoryEntry) -> ExecutorFailure:
     interrupted = entry.last("execution_interrupted")
     if interrupted is not None:
         return ExecutorFailure(
-            "executor_error", f"the prompt was interrupted on the ComfyUI server (not by h3core) in node {interrupted.get('node_id')}"
+            "executor_error",
+            f"the prompt was interrupted on the ComfyUI server (not by h3core) in node {interrupted.get('node_id')}",
         )
     return ExecutorFailure("executor_error", f"ComfyUI reports status {entry.status!r} without an error message")
 

@@ -137,9 +137,13 @@ class Template(_Data):
         """The graph for one request. `uploaded` maps the request's upload ids to server file names."""
         graph = copy.deepcopy(self.graph)
         values = {
-            "prompt": request.prompt, "width": request.width, "height": request.height,
-            "frames": request.frames, "seed": request.seed, "steps": request.steps,
-        }  # fmt: skip
+            "prompt": request.prompt,
+            "width": request.width,
+            "height": request.height,
+            "frames": request.frames,
+            "seed": request.seed,
+            "steps": request.steps,
+        }
         for name, inputs in self.values.items():
             for i in inputs:
                 graph[i.node]["inputs"][i.input] = values[name]

@@ -221,7 +221,9 @@ class RayHost:
             self._misses += 1
             if self._misses < self.MISSES:
                 return None
-            return f"the GCS at {self.health.address} did not answer {self._misses} probes in a row: {type(exc).__name__}: {exc}"[:500]
+            return f"the GCS at {self.health.address} did not answer {self._misses} probes in a row: {type(exc).__name__}: {exc}"[
+                :500
+            ]
         self._misses = 0
         ours = next((info for node_id, info in nodes.items() if node_id.hex() == self._node_id), None)
         if ours is None or ours.state != GcsNodeInfo.ALIVE:

@@ -93,10 +93,15 @@ class DistributedExecutor:
         # Decided now, so a kernel these devices cannot run is refused at start, and every rank runs the one
         # kernel the Running events name. On GPUs it is measured in a child process: the GPUs are the ranks'.
         self.attention = at_start(
-            s.model_dir, s.device, s.dtype, s.attention,
-            tolerance=s.attention_tolerance, math_max_tokens=s.math_max_tokens, cache=s.attention_cache,
+            s.model_dir,
+            s.device,
+            s.dtype,
+            s.attention,
+            tolerance=s.attention_tolerance,
+            math_max_tokens=s.math_max_tokens,
+            cache=s.attention_cache,
             in_child=s.device == "cuda",
-        )  # fmt: skip
+        )
         self.plan = self.attention.plan
         self.limits = ModelLimits.of(s.model_dir)
         self.hardware = device_name(s.device)
@@ -104,7 +109,11 @@ class DistributedExecutor:
         self._host = host
         self.groups = [
             Group(
-                plan, self._spec(plan.size), gpus_per_rank=1.0 if s.device == "cuda" else 0.0, grace_s=s.grace_s, lost=self._outage
+                plan,
+                self._spec(plan.size),
+                gpus_per_rank=1.0 if s.device == "cuda" else 0.0,
+                grace_s=s.grace_s,
+                lost=self._outage,
             )
             for plan in s.topology.groups()
         ]
@@ -159,7 +168,11 @@ class DistributedExecutor:
         )
         topology = "+".join(str(n) for n in s.topology.group_sizes)
         return self.limits.capabilities(
-            hardware=self.hardware, kernel=self.plan.kernel, not_ready=self._not_ready(), groups=groups, topology=topology,
+            hardware=self.hardware,
+            kernel=self.plan.kernel,
+            not_ready=self._not_ready(),
+            groups=groups,
+            topology=topology,
             **kernel_limit(self.plan),
         )
 
@@ -171,7 +184,10 @@ class DistributedExecutor:
         if self._tg is None:
             return "not started"
         # Read each group's fields, not a copy of its ranks: rank threads update those meanwhile.
-        parts = [f"group {g.plan.index}: {g.health.state}" + (f" ({g.health.last_error})" if g.health.last_error else "") for g in self.groups]
+        parts = [
+            f"group {g.plan.index}: {g.health.state}" + (f" ({g.health.last_error})" if g.health.last_error else "")
+            for g in self.groups
+        ]
         return "no group can take a job: " + "; ".join(parts)
 
     def check(self, job: JobSpec) -> None:
@@ -278,7 +294,9 @@ class DistributedExecutor:
                 await anyio.to_thread.run_sync(host.reconnect, abandon_on_cancel=True)
                 break
             except Exception as exc:  # noqa: BLE001 - the head may take a while to come back: try again
-                host.health.last_error = f"{reason}; reconnecting failed ({type(exc).__name__}: {exc}), next try in {delay:g} s"[:1000]
+                host.health.last_error = f"{reason}; reconnecting failed ({type(exc).__name__}: {exc}), next try in {delay:g} s"[
+                    :1000
+                ]
                 log.warning("%s", host.health.last_error, extra={"reason": reason, "error": f"{type(exc).__name__}: {exc}"})
                 await anyio.sleep(delay)
                 delay = min(2 * delay, longest)

@@ -168,7 +168,8 @@ class Kernel:
             if build.error:
                 return f"{self.name}: {build.error}"
             if sage_function(self.name, build, target.capability) is None:
-                return f"{self.name}: sageattention {build.version} has no {' or '.join(SAGE_FUNCTIONS[self.name](build, target.capability))}"
+                missing = " or ".join(SAGE_FUNCTIONS[self.name](build, target.capability))
+                return f"{self.name}: sageattention {build.version} has no {missing}"
         return None
 
 
@@ -386,17 +387,39 @@ def sage_backend(fn):
             return call(query, key, value, is_causal, scale)
         from diffusers.models.attention_dispatch import _templated_context_parallel_attention
 
-        def forward_op(ctx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
-                       return_lse=False, _save_ctx=True, _parallel_config=None):  # fmt: skip
+        def forward_op(
+            ctx,
+            q,
+            k,
+            v,
+            attn_mask=None,
+            dropout_p=0.0,
+            is_causal=False,
+            scale=None,
+            enable_gqa=False,
+            return_lse=False,
+            _save_ctx=True,
+            _parallel_config=None,
+        ):
             return call(q, k, v, is_causal, scale)
 
         def backward_op(*args, **kwargs):
             raise NotImplementedError("SageAttention here is for inference only")
 
         return _templated_context_parallel_attention(
-            query, key, value, None, 0.0, is_causal, scale, False, False,
-            forward_op=forward_op, backward_op=backward_op, _parallel_config=_parallel_config,
-        )  # fmt: skip
+            query,
+            key,
+            value,
+            None,
+            0.0,
+            is_causal,
+            scale,
+            False,
+            False,
+            forward_op=forward_op,
+            backward_op=backward_op,
+            _parallel_config=_parallel_config,
+        )
 
     return attention
 

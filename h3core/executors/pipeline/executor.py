@@ -64,9 +64,14 @@ class PipelineExecutor(NoReports):  # one device: no groups, no head
         # Running event of every job, even one claimed while the model loads, names the kernel that runs.
         s = settings
         self.attention = at_start(
-            s.model_dir, s.device, s.dtype, s.attention,
-            tolerance=s.attention_tolerance, math_max_tokens=s.math_max_tokens, cache=s.attention_cache,
-        )  # fmt: skip
+            s.model_dir,
+            s.device,
+            s.dtype,
+            s.attention,
+            tolerance=s.attention_tolerance,
+            math_max_tokens=s.math_max_tokens,
+            cache=s.attention_cache,
+        )
         self.plan = self.attention.plan
         self.limits = ModelLimits.of(settings.model_dir)  # what the folder lets it run, before the weights load
         self.hardware = device_name(settings.device)

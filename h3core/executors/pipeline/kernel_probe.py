@@ -407,5 +407,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(json.dumps({**d.to_json(), "cached": d.cached}) if a.json else "\n".join(table(d)))
     return 0
-
-

@@ -70,7 +70,9 @@ class ModelLimits:
         modes = []
         for mode in MODES:
             if mode == "ref2va" and not self.ref2va:
-                modes.append(ModeReadiness(mode=mode, served=False, ready=False, reason=f"{self.root} has no transformer_ref part"))
+                modes.append(
+                    ModeReadiness(mode=mode, served=False, ready=False, reason=f"{self.root} has no transformer_ref part")
+                )
             elif not_ready is not None:
                 modes.append(ModeReadiness(mode=mode, ready=False, reason=not_ready))
             else:
@@ -81,10 +83,20 @@ class ModelLimits:
             "references.audios": self.max_audios,
         }
         return Capabilities(
-            executor="pipeline", hardware=hardware, kernel=kernel, model=self.facts.name, topology=topology, modes=tuple(modes), window=self.window,
-            groups=groups, max_tokens=max_tokens, max_tokens_reason=max_tokens_reason, media=media,
-            max_references=self.max_references, audio_alone=False,
-        )  # fmt: skip
+            executor="pipeline",
+            hardware=hardware,
+            kernel=kernel,
+            model=self.facts.name,
+            topology=topology,
+            modes=tuple(modes),
+            window=self.window,
+            groups=groups,
+            max_tokens=max_tokens,
+            max_tokens_reason=max_tokens_reason,
+            media=media,
+            max_references=self.max_references,
+            audio_alone=False,
+        )
 
     def check(self, request: GenerationRequest) -> None:
         """Refuse, before any work, what this model cannot do (`ExecutorFailure("invalid")`)."""
@@ -106,11 +118,17 @@ class ModelLimits:
             raise ExecutorFailure(
                 "invalid", "references.videos: video references need Qwen3-VL's video processor (torchvision), not available here"
             )
-        for name, given, most in (("images", refs.images, self.max_images), ("videos", refs.videos, self.max_videos), ("audios", refs.audios, self.max_audios)):
+        for name, given, most in (
+            ("images", refs.images, self.max_images),
+            ("videos", refs.videos, self.max_videos),
+            ("audios", refs.audios, self.max_audios),
+        ):
             if len(given) > most:
                 raise ExecutorFailure("invalid", f"references.{name}: MiniMax-H3 takes at most {most}, got {len(given)}")
         if refs.count() > self.max_references:
-            raise ExecutorFailure("invalid", f"references: MiniMax-H3 takes at most {self.max_references} in all, got {refs.count()}")
+            raise ExecutorFailure(
+                "invalid", f"references: MiniMax-H3 takes at most {self.max_references} in all, got {refs.count()}"
+            )
         if refs.audios and not (refs.images or refs.videos):
             raise ExecutorFailure("invalid", "references.audios: an audio reference needs an image or video reference beside it")
 

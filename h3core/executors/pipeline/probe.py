@@ -166,12 +166,16 @@ class Bench:
         if spec.reserve_gib:
             self.held = torch.ones(int(spec.reserve_gib * GIB), dtype=torch.uint8, device=self.device)
         components = {
-            "transformer": random_model(MiniMaxH3Transformer3DModel, configs["transformer"], device=self.device, dtype=self.dtype, generator=rng),
+            "transformer": random_model(
+                MiniMaxH3Transformer3DModel, configs["transformer"], device=self.device, dtype=self.dtype, generator=rng
+            ),
             "vae": random_model(AutoencoderKLMiniMaxH3, configs["vae"], device=self.device, dtype=self.dtype, generator=rng),
-            "audio_vae": random_model(AutoencoderKLMiniMaxH3Audio, configs["audio_vae"], device=self.device, dtype=self.dtype, generator=rng),
+            "audio_vae": random_model(
+                AutoencoderKLMiniMaxH3Audio, configs["audio_vae"], device=self.device, dtype=self.dtype, generator=rng
+            ),
             "scheduler": MiniMaxH3Scheduler.from_config(configs["scheduler"]),
             "audio_scheduler": MiniMaxH3Scheduler.from_config(configs["audio_scheduler"]),
-        }  # fmt: skip
+        }
         self.build_seconds = time.perf_counter() - t0
         self.text_dim = int(components["transformer"].config.text_dim)
         # Memory, not the model's clip window, is what is measured: every length is let through.
@@ -181,10 +185,16 @@ class Bench:
         )
         self.generator = Generator(model, self.plan, cache_size=1)
         self.identity = ProbeIdentity(
-            device=device_name(spec.device), dtype=spec.dtype, kernel=self.plan.kernel, attention=self.plan.describe(),
-            model=facts.name, geometry=geometry, memory_cap_gib=spec.memory_cap_gib, reserve_gib=spec.reserve_gib,
+            device=device_name(spec.device),
+            dtype=spec.dtype,
+            kernel=self.plan.kernel,
+            attention=self.plan.describe(),
+            model=facts.name,
+            geometry=geometry,
+            memory_cap_gib=spec.memory_cap_gib,
+            reserve_gib=spec.reserve_gib,
             text_tokens=spec.text_tokens,
-        )  # fmt: skip
+        )
         self._sync()
         self.resident_bytes = self._resident()
 
@@ -257,14 +267,26 @@ class Bench:
                 torch.cuda.empty_cache()
         if failure is not None:
             return Measurement(
-                width=width, height=height, frames=frames, outcome="oom", stage=entered[-1] if entered else None,
-                sequence=self.generator.last_tokens, error=failure.message,
-            )  # fmt: skip
+                width=width,
+                height=height,
+                frames=frames,
+                outcome="oom",
+                stage=entered[-1] if entered else None,
+                sequence=self.generator.last_tokens,
+                error=failure.message,
+            )
         (t_denoise, _), (t_decode, step_peak) = marks["denoise"], marks["decode"]
         return Measurement(
-            width=width, height=height, frames=frames, outcome="ran", sequence=self.generator.last_tokens,
-            step_seconds=t_decode - t_denoise, decode_seconds=end - t_decode, step_peak_bytes=step_peak, decode_peak_bytes=decode_peak,
-        )  # fmt: skip
+            width=width,
+            height=height,
+            frames=frames,
+            outcome="ran",
+            sequence=self.generator.last_tokens,
+            step_seconds=t_decode - t_denoise,
+            decode_seconds=end - t_decode,
+            step_peak_bytes=step_peak,
+            decode_peak_bytes=decode_peak,
+        )
 
 
 def _proc_status(field: str) -> int | None:
@@ -297,7 +319,8 @@ def _serve(spec: ProbeSpec, lines: Iterable[str], reply: Callable[[dict[str, Any
         what = "the model does not fit" if kind == "oom" else "the model did not build"
         reply(
             {
-                "error": f"{what} ({spec.geometry if spec.model_dir is None else spec.model_dir} geometry on {spec.device}): {message}"
+                "error": f"{what} ({spec.geometry if spec.model_dir is None else spec.model_dir} geometry on {spec.device}): "
+                f"{message}"
             }
         )
         return
@@ -307,7 +330,8 @@ def _serve(spec: ProbeSpec, lines: Iterable[str], reply: Callable[[dict[str, Any
         if size >= cap:
             reply(
                 {
-                    "error": f"memory cap {spec.memory_cap_gib:g} GiB is below what the built model already takes ({size / GIB:.2f} GiB of address space)"
+                    "error": f"memory cap {spec.memory_cap_gib:g} GiB is below what the built model already takes "
+                    f"({size / GIB:.2f} GiB of address space)"
                 }
             )
             return
@@ -345,8 +369,12 @@ class ProbeProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1", MALLOC_MMAP_THRESHOLD_="131072")
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "h3core.executors.pipeline.probe"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            env=env,
+        )
         try:
             self._send(asdict(spec))
             ready = self._receive()

@@ -43,7 +43,10 @@ async def _view(svc: Service, state: JobState) -> JobView:
     "/jobs",
     status_code=201,
     summary="Submit a job",
-    responses={**problems(400, 401, 409, 415, 422, 503), 200: ResponseSpec(data_container=JobView, description="an idempotent replay: the job already submitted with this key")},
+    responses={
+        **problems(400, 401, 409, 415, 422, 503),
+        200: ResponseSpec(data_container=JobView, description="an idempotent replay: the job already submitted with this key"),
+    },
     description="Admits the request against the capacity profile (422 with the ceiling if it is over) and queues it. "
     "With an Idempotency-Key header, the same key and body return the same job (200); another body, 409.",
 )
@@ -59,7 +62,9 @@ async def create_job(
         state = await submit(svc, data.generation(), priority=data.priority, idempotency_key=idempotency_key, job_id=job_id)
     except Refused as exc:
         ceiling = exc.decision.ceiling.model_dump() if exc.decision.ceiling else None
-        raise HTTPException(status_code=422, detail=exc.decision.detail, extra={"ceiling": ceiling, "reason": exc.decision.reason}) from None
+        raise HTTPException(
+            status_code=422, detail=exc.decision.detail, extra={"ceiling": ceiling, "reason": exc.decision.reason}
+        ) from None
     except IdempotencyMismatch as exc:
         raise HTTPException(status_code=409, detail=str(exc), extra={"job_id": exc.job_id}) from None
     except ShuttingDown as exc:
@@ -122,7 +127,9 @@ MAX_SEQ = 2**63 - 1
     media_type="text/event-stream",
     responses={
         **problems(401, 404, 422),
-        204: ResponseSpec(data_container=None, description="the job has ended and has no event after Last-Event-ID: nothing to stream"),
+        204: ResponseSpec(
+            data_container=None, description="the job has ended and has no event after Last-Event-ID: nothing to stream"
+        ),
     },
 )
 async def job_stream(
@@ -176,7 +183,12 @@ async def job_video(svc: Service, request: Request, job_id: str) -> Stream:
     return files.stream(await _video(svc, request, job_id))
 
 
-@head("/jobs/{job_id:str}/video", summary="The finished video's headers (size, ETag)", responses=_VIDEO_ERRORS, media_type="video/mp4")
+@head(
+    "/jobs/{job_id:str}/video",
+    summary="The finished video's headers (size, ETag)",
+    responses=_VIDEO_ERRORS,
+    media_type="video/mp4",
+)
 async def job_video_head(svc: Service, request: Request, job_id: str) -> Response[None]:
     return files.head(await _video(svc, request, job_id))
 

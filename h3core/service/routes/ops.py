@@ -57,7 +57,11 @@ async def _readiness(svc: Service) -> Response[ReadyView]:
     if svc.tail is not None:  # api role: the jobs run in the process holding the runner lock
         lock = runner_lock_path(svc.settings.db)
         holder = await anyio.to_thread.run_sync(RunnerLock.holder, lock)
-        checks["runner"] = (f"process {holder} runs the jobs" if holder else f"no runner process (nothing holds {lock})") if svc.runner.accepting else "not accepting"
+        checks["runner"] = (
+            (f"process {holder} runs the jobs" if holder else f"no runner process (nothing holds {lock})")
+            if svc.runner.accepting
+            else "not accepting"
+        )
         ok = checks["store"] == "ok" and holder is not None and svc.runner.accepting and bool(servable)
     else:
         checks["runner"] = "accepting" if svc.runner.accepting else "not accepting"
@@ -66,7 +70,13 @@ async def _readiness(svc: Service) -> Response[ReadyView]:
         groups = [GroupView.model_validate(h, from_attributes=True) for h in health] if health is not None else None
     attention = _attention(svc.runner.executor) if svc.tail is None else None
     view = ReadyView(
-        status="ready" if ok else "not ready", executor=executor, modes=modes, problems=problems, groups=groups, attention=attention, **checks
+        status="ready" if ok else "not ready",
+        executor=executor,
+        modes=modes,
+        problems=problems,
+        groups=groups,
+        attention=attention,
+        **checks,
     )
     return Response(view, status_code=200 if ok else 503)
 

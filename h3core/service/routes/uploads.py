@@ -25,7 +25,10 @@ class _RawFileOperation(Operation):
         self.request_body = RequestBody(
             required=True,
             description="The file's bytes; its type in Content-Type.",
-            content={t: MediaTypeSpec(schema=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY)) for t in sorted(CONTENT_TYPES)},
+            content={
+                t: MediaTypeSpec(schema=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY))
+                for t in sorted(CONTENT_TYPES)
+            },
         )
 
 

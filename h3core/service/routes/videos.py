@@ -90,16 +90,20 @@ def document(openapi: OpenAPI, models: Sequence[str]) -> None:
     kept = ("prompt", "model", "size", "seconds", "steps", "seed", "priority")
     scalar = {k: _not_null(v) for k, v in schema["properties"].items() if k in kept}
     form = {
-        "type": "object", "required": ["prompt"], "additionalProperties": False,
+        "type": "object",
+        "required": ["prompt"],
+        "additionalProperties": False,
         "properties": {**scalar, "input_reference": {"type": "string", "format": "binary"}},
-    }  # fmt: skip
+    }
     images = "image/png, image/jpeg"  # (webp is taken too; these are the ones a client can be expected to make)
     operation = openapi.paths["/v1/videos"].post  # type: ignore[index, union-attr]
     operation.request_body = RequestBody(
         required=True,
         content={
             "application/json": OpenAPIMediaType(schema=RawSchema(ref(VideoCreate))),
-            "multipart/form-data": OpenAPIMediaType(schema=RawSchema(form), encoding={"input_reference": Encoding(content_type=images)}),
+            "multipart/form-data": OpenAPIMediaType(
+                schema=RawSchema(form), encoding={"input_reference": Encoding(content_type=images)}
+            ),
         },
     )
 
@@ -130,7 +134,9 @@ async def _params(request: Request) -> tuple[dict[str, object], bool]:
         form = await request.form()
         return unflatten_form(form.multi_items()), True
     if ctype not in ("", "application/json"):
-        raise VideoApiError(415, f"send the body as application/json or multipart/form-data, not {ctype}", code="unsupported_media_type")
+        raise VideoApiError(
+            415, f"send the body as application/json or multipart/form-data, not {ctype}", code="unsupported_media_type"
+        )
     try:
         body = await request.json()
     except SerializationException:
@@ -171,7 +177,9 @@ async def _stored_reference(svc: Service, ref: object) -> str:
     elif isinstance(ref, dict) and set(ref) == {"image_url"} and isinstance(ref["image_url"], str):
         m = _DATA_URL.match(ref["image_url"])
         if m is None:
-            raise bad("input_reference", "image_url must be a base64 data URL (data:image/png;base64,...); no remote URL is fetched")
+            raise bad(
+                "input_reference", "image_url must be a base64 data URL (data:image/png;base64,...); no remote URL is fetched"
+            )
         try:
             ctype, chunks = m.group(1), _one(base64.b64decode(m.group(2), validate=True))
         except binascii.Error:
@@ -181,21 +189,31 @@ async def _stored_reference(svc: Service, ref: object) -> str:
     try:
         upload = await svc.uploads.put(ctype, chunks)
     except UploadRejected as exc:
-        raise VideoApiError(413 if exc.status == 413 else 400, f"input_reference: {exc}", param="input_reference", code="invalid_upload") from None
+        raise VideoApiError(
+            413 if exc.status == 413 else 400, f"input_reference: {exc}", param="input_reference", code="invalid_upload"
+        ) from None
     if upload.kind != "image":
         raise bad("input_reference", f"input_reference must be an image (the first frame), not {upload.kind}")
     return upload.id
 
 
 async def _submit(
-    svc: Service, request: GenerationRequest, params: dict[str, object], *, priority: int, idempotency_key: str | None, remixed_from: str | None = None
+    svc: Service,
+    request: GenerationRequest,
+    params: dict[str, object],
+    *,
+    priority: int,
+    idempotency_key: str | None,
+    remixed_from: str | None = None,
 ) -> JobState:
     try:
         return await submit(svc, request, priority=priority, idempotency_key=idempotency_key, remixed_from=remixed_from)
     except ValidationException as exc:  # an upload it names is missing or of the wrong kind
         first = exc.extra[0] if isinstance(exc.extra, list) and exc.extra else {}
         key = str(first.get("key") or "")
-        raise bad(param_for(key.split(".") if key else (), params), str(first.get("message") or exc.detail), code="invalid_upload") from None
+        raise bad(
+            param_for(key.split(".") if key else (), params), str(first.get("message") or exc.detail), code="invalid_upload"
+        ) from None
     except Refused as exc:
         ceiling = exc.decision.ceiling.model_dump() if exc.decision.ceiling else None
         raise VideoApiError(400, exc.decision.detail, code="refused", ceiling=ceiling) from None
@@ -257,7 +275,9 @@ def _page(svc: Service, cursor: int | None, limit: int, oldest_first: bool) -> V
     edge = {"after": cursor} if oldest_first else {"before": cursor}
     rows = svc.store.list_jobs(limit=limit + 1, oldest_first=oldest_first, **edge)
     data = [_video(svc, state) for _, state in rows[:limit]]
-    return VideoList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None, has_more=len(rows) > limit)
+    return VideoList(
+        data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None, has_more=len(rows) > limit
+    )
 
 
 @get("/", summary="Videos, newest first (order=asc: oldest first)", responses=_errors(400, 401, 404))
@@ -309,10 +329,14 @@ async def video_content(
     state = _state(svc, video_id)
     artifact = state.artifact
     if artifact is None:
-        raise VideoApiError(404, f"video {video_id} has no content: it is {video_status(state)}", param="video_id", code="video_not_ready")
+        raise VideoApiError(
+            404, f"video {video_id} has no content: it is {video_status(state)}", param="video_id", code="video_not_ready"
+        )
     deleted = svc.artifacts.deleted_at(artifact.path)
     if deleted is not None:
-        raise VideoApiError(404, f"video {video_id}'s content was deleted at {deleted.isoformat()}", param="video_id", code="video_deleted")
+        raise VideoApiError(
+            404, f"video {video_id}'s content was deleted at {deleted.isoformat()}", param="video_id", code="video_deleted"
+        )
     path = svc.artifacts.resolve(artifact.path)
     try:
         if variant == "video":
@@ -321,13 +345,21 @@ async def video_content(
         make, media_type = _PREVIEW_MAKERS[variant]
         data = await anyio.to_thread.run_sync(lambda: make(path, frames=artifact.frames), limiter=svc.previews)
     except FileNotFoundError:
-        raise VideoApiError(404, f"video {video_id}'s file is missing from the artifact store", param="video_id", code="content_missing") from None
+        raise VideoApiError(
+            404, f"video {video_id}'s file is missing from the artifact store", param="video_id", code="content_missing"
+        ) from None
     return Response(data, media_type=media_type, headers={"ETag": f'"{artifact.sha256}-{variant}"'})
 
 
 # -- errors, in OpenAI's shape ----------------------------------------------------------------
 
-_CODES = {401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 416: "range_not_satisfiable"}
+_CODES = {
+    401: "invalid_api_key",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+    416: "range_not_satisfiable",
+}
 
 
 def _on_api_error(_: Request, exc: VideoApiError) -> Response:

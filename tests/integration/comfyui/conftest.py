@@ -29,14 +29,25 @@ def make_runner(tmp_path, comfy):
     async def make(store: SQLiteEventStore | None = None, *, comfyui: dict | None = None, **config) -> AsyncIterator[Runner]:
         """A runner on the ComfyUI executor; `comfyui` overrides its settings (on_stop, templates)."""
         store = store or SQLiteEventStore(tmp_path / "h3.db", durable=False)
-        settings = ComfyUISettings(**{
-            "url": comfy.url, "client_id": "h3core-test", "poll_min_s": 0.05, "poll_max_s": 0.3, "lost_after_s": 1.0,
-            "unreachable_after_s": 2.0, "cancel_wait_s": 5.0, "log_path": comfy.log_path, **(comfyui or {}),
-        })  # fmt: skip
+        settings = ComfyUISettings(
+            **{
+                "url": comfy.url,
+                "client_id": "h3core-test",
+                "poll_min_s": 0.05,
+                "poll_max_s": 0.3,
+                "lost_after_s": 1.0,
+                "unreachable_after_s": 2.0,
+                "cancel_wait_s": 5.0,
+                "log_path": comfy.log_path,
+                **(comfyui or {}),
+            }
+        )
         executor = ComfyUIExecutor(
-            settings, builtin_templates(), LocalArtifactStore(tmp_path / "artifacts"),
+            settings,
+            builtin_templates(),
+            LocalArtifactStore(tmp_path / "artifacts"),
             lambda upload_id: uploads.path(uploads.get(upload_id)),
-        )  # fmt: skip
+        )
         cfg = {"stall_timeout_s": 30.0, "cancel_grace_s": 10.0, "poll_interval_s": 0.05, **config}
         runner = Runner(store, executor, RunnerConfig(**cfg))
         runner.uploads = uploads  # for tests that upload keyframes first

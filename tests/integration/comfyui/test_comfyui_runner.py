@@ -84,7 +84,9 @@ async def test_a_dropped_socket_loses_hints_not_the_job(make_runner, comfy, capl
 async def test_comfyui_restarted_mid_run_fails_the_attempt_as_executor_lost(make_runner, comfy):
     comfy.step_seconds = 0.1
     async with make_runner() as runner:
-        job = await runner.submit(req(steps=50), )
+        job = await runner.submit(
+            req(steps=50),
+        )
         await until(lambda: (runner.store.get(job.job_id).step or 0) >= 2)
         await comfy.restart()
         await until(lambda: runner.store.get(job.job_id).attempt_errors or runner.store.get(job.job_id).terminal)
@@ -146,7 +148,9 @@ async def test_with_four_slots_comfyui_holds_one_prompt_of_h3core_at_a_time_the_
         seen = []
         with anyio.fail_after(30):
             while not all(runner.store.get(j.job_id).terminal for j in jobs):
-                seen.append((len(comfy.queue_running) + len(comfy.queue_pending), [runner.store.get(j.job_id).status for j in jobs]))
+                seen.append(
+                    (len(comfy.queue_running) + len(comfy.queue_pending), [runner.store.get(j.job_id).status for j in jobs])
+                )
                 await anyio.sleep(0.005)
     assert max(n for n, _ in seen) == 1, "never more than one of h3core's prompts in ComfyUI's queue"
     assert max(statuses.count("running") for _, statuses in seen) == 1
@@ -167,7 +171,11 @@ async def test_cancel_of_a_running_prompt_interrupts_that_prompt_only(make_runne
     interrupts = [body for method, path, body in comfy.received if path == "/interrupt"]
     assert interrupts and all(i == {"prompt_id": ref} for i in interrupts), "that prompt only: never the global interrupt"
     assert comfy.history[ref]["status"]["messages"][-1][0] == "execution_interrupted"
-    steps_after = [e for e in runner.store.events(job.job_id) if e.type == "progress" and e.seq > next(x.seq for x in runner.store.events(job.job_id) if x.type == "cancel_requested")]
+    steps_after = [
+        e
+        for e in runner.store.events(job.job_id)
+        if e.type == "progress" and e.seq > next(x.seq for x in runner.store.events(job.job_id) if x.type == "cancel_requested")
+    ]
     assert len(steps_after) <= 2
 
 
@@ -186,6 +194,7 @@ async def test_a_cancel_comfyui_does_not_honour_in_time_fails_the_job_stop_uncon
 
 async def test_keyframes_are_uploaded_and_bound(make_runner, comfy, tmp_path):
     async with make_runner() as runner:
+
         async def chunks():
             yield png_path(tmp_path).read_bytes()
 
@@ -204,7 +213,9 @@ async def test_raylight_progress_comes_from_the_log_trusting_only_the_requests_s
     from h3core.executors.comfyui.templates import builtin_templates
 
     async with make_runner() as runner:
-        runner.executor.settings = runner.executor.settings.__class__(**{**runner.executor.settings.__dict__, "topology": "raylight"})
+        runner.executor.settings = runner.executor.settings.__class__(
+            **{**runner.executor.settings.__dict__, "topology": "raylight"}
+        )
         comfy.step_seconds = 0.05
         job = await runner.submit(req(steps=12))
         state = await ended(runner, job.job_id)
@@ -214,7 +225,9 @@ async def test_raylight_progress_comes_from_the_log_trusting_only_the_requests_s
     assert steps and steps[-1] == 12 and all(0 < s <= 12 for s in steps) and len(steps) > 2
 
 
-async def test_comfyui_unreachable_mid_job_fails_the_attempt_within_the_bound_and_the_retry_waits_for_it(make_runner, comfy, caplog):
+async def test_comfyui_unreachable_mid_job_fails_the_attempt_within_the_bound_and_the_retry_waits_for_it(
+    make_runner, comfy, caplog
+):
     caplog.set_level(logging.INFO, logger="h3core")
     comfy.step_seconds = 0.1
     async with make_runner() as runner:
@@ -245,7 +258,9 @@ async def test_raylights_start_up_bar_is_not_taken_for_sampling_progress(make_ru
     comfy.send_progress, comfy.log_progress, comfy.gpus, comfy.step_seconds = False, True, 4, 0.3
     comfy.node_seconds = 0.2  # so the bar comes after the executor starts reading the log
     async with make_runner() as runner:
-        runner.executor.settings = runner.executor.settings.__class__(**{**runner.executor.settings.__dict__, "topology": "raylight"})
+        runner.executor.settings = runner.executor.settings.__class__(
+            **{**runner.executor.settings.__dict__, "topology": "raylight"}
+        )
         job = await runner.submit(req(steps=4))
         state = await ended(runner, job.job_id)
     assert state.status == "done", state.error
@@ -351,7 +366,9 @@ async def test_a_cancel_stored_while_h3core_is_down_is_honoured_by_the_resumed_a
     assert comfy.running_prompt_id is None
 
 
-async def test_a_prompt_gone_when_h3core_comes_back_fails_the_resumed_attempt_executor_lost_and_the_retry_runs(make_runner, comfy, store):
+async def test_a_prompt_gone_when_h3core_comes_back_fails_the_resumed_attempt_executor_lost_and_the_retry_runs(
+    make_runner, comfy, store
+):
     job_id = await stopped_mid_job(make_runner, comfy, store, steps=100, at_step=2)
     await comfy.restart()  # ComfyUI restarted while h3core was down: the prompt and its history are gone
     comfy.step_seconds = 0.01

@@ -56,7 +56,9 @@ _sizes = itertools.count(20)  # every job a different frame count: ComfyUI cache
 
 
 def req(frames: int | None = None, **kw) -> GenerationRequest:
-    return GenerationRequest(**{"prompt": "a blurred colour", "width": 256, "height": 160, "frames": frames or next(_sizes), **kw})
+    return GenerationRequest(
+        **{"prompt": "a blurred colour", "width": 256, "height": 160, "frames": frames or next(_sizes), **kw}
+    )
 
 
 @dataclass
@@ -117,7 +119,9 @@ class RealComfyUI:
 def real(tmp_path_factory):
     if CMD:
         port = free_port()
-        server = RealComfyUI(f"http://127.0.0.1:{port}", shlex.split(CMD.format(port=port)), tmp_path_factory.mktemp("comfyui") / "log")
+        server = RealComfyUI(
+            f"http://127.0.0.1:{port}", shlex.split(CMD.format(port=port)), tmp_path_factory.mktemp("comfyui") / "log"
+        )
         server.start()
         yield server
         if server.proc is not None:
@@ -232,9 +236,12 @@ async def test_comfyui_killed_mid_job_fails_the_attempt_and_the_retry_runs_when_
 def test_sigterm_of_h3core_mid_job_then_a_restart_finishes_the_job(tmp_path, comfy, on_stop):
     real = comfy
     env = {
-        "H3_EXECUTOR": "comfyui", "H3_COMFYUI_URL": real.url, "H3_COMFYUI_TEMPLATE": "t2va=core-nodes-t2va",
-        "H3_COMFYUI_ON_STOP": on_stop, "H3_STALL_TIMEOUT": "120",
-    }  # fmt: skip
+        "H3_EXECUTOR": "comfyui",
+        "H3_COMFYUI_URL": real.url,
+        "H3_COMFYUI_TEMPLATE": "t2va=core-nodes-t2va",
+        "H3_COMFYUI_ON_STOP": on_stop,
+        "H3_STALL_TIMEOUT": "120",
+    }
     job = {"prompt": "a blurred colour", "width": 256, "height": 160, "frames": next(_sizes) + 150}
     servers = Servers(tmp_path)
     try:

@@ -31,7 +31,11 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def ask_from_a_thread_that_ends(how: str) -> dict:
     run = subprocess.run(
-        [sys.executable, "-m", "tests.integration.distributed.head_owner", how], cwd=ROOT, capture_output=True, text=True, timeout=240
+        [sys.executable, "-m", "tests.integration.distributed.head_owner", how],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     last = run.stdout.strip().splitlines()[-1:] or [""]
     assert run.returncode == 0 and last[0].startswith("{"), f"exit {run.returncode}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
@@ -43,7 +47,12 @@ def test_a_head_started_on_a_thread_that_ends_dies_with_it():
 
 
 def test_a_head_asked_of_a_host_from_a_thread_that_ends_lives_until_the_host_closes():
-    assert ask_from_a_thread_that_ends("host") == {"answered": True, "gcs_alive": True, "lost": None, "gcs_alive_after_close": False}
+    assert ask_from_a_thread_that_ends("host") == {
+        "answered": True,
+        "gcs_alive": True,
+        "lost": None,
+        "gcs_alive_after_close": False,
+    }
 
 
 # -- noticing a lost head: the probe ------------------------------------------------------------
@@ -167,8 +176,11 @@ class ScriptedRay(RayHost):
 
 
 @pytest.mark.anyio
-async def test_a_lost_head_makes_the_executor_not_ready_until_ray_is_back_and_every_group_is_rebuilt(tiny_model, tmp_path, monkeypatch, caplog):
+async def test_a_lost_head_makes_the_executor_not_ready_until_ray_is_back_and_every_group_is_rebuilt(
+    tiny_model, tmp_path, monkeypatch, caplog
+):
     caplog.set_level(logging.INFO, logger="h3core.executors.distributed")
+
     def build(group: Group) -> None:  # no Ray here: every build succeeds at once
         group.health.builds += 1
         group.health.rebuilds = group.health.builds - 1
@@ -189,7 +201,9 @@ async def test_a_lost_head_makes_the_executor_not_ready_until_ray_is_back_and_ev
         caps = executor.capabilities()
         assert not caps.runnable_modes
         assert caps.mode("t2va").reason == "Ray head lost: gcs_server (pid 8) exited with -9; reconnecting"
-        assert [(g.state, g.last_error) for g in executor.health()] == [("dead", "Ray head lost: gcs_server (pid 8) exited with -9")] * 2
+        assert [(g.state, g.last_error) for g in executor.health()] == [
+            ("dead", "Ray head lost: gcs_server (pid 8) exited with -9")
+        ] * 2
         head = executor.head()
         assert (head.state, head.losses, head.reconnects) == ("reconnecting", 1, 0)
         host.allow.set()
@@ -202,7 +216,9 @@ async def test_a_lost_head_makes_the_executor_not_ready_until_ray_is_back_and_ev
         assert [g.rebuilds for g in executor.health()] == [1, 1]
     assert host.started  # a host the executor was given is left to its owner
     host.close()
-    said = [(r.levelname, r.getMessage().split(";")[0], fields(r)) for r in caplog.records if r.name == "h3core.executors.distributed"]
+    said = [
+        (r.levelname, r.getMessage().split(";")[0], fields(r)) for r in caplog.records if r.name == "h3core.executors.distributed"
+    ]
     reason = "Ray head lost: gcs_server (pid 8) exited with -9"
     assert said == [
         ("WARNING", reason, {"reason": reason}),

@@ -33,7 +33,9 @@ def make_runner(tmp_path, tiny_model):
         async with anyio.create_task_group() as tg:
             await tg.start(runner.run)
             if loaded:
-                await until(lambda: executor.capabilities().ready or "model did not load" in "".join(executor.capabilities().problems()))
+                await until(
+                    lambda: executor.capabilities().ready or "model did not load" in "".join(executor.capabilities().problems())
+                )
             yield runner
             tg.cancel_scope.cancel()
 

@@ -152,7 +152,9 @@ async def test_math_runs_only_as_named_recorded_as_math_and_within_its_bound(mak
     async with make_runner(attention="math", math_max_tokens=64) as runner:  # the tiny job is ~120
         with pytest.raises(Refused) as refused:  # what the kernel cannot take is refused at submission
             await runner.submit(req())
-    assert refused.value.decision.reason == "vram" and "over the attention kernel's 64-token limit" in refused.value.decision.detail
+    assert (
+        refused.value.decision.reason == "vram" and "over the attention kernel's 64-token limit" in refused.value.decision.detail
+    )
 
 
 async def test_the_tiny_model_runs_with_sageattention_installed(make_runner, tmp_path, monkeypatch):
@@ -166,7 +168,9 @@ async def test_the_tiny_model_runs_with_sageattention_installed(make_runner, tmp
     (site / "sageattention").mkdir(parents=True)
     (site / "sageattention" / "__init__.py").write_text("import triton  # as 1.0.6 does\nfrom .core import sageattn\n")
     (site / "sageattention-1.0.6.dist-info").mkdir()
-    (site / "sageattention-1.0.6.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sageattention\nVersion: 1.0.6\n")
+    (site / "sageattention-1.0.6.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: sageattention\nVersion: 1.0.6\n"
+    )
     monkeypatch.syspath_prepend(str(site))
     attention.sage_build.cache_clear()
     try:

@@ -22,9 +22,19 @@ import pytest
 from tests.integration.conftest import clean_env, poll
 
 __all__ = [
-    "CLEAN_EXIT", "SMALL", "TERMINAL", "Server", "Servers", "cancel_quietly", "event_types", "free_port", "long_job",
-    "poll", "submit", "wait_job",
-]  # fmt: skip
+    "CLEAN_EXIT",
+    "SMALL",
+    "TERMINAL",
+    "Server",
+    "Servers",
+    "cancel_quietly",
+    "event_types",
+    "free_port",
+    "long_job",
+    "poll",
+    "submit",
+    "wait_job",
+]
 
 # A request that runs in a fraction of a second with the fake executor and renders a tiny video.
 SMALL: dict[str, Any] = {"width": 448, "height": 256, "frames": 24, "steps": 2}
@@ -73,9 +83,20 @@ class Server:
         """Spawn the process on a fresh free port, without waiting for it."""
         self.port = free_port()
         cmd = [
-            sys.executable, "-m", "h3core.cli", "serve", "--port", str(self.port), "--db", str(self.db),
-            "--artifacts", str(self.artifacts), "--uploads", str(self.uploads), *self.args,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "h3core.cli",
+            "serve",
+            "--port",
+            str(self.port),
+            "--db",
+            str(self.db),
+            "--artifacts",
+            str(self.artifacts),
+            "--uploads",
+            str(self.uploads),
+            *self.args,
+        ]
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=self.root)
 

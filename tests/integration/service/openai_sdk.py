@@ -59,7 +59,12 @@ def check_content(client: Any, video: Any, *, frames: int) -> None:
 def create_to_completed(client: Any, *, size: str, seconds: str, frames: int, **extra: Any) -> Any:
     """create_and_poll to `completed`, then the same object from retrieve and from the list."""
     video = client.videos.create_and_poll(
-        prompt="a red fox running through snow", model="minimax-h3", size=size, seconds=seconds, extra_body=extra, poll_interval_ms=50
+        prompt="a red fox running through snow",
+        model="minimax-h3",
+        size=size,
+        seconds=seconds,
+        extra_body=extra,
+        poll_interval_ms=50,
     )
     assert (video.status, video.progress, video.error) == ("completed", 100, None), video
     assert (video.object, video.model, video.size, video.seconds) == ("video", "minimax-h3", size, seconds)

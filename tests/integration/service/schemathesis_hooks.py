@@ -21,7 +21,9 @@ def _schema_valid_json(case) -> bool:
     if not str(case.media_type or "").startswith("application/json"):
         return True
     raw = case.operation.schema.raw_schema
-    body = raw["paths"][case.operation.path][case.operation.method.lower()]["requestBody"]["content"]["application/json"]["schema"]
+    body = raw["paths"][case.operation.path][case.operation.method.lower()]["requestBody"]["content"]["application/json"][
+        "schema"
+    ]
     return jsonschema.Draft202012Validator({**body, "components": raw.get("components", {})}).is_valid(case.body)
 
 
@@ -54,6 +56,8 @@ def only_admission_refuses_valid_videos(ctx, response, case):
     if error.get("code") == "refused" and error.get("ceiling") is not None:
         return True
     message = str(error.get("message", ""))
-    if error.get("code") == "invalid_upload" and (message.startswith(_UPLOAD_MISSING) or "its leading bytes do not match" in message):
+    if error.get("code") == "invalid_upload" and (
+        message.startswith(_UPLOAD_MISSING) or "its leading bytes do not match" in message
+    ):
         return True  # an upload that is not there, or a file that is not the image its part says
     raise AssertionError(f"a schema-valid video was refused for a reason the schema should state: {error}")

@@ -12,17 +12,34 @@ from tests.integration.service.conftest import Servers
 
 def h3(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "h3core.cli", *args], capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "h3core.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**clean_env(), "COLUMNS": "120", **(env or {})},
-    )  # fmt: skip
+    )
 
 
 def test_submit_watch_follows_the_job_and_downloads_its_video(api_server, tmp_path):
     out = tmp_path / "fox.mp4"
     run = h3(
-        "submit", "--url", api_server.url, "--prompt", "a red fox", "--width", "448", "--height", "256",
-        "--frames", "24", "--steps", "4", "--watch", "--download", str(out),
-    )  # fmt: skip
+        "submit",
+        "--url",
+        api_server.url,
+        "--prompt",
+        "a red fox",
+        "--width",
+        "448",
+        "--height",
+        "256",
+        "--frames",
+        "24",
+        "--steps",
+        "4",
+        "--watch",
+        "--download",
+        str(out),
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "done in" in run.stdout and f"saved {out}" in run.stdout
     sha = run.stdout.split("sha256 ")[1].split(")")[0]
@@ -32,14 +49,30 @@ def test_submit_watch_follows_the_job_and_downloads_its_video(api_server, tmp_pa
 def test_submit_reports_a_refusal_with_the_ceiling_and_a_failure_with_how_to_replay_it(api_server):
     refused = h3("submit", "--url", api_server.url, "--prompt", "x", "--frames", "900")
     assert refused.returncode == 2 and "ceiling: 430 frames (vram)" in refused.stderr
-    failed = h3("submit", "--url", api_server.url, "--prompt", "x [fake fail_at=2 kind=oom]", "--steps", "3",
-                "--width", "448", "--height", "256", "--frames", "24", "--watch")  # fmt: skip
+    failed = h3(
+        "submit",
+        "--url",
+        api_server.url,
+        "--prompt",
+        "x [fake fail_at=2 kind=oom]",
+        "--steps",
+        "3",
+        "--width",
+        "448",
+        "--height",
+        "256",
+        "--frames",
+        "24",
+        "--watch",
+    )
     assert failed.returncode == 1 and "failed: oom" in failed.stdout and "h3core replay" in failed.stdout
 
 
 def test_cancel_through_the_service(api_server):
     with api_server.client() as api:
-        job = api.post("/v1/jobs", json={"prompt": "long [fake step=0.2]", "width": 448, "height": 256, "frames": 24, "steps": 100}).json()
+        job = api.post(
+            "/v1/jobs", json={"prompt": "long [fake step=0.2]", "width": 448, "height": 256, "frames": 24, "steps": 100}
+        ).json()
         poll(lambda: api.get(f"/v1/jobs/{job['id']}").json()["status"] == "running", 20, "the job to start")
         run = h3("cancel", job["id"], "--url", api_server.url)
         assert run.returncode == 0 and "cancel requested" in run.stdout

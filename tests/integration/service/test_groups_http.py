@@ -96,7 +96,12 @@ def test_a_two_rank_group_outlives_idleness_a_killed_rank_and_a_lost_ray_head(se
     )
     server.start(timeout=120)
     with server.client() as api:
-        poll(lambda: api.get("/readyz").status_code == 200, 180, "the group to start", lambda: api.get("/readyz").text + server.log())
+        poll(
+            lambda: api.get("/readyz").status_code == 200,
+            180,
+            "the group to start",
+            lambda: api.get("/readyz").text + server.log(),
+        )
         (group,) = api.get("/readyz").json()["groups"]
         assert (group["size"], group["state"], group["rebuilds"]) == (2, "ready", 0)
         addresses = listening(server.proc.pid)
@@ -164,8 +169,11 @@ def test_a_two_rank_group_outlives_idleness_a_killed_rank_and_a_lost_ray_head(se
         assert server.running
     pids = [p.pid for p in tree(server.proc.pid)]
     server.stop(timeout=60)
-    poll(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids), 30,
-         "every Ray process to exit")  # fmt: skip
+    poll(
+        lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids),
+        30,
+        "every Ray process to exit",
+    )
 
 
 def test_group_settings_that_cannot_work_stop_the_server_with_the_setting_named(tmp_path, tiny_model):
@@ -207,10 +215,24 @@ def test_with_a_ray_address_the_groups_are_placed_on_that_cluster(servers: Serve
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env = {**clean_env(), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **auth}
     head = subprocess.Popen(
-        [ray_cli, "start", "--head", "--block", "--port", str(port), "--num-cpus", "2", "--include-dashboard", "false",
-         "--node-ip-address", "127.0.0.1"],
-        env=env, stdout=open(tmp_path / "head.log", "wb"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            ray_cli,
+            "start",
+            "--head",
+            "--block",
+            "--port",
+            str(port),
+            "--num-cpus",
+            "2",
+            "--include-dashboard",
+            "false",
+            "--node-ip-address",
+            "127.0.0.1",
+        ],
+        env=env,
+        stdout=open(tmp_path / "head.log", "wb"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         server = servers.make(
             {
@@ -224,7 +246,12 @@ def test_with_a_ray_address_the_groups_are_placed_on_that_cluster(servers: Serve
         )
         server.start(timeout=120)
         with server.client() as api:
-            poll(lambda: api.get("/readyz").status_code == 200, 180, "the group to start", lambda: api.get("/readyz").text + server.log())
+            poll(
+                lambda: api.get("/readyz").status_code == 200,
+                180,
+                "the group to start",
+                lambda: api.get("/readyz").text + server.log(),
+            )
             assert not ranks(server.proc.pid), "with an address the service must not start Ray itself"
             assert ranks(head.pid), "the rank should run on the operator's cluster"
             job = api.post("/v1/jobs", json=JOB).json()

@@ -96,7 +96,11 @@ def test_configured_origins_hosts_and_a_metrics_listener(servers):
     with server.client() as c:
         preflight = c.options(
             "/v1/jobs",
-            headers={"Origin": console, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type,idempotency-key"},
+            headers={
+                "Origin": console,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "content-type,idempotency-key",
+            },
         )
         assert preflight.status_code in (200, 204), preflight.text
         assert preflight.headers["access-control-allow-origin"] == console
@@ -112,7 +116,9 @@ def test_configured_origins_hosts_and_a_metrics_listener(servers):
         assert c.get("/metrics").status_code == 404
         m = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
         assert m.status_code == 200 and "h3core_jobs{" in m.text
-        assert httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", headers={"Host": "evil.example"}, timeout=10).status_code == 400
+        assert (
+            httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", headers={"Host": "evil.example"}, timeout=10).status_code == 400
+        )
         assert httpx.get(f"http://127.0.0.1:{metrics_port}/v1/jobs", timeout=10).status_code == 404
     server.stop()
 

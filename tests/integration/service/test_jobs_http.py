@@ -58,10 +58,20 @@ def test_a_job_from_submission_to_download_and_replay(api, api_server):
     assert job["warnings"] == ["24 frames snapped to 39: MiniMax-H3 makes 17n+5"]  # the model makes 17n+5 frames
     assert job["attempt"] == 0 and job["artifact"] is None and job["error"] is None
     assert job["request"] == {
-        "mode": "t2va", "prompt": "a red fox in snow", "width": 448, "height": 256, "frames": 24, "steps": steps,
-        "seed": 0, "fps": 24, "keyframes": None, "references": None, "cfg_scale": None, "negative_prompt": None,
+        "mode": "t2va",
+        "prompt": "a red fox in snow",
+        "width": 448,
+        "height": 256,
+        "frames": 24,
+        "steps": steps,
+        "seed": 0,
+        "fps": 24,
+        "keyframes": None,
+        "references": None,
+        "cfg_scale": None,
+        "negative_prompt": None,
         "turbo": None,
-    }  # fmt: skip
+    }
 
     # The stream: the history first, then live events, ending after the terminal one.
     events = stream(api, job["id"])
@@ -114,8 +124,11 @@ def test_a_job_from_submission_to_download_and_replay(api, api_server):
     assert job["id"] in [j["id"] for j in listed]
     replay = subprocess.run(
         [sys.executable, "-m", "h3core.cli", "replay", job["id"], "--db", str(api_server.db)],
-        capture_output=True, text=True, env=clean_env(), timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+    )
     assert replay.returncode == 0, replay.stderr
     assert "done" in replay.stdout
     assert artifact["sha256"] in replay.stdout
@@ -123,9 +136,12 @@ def test_a_job_from_submission_to_download_and_replay(api, api_server):
 
 def test_unknown_job_is_404_on_every_job_route(api):
     for method, path in [
-        ("GET", "/v1/jobs/nope"), ("GET", "/v1/jobs/nope/events"), ("GET", "/v1/jobs/nope/stream"),
-        ("GET", "/v1/jobs/nope/video"), ("POST", "/v1/jobs/nope/cancel"),
-    ]:  # fmt: skip
+        ("GET", "/v1/jobs/nope"),
+        ("GET", "/v1/jobs/nope/events"),
+        ("GET", "/v1/jobs/nope/stream"),
+        ("GET", "/v1/jobs/nope/video"),
+        ("POST", "/v1/jobs/nope/cancel"),
+    ]:
         r = api.request(method, path)
         assert r.status_code == 404, f"{method} {path} -> {r.status_code} {r.text}"
         assert "nope" in r.json()["detail"]

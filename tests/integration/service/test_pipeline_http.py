@@ -53,11 +53,28 @@ def test_the_default_server_runs_real_diffusion_on_the_tiny_model(tiny_server: S
         assert 'h3core_attention_probe_verdict{kernel="cudnn",verdict="unsupported"} 1.0' in metrics
         out = tmp_path / "fox.mp4"
         run = h3(
-            "submit", "--url", server.url, "--prompt", "a red fox on the command line", "--width", "64", "--height", "64",
-            "--frames", "22", "--steps", "3", "--watch", "--download", str(out), timeout=120,
-        )  # fmt: skip
+            "submit",
+            "--url",
+            server.url,
+            "--prompt",
+            "a red fox on the command line",
+            "--width",
+            "64",
+            "--height",
+            "64",
+            "--frames",
+            "22",
+            "--steps",
+            "3",
+            "--watch",
+            "--download",
+            str(out),
+            timeout=120,
+        )
         assert run.returncode == 0, run.stdout + run.stderr + server.log()
-        job_id = next(j["id"] for j in api.get("/v1/jobs").json()["items"] if j["request"]["prompt"] == "a red fox on the command line")
+        job_id = next(
+            j["id"] for j in api.get("/v1/jobs").json()["items"] if j["request"]["prompt"] == "a red fox on the command line"
+        )
         events = api.get(f"/v1/jobs/{job_id}/events").json()
     assert [e["body"]["type"] for e in events] == ["submitted", "admitted", "running", "progress", "progress", "progress", "done"]
     assert events[2]["body"]["executor"] == "pipeline" and events[2]["body"]["info"]["attention"] == "flash (asked auto)"
@@ -73,7 +90,9 @@ def test_the_openai_sdk_round_trip_on_the_tiny_model(tiny_server: Server):
     client = sdk(tiny_server)
     video = create_to_completed(client, size="64x64", seconds="0.917", frames=22, steps=3)  # 22 frames: 17n + 5
     remix_to_completed(client, video, timeout=120)
-    delete_running_ends_cancelled(client, timeout=120, prompt="a fox that takes long", size="64x64", seconds="0.917", extra_body={"steps": 1000})
+    delete_running_ends_cancelled(
+        client, timeout=120, prompt="a fox that takes long", size="64x64", seconds="0.917", extra_body={"steps": 1000}
+    )
     delete_finished_keeps_the_log(client, tiny_server, video)
     refusals(client)
 
@@ -87,9 +106,15 @@ def test_pipeline_settings_that_cannot_work_stop_the_server_with_the_setting_nam
     again = h3("model", "make-tiny", str(tmp_path / "tiny"))
     assert again.returncode == 2 and "not empty" in again.stderr
     sage = h3(
-        "serve", "--port", "0", "--db", str(tmp_path / "b.db"), "--attention", "sage-fp16",
+        "serve",
+        "--port",
+        "0",
+        "--db",
+        str(tmp_path / "b.db"),
+        "--attention",
+        "sage-fp16",
         env={"H3_MODEL_DIR": str(tmp_path / "tiny")},
-    )  # fmt: skip
+    )
     said = "attention/device: attention 'sage-fp16' cannot run here: sage-fp16 needs a CUDA device, not cpu"
     assert sage.returncode == 2 and said in sage.stderr, sage.stderr
     slots = h3("serve", "--port", "0", "--db", str(tmp_path / "c.db"), "--slots", "2")

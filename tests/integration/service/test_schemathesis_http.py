@@ -23,12 +23,26 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 HERE = Path(__file__).parent
 OPERATIONS = {
-    "GET /v1/jobs", "POST /v1/jobs", "GET /v1/jobs/{job_id}", "POST /v1/jobs/{job_id}/cancel",
-    "GET /v1/jobs/{job_id}/events", "GET /v1/jobs/{job_id}/stream", "GET /v1/jobs/{job_id}/video",
-    "HEAD /v1/jobs/{job_id}/video", "POST /v1/uploads", "GET /v1/ceilings", "GET /healthz", "GET /readyz", "GET /metrics",
-    "POST /v1/videos", "GET /v1/videos", "GET /v1/videos/{video_id}", "DELETE /v1/videos/{video_id}",
-    "GET /v1/videos/{video_id}/content", "POST /v1/videos/{video_id}/remix",
-}  # fmt: skip
+    "GET /v1/jobs",
+    "POST /v1/jobs",
+    "GET /v1/jobs/{job_id}",
+    "POST /v1/jobs/{job_id}/cancel",
+    "GET /v1/jobs/{job_id}/events",
+    "GET /v1/jobs/{job_id}/stream",
+    "GET /v1/jobs/{job_id}/video",
+    "HEAD /v1/jobs/{job_id}/video",
+    "POST /v1/uploads",
+    "GET /v1/ceilings",
+    "GET /healthz",
+    "GET /readyz",
+    "GET /metrics",
+    "POST /v1/videos",
+    "GET /v1/videos",
+    "GET /v1/videos/{video_id}",
+    "DELETE /v1/videos/{video_id}",
+    "GET /v1/videos/{video_id}/content",
+    "POST /v1/videos/{video_id}/remix",
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +68,28 @@ def test_schemathesis_with_every_check_finds_nothing(server, tmp_path):
     env["SCHEMATHESIS_HOOKS"] = str(HERE / "schemathesis_hooks.py")
     run = subprocess.run(
         [
-            str(Path(sys.executable).with_name("schemathesis")), "--config-file", str(HERE / "schemathesis.toml"), "--no-color",
-            "run", f"{server.url}/schema/openapi.json", "--checks", "all", "--max-examples", "25",
-            "--seed", "1", "--generation-deterministic", "--workers", "1",
+            str(Path(sys.executable).with_name("schemathesis")),
+            "--config-file",
+            str(HERE / "schemathesis.toml"),
+            "--no-color",
+            "run",
+            f"{server.url}/schema/openapi.json",
+            "--checks",
+            "all",
+            "--max-examples",
+            "25",
+            "--seed",
+            "1",
+            "--generation-deterministic",
+            "--workers",
+            "1",
         ],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-12000:] + "\n" + server.log()
     assert f"Selected: {len(OPERATIONS)}/{len(OPERATIONS)}" in out and f"Tested: {len(OPERATIONS)}" in out, out[-3000:]

@@ -31,10 +31,12 @@ def ceiling_row(client: httpx.Client, width: int, height: int, mode: str = "t2va
     r = client.get("/v1/ceilings")
     assert r.status_code == 200, r.text
     rows = [
-        row for row in r.json()["ceilings"]
+        row
+        for row in r.json()["ceilings"]
         if (row["mode"], row["width"], row["height"]) == (mode, width, height)
-        and row["keyframes"] == shape.get("keyframes", 0) and row["reference_images"] == shape.get("reference_images", 0)
-    ]  # fmt: skip
+        and row["keyframes"] == shape.get("keyframes", 0)
+        and row["reference_images"] == shape.get("reference_images", 0)
+    ]
     assert len(rows) == 1, r.json()
     return rows[0]
 
@@ -63,9 +65,10 @@ def test_an_invalid_field_is_422_naming_it(api, body, field):
 
 
 @pytest.mark.parametrize(
-    "body", [{"frames": "124"}, {"width": 448.5}, {"steps": 1.000001}, {"turbo": "true"}, {"seed": True}],
+    "body",
+    [{"frames": "124"}, {"width": 448.5}, {"steps": 1.000001}, {"turbo": "true"}, {"seed": True}],
     ids=["frames", "width", "steps", "turbo", "seed"],
-)  # fmt: skip
+)
 def test_a_wrongly_typed_field_is_422_not_coerced(api, body):
     problem = refused(api, {"prompt": "a fox", **SMALL, "steps": 1, **body})
     assert list(body) == fields(problem), problem
@@ -208,7 +211,11 @@ def test_the_default_server_states_only_the_models_window(servers):
     server.start(timeout=120)
     with server.client() as api:
         body = api.get("/v1/ceilings").json()
-        assert body["profile"] is None and body["window"] == {"min_seconds": 0.0, "max_seconds": 15.0, "source": "model facts of minimax-h3-tiny"}
+        assert body["profile"] is None and body["window"] == {
+            "min_seconds": 0.0,
+            "max_seconds": 15.0,
+            "source": "model facts of minimax-h3-tiny",
+        }
         assert {(c["max_frames"], c["reason"]) for c in body["ceilings"]} == {(345, "model_window")}
         problem = refused(api, {"prompt": "a long fox", "width": 64, "height": 64, "frames": 346})
         assert problem["reason"] == "model_window" and problem["ceiling"]["max_frames"] == 345

@@ -108,11 +108,15 @@ def test_a_remix_reuses_the_parameters_with_a_new_prompt_and_names_its_source(cl
         job = api.get(f"/v1/jobs/{remix.id}").json()
         source = api.get(f"/v1/jobs/{finished.id}").json()
     assert job["remixed_from"] == finished.id
-    assert {k: v for k, v in job["request"].items() if k != "prompt"} == {k: v for k, v in source["request"].items() if k != "prompt"}
+    assert {k: v for k, v in job["request"].items() if k != "prompt"} == {
+        k: v for k, v in source["request"].items() if k != "prompt"
+    }
 
 
 def test_deleting_a_running_video_cancels_it(client):
-    delete_running_ends_cancelled(client, prompt="a slow fox [fake step=0.2]", size="448x256", seconds="1", extra_body={"steps": 100})
+    delete_running_ends_cancelled(
+        client, prompt="a slow fox [fake step=0.2]", size="448x256", seconds="1", extra_body={"steps": 100}
+    )
 
 
 def test_deleting_a_finished_video_deletes_its_file_and_keeps_its_log(client, server):
@@ -150,9 +154,20 @@ def test_an_input_reference_becomes_the_first_frame_of_an_fl2va_video(client, se
         uploaded = api.post("/v1/uploads", content=png(), headers={"Content-Type": "image/png"}).json()["id"]
         # The Python SDK sends only files as input_reference; the object forms come as JSON (other
         # clients), or as form fields through extra_body.
-        as_id = client.videos.create(prompt="from an upload", **QUICK | {"extra_body": {"steps": 2, "input_reference": {"file_id": uploaded}}})
+        as_id = client.videos.create(
+            prompt="from an upload", **QUICK | {"extra_body": {"steps": 2, "input_reference": {"file_id": uploaded}}}
+        )
         data_url = "data:image/png;base64," + base64.b64encode(png(448, 256)).decode()
-        r = api.post("/v1/videos", json={"prompt": "from a data URL", "size": "448x256", "seconds": "1", "steps": 2, "input_reference": {"image_url": data_url}})
+        r = api.post(
+            "/v1/videos",
+            json={
+                "prompt": "from a data URL",
+                "size": "448x256",
+                "seconds": "1",
+                "steps": 2,
+                "input_reference": {"image_url": data_url},
+            },
+        )
         assert r.status_code == 200, r.text
         as_url = client.videos.retrieve(r.json()["id"])
         for video in (as_file, as_url, as_id):
@@ -172,7 +187,9 @@ def test_an_input_reference_becomes_the_first_frame_of_an_fl2va_video(client, se
 
 
 def test_h3cores_own_fields_go_through_extra_body_and_unknown_ones_are_refused(client, server):
-    video = client.videos.create(prompt="seeded", size="448x256", extra_body={"frames": 30, "steps": 1, "seed": 42, "priority": 5})
+    video = client.videos.create(
+        prompt="seeded", size="448x256", extra_body={"frames": 30, "steps": 1, "seed": 42, "priority": 5}
+    )
     assert video.seconds == "1.25"
     with raw(server) as api:
         job = api.get(f"/v1/jobs/{video.id}").json()
@@ -201,8 +218,16 @@ def test_every_error_on_these_routes_has_openais_shape(server):
             "no such method": api.put("/v1/videos"),
             "remix without prompt": api.post("/v1/videos/x/remix", json={}),
         }
-    expected = {"json body": 400, "bad json": 400, "not an object": 400, "text body": 415, "no such variant": 400,
-                "no such route": 404, "no such method": 405, "remix without prompt": 400}  # fmt: skip
+    expected = {
+        "json body": 400,
+        "bad json": 400,
+        "not an object": 400,
+        "text body": 415,
+        "no such variant": 400,
+        "no such route": 404,
+        "no such method": 405,
+        "remix without prompt": 400,
+    }
     for name, r in answers.items():
         assert r.status_code == expected[name], (name, r.status_code, r.text)
         error = r.json()["error"]

@@ -87,13 +87,17 @@ def test_a_version_1_file_is_migrated_forward(tmp_path):
     conn.close()
     store = SQLiteEventStore(path)
     assert store.schema_version() == SCHEMA_VERSION == 4
-    plan = sqlite3.connect(path).execute(
-        "EXPLAIN QUERY PLAN SELECT state FROM jobs WHERE status = 'queued' ORDER BY priority DESC, queue_order LIMIT 5"
-    ).fetchall()
+    plan = (
+        sqlite3.connect(path)
+        .execute("EXPLAIN QUERY PLAN SELECT state FROM jobs WHERE status = 'queued' ORDER BY priority DESC, queue_order LIMIT 5")
+        .fetchall()
+    )
     assert not any("TEMP B-TREE" in row[-1] for row in plan), plan  # the v2 index serves the queue order
-    plan = sqlite3.connect(path).execute(
-        "EXPLAIN QUERY PLAN SELECT queue_order, state FROM jobs WHERE status = 'done' ORDER BY queue_order DESC LIMIT 5"
-    ).fetchall()
+    plan = (
+        sqlite3.connect(path)
+        .execute("EXPLAIN QUERY PLAN SELECT queue_order, state FROM jobs WHERE status = 'done' ORDER BY queue_order DESC LIMIT 5")
+        .fetchall()
+    )
     assert not any("TEMP B-TREE" in row[-1] for row in plan), plan  # v3: listing by status
     store.append("j", [submitted(), Admitted()])
     assert [s.job_id for s in store.queued()] == ["j"]

@@ -106,7 +106,13 @@ def test_gc_lists_then_removes_exactly_the_files_no_job_needs(setup):
     videos.staging("three", 2).write_bytes(b"being written")
     commit(videos, "ghost", 1, b"nobody's")
     videos.staging("one", 2).write_bytes(b"left over")
-    keep = {"one/attempt-1.mp4", "one/attempt-1.record.json", "two/attempt-1.mp4", "two/attempt-1.record.json", "three/attempt-2.mp4.part"}
+    keep = {
+        "one/attempt-1.mp4",
+        "one/attempt-1.record.json",
+        "two/attempt-1.mp4",
+        "two/attempt-1.record.json",
+        "three/attempt-2.mp4.part",
+    }
     gone = {"three/attempt-1.mp4.part", "ghost/attempt-1.mp4", "ghost/attempt-1.record.json", "one/attempt-2.mp4.part"}
 
     dry = run("gc", "--db", db, "--artifacts", root, "--dry-run")

@@ -24,7 +24,12 @@ def test_show_prints_a_profiles_ceilings_with_reasons(tmp_path):
     args = ["capacity", "show", "--db", str(tmp_path / "h3.db"), "--executor", "fake", "--profile", "4x2080ti-sage-fp16"]
     result = cli.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert _t2va_rows(result.output) == {"832x480": (1127, "vram"), "1024x576": (753, "vram"), "1344x768": (430, "vram"), "448x256": (1200, "quality")}
+    assert _t2va_rows(result.output) == {
+        "832x480": (1127, "vram"),
+        "1024x576": (753, "vram"),
+        "1344x768": (430, "vram"),
+        "448x256": (1200, "quality"),
+    }
     assert "133,236" in result.output and "134,546" in result.output
 
 
@@ -60,7 +65,12 @@ def test_show_names_a_bad_profile_and_its_field(tmp_path):
     assert result.exit_code == 2 and "hardware" in result.output
 
 
-DEPLOYMENT = {"hardware": "ComfyUI at http://127.0.0.1:8188", "topology": "raylight", "model_name": "minimax-h3", "group_sizes": "1"}
+DEPLOYMENT = {
+    "hardware": "ComfyUI at http://127.0.0.1:8188",
+    "topology": "raylight",
+    "model_name": "minimax-h3",
+    "group_sizes": "1",
+}
 TINY_CPU = {"hardware": "cpu", "model_name": "minimax-h3-tiny", "group_sizes": "1"}
 
 
@@ -134,10 +144,36 @@ def test_probe_finds_a_real_out_of_memory_boundary_under_a_memory_cap(tmp_path):
     from h3core.executors.pipeline.tiny import FACTS
 
     out = tmp_path / "probed.toml"
-    args = ["capacity", "probe", "--geometry", "tiny", "--device", "cpu", "--dtype", "float32",
-            "--attention", "math", "--math-max-tokens", "1000000", "--resolution", "256x256",
-            "--start-frames", "22", "--max-frames", "600", "--growth", "30", "--precision", "1200",
-            "--text-tokens", "16", "--memory-cap", "1.5", "-o", str(out)]  # fmt: skip
+    args = [
+        "capacity",
+        "probe",
+        "--geometry",
+        "tiny",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--attention",
+        "math",
+        "--math-max-tokens",
+        "1000000",
+        "--resolution",
+        "256x256",
+        "--start-frames",
+        "22",
+        "--max-frames",
+        "600",
+        "--growth",
+        "30",
+        "--precision",
+        "1200",
+        "--text-tokens",
+        "16",
+        "--memory-cap",
+        "1.5",
+        "-o",
+        str(out),
+    ]
     result = cli.invoke(app, args)
     assert result.exit_code == 0, result.output
     profile = load_profile(out)
@@ -149,7 +185,13 @@ def test_probe_finds_a_real_out_of_memory_boundary_under_a_memory_cap(tmp_path):
     assert b.verified and b.largest_ran.frames == 22 and b.smallest_oom.frames == 600
     assert b.largest_ran_tokens <= b.tokens < b.smallest_oom_tokens
     (match,) = profile.match
-    assert (match.executor, match.device, match.kernel, match.model, match.group_size) == ("pipeline", "cpu", "math", FACTS["name"], 1)
+    assert (match.executor, match.device, match.kernel, match.model, match.group_size) == (
+        "pipeline",
+        "cpu",
+        "math",
+        FACTS["name"],
+        1,
+    )
     assert "256x256x600   oom" in result.output and f"budget: {b.tokens:,} tokens" in result.output
 
 
@@ -184,5 +226,9 @@ def test_probe_that_nothing_fits_writes_no_profile_and_says_why(tmp_path, monkey
     out = tmp_path / "p.toml"
     result = cli.invoke(app, ["capacity", "probe", "--geometry", "tiny", "--resolution", "64x64", "-o", str(out)])
     assert result.exit_code == 1, result.output
-    assert "64x64x22    oom" in result.output and "the points give no profile" in result.output and "at least one run" in result.output
+    assert (
+        "64x64x22    oom" in result.output
+        and "the points give no profile" in result.output
+        and "at least one run" in result.output
+    )
     assert not out.exists()

@@ -83,22 +83,31 @@ def build(db: Path, clock) -> SQLiteEventStore:
     """One store with a job in every interesting shape."""
     store = SQLiteEventStore(db, durable=False, clock=clock)
     write(
-        store, clock, "job-done",
-        (0, submitted(steps=3)), (0, Admitted()),
+        store,
+        clock,
+        "job-done",
+        (0, submitted(steps=3)),
+        (0, Admitted()),
         (2, Running(attempt=1, executor="fake", executor_ref="fake-job-done-1")),
         *progress(1, 3, 3),
         (0.5, Done(artifact=artifact("job-done"))),
     )
     write(
-        store, clock, "job-oom",
-        (1, submitted(steps=50)), (0, Admitted()),
+        store,
+        clock,
+        "job-oom",
+        (1, submitted(steps=50)),
+        (0, Admitted()),
         (1, Running(attempt=1, executor="fake")),
         *progress(1, 11, 50),
         (0.1, Failed(kind="oom", message=OOM, detail="OutOfMemoryError")),
     )
     write(
-        store, clock, "job-retry",
-        (1, submitted(steps=10)), (0, Admitted()),
+        store,
+        clock,
+        "job-retry",
+        (1, submitted(steps=10)),
+        (0, Admitted()),
         (1, Running(attempt=1, executor="fake", executor_ref="fake-job-retry-1")),
         *progress(1, 3, 10),
         (4, AttemptFailed(kind="executor_lost", message="the executor process went away", attempt=1)),
@@ -107,12 +116,21 @@ def build(db: Path, clock) -> SQLiteEventStore:
         (1, Done(artifact=artifact("job-retry", 2))),
     )
     write(
-        store, clock, "job-cancelled",
-        (1, submitted()), (0, Admitted()), (3, Cancelled(reason="the user changed their mind")),
+        store,
+        clock,
+        "job-cancelled",
+        (1, submitted()),
+        (0, Admitted()),
+        (3, Cancelled(reason="the user changed their mind")),
     )
     write(
-        store, clock, "job-running",
-        (1, submitted()), (0, Admitted()), (1, Running(attempt=1, executor="fake")), *progress(1, 4, 10),
+        store,
+        clock,
+        "job-running",
+        (1, submitted()),
+        (0, Admitted()),
+        (1, Running(attempt=1, executor="fake")),
+        *progress(1, 4, 10),
     )
     write(store, clock, "job-queued", (1, submitted()), (0, Admitted()))
     return store
@@ -162,7 +180,13 @@ def test_replay_done_job_shows_every_event_the_gaps_and_the_artifact(cli, db):
     out = result.stdout
     lines = [line for line in out.splitlines() if line.startswith("#")]
     assert [event_type(line) for line in lines] == [
-        "submitted", "admitted", "running", "progress", "progress", "progress", "done",
+        "submitted",
+        "admitted",
+        "running",
+        "progress",
+        "progress",
+        "progress",
+        "done",
     ]
     assert "2025-03-01 12:00:00.000Z" in lines[0]
     # +Δ: the running event came 2 s after admission, the done 0.5 s after the last step.
@@ -397,7 +421,8 @@ def test_jobs_filters_by_status_and_limits(cli, db):
     assert "job-oom" in failed.stdout and "job-done" not in failed.stdout
     limited = run(cli, "jobs", "--db", db, "--limit", "2")
     assert [j for j in ("job-queued", "job-running", "job-cancelled") if j in limited.stdout] == [
-        "job-queued", "job-running",
+        "job-queued",
+        "job-running",
     ]
     bad = run(cli, "jobs", "--db", db, "--status", "sleeping")
     assert bad.exit_code == 2
@@ -412,8 +437,26 @@ def test_db_comes_from_the_environment(cli, db):
 def test_enqueue_stores_a_queued_job_and_prints_its_id(cli, tmp_path):
     db = tmp_path / "new.db"
     result = run(
-        cli, "enqueue", "--db", db, "--prompt", "a [fake step=0.1] fox", "--steps", "10", "--frames", "12",
-        "--width", "64", "--height", "96", "--seed", "7", "--priority", "3", "--max-attempts", "1",
+        cli,
+        "enqueue",
+        "--db",
+        db,
+        "--prompt",
+        "a [fake step=0.1] fox",
+        "--steps",
+        "10",
+        "--frames",
+        "12",
+        "--width",
+        "64",
+        "--height",
+        "96",
+        "--seed",
+        "7",
+        "--priority",
+        "3",
+        "--max-attempts",
+        "1",
     )
     assert result.exit_code == 0, result.output
     job_id = result.stdout.strip()

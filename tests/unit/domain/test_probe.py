@@ -87,8 +87,16 @@ def test_inputs_that_are_not_one_boundary_are_refused():
 
 def m(frames: int, outcome: str, width: int = 1344, height: int = 768) -> Measurement:
     if outcome == "ran":
-        return Measurement(width=width, height=height, frames=frames, outcome="ran", step_seconds=6.5, decode_seconds=7.0,
-                           step_peak_bytes=68 * 2**30, decode_peak_bytes=66 * 2**30)  # fmt: skip
+        return Measurement(
+            width=width,
+            height=height,
+            frames=frames,
+            outcome="ran",
+            step_seconds=6.5,
+            decode_seconds=7.0,
+            step_peak_bytes=68 * 2**30,
+            decode_peak_bytes=66 * 2**30,
+        )
     return Measurement(
         width=width,
         height=height,

@@ -59,7 +59,9 @@ def test_inert_fields_are_accepted_and_each_gives_a_warning():
     assert GenerationRequest(prompt="p").warnings() == ()
 
 
-@pytest.mark.parametrize(("frames", "said"), [(48, "48 frames snapped to 56: MiniMax-H3 makes 17n+5"), (1, "1 frames snapped to 5")])
+@pytest.mark.parametrize(
+    ("frames", "said"), [(48, "48 frames snapped to 56: MiniMax-H3 makes 17n+5"), (1, "1 frames snapped to 5")]
+)
 def test_a_frame_count_the_model_does_not_make_is_a_warning(frames, said):
     assert GenerationRequest(prompt="p", frames=frames).warnings()[-1].startswith(said)
 

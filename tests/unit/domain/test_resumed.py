@@ -23,7 +23,12 @@ def running(ref: str | None = "prompt-1"):
 
 
 def test_the_running_attempt_is_resumed_on_its_own_work():
-    state, _ = extend(running(), "j", [Progress(step=3, total=10), Resumed(attempt=1, executor_ref="prompt-1", after_s=42.5)], T0 + timedelta(seconds=60))
+    state, _ = extend(
+        running(),
+        "j",
+        [Progress(step=3, total=10), Resumed(attempt=1, executor_ref="prompt-1", after_s=42.5)],
+        T0 + timedelta(seconds=60),
+    )
     assert state.status == "running" and state.resumed_at == T0 + timedelta(seconds=60) and state.step == 3
     state, _ = extend(state, "j", [Progress(step=4, total=10), Done(artifact=artifact())], T0 + timedelta(seconds=70))
     assert state.status == "done"
@@ -35,7 +40,11 @@ def test_the_running_attempt_is_resumed_on_its_own_work():
         (running(), Resumed(attempt=1, executor_ref="prompt-2", after_s=1), "wrong_ref"),
         (running(ref=None), Resumed(attempt=1, executor_ref="prompt-1", after_s=1), "wrong_ref"),
         (running(), Resumed(attempt=2, executor_ref="prompt-1", after_s=1), "attempt_order"),
-        (extend(None, "j", [submitted(), Admitted()], T0)[0], Resumed(attempt=1, executor_ref="prompt-1", after_s=1), "not_running"),
+        (
+            extend(None, "j", [submitted(), Admitted()], T0)[0],
+            Resumed(attempt=1, executor_ref="prompt-1", after_s=1),
+            "not_running",
+        ),
     ],
 )
 def test_a_resume_of_anything_else_is_refused(state, body, code):
@@ -54,6 +63,8 @@ def test_the_replay_shows_which_work_was_resumed_and_after_how_long():
     body = Resumed(attempt=1, executor_ref="prompt-1", after_s=75.0)
     assert body_from_json(body.model_dump_json()) == body
     assert fields(Event(job_id="j", seq=5, at=T0, body=body)) == "attempt=1  ref=prompt-1  after=1m15s"
-    state, events = extend(None, "j", [submitted(), Admitted(), Running(attempt=1, executor="comfyui", executor_ref="prompt-1"), body], T0)
+    state, events = extend(
+        None, "j", [submitted(), Admitted(), Running(attempt=1, executor="comfyui", executor_ref="prompt-1"), body], T0
+    )
     why = _why(state, list(events), T0 + timedelta(seconds=5))
     assert "re-attached to prompt-1" in why and "resumed after 1 restart of h3core, unfollowed 1m15s" in why

@@ -29,15 +29,22 @@ RETRIED = [Running(attempt=1, executor="x"), AttemptFailed(kind="interrupted", m
 
 def test_a_done_job_keeps_its_video_and_record_only():
     done = state(*RETRIED, Running(attempt=2, executor="x"), Done(artifact=artifact("j/attempt-2.mp4")))
-    files = [f(1, "attempt-1.mp4"), f(1, "attempt-1.record.json"), f(2, "attempt-2.mp4"), f(2, "attempt-2.record.json"), f(2, "attempt-2.webm.part")]
+    files = [
+        f(1, "attempt-1.mp4"),
+        f(1, "attempt-1.record.json"),
+        f(2, "attempt-2.mp4"),
+        f(2, "attempt-2.record.json"),
+        f(2, "attempt-2.webm.part"),
+    ]
     assert removed(files, {"j": done}) == {"j/attempt-1.mp4", "j/attempt-1.record.json", "j/attempt-2.webm.part"}
 
 
 def test_every_file_of_a_job_that_ended_without_a_video_or_is_unknown_goes():
     files = [f(1, "attempt-1.mp4.part"), f(1, "attempt-1.mp4", job="ghost")]
     assert removed(files, {"j": state(Running(attempt=1, executor="x"), Failed(kind="oom", message="m")), "ghost": None}) == {
-        "j/attempt-1.mp4.part", "ghost/attempt-1.mp4",
-    }  # fmt: skip
+        "j/attempt-1.mp4.part",
+        "ghost/attempt-1.mp4",
+    }
     assert removed([f(1, "attempt-1.mp4.part")], {"j": state(Cancelled())}) == {"j/attempt-1.mp4.part"}
 
 

@@ -29,8 +29,13 @@ def test_classify_recognises_oom_the_way_torch_raises_it():
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("encoding", "suffix", "media_type", "audio"), [("mp4", ".mp4", "video/mp4", True), ("y4m", ".y4m", "video/x-yuv4mpeg2", False)])
-async def test_the_fake_writes_a_real_video_with_the_requested_frames_in_either_encoding(tmp_path, encoding, suffix, media_type, audio):
+@pytest.mark.parametrize(
+    ("encoding", "suffix", "media_type", "audio"),
+    [("mp4", ".mp4", "video/mp4", True), ("y4m", ".y4m", "video/x-yuv4mpeg2", False)],
+)
+async def test_the_fake_writes_a_real_video_with_the_requested_frames_in_either_encoding(
+    tmp_path, encoding, suffix, media_type, audio
+):
     """y4m is what the core install (no PyAV) writes; PyAV decodes it here to show it is a real video."""
     import av
 

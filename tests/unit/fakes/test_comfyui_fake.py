@@ -307,8 +307,11 @@ async def test_04_interrupt_front_and_delete(comfy, http):
         assert statuses == recorded == [0, 1, 1, 2, 3, 2, 1, 1, 0]
         interrupted = ws.json("execution_interrupted")[0]["data"]
         assert {k: v for k, v in interrupted.items() if k != "timestamp"} == {
-            "prompt_id": running, "node_id": "2", "node_type": "SaveImageWebsocket", "executed": ["1"],
-        }  # fmt: skip
+            "prompt_id": running,
+            "node_id": "2",
+            "node_type": "SaveImageWebsocket",
+            "executed": ["1"],
+        }
     check_response(rec["history_interrupted"], await http.get(f"/history/{running}"))
     check_response(rec["history_deleted"], await http.get(f"/history/{pending.json()['prompt_id']}"))
     check_response(rec["history_front"], await http.get(f"/history/{front.json()['prompt_id']}"))
@@ -423,8 +426,17 @@ async def test_08_uploads_view_and_loadimage(comfy, http):
 
 async def test_09_misc_endpoints_and_who_receives_what(comfy, http):
     rec = sample("09_misc")
-    for key in ("GET /queue", "GET /prompt", "GET /features", "GET /history/does-not-exist", "GET /object_info/EmptyImage",
-                "GET /object_info/NoSuchNode", "GET /embeddings", "GET /models", "GET /models/checkpoints"):  # fmt: skip
+    for key in (
+        "GET /queue",
+        "GET /prompt",
+        "GET /features",
+        "GET /history/does-not-exist",
+        "GET /object_info/EmptyImage",
+        "GET /object_info/NoSuchNode",
+        "GET /embeddings",
+        "GET /models",
+        "GET /models/checkpoints",
+    ):
         check_response(rec[key], await replay(http, rec[key]))
     check_response(rec["GET /extensions"], await http.get("/extensions"), body=False)  # no frontend here: []
     for path in ("/api/prompt", "/api/history", "/api/system_stats", "/api/object_info/EmptyImage"):
@@ -535,9 +547,11 @@ async def test_a_missing_input_file_is_a_custom_validation_error(comfy, http):
     errors = r.json()["node_errors"]
     assert errors["30"]["errors"][0]["details"] == "image - Invalid image file: ref_0.png"
     assert errors["400"]["errors"][0] == {
-        "type": "custom_validation_failed", "message": "Custom validation failed for node",
-        "details": "file - Invalid video file: ref_0.mp4", "extra_info": {"input_name": "file"},
-    }  # fmt: skip
+        "type": "custom_validation_failed",
+        "message": "Custom validation failed for node",
+        "details": "file - Invalid video file: ref_0.mp4",
+        "extra_info": {"input_name": "file"},
+    }
     assert errors["50"]["errors"][0]["details"] == "audio - Invalid audio file: ref_0.wav"
     assert errors["400"]["dependent_outputs"] == ["14"]
 
@@ -576,12 +590,24 @@ async def test_sampler_progress_counts_one_to_steps_from_the_scheduler(comfy, ht
         "1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "x.safetensors"}},
         "2": {"class_type": "CLIPTextEncode", "inputs": {"text": "a", "clip": ["1", 1]}},
         "3": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
-        "4": {"class_type": "KSampler", "inputs": {"model": ["1", 0], "seed": 1, "steps": 3, "cfg": 7.0, "sampler_name": "euler",
-                                                   "scheduler": "normal", "positive": ["2", 0], "negative": ["2", 0],
-                                                   "latent_image": ["3", 0], "denoise": 1.0}},
+        "4": {
+            "class_type": "KSampler",
+            "inputs": {
+                "model": ["1", 0],
+                "seed": 1,
+                "steps": 3,
+                "cfg": 7.0,
+                "sampler_name": "euler",
+                "scheduler": "normal",
+                "positive": ["2", 0],
+                "negative": ["2", 0],
+                "latent_image": ["3", 0],
+                "denoise": 1.0,
+            },
+        },
         "5": {"class_type": "VAEDecode", "inputs": {"samples": ["4", 0], "vae": ["1", 2]}},
         "6": {"class_type": "SaveImage", "inputs": {"images": ["5", 0], "filename_prefix": "k"}},
-    }  # fmt: skip
+    }
     async with Socket(comfy.ws_url("k")) as ws:
         prompt_id = await submit(http, ksampler, "k")
         await ws.wait_end(prompt_id)
@@ -656,8 +682,18 @@ async def test_failure_at_a_sampler_step(comfy, http, switch, exception_type, me
     assert name == "execution_error" and error == ws.json("execution_error")[0]["data"]
     assert error["exception_type"] == exception_type and error["exception_message"].startswith(message)
     assert (error["node_id"], error["node_type"]) == ("10", "SamplerCustomAdvanced")
-    assert set(error) == {"prompt_id", "node_id", "node_type", "executed", "exception_message", "exception_type", "traceback",
-                          "current_inputs", "current_outputs", "timestamp"}  # fmt: skip
+    assert set(error) == {
+        "prompt_id",
+        "node_id",
+        "node_type",
+        "executed",
+        "exception_message",
+        "exception_type",
+        "traceback",
+        "current_inputs",
+        "current_outputs",
+        "timestamp",
+    }
     assert error["current_inputs"]["sigmas"] and error["current_outputs"] == list(template("minimax-h3-t2va-single-gpu"))
     assert "9" in error["executed"] and error["traceback"]
 

@@ -18,7 +18,8 @@ def test_loopback_hosts_are_answered(host):
 
 
 @pytest.mark.parametrize(
-    "host", [None, "", "attacker.example", "attacker.example:8100", "127.0.0.1.evil.example", "localhost.evil", "[::2]:1", "0.0.0.0"]
+    "host",
+    [None, "", "attacker.example", "attacker.example:8100", "127.0.0.1.evil.example", "localhost.evil", "[::2]:1", "0.0.0.0"],
 )
 def test_other_hosts_are_not(host):
     assert not LOCAL.host_allowed(host)
@@ -46,7 +47,9 @@ def test_same_origin_and_listed_origins_only():
         assert not policy.origin_allowed(origin, **ok), origin
 
 
-@pytest.mark.parametrize(("given", "name"), [("[::1]:80", "::1"), ("Example.ORG:443", "example.org"), ("h3", "h3"), ("::1", "::1")])
+@pytest.mark.parametrize(
+    ("given", "name"), [("[::1]:80", "::1"), ("Example.ORG:443", "example.org"), ("h3", "h3"), ("::1", "::1")]
+)
 def test_hostname(given, name):
     assert hostname(given) == name
 

@@ -51,16 +51,30 @@ RUNNING = (Admitted(), Running(attempt=1, executor="fake"))
 def test_each_job_status_becomes_openais_status_with_its_fields():
     queued = video_object(state_after(Admitted()), model="minimax-h3")
     assert queued.model_dump() == {
-        "id": "job1", "object": "video", "model": "minimax-h3", "status": "queued", "progress": 0,
-        "created_at": int(T0.timestamp()), "completed_at": None, "expires_at": None, "prompt": "a fox",
-        "size": "448x256", "seconds": "4", "remixed_from_video_id": None, "error": None,
-    }  # fmt: skip
+        "id": "job1",
+        "object": "video",
+        "model": "minimax-h3",
+        "status": "queued",
+        "progress": 0,
+        "created_at": int(T0.timestamp()),
+        "completed_at": None,
+        "expires_at": None,
+        "prompt": "a fox",
+        "size": "448x256",
+        "seconds": "4",
+        "remixed_from_video_id": None,
+        "error": None,
+    }
     running = video_object(state_after(*RUNNING, Progress(step=3, total=4)), model="m")
     assert (running.status, running.progress) == ("in_progress", 75)
     done = video_object(state_after(*RUNNING, Done(artifact=artifact())), model="m")
     assert (done.status, done.progress, done.completed_at, done.error) == ("completed", 100, int(T0.timestamp()), None)
     oom = video_object(state_after(*RUNNING, Failed(kind="oom", message="out of memory at step 2")), model="m")
-    assert oom.status == "failed" and oom.error is not None and (oom.error.code, oom.error.message) == ("oom", "out of memory at step 2")
+    assert (
+        oom.status == "failed"
+        and oom.error is not None
+        and (oom.error.code, oom.error.message) == ("oom", "out of memory at step 2")
+    )
     cancelled = video_object(state_after(*RUNNING, CancelRequested(), Cancelled()), model="m")
     assert cancelled.status == "failed" and cancelled.error is not None and cancelled.error.code == "cancelled"
     assert cancelled.completed_at == int(T0.timestamp())
@@ -158,7 +172,14 @@ def test_openais_named_sizes_the_model_cannot_make_are_refused_clearly():
 
 def test_openai_parameters_map_to_h3cores_fields_and_its_own_fields_pass_through():
     params = {"prompt": "p", "model": "h3-alias", "size": "448x256", "seconds": "2", "steps": 3, "seed": 9}
-    assert request_fields(params, served=SERVED) == {"prompt": "p", "width": 448, "height": 256, "frames": 48, "steps": 3, "seed": 9}
+    assert request_fields(params, served=SERVED) == {
+        "prompt": "p",
+        "width": 448,
+        "height": 256,
+        "frames": 48,
+        "steps": 3,
+        "seed": 9,
+    }
     assert request_fields({"prompt": "p", "size": None, "seconds": None, "model": None}, served=SERVED) == {"prompt": "p"}
     with_image = request_fields({"prompt": "p", "input_reference": object()}, served=SERVED, first_frame="u_1")
     assert with_image == {"prompt": "p", "mode": "fl2va", "keyframes": {"first": "u_1"}}
@@ -222,7 +243,10 @@ extra_bodies = st.fixed_dictionaries(
         "seed": st.integers(0, 2**40),
         "turbo": st.booleans(),
         "keyframes": st.fixed_dictionaries({"first": upload_ids}, optional={"last": upload_ids}),
-        "references": st.fixed_dictionaries({"images": st.lists(upload_ids, min_size=1, max_size=4)}, optional={"audios": st.lists(upload_ids, min_size=1, max_size=3)}),
+        "references": st.fixed_dictionaries(
+            {"images": st.lists(upload_ids, min_size=1, max_size=4)},
+            optional={"audios": st.lists(upload_ids, min_size=1, max_size=3)},
+        ),
     },
 )
 

@@ -19,7 +19,9 @@ def build(tmp_path, **kw):
 
 
 def test_a_template_named_for_a_mode_serves_it_and_the_other_modes_keep_their_built_ins(tmp_path):
-    settings, executor = build(tmp_path, comfyui_template="t2va=core-nodes-t2va", comfyui_concurrency=2, comfyui_on_stop="interrupt")
+    settings, executor = build(
+        tmp_path, comfyui_template="t2va=core-nodes-t2va", comfyui_concurrency=2, comfyui_on_stop="interrupt"
+    )
     assert settings.comfyui_template == {"t2va": "core-nodes-t2va"}
     assert executor._pick("t2va").name == "core-nodes-t2va" and executor._pick("fl2va").name == "minimax-h3-fl2va-single-gpu"
     assert executor.settings.on_stop == "interrupt" and executor.capabilities().concurrency == 2
@@ -33,7 +35,11 @@ def test_the_template_setting_comes_from_the_environment_too(tmp_path, monkeypat
 
 @pytest.mark.parametrize(
     ("value", "message"),
-    [("t2v=core-nodes-t2va", "unknown mode(s) ['t2v']"), ("core-nodes-t2va", "is not mode=template"), ("t2va=", "is not mode=template")],
+    [
+        ("t2v=core-nodes-t2va", "unknown mode(s) ['t2v']"),
+        ("core-nodes-t2va", "is not mode=template"),
+        ("t2va=", "is not mode=template"),
+    ],
 )
 def test_a_malformed_template_setting_is_refused_naming_it(value, message):
     with pytest.raises(ValidationError) as err:

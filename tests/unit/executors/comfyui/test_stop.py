@@ -33,10 +33,13 @@ class Server:
         self.calls.append(f"{request.method} {request.url.path}" + (f" {body}" if body else ""))
         if request.url.path == "/queue" and request.method == "GET":
             item = [0, self.prompt, {}, {}, []]
-            return httpx.Response(200, json={
-                "queue_running": [item] if self.where == "running" else [],
-                "queue_pending": [item] if self.where == "pending" else [],
-            })  # fmt: skip
+            return httpx.Response(
+                200,
+                json={
+                    "queue_running": [item] if self.where == "running" else [],
+                    "queue_pending": [item] if self.where == "pending" else [],
+                },
+            )
         if request.url.path == "/queue":  # the delete: too late if the worker took the prompt meanwhile
             self.where = "running" if self.starts_when_deleted else "gone"
         elif request.url.path == "/interrupt" and body == {"prompt_id": self.prompt} and not self.ignores_interrupts:
@@ -47,17 +50,21 @@ class Server:
 def executor(tmp_path, server: Server, cancel_wait_s: float = 5.0) -> ComfyUIExecutor:
     settings = ComfyUISettings(url=URL, client_id="t", cancel_wait_s=cancel_wait_s)
     client = ComfyClient(URL, transport=httpx.MockTransport(server))
-    return ComfyUIExecutor(settings, builtin_templates(), LocalArtifactStore(tmp_path / "a"), lambda u: tmp_path / u, client=client)
+    return ComfyUIExecutor(
+        settings, builtin_templates(), LocalArtifactStore(tmp_path / "a"), lambda u: tmp_path / u, client=client
+    )
 
 
 async def test_a_pending_prompt_that_starts_as_it_is_deleted_is_interrupted_by_id_before_the_stop_is_confirmed(tmp_path):
     server = Server("p1", "pending", starts_when_deleted=True)
     assert await executor(tmp_path, server)._stop("p1") is None
     assert server.calls == [
-        "GET /queue", "POST /queue {'delete': ['p1']}",  # deleted while pending... but it had started
-        "GET /queue", "POST /interrupt {'prompt_id': 'p1'}",  # looked again: running, so interrupted by id
+        "GET /queue",
+        "POST /queue {'delete': ['p1']}",  # deleted while pending... but it had started
+        "GET /queue",
+        "POST /interrupt {'prompt_id': 'p1'}",  # looked again: running, so interrupted by id
         "GET /queue",  # in neither queue: ComfyUI no longer runs it
-    ]  # fmt: skip
+    ]
 
 
 async def test_a_pending_prompt_deleted_in_time_is_confirmed_gone_without_an_interrupt(tmp_path):
@@ -89,17 +96,40 @@ async def test_an_unreachable_comfyui_is_reported_not_stopped(tmp_path):
 def test_a_refused_graph_names_the_node_input_and_limit_once():
     # Recorded from a real ComfyUI (PROTOCOL.md §2): details repeat the input's name.
     body = {
-        "error": {"type": "prompt_outputs_failed_validation", "message": "Prompt outputs failed validation", "details": "", "extra_info": {}},
-        "node_errors": {"1": {"errors": [{
-            "type": "value_bigger_than_max", "message": "Value 99999999 bigger than max of 16777215", "details": "color",
-            "extra_info": {"input_name": "color", "input_config": ["INT", {"min": 0, "max": 16777215}], "received_value": 99999999},
-        }], "dependent_outputs": ["7"], "class_type": "EmptyImage"}},
-    }  # fmt: skip
+        "error": {
+            "type": "prompt_outputs_failed_validation",
+            "message": "Prompt outputs failed validation",
+            "details": "",
+            "extra_info": {},
+        },
+        "node_errors": {
+            "1": {
+                "errors": [
+                    {
+                        "type": "value_bigger_than_max",
+                        "message": "Value 99999999 bigger than max of 16777215",
+                        "details": "color",
+                        "extra_info": {
+                            "input_name": "color",
+                            "input_config": ["INT", {"min": 0, "max": 16777215}],
+                            "received_value": 99999999,
+                        },
+                    }
+                ],
+                "dependent_outputs": ["7"],
+                "class_type": "EmptyImage",
+            }
+        },
+    }
     message = _rejection(body, builtin_templates()["core-nodes-t2va"])
     assert message == (
         "ComfyUI refused the core-nodes-t2va workflow: Prompt outputs failed validation; "
         "node 1 (EmptyImage) input 'color': Value 99999999 bigger than max of 16777215"
     )
     # Details that add something are kept.
-    body["node_errors"]["1"]["errors"][0].update(details="upscale_method: 'bogus' not in [...]", extra_info={"input_name": "upscale_method"})
-    assert message != (other := _rejection(body, builtin_templates()["core-nodes-t2va"])) and other.endswith("(upscale_method: 'bogus' not in [...])")
+    body["node_errors"]["1"]["errors"][0].update(
+        details="upscale_method: 'bogus' not in [...]", extra_info={"input_name": "upscale_method"}
+    )
+    assert message != (other := _rejection(body, builtin_templates()["core-nodes-t2va"])) and other.endswith(
+        "(upscale_method: 'bogus' not in [...])"
+    )

@@ -38,7 +38,12 @@ def test_an_added_template_for_a_mode_is_used_when_named_and_never_otherwise(tmp
     [
         ({"t2va": "nope"}, "t2va", "single-gpu", "no template named 'nope' for mode 't2va'"),
         ({"fl2va": "core-nodes-t2va"}, "fl2va", "single-gpu", "'core-nodes-t2va' is a t2va template, not fl2va"),
-        ({"t2va": "core-nodes-t2va"}, "t2va", "raylight", "'core-nodes-t2va' is for topology single-gpu, and ComfyUI runs as raylight"),
+        (
+            {"t2va": "core-nodes-t2va"},
+            "t2va",
+            "raylight",
+            "'core-nodes-t2va' is for topology single-gpu, and ComfyUI runs as raylight",
+        ),
     ],
 )
 def test_a_named_template_that_cannot_serve_the_mode_is_refused_naming_why(named, mode, topology, message):
@@ -62,7 +67,9 @@ def test_request_values_land_on_their_bound_inputs():
     node = graph["5"]["inputs"]
     assert (node["prompt"], node["width"], node["height"], node["length"]) == ("a fox", 832, 480, 300)
     assert graph["6"]["inputs"]["noise_seed"] == 7 and graph["9"]["inputs"]["steps"] == 30
-    assert TEMPLATES["minimax-h3-t2va-raylight"].build(GenerationRequest(prompt="p", seed=9), {})["10"]["inputs"]["noise_seed"] == 9
+    assert (
+        TEMPLATES["minimax-h3-t2va-raylight"].build(GenerationRequest(prompt="p", seed=9), {})["10"]["inputs"]["noise_seed"] == 9
+    )
 
 
 def test_unused_slots_are_pruned_with_the_inputs_that_pointed_at_them():
@@ -90,10 +97,17 @@ def test_fl2va_with_only_a_last_frame_drops_the_first_frame_input():
 
 def test_more_references_than_slots_is_refused_clearly():
     t = TEMPLATES["minimax-h3-ref2va-single-gpu"].model_copy(
-        update={"media": {**TEMPLATES["minimax-h3-ref2va-single-gpu"].media, "references.images": TEMPLATES["minimax-h3-ref2va-single-gpu"].media["references.images"][:2]}}
+        update={
+            "media": {
+                **TEMPLATES["minimax-h3-ref2va-single-gpu"].media,
+                "references.images": TEMPLATES["minimax-h3-ref2va-single-gpu"].media["references.images"][:2],
+            }
+        }
     )
     with pytest.raises(TemplateError, match="at most 2 references.images"):
-        t.build(GenerationRequest(prompt="p", mode="ref2va", references={"images": ["a", "b", "c"]}), {"a": "a", "b": "b", "c": "c"})
+        t.build(
+            GenerationRequest(prompt="p", mode="ref2va", references={"images": ["a", "b", "c"]}), {"a": "a", "b": "b", "c": "c"}
+        )
 
 
 def _data(name="minimax-h3-t2va-single-gpu"):

@@ -32,7 +32,10 @@ ADA = Target("cuda:0", "bfloat16", 56, 128, (8, 9), "NVIDIA L40S")
 CPU = Target("cpu", "float32", 56, 128)
 SAGE2 = SageBuild(
     "2.2.0",
-    {n: print for n in ("sageattn", "sageattn_qk_int8_pv_fp16_cuda", "sageattn_qk_int8_pv_fp8_cuda", "sageattn_qk_int8_pv_fp16_triton")},
+    {
+        n: print
+        for n in ("sageattn", "sageattn_qk_int8_pv_fp16_cuda", "sageattn_qk_int8_pv_fp8_cuda", "sageattn_qk_int8_pv_fp16_triton")
+    },
 )
 SAGE1 = SageBuild("1.0.6", {"sageattn": print})
 SM75_BUILD = SageBuild("2.1.1+sm75", {"sageattn_qk_int8_pv_fp16_cuda": print})  # the community build: fp16 PV only
@@ -140,7 +143,9 @@ def test_the_guard_runs_only_the_plans_kernel_never_a_fallback():
         F.scaled_dot_product_attention(q, k, v)
     # A plan whose kernel this device lacks raises instead of quietly running MATH (a plan made by hand:
     # plan_for refuses it at start).
-    with pytest.raises(AttentionRefused, match="kernel efficient cannot take this job's 40-token sequence .* no efficient kernel"):
+    with pytest.raises(
+        AttentionRefused, match="kernel efficient cannot take this job's 40-token sequence .* no efficient kernel"
+    ):
         with AttentionPlan("efficient", "efficient", "cpu").guard(40):
             F.scaled_dot_product_attention(q, k, v)
     with pytest.raises(AttentionRefused, match="SDPA has no sage-fp16 kernel"):  # a sage plan switches SDPA off
@@ -194,12 +199,37 @@ def test_in_a_ulysses_group_the_sage_backend_runs_inside_diffusers_context_paral
 
     seen = {}
 
-    def templated(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse, *, forward_op,
-                  backward_op, _parallel_config):  # fmt: skip
+    def templated(
+        query,
+        key,
+        value,
+        attn_mask,
+        dropout_p,
+        is_causal,
+        scale,
+        enable_gqa,
+        return_lse,
+        *,
+        forward_op,
+        backward_op,
+        _parallel_config,
+    ):
         seen["config"] = _parallel_config
         # diffusers calls forward_op on the gathered full sequence with these positional arguments
-        return forward_op(None, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
-                          _save_ctx=False, _parallel_config=_parallel_config)  # fmt: skip
+        return forward_op(
+            None,
+            query,
+            key,
+            value,
+            attn_mask,
+            dropout_p,
+            is_causal,
+            scale,
+            enable_gqa,
+            return_lse,
+            _save_ctx=False,
+            _parallel_config=_parallel_config,
+        )
 
     monkeypatch.setattr(attention_dispatch, "_templated_context_parallel_attention", templated)
     calls = []

@@ -56,7 +56,9 @@ def row(kernel, verdict="accepted", ms=1.0):
 
 
 def test_the_fastest_accepted_kernel_wins_and_a_faster_rejected_one_never_does():
-    rows = choose([row("cudnn", ms=50.5), row("flash", ms=87.1), row("sage-triton", "rejected", ms=10.0), row("efficient", ms=170)])
+    rows = choose(
+        [row("cudnn", ms=50.5), row("flash", ms=87.1), row("sage-triton", "rejected", ms=10.0), row("efficient", ms=170)]
+    )
     assert [r.verdict for r in rows] == ["chosen", "accepted", "rejected", "accepted"]
 
 
