@@ -33,8 +33,8 @@ def main() -> None:
 
     import uvicorn
 
+    from h3core.runtime.settings import Settings
     from h3core.service.app import create_app
-    from h3core.service.settings import Settings
 
     settings = Settings(port=args.port, db=args.db, artifacts=args.artifacts, uploads=args.uploads)
     app = create_app(settings)

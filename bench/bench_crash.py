@@ -43,7 +43,7 @@ from h3core.adapters.store.sqlite import SQLiteEventStore  # noqa: E402
 from h3core.domain.adoption import Adopt, judge  # noqa: E402
 from h3core.domain.request import GenerationRequest  # noqa: E402
 from h3core.domain.retention import garbage  # noqa: E402
-from h3core.runner import Runner  # noqa: E402
+from h3core.runtime.runner import Runner  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CRASHING = ROOT / "tests" / "integration" / "crashing_worker.py"

@@ -677,8 +677,8 @@ def breakdown(args: argparse.Namespace, cached: Path, ids: list[str], passes: li
     from litestar.serialization import encode_json, get_serializer
 
     from h3core.domain.state import JobState
+    from h3core.runtime.settings import Settings
     from h3core.service.app import create_app
-    from h3core.service.settings import Settings
     from h3core.service.views import job_view
 
     root = args.workdir / "breakdown"

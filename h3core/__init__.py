@@ -13,8 +13,6 @@ from h3core.adapters.store import (
     SQLiteEventStore,
     UnknownJob,
 )
-from h3core.bus import EventBus
-from h3core.contracts import LiveContract
 from h3core.domain.admission import (
     AdmissionPolicy,
     Admit,
@@ -58,16 +56,21 @@ from h3core.executors import (
     Result,
     classify,
 )
-from h3core.jobs import JobCancelled, JobFailed, JobNotDone, Jobs
-from h3core.runner import (
+from h3core.runtime import (
+    EventBus,
     IdempotencyMismatch,
+    JobCancelled,
+    JobFailed,
+    JobNotDone,
+    Jobs,
+    LiveContract,
     NotCancellable,
     Refused,
     Runner,
     RunnerConfig,
     ShuttingDown,
+    StoreUnavailable,
 )
-from h3core.store_retry import StoreUnavailable
 
 __all__ = [
     "AdmissionPolicy",
@@ -144,5 +147,5 @@ __all__ = [
 ]
 
 # A library configures no logging: its records go wherever the embedding program sends them
-# (`h3core.logs.configure` for h3core's own commands).
+# (`h3core.runtime.logs.configure` for h3core's own commands).
 logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -12,14 +12,19 @@ from rich.table import Table
 from rich.text import Text
 
 from h3core.adapters.artifacts import LocalArtifactStore
-from h3core.adapters.profiles import ProfileError, builtin_profiles, load_profile_ref
+from h3core.adapters.profiles import ProfileError, builtin_profiles, dump_profile, load_profile, load_profile_ref
+from h3core.adapters.uploads import LocalUploadStore
 from h3core.cli.app import app
 from h3core.cli.common import EXIT_DATA, DbOption, console, console_err, fail, first_error, open_store
-from h3core.contracts import CapabilityFile, LiveContract, capabilities_path
+from h3core.domain.admission import DEFAULT_API_MAX_FRAMES, DEFAULT_RESOLUTIONS
 from h3core.domain.capabilities import Capabilities
 from h3core.domain.capacity import CapacityProfile, Evidence, Fit, evidence_points, fit
-from h3core.domain.probe import GIB
+from h3core.domain.probe import GIB, probed_profile
+from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
+from h3core.runtime.contracts import CapabilityFile, LiveContract, capabilities_path
+from h3core.runtime.executor_factory import make_executor
+from h3core.runtime.settings import Settings, SettingsError
 
 SOURCE_NOTE = "measured by `h3core capacity probe` with random weights (memory and time do not depend on their values)"
 
@@ -61,10 +66,6 @@ def _capabilities(db: Path, executor: str | None) -> tuple[Capabilities, str]:
     board = CapabilityFile(capabilities_path(db))
     if executor is None and board.path.exists():
         return board.read(), f"as the runner on {db} states it"
-    from h3core.adapters.uploads import LocalUploadStore
-    from h3core.service.executors import make_executor
-    from h3core.service.settings import Settings, SettingsError
-
     try:
         settings = Settings(db=db, **({"executor": executor} if executor else {}))
         built = make_executor(settings, LocalArtifactStore(settings.artifacts), LocalUploadStore(settings.uploads))
@@ -323,10 +324,6 @@ def probe_cmd(
     "probed with random weights" whose budget is what the points imply. One device only: budgets
     of groups of several devices (H3_GROUP_SIZE > 1) are not probed yet.
     """
-    from h3core.adapters.profiles import dump_profile, load_profile
-    from h3core.domain.admission import DEFAULT_API_MAX_FRAMES, DEFAULT_RESOLUTIONS
-    from h3core.domain.probe import probed_profile
-    from h3core.domain.request import GenerationRequest
     from h3core.executors.pipeline.probe import GEOMETRIES, ProbeError, ProbeSpec, probe_process, search
 
     if geometry not in GEOMETRIES:

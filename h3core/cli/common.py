@@ -132,7 +132,7 @@ def first_error(exc: ValidationError) -> str:
 
 
 def setting_option(envvar: str, help: str, **kw):
-    """An option for one of the service's settings (h3core/service/settings.py): unset unless
+    """An option for one of the service's settings (h3core/runtime/settings.py): unset unless
     given, so that the environment and the config file keep their say."""
     return typer.Option(envvar=envvar, help=help, show_default=False, **kw)
 

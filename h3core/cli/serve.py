@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 from pathlib import Path
 from typing import Annotated
 
+import anyio
 from pydantic import ValidationError
 
 from h3core.adapters.profiles import ProfileError
 from h3core.cli.app import app
 from h3core.cli.common import EXIT_DATA, console_err, fail, first_error, require_extra, take_runner_lock
 from h3core.cli.common import setting_option as _opt
-from h3core.logs import configure as configure_logging
-from h3core.store_retry import StoreUnavailable
+from h3core.cli.worker import serve_runner
+from h3core.runtime.logs import configure as configure_logging
+from h3core.runtime.settings import Settings, SettingsError
+from h3core.runtime.store_retry import StoreUnavailable
 
 
 @app.command()
@@ -144,7 +148,6 @@ def serve(
     import uvicorn
 
     from h3core.service.app import build_service, create_app, create_metrics_app
-    from h3core.service.settings import Settings, SettingsError
 
     if config is not None:
         os.environ["H3_CONFIG"] = str(config)
@@ -229,12 +232,6 @@ def serve(
 def _run_jobs(svc) -> None:
     """The runner role: the jobs of the store, with the executor the settings name, until SIGTERM
     or SIGINT; no HTTP (an api-role process on the same store takes the requests)."""
-    import functools
-
-    import anyio
-
-    from h3core.cli.worker import serve_runner
-
     s = svc.settings
     console_err().print(f"h3core runner: pid {os.getpid()}, store {s.db}, executor {s.executor}, slots {svc.runner.slot_count()}")
     _freeze_startup_objects()

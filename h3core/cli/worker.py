@@ -35,15 +35,17 @@ from h3core.cli.common import (
     ts,
 )
 from h3core.cli.replay import fields
-from h3core.contracts import CapabilityFile, LiveContract, capabilities_path
 from h3core.domain.events import (
     Event,
 )
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
-from h3core.logs import configure as configure_logging
-from h3core.runner import IdempotencyMismatch, Refused, Runner, RunnerConfig
-from h3core.store_retry import StoreUnavailable
+from h3core.runtime import IdempotencyMismatch, Refused, Runner, RunnerConfig
+from h3core.runtime.contracts import CapabilityFile, LiveContract, capabilities_path
+from h3core.runtime.executor_factory import make_executor
+from h3core.runtime.logs import configure as configure_logging
+from h3core.runtime.settings import Settings, SettingsError
+from h3core.runtime.store_retry import StoreUnavailable
 
 
 @app.command()
@@ -184,9 +186,6 @@ def worker(
     """Run the store's queued jobs until SIGTERM or SIGINT (a graceful stop), with the executor
     `serve` would run: the same settings (these flags, every other `serve` setting from its H3_*
     variable or the --config file). `--executor fake` runs the fake."""
-    from h3core.service.executors import make_executor
-    from h3core.service.settings import Settings, SettingsError
-
     if config is not None:
         os.environ["H3_CONFIG"] = str(config)
     given = {

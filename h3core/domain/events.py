@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from h3core.domain import upcasting
 from h3core.domain.failures import FailureKind
 from h3core.domain.ids import JobId
 from h3core.domain.request import GenerationRequest
@@ -216,9 +217,7 @@ def _stale(body: dict[str, Any]) -> bool:
 
 
 def upcast(body: dict[str, Any]) -> dict[str, Any]:
-    from h3core.domain.upcasting import upcast as _upcast
-
-    return _upcast(body, VERSIONS)
+    return upcasting.upcast(body, VERSIONS)
 
 
 def event_at(job_id: str, seq: int, at: datetime, body: Body) -> Event:

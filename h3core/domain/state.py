@@ -258,7 +258,7 @@ def fold(events: Iterable[Event], state: JobState | None = None) -> JobState | N
     return state
 
 
-def _extend(state: JobState | None, job_id: str, bodies: Iterable[Body], at: datetime) -> tuple[JobState, tuple[Event, ...]]:
+def extend(state: JobState | None, job_id: str, bodies: Iterable[Body], at: datetime) -> tuple[JobState, tuple[Event, ...]]:
     """Number `bodies` after `state`, check each against the rules, return the new state and events.
 
     This is what every store does inside its write transaction, so an illegal event is refused
@@ -272,5 +272,5 @@ def _extend(state: JobState | None, job_id: str, bodies: Iterable[Body], at: dat
         state = apply(state, event)
         events.append(event)
     if state is None:
-        raise ValueError("_extend needs at least one event for a new job")
+        raise ValueError("extend needs at least one event for a new job")
     return state, tuple(events)

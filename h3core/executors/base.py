@@ -45,17 +45,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from h3core.domain.capabilities import Capabilities
 from h3core.domain.events import Artifact, Progress
 from h3core.domain.failures import FailureKind
 from h3core.domain.request import GenerationRequest
-
-if TYPE_CHECKING:  # the shapes of optional reports; their modules need the executors' extras
-    from h3core.executors.distributed.cluster import HeadHealth
-    from h3core.executors.distributed.group import GroupHealth
-    from h3core.executors.pipeline.attention import ProbeRow
+from h3core.executors.reports import GroupHealth, HeadHealth, ProbeRow
 
 
 @dataclass(frozen=True)

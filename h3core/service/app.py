@@ -19,13 +19,13 @@ from litestar.status_codes import (
     HTTP_500_INTERNAL_SERVER_ERROR,
 )
 
+from h3core.runtime.settings import Settings
 from h3core.service.auth import bearer_guard
 from h3core.service.context import Service, build_service
 from h3core.service.crosssite import CrossSiteGuard, CrossSitePolicy
 from h3core.service.methods import with_options
 from h3core.service.openapi import exact_components
 from h3core.service.routes import jobs, ops, uploads, videos
-from h3core.service.settings import Settings
 from h3core.service.strictness import ModelStrictness
 
 
@@ -113,7 +113,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
         middleware=[CrossSiteGuard(cross_site)],
         cors_config=cross_site.cors(),
         request_class=_Request,
-        logging_config=None,  # the process configures logging (h3core.logs), not the app it embeds
+        logging_config=None,  # the process configures logging (h3core.runtime.logs), not the app it embeds
         request_max_body_size=settings.max_body_bytes,
         exception_handlers={
             ValidationException: _validation_error,

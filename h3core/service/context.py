@@ -14,14 +14,14 @@ from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.profiles import builtin_profiles, load_profile_ref
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
-from h3core.bus import EventBus
-from h3core.contracts import CapabilityFile, LiveContract, capabilities_path
-from h3core.runner import Runner
-from h3core.service.executors import make_executor
+from h3core.runtime.bus import EventBus
+from h3core.runtime.contracts import CapabilityFile, LiveContract, capabilities_path
+from h3core.runtime.executor_factory import make_executor
+from h3core.runtime.runner import Runner
+from h3core.runtime.settings import Settings
+from h3core.runtime.store_retry import StoreUnavailable
+from h3core.runtime.tail import StoreTail
 from h3core.service.metrics import Metrics
-from h3core.service.settings import Settings
-from h3core.store_retry import StoreUnavailable
-from h3core.tail import StoreTail
 
 
 @dataclass

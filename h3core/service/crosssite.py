@@ -29,7 +29,7 @@ from litestar.middleware import ASGIMiddleware
 from litestar.response.base import ASGIResponse
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from h3core.service.settings import Settings, is_loopback
+from h3core.runtime.settings import Settings, is_loopback
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # A route handler's `opt` key: it takes bodies other than JSON and checks their type itself (uploads).

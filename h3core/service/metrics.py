@@ -9,9 +9,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 
 from h3core.adapters.store.base import EventStore
-from h3core.bus import EventBus
 from h3core.domain.state import TERMINAL
 from h3core.executors.base import Executor
+from h3core.runtime.bus import EventBus
 
 # Jobs take minutes (docs/design.md §1: 11–14 min); the buckets span a fake second to an hour.
 GROUP_STATES = ("starting", "ready", "busy", "dead", "down")

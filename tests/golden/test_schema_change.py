@@ -30,7 +30,8 @@ RENAME = [
         '"admitted_at": event.at, "tokens": body.tokens}',
         '"admitted_at": event.at, "tokens": body.token_count}',
     ),
-    ("runner.py", "Admitted(tokens=decision.tokens)", "Admitted(token_count=decision.tokens)"),
+    ("runtime/_intake.py", "Admitted(tokens=decision.tokens)", "Admitted(token_count=decision.tokens)"),
+    ("runtime/_recovery.py", "Admitted(tokens=decision.tokens)", "Admitted(token_count=decision.tokens)"),
 ]
 UPCASTER = """
 

@@ -1,4 +1,4 @@
-"""Logging: a job's life as records with its fields, the formats of `h3core.logs`, and a library
+"""Logging: a job's life as records with its fields, the formats of `h3core.runtime.logs`, and a library
 that configures nothing."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from h3core import Admitted, RetryPolicy, Running, SQLiteEventStore
-from h3core.logs import configure, fields
+from h3core.runtime.logs import configure, fields
 from tests.factories import request, submitted
 from tests.unit.conftest import wait_until
 
@@ -114,7 +114,7 @@ def record(msg: str = "job %s started", *args, exc: bool = False, **extra) -> lo
 
 
 def test_json_lines_carry_the_four_keys_the_extra_fields_and_a_traceback():
-    from h3core.logs import JsonLines
+    from h3core.runtime.logs import JsonLines
 
     line = json.loads(JsonLines().format(record(job_id="j1", attempt=2, kind="oom", exc=True)))
     assert line["level"] == "warning" and line["logger"] == "h3core.runner"
@@ -150,7 +150,7 @@ def test_configure_prints_text_or_json_at_the_level_asked_and_replaces_itself():
 
 def test_importing_h3core_configures_no_logging():
     code = (
-        "import logging, h3core, h3core.runner;"
+        "import logging, h3core, h3core.runtime.runner;"
         "root = logging.getLogger();"
         "print(len(root.handlers), root.level, [type(h).__name__ for h in logging.getLogger('h3core').handlers])"
     )

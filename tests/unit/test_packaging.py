@@ -32,7 +32,7 @@ def test_import_h3core_and_its_cli_load_no_optional_dependency():
         "import importlib.util, sys\n"
         f"optional = {OPTIONAL!r}\n"
         "assert all(importlib.util.find_spec(m) for m in optional if m != 'pandas'), 'the test venv lacks an extra'\n"
-        "import h3core, h3core.cli, h3core.jobs\n"
+        "import h3core, h3core.cli, h3core.runtime.jobs\n"
         "print(' '.join(sorted(m for m in optional if m in sys.modules)))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

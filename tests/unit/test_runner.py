@@ -27,7 +27,7 @@ from h3core import (
 )
 from h3core.adapters.artifacts import sha256_file
 from h3core.executors.base import Result
-from h3core.runner import PROGRESS_IN_FLIGHT
+from h3core.runtime._supervisor import PROGRESS_IN_FLIGHT
 from tests.factories import request, submitted
 from tests.unit.conftest import wait_until
 

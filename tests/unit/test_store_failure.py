@@ -22,7 +22,7 @@ from h3core import (
     StoreUnavailable,
 )
 from h3core.domain.events import Event
-from h3core.store_retry import retrying, transient
+from h3core.runtime.store_retry import retrying, transient
 from tests.factories import request
 from tests.unit.conftest import wait_until
 

@@ -6,9 +6,9 @@ import anyio
 import pytest
 
 from h3core.adapters.store.sqlite import SQLiteEventStore
-from h3core.bus import EventBus
 from h3core.domain.events import Admitted, Progress, Running
-from h3core.tail import StoreTail
+from h3core.runtime.bus import EventBus
+from h3core.runtime.tail import StoreTail
 from tests.factories import submitted
 
 pytestmark = pytest.mark.anyio

@@ -4,7 +4,7 @@ import anyio
 import pytest
 
 from h3core import Admitted, EventBus, IllegalEvent, Progress, Running, SQLiteEventStore
-from h3core.writer import _GroupWriter
+from h3core.runtime._writer import GroupWriter
 from tests.factories import submitted
 
 pytestmark = pytest.mark.anyio
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.anyio
 async def test_concurrent_appends_share_transactions_and_keep_their_own_outcomes(tmp_path):
     store = SQLiteEventStore(tmp_path / "h3.db")
     bus = EventBus()
-    writer = _GroupWriter(store, bus)
+    writer = GroupWriter(store, bus)
     results: dict[str, object] = {}
 
     async def job(i: int) -> None:
@@ -41,7 +41,7 @@ async def test_concurrent_appends_share_transactions_and_keep_their_own_outcomes
 
 async def test_a_cancelled_caller_still_learns_its_append_was_written(tmp_path):
     store = SQLiteEventStore(tmp_path / "h3.db")
-    writer = _GroupWriter(store, EventBus())
+    writer = GroupWriter(store, EventBus())
     async with anyio.create_task_group() as outer:
         await outer.start(writer.run)
         with anyio.CancelScope() as scope:

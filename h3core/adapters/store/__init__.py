@@ -1,7 +1,7 @@
 """Event stores: the contract (`base`: the log and the projections), SQLite (the real one) and
 memory (the fake)."""
 
-from h3core.adapters.store.base import Conflict, EventLog, EventStore, JobProjections, UnknownJob
+from h3core.adapters.store.base import Conflict, EventLog, EventStore, JobProjections, UnknownJob, precheck
 from h3core.adapters.store.memory import MemoryEventStore
 from h3core.adapters.store.sqlite import SchemaTooNew, SQLiteEventStore
 
@@ -14,4 +14,5 @@ __all__ = [
     "SQLiteEventStore",
     "SchemaTooNew",
     "UnknownJob",
+    "precheck",
 ]

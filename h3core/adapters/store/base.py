@@ -3,7 +3,7 @@
 `EventLog` keeps each job's append-only event log. Implementations must honour:
 
 - **Validate before write.** `append` folds the new events onto the job's current state (as
-  read inside the same write transaction) with `h3core.domain.state._extend`; an illegal event
+  read inside the same write transaction) with `h3core.domain.state.extend`; an illegal event
   raises `IllegalEvent` and nothing of the batch is stored.
 - **Atomic batches.** All events of one `append` and the projection update land together or not
   at all. `append_batch` commits many appends at once, each still all or nothing.
@@ -52,9 +52,10 @@ AppendRequest = tuple[str, Sequence[Body], int | None]
 AppendOutcome = tuple[JobState, tuple[Event, ...]] | Exception
 
 
-def _precheck(state: JobState | None, job_id: str, bodies: Sequence[Body], expected_seq: int | None) -> None:
-    """What every store checks before folding an append: the caller's expectation, and that a
-    new job starts with `Submitted`."""
+def precheck(state: JobState | None, job_id: str, bodies: Sequence[Body], expected_seq: int | None) -> None:
+    """What every store checks before folding an append (`h3core.domain.state.extend`): the
+    caller's expectation, and that a new job starts with `Submitted`. For implementers: call both,
+    in this order, inside the write transaction."""
     if not bodies:
         raise ValueError("append needs at least one event")
     current = state.last_seq if state else 0

@@ -6,9 +6,9 @@ import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
 
-from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, _precheck, utc_now
+from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
 from h3core.domain.events import Body, Event, Submitted
-from h3core.domain.state import IllegalEvent, JobState, Status, _extend, apply
+from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend
 
 
 class MemoryEventStore:
@@ -38,8 +38,8 @@ class MemoryEventStore:
     ) -> tuple[JobState, tuple[Event, ...]]:
         with self._lock:
             state = self._states.get(job_id)
-            _precheck(state, job_id, bodies, expected_seq)
-            new_state, events = _extend(state, job_id, bodies, self._clock())
+            precheck(state, job_id, bodies, expected_seq)
+            new_state, events = extend(state, job_id, bodies, self._clock())
             self._commit(new_state, events)
         return new_state, events
 

@@ -20,9 +20,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, _precheck, utc_now
+from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
 from h3core.domain.events import VERSIONS, Body, Event, Submitted, body_from_json, event_from_json
-from h3core.domain.state import IllegalEvent, JobState, Status, _extend, apply, fold
+from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend, fold
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
@@ -269,8 +269,8 @@ class SQLiteEventStore:
         self, conn: sqlite3.Connection, job_id: str, bodies: Sequence[Body], expected_seq: int | None
     ) -> tuple[JobState, tuple[Event, ...]]:
         state = self._state_in(conn, job_id)
-        _precheck(state, job_id, bodies, expected_seq)
-        new_state, events = _extend(state, job_id, bodies, self._clock())
+        precheck(state, job_id, bodies, expected_seq)
+        new_state, events = extend(state, job_id, bodies, self._clock())
         self._store(conn, new_state, events)
         return new_state, events
 

@@ -3,8 +3,9 @@ parallelism, and groups that rebuild themselves when a rank fails (needs the `di
 
 from h3core.executors.distributed.cluster import ClusterSettings
 from h3core.executors.distributed.executor import DistributedExecutor, DistributedSettings
-from h3core.executors.distributed.group import Group, GroupError, GroupHealth
+from h3core.executors.distributed.group import Group, GroupError
 from h3core.executors.distributed.rank import Payload, RankSpec, RankWorker
+from h3core.executors.reports import GroupHealth
 
 __all__ = [
     "ClusterSettings",

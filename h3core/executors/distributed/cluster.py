@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from h3core.executors.reports import HeadHealth
+
 LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 # Ray's core installs a C++ failure-signal handler in the process that calls ray.init; it takes
 # SIGTERM before the service's own graceful-shutdown handler. The service stops itself.
@@ -47,15 +49,6 @@ RANK_ENV = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
 class ClusterSettings:
     address: str | None = None  # None: a local Ray on loopback
     cpus: int | None = None  # logical CPUs of a local Ray (None: this machine's, at least one per rank)
-
-
-@dataclass
-class HeadHealth:
-    state: str = "down"  # down | connecting | up | lost | reconnecting
-    address: str | None = None  # the GCS
-    losses: int = 0
-    reconnects: int = 0
-    last_error: str | None = None
 
 
 def connect(settings: ClusterSettings, *, ranks: int) -> bool:

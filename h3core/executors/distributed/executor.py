@@ -32,15 +32,16 @@ from h3core.domain.capabilities import Capabilities, GroupBudget
 from h3core.domain.events import Artifact
 from h3core.domain.topology import Topology, can_ever_fit, place
 from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Update
-from h3core.executors.distributed.cluster import ClusterSettings, HeadHealth, RayHost
-from h3core.executors.distributed.group import Group, GroupError, GroupHealth
+from h3core.executors.distributed.cluster import ClusterSettings, RayHost
+from h3core.executors.distributed.group import Group, GroupError
 from h3core.executors.distributed.rank import Payload, RankSpec
-from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS, ProbeRow
+from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS
 from h3core.executors.pipeline.driver import media_for, model_failure, save_video, stream
 from h3core.executors.pipeline.generate import Control
 from h3core.executors.pipeline.kernel_probe import DEFAULT_TOLERANCE, at_start
 from h3core.executors.pipeline.limits import ModelLimits, kernel_limit
 from h3core.executors.pipeline.model import device_name
+from h3core.executors.reports import GroupHealth, HeadHealth, ProbeRow
 
 log = logging.getLogger("h3core.executors.distributed")
 # After the head is lost, how long to wait for threads to leave Ray before restarting it anyway.

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from h3core.domain.topology import GroupPlan
@@ -27,6 +26,7 @@ from h3core.executors.base import ExecutorFailure
 from h3core.executors.distributed.cluster import RANK_ENV, remote_rank
 from h3core.executors.distributed.rank import Payload, RankSpec
 from h3core.executors.pipeline.generate import Control
+from h3core.executors.reports import GroupHealth
 
 # Lower is closer to the root cause.
 _PRIORITY = {"executor_lost": 0, "oom": 1, "invalid": 2}
@@ -38,18 +38,6 @@ class GroupError(Exception):
 
 class HeadLost(Exception):
     """The Ray head was lost while the group waited on it (the message says how)."""
-
-
-@dataclass
-class GroupHealth:
-    index: int
-    size: int
-    state: str = "down"  # down | starting | ready | busy | dead
-    builds: int = 0
-    rebuilds: int = 0  # builds after the first: each one followed a failure or a dead rank
-    last_error: str | None = None
-    build_seconds: float | None = None
-    ranks: list[dict[str, Any]] = field(default_factory=list)  # what each rank reported at set-up
 
 
 class Group:

@@ -21,7 +21,7 @@ import contextlib
 import functools
 import importlib.metadata
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 DEFAULT_MATH_MAX_TOKENS = 4096
 HALF = frozenset({"float16", "bfloat16"})
@@ -425,18 +425,3 @@ def sage_backend(fn):
 
 
 # -- what the start-up measured -----------------------------------------------------------------
-
-Verdict = Literal["chosen", "accepted", "rejected", "failed", "unsupported", "not needed"]
-
-
-@dataclass(frozen=True)
-class ProbeRow:
-    """One kernel as the start-up probe found it (kernel_probe.decide)."""
-
-    kernel: str
-    verdict: Verdict
-    ms: float | None = None  # median of one attention call at `tokens`
-    tokens: int | None = None  # the sequence length `ms` and `peak_bytes` were measured at
-    peak_bytes: int | None = None  # the allocator's peak during the call above its inputs (CUDA only)
-    error: float | None = None  # worst relative L1 error against the float32 reference, over the probe's lengths
-    note: str = ""  # what is missing, what it raised, or where its error exceeded the tolerance

@@ -23,12 +23,13 @@ from h3core.adapters.artifacts import ArtifactStore
 from h3core.domain.capabilities import Capabilities
 from h3core.domain.events import Artifact
 from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, NoReports, Update
-from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS, ProbeRow
+from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS
 from h3core.executors.pipeline.driver import media_for, model_failure, save_video, stream
 from h3core.executors.pipeline.generate import Control, Generator, Media, StopRequested
 from h3core.executors.pipeline.kernel_probe import DEFAULT_TOLERANCE, at_start
 from h3core.executors.pipeline.limits import ModelLimits, kernel_limit
 from h3core.executors.pipeline.model import ModelError, device_name, load_model
+from h3core.executors.reports import ProbeRow
 
 
 @dataclass(frozen=True)

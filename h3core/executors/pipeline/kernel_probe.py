@@ -44,10 +44,10 @@ from h3core.executors.pipeline.attention import (
     AttentionError,
     AttentionPlan,
     Kernel,
-    ProbeRow,
     Target,
     plan_for,
 )
+from h3core.executors.reports import ProbeRow
 
 log = logging.getLogger("h3core.attention")
 

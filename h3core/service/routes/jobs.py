@@ -16,8 +16,9 @@ from litestar.response.sse import ServerSentEventMessage
 from h3core.domain.adoption import mismatch
 from h3core.domain.events import Event
 from h3core.domain.state import JobState
-from h3core.follow import follow
-from h3core.runner import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown, new_job_id
+from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
+from h3core.runtime.follow import follow
+from h3core.runtime.runner import new_job_id
 from h3core.service import files
 from h3core.service.context import Service
 from h3core.service.submission import in_thread, job_state, submit

@@ -8,9 +8,9 @@ from litestar.openapi.datastructures import ResponseSpec
 
 from h3core.adapters.lock import RunnerLock, runner_lock_path
 from h3core.executors.base import Executor
+from h3core.runtime.settings import Settings
 from h3core.service.auth import bearer_matches
 from h3core.service.context import Service
-from h3core.service.settings import Settings
 from h3core.service.views import (
     AttentionRowView,
     CeilingsView,

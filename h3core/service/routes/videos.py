@@ -28,7 +28,7 @@ from h3core.adapters import previews
 from h3core.adapters.uploads import DEFAULT_LIMITS, UploadRejected
 from h3core.domain.request import GenerationRequest, Keyframes
 from h3core.domain.state import JobState
-from h3core.runner import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
+from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
 from h3core.service import files
 from h3core.service.context import Service
 from h3core.service.crosssite import OWN_CONTENT_TYPES_OPT

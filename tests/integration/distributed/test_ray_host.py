@@ -22,7 +22,7 @@ from h3core.executors.distributed import executor as executor_module
 from h3core.executors.distributed.cluster import ClusterSettings, RayHost
 from h3core.executors.distributed.executor import DistributedExecutor, DistributedSettings
 from h3core.executors.distributed.group import Group
-from h3core.logs import fields
+from h3core.runtime.logs import fields
 from tests.integration.distributed.conftest import until
 
 pytestmark = pytest.mark.timeout(300)

@@ -7,9 +7,8 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from h3core.cli import app
-from h3core.service import executors
-from h3core.service.settings import Settings, SettingsError
+from h3core.cli import app, worker
+from h3core.runtime.settings import Settings, SettingsError
 
 
 def invoke(*args: object, env: dict[str, str] | None = None):
@@ -26,7 +25,7 @@ def built(monkeypatch) -> list[Settings]:
         seen.append(settings)
         raise SettingsError(f"stopped by the test at executor {settings.executor}")
 
-    monkeypatch.setattr(executors, "make_executor", make)
+    monkeypatch.setattr(worker, "make_executor", make)
     return seen
 
 

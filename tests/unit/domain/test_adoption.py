@@ -9,7 +9,7 @@ import pytest
 from h3core.domain.adoption import Adopt, Discard, FoundArtifact, adoption, judge
 from h3core.domain.events import Admitted, AttemptFailed, Done, Event, Failed, Progress, Recovered, Running
 from h3core.domain.state import IllegalEvent, JobState
-from h3core.domain.state import _extend as extend
+from h3core.domain.state import extend as extend
 from tests.factories import artifact, submitted
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -6,7 +6,7 @@ import json
 
 from h3core.domain.events import Submitted, body_from_json
 from h3core.domain.state import JobState
-from h3core.domain.state import _extend as extend
+from h3core.domain.state import extend as extend
 from tests.factories import submitted
 
 OLD_SUBMITTED = json.dumps(

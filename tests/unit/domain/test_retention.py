@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from h3core.domain.events import Admitted, AttemptFailed, Cancelled, Done, Failed, Running
 from h3core.domain.retention import StoredFile, garbage
-from h3core.domain.state import _extend as extend
+from h3core.domain.state import extend as extend
 from tests.factories import artifact, submitted
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

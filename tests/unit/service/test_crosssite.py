@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from h3core.runtime.settings import Settings
 from h3core.service.crosssite import CrossSitePolicy, hostname
-from h3core.service.settings import Settings
 
 LOCAL = CrossSitePolicy.of(Settings(), listen_host="127.0.0.1")
 

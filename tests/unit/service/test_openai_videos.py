@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from h3core.domain.events import Admitted, Cancelled, CancelRequested, Done, Failed, Progress, Running, Submitted
 from h3core.domain.request import MAX_SIDE
 from h3core.domain.state import JobState
-from h3core.domain.state import _extend as extend
+from h3core.domain.state import extend as extend
 from h3core.service.openai_videos import (
     FPS,
     SECONDS_PATTERN,

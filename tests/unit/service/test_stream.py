@@ -8,9 +8,9 @@ import anyio
 import pytest
 
 from h3core.adapters.store.memory import MemoryEventStore
-from h3core.bus import EventBus
 from h3core.domain.events import Admitted, Progress, Running
-from h3core.follow import follow
+from h3core.runtime.bus import EventBus
+from h3core.runtime.follow import follow
 from tests.factories import submitted
 
 pytestmark = pytest.mark.anyio

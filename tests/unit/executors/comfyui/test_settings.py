@@ -8,9 +8,9 @@ from pydantic import ValidationError
 
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.uploads import LocalUploadStore
-from h3core.runner import Runner
-from h3core.service.executors import make_executor
-from h3core.service.settings import Settings, SettingsError
+from h3core.runtime.executor_factory import make_executor
+from h3core.runtime.runner import Runner
+from h3core.runtime.settings import Settings, SettingsError
 
 
 def build(tmp_path, **kw):

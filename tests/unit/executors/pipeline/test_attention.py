@@ -294,7 +294,7 @@ def test_the_settings_offer_exactly_these_choices_and_refuse_the_old_names():
 
     from pydantic import ValidationError
 
-    from h3core.service.settings import Settings
+    from h3core.runtime.settings import Settings
 
     assert get_args(Settings.model_fields["attention"].annotation) == CHOICES
     for old in ("native", "sage"):

@@ -12,8 +12,9 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from h3core.executors.pipeline import kernel_probe  # noqa: E402
-from h3core.executors.pipeline.attention import ANY_FLOAT, KERNELS, AttentionError, Kernel, ProbeRow, Rule, Target  # noqa: E402
+from h3core.executors.pipeline.attention import ANY_FLOAT, KERNELS, AttentionError, Kernel, Rule, Target  # noqa: E402
 from h3core.executors.pipeline.kernel_probe import Decision, choose, decide, measure  # noqa: E402
+from h3core.executors.reports import ProbeRow  # noqa: E402
 
 TINY = Target("cpu", "float32", 2, 32)
 

@@ -20,7 +20,7 @@ from h3core.domain.capabilities import MODES
 from h3core.domain.failures import unknown_kinds
 from h3core.domain.retry import DEFAULT_RETRY_ON, RetryPolicy
 from h3core.domain.topology import Topology
-from h3core.runner import RunnerConfig
+from h3core.runtime.config import RunnerConfig
 
 ExecutorName = Literal["fake", "comfyui", "pipeline"]
 # all: HTTP and the runner in one process. api: HTTP only, following the store for what a runner

@@ -33,8 +33,10 @@ from h3core.domain.events import Event
 from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState, apply
 from h3core.executors.base import Executor
-from h3core.follow import follow
-from h3core.runner import Runner, RunnerConfig, ShuttingDown
+from h3core.runtime.config import RunnerConfig
+from h3core.runtime.errors import ShuttingDown
+from h3core.runtime.follow import follow
+from h3core.runtime.runner import Runner
 
 __all__ = ["JobCancelled", "JobFailed", "JobNotDone", "Jobs"]
 

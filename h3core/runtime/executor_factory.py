@@ -11,7 +11,7 @@ from h3core.adapters.uploads import LocalUploadStore
 from h3core.domain.capabilities import MODES
 from h3core.executors.base import Executor
 from h3core.executors.fake import FakeExecutor, FakePlan
-from h3core.service.settings import Settings, SettingsError
+from h3core.runtime.settings import Settings, SettingsError
 
 log = logging.getLogger("h3core.service")
 

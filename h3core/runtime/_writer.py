@@ -5,7 +5,7 @@ waiting when the writer comes round is committed in one transaction (one fsync),
 still checked and all-or-nothing on its own (`EventStore.append_batch`). Published to the bus
 only once durable.
 
-A failing transaction is retried (`h3core.store_retry`); once the store has failed for longer
+A failing transaction is retried (`h3core.runtime.store_retry`); once the store has failed for longer
 than `retry_s`, the writer gives up for good: `failure` is set, `failed` fires, and every append
 from then on is refused with that `StoreUnavailable`, so no caller waits on a dead store.
 """
@@ -19,10 +19,10 @@ import anyio
 from anyio.abc import TaskStatus
 
 from h3core.adapters.store.base import AppendOutcome, AppendRequest, EventStore
-from h3core.bus import EventBus
 from h3core.domain.events import Body
 from h3core.domain.state import JobState
-from h3core.store_retry import StoreUnavailable, retrying
+from h3core.runtime.bus import EventBus
+from h3core.runtime.store_retry import StoreUnavailable, retrying
 
 
 @dataclass
@@ -36,7 +36,7 @@ class Queued:
     outcome: AppendOutcome | None = None
 
 
-class _GroupWriter:
+class GroupWriter:
     def __init__(self, store: EventStore, bus: EventBus, *, max_batch: int = 256, retry_s: float = 30.0) -> None:
         self.store = store
         self.bus = bus

@@ -12,7 +12,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from h3core.adapters.store.base import EventStore
-from h3core.bus import EventBus
+from h3core.runtime.bus import EventBus
 
 
 class StoreTail:

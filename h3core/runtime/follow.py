@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Callable
 import anyio
 from anyio.abc import ObjectReceiveStream
 
-from h3core.bus import EventBus
 from h3core.domain.events import Event
+from h3core.runtime.bus import EventBus
 
 
 class _Resync:

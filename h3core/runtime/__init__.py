@@ -1,0 +1,32 @@
+"""The application layer: the runner and what it is built from, the embedding API (`Jobs`), the
+live admission contract, the event bus and the store's followers, and the process settings and
+executor factory that `serve` and `worker` both take.
+
+It sits on the domain, the adapters and the executors; the HTTP service and the CLI sit on it.
+Modules with a leading underscore are the runner's parts, private to this package.
+"""
+
+from h3core.runtime.bus import EventBus
+from h3core.runtime.config import RunnerConfig
+from h3core.runtime.contracts import CapabilityFile, LiveContract
+from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
+from h3core.runtime.jobs import JobCancelled, JobFailed, JobNotDone, Jobs
+from h3core.runtime.runner import Runner
+from h3core.runtime.store_retry import StoreUnavailable
+
+__all__ = [
+    "CapabilityFile",
+    "EventBus",
+    "IdempotencyMismatch",
+    "JobCancelled",
+    "JobFailed",
+    "JobNotDone",
+    "Jobs",
+    "LiveContract",
+    "NotCancellable",
+    "Refused",
+    "Runner",
+    "RunnerConfig",
+    "ShuttingDown",
+    "StoreUnavailable",
+]

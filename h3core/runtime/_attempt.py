@@ -1,0 +1,83 @@
+"""One running attempt as its driver and watcher share it, and the pure decision of how it ends.
+
+Which event ends an attempt depends only on what happened to it (a result, an error, a cancel, a
+stall, a deadline, a stop of h3core, a grace that ran out) and on the job's retry policy, so it
+is decided here without I/O; the supervisor writes what this returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import anyio
+
+from h3core.domain.events import AttemptFailed, Body, Cancelled, Done, Failed
+from h3core.domain.failures import FailureKind
+from h3core.domain.state import JobState
+from h3core.executors.base import Result
+from h3core.runtime._writer import Queued
+from h3core.runtime.config import RunnerConfig
+
+
+@dataclass
+class Attempt:
+    """One running attempt, shared by its driver and watcher tasks."""
+
+    state: JobState
+    last_touch: float
+    signal: anyio.Event = field(default_factory=anyio.Event)
+    cancel: bool = False
+    stop_reason: FailureKind | None = None  # stalled / deadline, when the watcher stopped it
+    result: Result | None = None
+    error: tuple[FailureKind, str, str | None] | None = None
+    driver_done: bool = False
+    ended: bool = False  # the terminal (or retry) event is written
+    resume: bool = False  # re-attached after a restart: follow, do not start
+    stopping: bool = False  # h3core is stopping while the attempt runs
+    detached: bool = False  # ...and the executor leaves its work running for the next start
+    reported: list[Queued] = field(default_factory=list)  # progress handed to the writer, oldest first
+
+    def wake(self) -> None:
+        self.signal.set()
+        self.signal = anyio.Event()
+
+
+def failure_event(state: JobState, kind: FailureKind, message: str, detail: str | None) -> Body:
+    """A retry where the job's own policy allows one, else the terminal failure."""
+    if not state.cancel_requested and state.retry.allows_retry(kind, state.attempt):
+        return AttemptFailed(kind=kind, message=message, detail=detail, attempt=state.attempt, tokens=state.tokens)
+    return Failed(kind=kind, message=message, detail=detail, tokens=state.tokens)
+
+
+def end_event(a: Attempt, config: RunnerConfig, *, interrupted: bool, grace_expired: bool) -> Body | None:
+    """The event that ends the attempt; None for one detached at a stop (resumed at the next start)."""
+    state = a.state
+    if a.result is not None and not grace_expired:
+        return Done(artifact=a.result.artifact, tokens=state.tokens)
+    if a.detached:
+        return None  # a cancel requested meanwhile is in the log: the resumed attempt honours it
+    why = None  # why the runner stopped the attempt, if it did
+    if a.cancel:
+        why = "cancelled by request"
+    elif a.stop_reason == "stalled":
+        why = f"no progress for {config.stall_timeout_s:g}s (last step {state.step}/{state.total})"
+    elif a.stop_reason == "deadline":
+        why = f"attempt {state.attempt} ran past its {config.attempt_deadline_s:g}s deadline"
+    elif interrupted or a.stopping:
+        why = "h3core was stopped while the job ran"
+    if why is not None and grace_expired:
+        # Ended without the executor's word that its work stopped: never `cancelled` then.
+        msg = f"{why}, but the executor did not stop within {config.cancel_grace_s:g}s: its work may still run"
+        return failure_event(state, "stop_unconfirmed", msg, None)
+    if why is not None and a.error is not None and a.error[0] == "stop_unconfirmed":
+        kind, message, detail = a.error
+        return failure_event(state, kind, f"{why}, but {message}", detail)
+    if a.cancel:
+        return Cancelled(reason=why or "")
+    if a.stop_reason is not None:
+        return failure_event(state, a.stop_reason, why or "", None)
+    if why is not None:
+        return failure_event(state, "interrupted", why, None)
+    if a.error is not None:
+        return failure_event(state, *a.error)
+    return failure_event(state, "executor_error", "executor finished without a result", None)

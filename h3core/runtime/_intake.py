@@ -1,0 +1,90 @@
+"""Intake: a request becomes a job (admitted, idempotent per key) or a refusal; a cancel is stored.
+
+A submit's `Submitted` and `Admitted` are one append at `expected_seq=0`, so a job either exists
+admitted or not at all; two submits racing on one idempotency key meet in that append's conflict
+and both answer the one job stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from h3core.adapters.store.base import Conflict
+from h3core.domain.admission import AdmissionPolicy, Refuse
+from h3core.domain.events import Admitted, Body, Cancelled, CancelRequested, Submitted
+from h3core.domain.geometry import Media
+from h3core.domain.request import GenerationRequest
+from h3core.domain.retry import RetryPolicy
+from h3core.domain.state import IllegalEvent, JobState
+from h3core.runtime._journal import Journal
+from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused
+
+
+class Intake:
+    def __init__(self, journal: Journal, admission: AdmissionPolicy, retry: RetryPolicy, new_id: Callable[[], str]) -> None:
+        self.journal = journal
+        self.admission = admission
+        self.retry = retry
+        self.new_id = new_id
+
+    async def submit(
+        self,
+        request: GenerationRequest,
+        *,
+        job_id: str | None,
+        priority: int,
+        idempotency_key: str | None,
+        media: Mapping[str, Media] | None,
+        remixed_from: str | None,
+    ) -> JobState:
+        if idempotency_key is not None:
+            existing = await self.journal.read(self.journal.store.by_idempotency_key, idempotency_key)
+            if existing is not None:
+                return _same_or_mismatch(existing, request, priority, remixed_from, idempotency_key)
+        decision = self.admission.decide(request, media)
+        if isinstance(decision, Refuse):
+            raise Refused(decision)
+        bodies: list[Body] = [
+            Submitted(
+                request=request,
+                priority=priority,
+                retry=self.retry,
+                warnings=request.warnings(),
+                idempotency_key=idempotency_key,
+                remixed_from=remixed_from,
+            ),
+            Admitted(tokens=decision.tokens),
+        ]
+        try:
+            return await self.journal.append(job_id or self.new_id(), bodies, expected_seq=0)
+        except Conflict:
+            if idempotency_key is None:
+                raise
+            existing = await self.journal.read(self.journal.store.by_idempotency_key, idempotency_key)
+            if existing is None:
+                raise
+            return _same_or_mismatch(existing, request, priority, remixed_from, idempotency_key)
+
+    async def cancel(self, job_id: str, reason: str) -> JobState:
+        """Store the cancel: `Cancelled` for a job not running, `CancelRequested` for a running one."""
+        while True:
+            state = await self.journal.read(self.journal.store.get, job_id)
+            if state is None:
+                raise KeyError(job_id)
+            if state.terminal:
+                raise NotCancellable(state)
+            if state.status == "running" and state.cancel_requested:
+                return state
+            body: Body = Cancelled(reason=reason) if state.status != "running" else CancelRequested(reason=reason)
+            try:
+                return await self.journal.append(job_id, [body], expected_seq=state.last_seq)
+            except (Conflict, IllegalEvent):
+                continue  # the job moved on (started, progressed, ended): decide again
+
+
+def _same_or_mismatch(
+    existing: JobState, request: GenerationRequest, priority: int, remixed_from: str | None, key: str
+) -> JobState:
+    if existing.request == request and existing.priority == priority and existing.remixed_from == remixed_from:
+        return existing
+    raise IdempotencyMismatch(key, existing.job_id)

@@ -1,0 +1,115 @@
+"""The runner's way to its store: reads retried off the event loop, every append through the
+single group-committing writer and logged as it is written.
+
+The first `StoreUnavailable` (a read or the writer giving up) is kept as `lost`: from then on the
+runner admits nothing and stops its attempts, since no end it decides can be written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from h3core.adapters.store.base import EventStore
+from h3core.domain.events import (
+    Admitted,
+    AttemptFailed,
+    Body,
+    Cancelled,
+    CancelRequested,
+    Done,
+    Failed,
+    Progress,
+    Recovered,
+    Resumed,
+    Running,
+)
+from h3core.domain.state import JobState
+from h3core.runtime._writer import GroupWriter
+from h3core.runtime.bus import EventBus
+from h3core.runtime.store_retry import StoreUnavailable, retrying
+
+T = TypeVar("T")
+
+log = logging.getLogger("h3core.runner")
+
+
+class Journal:
+    def __init__(self, store: EventStore, bus: EventBus, *, retry_s: float) -> None:
+        self.store = store
+        self.retry_s = retry_s
+        self.writer = GroupWriter(store, bus, retry_s=retry_s)
+        self.lost: StoreUnavailable | None = None
+
+    async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A store read, off the event loop (reads never wait behind writes), retried while the
+        store fails transiently."""
+        try:
+            return await retrying(lambda: fn(*args, **kwargs), limit_s=self.retry_s, what="read")
+        except StoreUnavailable as exc:
+            self.lose(exc)
+            raise
+
+    async def append(self, job_id: str, bodies: Sequence[Body], expected_seq: int | None = None) -> JobState:
+        state = await self.writer.append(job_id, bodies, expected_seq)
+        log_written(state, bodies)
+        return state
+
+    def lose(self, exc: StoreUnavailable) -> None:
+        if self.lost is None:
+            self.lost = exc
+
+    async def raise_when_lost(self) -> None:
+        """Wait for the writer to give up, then raise its `StoreUnavailable`."""
+        await self.writer.failed.wait()
+        assert self.writer.failure is not None
+        self.lose(self.writer.failure)
+        raise self.writer.failure
+
+
+def log_written(state: JobState, bodies: Sequence[Body]) -> None:
+    """One record per event the runner wrote, with the job and attempt as fields: a job's life
+    at INFO (its steps at DEBUG), its failures at WARNING."""
+    for body in bodies:
+        extra: dict[str, Any] = {"job_id": state.job_id, "attempt": state.attempt, "event": body.type}
+        match body:
+            case Admitted():
+                extra |= {"tokens": body.tokens, "priority": state.priority, "mode": state.request.mode}
+                log.info("job %s admitted (%s tokens)", state.job_id, body.tokens, extra=extra)
+            case Running():
+                extra |= {"executor": body.executor, "executor_ref": body.executor_ref}
+                log.info("job %s started: attempt %d on %s", state.job_id, body.attempt, body.executor, extra=extra)
+            case Resumed():
+                extra |= {"executor": state.executor, "executor_ref": body.executor_ref}
+                log.info(
+                    "job %s resumed: attempt %d, %gs after h3core stopped", state.job_id, body.attempt, body.after_s, extra=extra
+                )
+            case Progress():
+                extra |= {"step": body.step, "total": body.total}
+                log.debug("job %s step %d/%d", state.job_id, body.step, body.total, extra=extra)
+            case Done():
+                extra |= {"path": body.artifact.path, "bytes": body.artifact.bytes}
+                log.info("job %s done", state.job_id, extra=extra)
+            case Recovered():
+                extra |= {"path": body.artifact.path}
+                log.info("job %s recovered: attempt %d had committed its video", state.job_id, body.attempt, extra=extra)
+            case AttemptFailed():
+                extra |= {"attempt": body.attempt, "kind": body.kind}
+                log.warning(
+                    "job %s attempt %d failed (%s), queued again: %s",
+                    state.job_id,
+                    body.attempt,
+                    body.kind,
+                    body.message,
+                    extra=extra,
+                )
+            case Failed():
+                extra |= {"kind": body.kind}
+                log.warning("job %s failed (%s): %s", state.job_id, body.kind, body.message, extra=extra)
+            case CancelRequested():
+                log.info("job %s: cancel requested (%s)", state.job_id, body.reason, extra=extra)
+            case Cancelled():
+                log.info("job %s cancelled: %s", state.job_id, body.reason, extra=extra)
+            case _:  # submitted: its admission (or refusal) follows in the same append
+                log.debug("job %s %s", state.job_id, body.type, extra=extra)

@@ -1,0 +1,62 @@
+"""Recovery at start: end what a dead or stopped process left running, adopt a video it committed
+before it died, re-attach to work that outlived it, admit logs imported without admission."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from h3core.adapters.artifacts import ArtifactStore
+from h3core.domain.admission import AdmissionPolicy, Refuse
+from h3core.domain.adoption import Adopt, Discard, adoption, judge
+from h3core.domain.events import Admitted, Body, Cancelled, Failed, Resumed
+from h3core.domain.state import JobState
+from h3core.executors.base import Executor, Resumable
+from h3core.runtime._attempt import failure_event
+from h3core.runtime._journal import Journal
+
+
+def can_resume(executor: Executor, state: JobState) -> bool:
+    """The attempt's work runs outside h3core, on this executor, which can re-attach to it."""
+    return isinstance(executor, Resumable) and state.executor == executor.name and state.executor_ref is not None
+
+
+async def recover(
+    journal: Journal, executor: Executor, admission: AdmissionPolicy, artifacts: ArtifactStore | None
+) -> list[JobState]:
+    """End what a dead or stopped process left running, or return it, marked `Resumed`, where
+    the executor re-attaches to its work."""
+    # Load fully, then write (docs/design.md §2.3): the list is materialised before any append.
+    unfinished = await journal.read(journal.store.unfinished)
+    resumable = []
+    now = datetime.now(UTC)
+    for state in unfinished:
+        verdict = None
+        if state.status == "running" and artifacts is not None:
+            found = await journal.read(artifacts.committed, state.job_id, state.attempt)
+            verdict = judge(state, found)
+        if isinstance(verdict, Adopt):  # finished before the crash: its Done, not a rerun
+            await journal.append(state.job_id, adoption(state, verdict), expected_seq=state.last_seq)
+        elif state.status == "running" and can_resume(executor, state):
+            assert state.executor_ref is not None
+            away = max(0.0, (now - state.updated_at).total_seconds())
+            resumed = Resumed(attempt=state.attempt, executor_ref=state.executor_ref, after_s=round(away, 3))
+            resumable.append(await journal.append(state.job_id, [resumed], expected_seq=state.last_seq))
+        elif state.status == "running":
+            message = f"h3core stopped while attempt {state.attempt} was running"
+            if isinstance(verdict, Discard):
+                message += f"; {verdict.reason}"
+            if state.cancel_requested:
+                body: Body = Cancelled(reason="cancel was requested; h3core stopped before the executor confirmed")
+            else:
+                body = failure_event(state, "interrupted", message, None)
+            await journal.append(state.job_id, [body], expected_seq=state.last_seq)
+            if artifacts is not None:  # what the dead attempt left: partial or unverified
+                await journal.read(artifacts.discard, state.job_id, state.attempt)
+        elif state.status == "submitted":  # a log imported without its admission
+            decision = admission.decide(state.request)
+            if isinstance(decision, Refuse):
+                body = Failed(kind="invalid", message=f"refused at recovery: {decision.detail}")
+            else:
+                body = Admitted(tokens=decision.tokens)
+            await journal.append(state.job_id, [body], expected_seq=state.last_seq)
+    return resumable

@@ -1,0 +1,35 @@
+"""What the runner answers instead of a job: a refusal, a reused key, a job past cancelling, a stop."""
+
+from __future__ import annotations
+
+from h3core.domain.admission import Refuse
+from h3core.domain.state import JobState
+
+__all__ = ["IdempotencyMismatch", "NotCancellable", "Refused", "ShuttingDown"]
+
+
+class Refused(Exception):
+    """Admission refused the request; it did not become a job."""
+
+    def __init__(self, decision: Refuse) -> None:
+        super().__init__(decision.detail)
+        self.decision = decision
+
+
+class IdempotencyMismatch(Exception):
+    """The idempotency key names a job submitted with a different request."""
+
+    def __init__(self, key: str, job_id: str) -> None:
+        super().__init__(f"idempotency key {key!r} was used for job {job_id} with a different request")
+        self.key = key
+        self.job_id = job_id
+
+
+class NotCancellable(Exception):
+    def __init__(self, state: JobState) -> None:
+        super().__init__(f"job {state.job_id} already ended '{state.status}'")
+        self.state = state
+
+
+class ShuttingDown(Exception):
+    """The runner no longer admits work."""

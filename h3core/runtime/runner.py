@@ -1,0 +1,225 @@
+"""The runner: takes queued jobs from the store, drives executors, writes every event.
+
+The terminal guarantee: once a job is `Running`, exactly one terminal event (or a retry) is
+written whatever happens: the executor returns, raises, returns without a result, hangs (stall
+timeout), overruns its deadline, is cancelled, or the runner itself is cancelled (docs/design.md
+§2.1: cancellation is a `BaseException`, so it is never caught as an error here). Terminal
+writes happen in shielded scopes; executors never write events.
+
+One exception, by design: when the runner is stopped while an attempt of a `Resumable` executor
+runs and that executor detaches it (its work goes on outside h3core, a ComfyUI prompt), nothing
+is written and the attempt stays `running` in the log; the next start re-attaches to it
+(`Resumed`) and the guarantee resumes there: it ends as above, or `executor_lost` if the work is
+gone. A stop or a crash leaves nothing that no start will end.
+
+Nor does a lost store: a failing write is retried for `store_retry_s`; past it nothing can be
+written, so `run` stops every attempt and raises `StoreUnavailable` (the process exits), and the
+next start ends what stayed `running` as after a crash.
+
+The runner composes its parts, one module each: intake (submit, idempotency, cancel), recovery,
+claiming, attempt supervision (and the pure decision of how an attempt ends), the queue deadline,
+and the journal (its store access, where a lost store is noticed).
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+
+import anyio
+from anyio.abc import TaskStatus
+
+from h3core.adapters.artifacts import ArtifactStore
+from h3core.adapters.store.base import EventStore
+from h3core.domain.admission import AdmissionPolicy, AdmitAll
+from h3core.domain.geometry import Media
+from h3core.domain.request import GenerationRequest
+from h3core.domain.state import JobState
+from h3core.executors.base import Executor
+from h3core.runtime._claiming import Claimer
+from h3core.runtime._intake import Intake
+from h3core.runtime._journal import Journal
+from h3core.runtime._queue_deadline import expire_queued
+from h3core.runtime._recovery import recover
+from h3core.runtime._supervisor import Supervisor
+from h3core.runtime._writer import GroupWriter
+from h3core.runtime.bus import EventBus
+from h3core.runtime.config import RunnerConfig
+from h3core.runtime.contracts import CapabilityFile, LiveContract, publish_capabilities
+from h3core.runtime.errors import ShuttingDown
+from h3core.runtime.store_retry import StoreUnavailable
+
+__all__ = ["Runner", "new_job_id"]
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Runner:
+    def __init__(
+        self,
+        store: EventStore,
+        executor: Executor,
+        config: RunnerConfig | None = None,
+        *,
+        admission: AdmissionPolicy | None = None,
+        bus: EventBus | None = None,
+        id_factory: Callable[[], str] = new_job_id,
+        board: CapabilityFile | None = None,
+        artifacts: ArtifactStore | None = None,
+    ) -> None:
+        """`board`: where to publish what the executor can run, for processes that admit jobs
+        this runner runs (an API process on the same store). `artifacts`: where the executor
+        commits videos, for recovery to adopt one committed before a crash and to clear what a
+        dead attempt left; None: recovery reruns such attempts. `executor` None: a runner that only
+        submits and cancels (`admit_only`), for another process's executor."""
+        self.store = store
+        self.executor = executor
+        self.artifacts = artifacts
+        self.config = config or RunnerConfig()
+        # By default a request is judged against what the executor says it can run (a runner
+        # that only submits, for another process's executor, is given that one's contract).
+        admission = admission or (LiveContract(executor.capabilities) if executor is not None else AdmitAll())
+        self.bus = bus or EventBus()
+        self.board = board
+        self._journal = Journal(store, self.bus, retry_s=self.config.store_retry_s)
+        self._intake = Intake(self._journal, admission, self.config.retry, id_factory)
+        self._supervisor = Supervisor(self._journal, executor, self.config, on_end=self._poke)
+        self._claimer = Claimer(self._journal, executor, self.config, self._supervisor.busy)
+        self._accepting = False
+        self.started = False
+
+    @property
+    def admission(self) -> AdmissionPolicy:
+        """What every submission (and a log imported without its admission) is judged by."""
+        return self._intake.admission
+
+    @admission.setter
+    def admission(self, policy: AdmissionPolicy) -> None:
+        self._intake.admission = policy
+
+    @property
+    def writer(self) -> GroupWriter:
+        """The single writer every event of this runner goes through (its counters for benchmarks)."""
+        return self._journal.writer
+
+    @property
+    def accepting(self) -> bool:
+        """Running and admitting jobs (false before `run` has recovered, once it stops, and once
+        the store is lost)."""
+        return self._accepting and self._journal.lost is None
+
+    def _poke(self) -> None:
+        self._claimer.poke()
+
+    # -- public API -----------------------------------------------------------------------
+
+    async def submit(
+        self,
+        request: GenerationRequest,
+        *,
+        priority: int = 0,
+        idempotency_key: str | None = None,
+        job_id: str | None = None,
+        media: Mapping[str, Media] | None = None,
+        remixed_from: str | None = None,
+    ) -> JobState:
+        """Admit and store a job. Raises `Refused`, `IdempotencyMismatch` or `ShuttingDown`.
+
+        `media` is what is known of the request's uploads, for admission to count their tokens.
+        `remixed_from`: the job this one remixes (same parameters, a new prompt), kept in its log.
+        """
+        if not self.accepting and self.started:
+            raise ShuttingDown("h3core is shutting down and admits no new jobs")
+        state = await self._intake.submit(
+            request,
+            job_id=job_id,
+            priority=priority,
+            idempotency_key=idempotency_key,
+            media=media,
+            remixed_from=remixed_from,
+        )
+        self._poke()
+        return state
+
+    async def cancel(self, job_id: str, reason: str = "cancelled by request") -> JobState:
+        """Queued jobs end at once; running ones end once the executor has stopped."""
+        state = await self._intake.cancel(job_id, reason)
+        self._supervisor.cancel(job_id)
+        return state
+
+    def slot_count(self) -> int:
+        """Attempts run at once: the configured slots, or fewer where the executor bounds its own
+        concurrency (ComfyUI's prompts): the jobs beyond it wait queued here, in h3core's order."""
+        most = self.executor.capabilities().concurrency
+        return self.config.slots if most is None else min(self.config.slots, most)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Recover, then run queued jobs until cancelled. Cancelling this is a shutdown.
+
+        Raises `StoreUnavailable` once the store has failed for `store_retry_s`: every running
+        attempt is stopped first (their ends cannot be written: the next start records them)."""
+        try:
+            async with self.executor.running():
+                await self._writing(functools.partial(self._run_jobs, task_status))
+        finally:
+            self._accepting = False
+
+    async def admit_only(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Accept submits and cancels, group-committed as `run` does, and run no job: for a
+        process that only takes requests while another process's runner runs the jobs (it sees
+        them in the store). Cancelling this stops admitting."""
+
+        async def admit(task_status: TaskStatus[None]) -> None:
+            self._accepting = True
+            self.started = True
+            task_status.started()
+            await anyio.sleep_forever()
+
+        await self._writing(functools.partial(admit, task_status))
+
+    async def _writing(self, work: Callable[[], Awaitable[None]]) -> None:
+        """`work()` while the writer runs (shielded: the ends of cancelled attempts are written
+        through it) and a lost store stops everything with `StoreUnavailable`; after it, admit
+        nothing more, drain what was written and stop the writer."""
+        try:
+            async with anyio.create_task_group() as writing:
+                await writing.start(self._write_shielded)
+                writing.start_soon(self._journal.raise_when_lost)
+                try:
+                    await work()
+                finally:
+                    self._accepting = False
+                    self._journal.writer.close()  # every job task has ended: drain what they wrote, stop
+        except* StoreUnavailable as group:
+            raise self._journal.lost or StoreUnavailable.within(group) from None
+
+    async def _run_jobs(self, task_status: TaskStatus[None]) -> None:
+        resumable = await recover(self._journal, self.executor, self.admission, self.artifacts)
+        slots = anyio.Semaphore(self.slot_count())
+        async with anyio.create_task_group() as tg:
+            for state in resumable:  # re-attach first: their work is already running
+                await slots.acquire()
+                tg.start_soon(functools.partial(self._supervisor.job, state, slots, resume=True))
+            self._accepting = True
+            self.started = True
+            task_status.started()
+            tg.start_soon(self._supervisor.watch_store)
+            if self.board is not None:
+                tg.start_soon(publish_capabilities, self.executor, self.board)
+            if self.config.queue_timeout_s is not None:
+                tg.start_soon(self._expire_queued, self.config.queue_timeout_s)
+            await self._claimer.dispatch(tg, slots, self._supervisor.job)
+
+    async def _write_shielded(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._journal.writer.run(task_status=task_status)
+
+    async def _expire_queued(self, limit_s: float) -> None:
+        await expire_queued(
+            self._journal, self.executor, self._supervisor.busy, limit_s=limit_s, poll_s=self.config.poll_interval_s
+        )
