@@ -1,14 +1,13 @@
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
-from hypothesis import settings
+from filelock import FileLock
 
+import tests.profiles  # noqa: F401 - registers and loads the Hypothesis profiles
 from h3core.adapters.store import MemoryEventStore, SQLiteEventStore
-
-# Hypothesis' per-example deadline is a timed assertion: on a loaded 2-core machine it fails
-# examples that are merely slow. Time is measured by bench/, not by tests.
-settings.register_profile("h3core", deadline=None)
-settings.load_profile("h3core")
 
 
 @pytest.fixture(params=["sqlite", "memory"])
@@ -22,3 +21,52 @@ def store(request, tmp_path):
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+def shared_dir(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every xdist worker of this run sees (the run's own temporary root)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if hasattr(config, "workerinput") else base
+
+
+@pytest.fixture(scope="session")
+def tiny_model(request, tmp_path_factory) -> Path:
+    """One tiny random MiniMax-H3 folder for the whole run, written once for every worker. Tests
+    read it; one that changes a model works on a copy."""
+    pytest.importorskip("diffusers", reason="the pipeline extra is not installed")
+    from h3core.executors.pipeline.model import FACTS_FILE
+    from h3core.executors.pipeline.tiny import make_tiny
+
+    root = shared_dir(request.config, tmp_path_factory)
+    folder = root / "tiny-model"
+    with FileLock(root / "tiny-model.lock"):
+        if not (folder / FACTS_FILE).exists():
+            make_tiny(folder)
+    return folder
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: twice the cores (at most 8), or H3_TEST_WORKERS. Most of the suite waits on
+    subprocesses, sockets and timers rather than computing, so more workers than cores keep the
+    cores busy; the tests that start Ray share one worker (their xdist group)."""
+    asked = os.environ.get("H3_TEST_WORKERS")
+    return int(asked) if asked else min(8, 2 * (os.cpu_count() or 1))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        # xdist's workers are given COLUMNS=80; the CLI's tables honour COLUMNS and would be cut
+        # where a run without workers shows them whole.
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        # Every integration test is slow (a process, a server, a model): `-m "not slow"` leaves them out.
+        if "integration" in item.path.parts:
+            item.add_marker(pytest.mark.slow)
+        # The tests that start Ray run on one worker, one after another (their CPU use is heavy
+        # and Ray's ports are the machine's).
+        if item.get_closest_marker("ray") is not None:
+            item.add_marker(pytest.mark.xdist_group("ray"))

@@ -11,6 +11,7 @@ from h3core.adapters.uploads import LocalUploadStore
 from h3core.domain.capabilities import MODES
 from h3core.executors.base import Executor
 from h3core.executors.fake import FakeExecutor, FakePlan
+from h3core.executors.pipeline.model import FACTS_FILE, missing_parts
 from h3core.runtime.settings import Settings, SettingsError
 
 log = logging.getLogger("h3core.service")
@@ -75,16 +76,8 @@ def attention_cache_path(settings: Settings) -> Path:
 
 
 def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalUploadStore) -> Executor:
-    try:
-        from h3core.executors.pipeline.attention import AttentionError
-        from h3core.executors.pipeline.executor import PipelineExecutor, PipelineSettings
-        from h3core.executors.pipeline.model import FACTS_FILE, missing_parts
-        from h3core.executors.pipeline.tiny import make_tiny
-    except ImportError as exc:
-        raise SettingsError(
-            f"executor 'pipeline' needs the pipeline extra (torch, diffusers, transformers): "
-            f"pip install 'h3core[pipeline]', or serve with --executor fake ({exc})"
-        ) from exc
+    # The settings are judged before torch and diffusers are imported (seconds): a setting that
+    # cannot work stops `serve` at once.
     topology = settings.topology()
     if topology is None and settings.slots != 1:
         raise SettingsError("slots: the pipeline executor runs one job at a time on its device; set slots to 1")
@@ -93,14 +86,23 @@ def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalU
             f"slots: with devices set, each of the {len(topology.group_sizes)} groups is one slot; leave slots unset"
         )
     model_dir = settings.model_dir
+    missing = missing_parts(model_dir) if model_dir is not None else []
+    if missing:
+        raise SettingsError(f"model_dir: {model_dir} lacks {', '.join(missing)} (a diffusers-layout MiniMax-H3 folder)")
+    try:
+        from h3core.executors.pipeline.attention import AttentionError
+        from h3core.executors.pipeline.executor import PipelineExecutor, PipelineSettings
+        from h3core.executors.pipeline.tiny import make_tiny
+    except ImportError as exc:
+        raise SettingsError(
+            f"executor 'pipeline' needs the pipeline extra (torch, diffusers, transformers): "
+            f"pip install 'h3core[pipeline]', or serve with --executor fake ({exc})"
+        ) from exc
     if model_dir is None:
         model_dir = tiny_model_dir(settings)
         if not (model_dir / FACTS_FILE).exists():
             make_tiny(model_dir)
             log.warning("no H3_MODEL_DIR: serving a tiny random-weight MiniMax-H3 written to %s (noise, not video)", model_dir)
-    missing = missing_parts(model_dir)
-    if missing:
-        raise SettingsError(f"model_dir: {model_dir} lacks {', '.join(missing)} (a diffusers-layout MiniMax-H3 folder)")
     model = {
         "model_dir": model_dir,
         "device": settings.device,

@@ -36,15 +36,6 @@ def poll(predicate: Callable[[], T], timeout: float, what: str, diagnose: Callab
         time.sleep(0.05)
 
 
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory) -> Path:
-    """One tiny random MiniMax-H3 folder for the whole run (writing it takes a few seconds)."""
-    pytest.importorskip("diffusers", reason="the pipeline extra is not installed")
-    from h3core.executors.pipeline.tiny import make_tiny
-
-    return make_tiny(tmp_path_factory.mktemp("model") / "tiny")
-
-
 class Worker:
     """One `h3core worker` process; its stdout and stderr go to a log file."""
 

@@ -21,9 +21,11 @@ from h3core.domain.geometry import count_tokens
 from h3core.domain.request import GenerationRequest
 from h3core.executors.base import ExecutorFailure, JobSpec
 from tests.factories import png
+from tests.profiles import examples
 
-SLOW = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Each pipeline example runs diffusers up to its first step; the others are checks in memory.
+SLOW = settings(max_examples=examples(12), suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FAST = settings(max_examples=examples(50), suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 small_sides = st.integers(1, 4).map(lambda n: n * 32)
 
@@ -151,20 +153,26 @@ def test_the_pipeline_executor_and_diffusers_itself(pipeline, request):
 # -- groups of devices, by their budgets ----------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def probe_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("probe") / "h3-attention-cache.json"
+
+
 @FAST
 @given(
     st.lists(st.integers(1, 3), min_size=1, max_size=3),
     st.dictionaries(st.integers(1, 3), st.integers(1_000, 30_000)),
     requests(sides=st.integers(1, 24).map(lambda n: n * 32)),
 )
-def test_groups_of_devices(tiny_model, tmp_path, sizes, budgets, request):
+def test_groups_of_devices(tiny_model, probe_cache, tmp_path, sizes, budgets, request):
     pytest.importorskip("ray", reason="the distributed extra is not installed")
     from h3core.domain.topology import Topology
     from h3core.executors.distributed import DistributedExecutor, DistributedSettings
 
     topology = Topology(devices=sum(sizes), group_sizes=tuple(sizes))
     executor = DistributedExecutor(
-        DistributedSettings(model_dir=tiny_model, topology=topology, budgets=budgets),
+        # The kernel probe's own cache, as `serve` keeps it: measured by the first example only.
+        DistributedSettings(model_dir=tiny_model, topology=topology, budgets=budgets, attention_cache=probe_cache),
         LocalArtifactStore(tmp_path / "a"),
         lambda u: tmp_path / u,
     )

@@ -26,6 +26,7 @@ from h3core.domain.events import (
 )
 from h3core.domain.state import IllegalEvent, apply, fold
 from tests.factories import artifact
+from tests.profiles import examples
 from tests.strategies import bodies_for, kinds, submissions
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -152,7 +153,7 @@ def legal_bodies(ref: Ref) -> st.SearchStrategy[Body]:
     return st.sampled_from(likely).flatmap(lambda s: s).filter(ref.legal)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(60))
 @given(st.data())
 def test_apply_accepts_exactly_what_the_reference_model_calls_legal(data):
     """Whatever is offered (mostly the likely next events, often illegal ones): `apply` accepts
@@ -178,7 +179,7 @@ def test_apply_accepts_exactly_what_the_reference_model_calls_legal(data):
     assert state.terminal == log[-1].terminal
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(60))
 @given(st.data())
 def test_every_legal_event_is_accepted(data):
     """Events generated only from what the model allows, until the job ends: none is refused."""

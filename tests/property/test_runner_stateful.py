@@ -16,7 +16,7 @@ from pathlib import Path
 
 import anyio
 from anyio.from_thread import start_blocking_portal
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -33,6 +33,7 @@ from h3core import (
 from h3core.adapters.store.memory import MemoryEventStore
 from h3core.domain.state import fold
 from tests.factories import request
+from tests.profiles import examples
 
 plans = st.one_of(
     st.just(FakePlan()),
@@ -200,10 +201,5 @@ class RunnerMachine(RuleBasedStateMachine):
             self.tmp.cleanup()
 
 
-RunnerMachine.TestCase.settings = settings(
-    max_examples=25,
-    stateful_step_count=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+RunnerMachine.TestCase.settings = settings(max_examples=examples(15), stateful_step_count=25)
 TestRunnerStateful = RunnerMachine.TestCase

@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h3core.adapters.store import (
@@ -16,6 +16,7 @@ from h3core.adapters.store import (
     UnknownJob,
 )
 from h3core.domain.state import IllegalEvent, fold
+from tests.profiles import examples
 from tests.strategies import bodies_for
 
 
@@ -24,7 +25,7 @@ def _stores():
     return [SQLiteEventStore(Path(d) / "h3.db", durable=False), MemoryEventStore()]
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(max_examples=examples(25))
 @given(st.data())
 def test_store_keeps_exactly_the_legal_events_and_its_projection_equals_replay(data):
     stores = _stores()

@@ -80,6 +80,9 @@ def make_tiny(out: Path, *, seed: int = 0, transformer: dict | None = None) -> P
 
     `transformer` overrides entries of its config, e.g. `{"attention_head_dim": 64}` for the kernels
     that take head dims 64/96/128 only."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):  # before the imports below, which take seconds
+        raise FileExistsError(f"{out} is not empty")
     import torch
     from diffusers import (
         AutoencoderKLMiniMaxH3,
@@ -92,9 +95,6 @@ def make_tiny(out: Path, *, seed: int = 0, transformer: dict | None = None) -> P
     from h3core.executors.pipeline.model import FACTS_FILE, image_processor_class, quiet_progress_bars
 
     quiet_progress_bars()
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} is not empty")
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     tokenizer = _tokenizer()

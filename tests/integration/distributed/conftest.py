@@ -1,19 +1,22 @@
 """Groups of real Ray actors on a CPU (gloo, Ray on loopback) serving the tiny model.
 
 One local Ray for the package, owned by a `RayHost` that every executor shares (a test that
-loses the head leaves a new one behind); each test builds its own groups (about 8 s for two
-ranks here).
+loses the head leaves a new one behind). A group takes about 8 s to build here (each rank
+imports torch and diffusers), so the tests that leave their group serving (or rebuilt) share one
+runner for their module; the others build their own (`make_runner`).
 Faults are injected inside a rank through Ray's `__ray_call__`, with functions from `faults`,
 which is pickled by value so the actors need not import the tests.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import pytest
@@ -46,37 +49,47 @@ def ray_host():
     host.close()
 
 
+@asynccontextmanager
+async def running_groups(
+    root: Path,
+    tiny_model: Path,
+    ray_host: RayHost,
+    devices: int = 2,
+    group_size: str = "2",
+    parallel: str = "fsdp+ulysses",
+    **settings,
+) -> AsyncIterator[Runner]:
+    """A runner on groups of rank actors of the tiny model, every group ready."""
+    uploads = LocalUploadStore(root / "uploads")
+    topology = Topology.parse(devices, group_size, parallel)  # type: ignore[arg-type]
+    settings.setdefault("timeout_s", 30.0)
+    executor = DistributedExecutor(
+        DistributedSettings(model_dir=tiny_model, topology=topology, rank_threads=1, **settings),
+        LocalArtifactStore(root / "artifacts"),
+        lambda upload_id: uploads.path(uploads.get(upload_id)),
+        host=ray_host,
+    )
+    store = SQLiteEventStore(root / "h3.db", durable=False)
+    config = RunnerConfig(
+        slots=len(topology.group_sizes),
+        stall_timeout_s=60.0,
+        cancel_grace_s=60.0,
+        poll_interval_s=0.05,
+        retry=RetryPolicy(max_attempts=1),
+    )
+    runner = Runner(store, executor, config)
+    runner.uploads = uploads
+    async with anyio.create_task_group() as tg:
+        await tg.start(runner.run)
+        await until(lambda: all(h.state == "ready" for h in executor.health()), timeout=120)
+        yield runner
+        tg.cancel_scope.cancel()
+
+
 @pytest.fixture
 def make_runner(tmp_path, tiny_model, ray_host):
-    uploads = LocalUploadStore(tmp_path / "uploads")
-
-    @asynccontextmanager
-    async def make(devices: int = 2, group_size: str = "2", parallel: str = "fsdp+ulysses", **settings) -> AsyncIterator[Runner]:
-        topology = Topology.parse(devices, group_size, parallel)  # type: ignore[arg-type]
-        settings.setdefault("timeout_s", 30.0)
-        executor = DistributedExecutor(
-            DistributedSettings(model_dir=tiny_model, topology=topology, rank_threads=1, **settings),
-            LocalArtifactStore(tmp_path / "artifacts"),
-            lambda upload_id: uploads.path(uploads.get(upload_id)),
-            host=ray_host,
-        )
-        store = SQLiteEventStore(tmp_path / "h3.db", durable=False)
-        config = RunnerConfig(
-            slots=len(topology.group_sizes),
-            stall_timeout_s=60.0,
-            cancel_grace_s=60.0,
-            poll_interval_s=0.05,
-            retry=RetryPolicy(max_attempts=1),
-        )
-        runner = Runner(store, executor, config)
-        runner.uploads = uploads
-        async with anyio.create_task_group() as tg:
-            await tg.start(runner.run)
-            await until(lambda: all(h.state == "ready" for h in executor.health()), timeout=120)
-            yield runner
-            tg.cancel_scope.cancel()
-
-    return make
+    """A runner of the test's own (its groups built for it): `async with make_runner(...) as runner`."""
+    return functools.partial(running_groups, tmp_path, tiny_model, ray_host)
 
 
 def req(**kw) -> GenerationRequest:

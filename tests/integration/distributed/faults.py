@@ -14,6 +14,8 @@ def pid(worker) -> int:
 def _wrap(worker, around) -> None:
     transformer = worker.generator.model.components["transformer"]
     inner = transformer.forward
+    if not hasattr(worker, "unfaulted"):
+        worker.unfaulted = inner  # for `clear`
 
     @functools.wraps(inner)
     def forward(*args, **kwargs):
@@ -45,6 +47,13 @@ def oom_on_call(worker, n: int) -> None:
         return inner(*args, **kwargs)
 
     _wrap(worker, around)
+
+
+def clear(worker) -> None:
+    """Undo every fault injected into this rank (a group shared by several tests)."""
+    if hasattr(worker, "unfaulted"):
+        worker.generator.model.components["transformer"].forward = worker.unfaulted
+        del worker.unfaulted
 
 
 def jobs(worker) -> tuple[int, bool]:

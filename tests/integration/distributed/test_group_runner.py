@@ -1,5 +1,10 @@
 """Groups of Ray actors through the runner: progress, failures that take a rank down, cancel,
-and groups working side by side."""
+and groups working side by side.
+
+The tests that leave their group serving (after a rebuild where they broke it) share one runner
+with one two-rank group (`group`), in this order; each clears the faults it injected and counts
+rebuilds from where it found them. The watchdog and the one-rank groups need settings of their
+own, and build their own runner."""
 
 from __future__ import annotations
 
@@ -9,28 +14,52 @@ import av
 import pytest
 
 from tests.integration.distributed import faults
-from tests.integration.distributed.conftest import ended, kill_rank, on_rank, req, steps_seen, until
+from tests.integration.distributed.conftest import ended, kill_rank, on_rank, req, running_groups, steps_seen, until
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300), pytest.mark.ray]
+
+
+@pytest.fixture(scope="module")
+def anyio_backend():
+    return "asyncio"  # module scope: the shared runner lives across this module's tests
+
+
+@pytest.fixture(scope="module")
+async def shared(tmp_path_factory, tiny_model, ray_host):
+    # No watchdog round: a rank that dies while idle must be found by the next job's check.
+    # A collective times out after 60 s, well past every bound the tests assert.
+    root = tmp_path_factory.mktemp("shared-group")
+    async with running_groups(root, tiny_model, ray_host, watchdog_s=3600.0, timeout_s=60.0) as runner:
+        yield runner
+
+
+@pytest.fixture
+async def group(shared):
+    """The shared runner, its group ready and without injected faults after the test."""
+    await until(lambda: shared.executor.health()[0].state == "ready", timeout=120)
+    yield shared
+    await until(lambda: shared.executor.health()[0].state == "ready", timeout=120)
+    for rank in (0, 1):
+        on_rank(shared.executor, 0, rank, faults.clear)
 
 
 def progress(runner, job_id):
     return [(e.body.step, e.body.total) for e in runner.store.events(job_id) if e.type == "progress"]
 
 
-async def rebuilt_and_serving(runner) -> None:
-    """The group was rebuilt once, and the next job runs on it."""
+async def rebuilt_and_serving(runner, before: int) -> None:
+    """The group was rebuilt once since it had `before` rebuilds, and the next job runs on it."""
     await until(lambda: runner.executor.health()[0].state == "ready", timeout=120)
-    assert runner.executor.health()[0].rebuilds == 1
+    assert runner.executor.health()[0].rebuilds == before + 1
     nxt = await runner.submit(req(steps=3))
     assert (await ended(runner, nxt.job_id)).status == "done"
 
 
-async def test_a_job_on_a_two_rank_group_reports_every_step_and_writes_video(make_runner):
-    async with make_runner() as runner:
-        job = await runner.submit(req(steps=5))
-        state = await ended(runner, job.job_id)
-        (health,) = runner.executor.health()
+async def test_a_job_on_a_two_rank_group_reports_every_step_and_writes_video(group):
+    runner = group
+    job = await runner.submit(req(steps=5))
+    state = await ended(runner, job.job_id)
+    (health,) = runner.executor.health()
     assert state.status == "done", state.error
     assert progress(runner, job.job_id) == [(i, 5) for i in range(1, 6)]
     running = runner.store.events(job.job_id)[2].body
@@ -42,56 +71,58 @@ async def test_a_job_on_a_two_rank_group_reports_every_step_and_writes_video(mak
     with av.open(str(runner.executor.artifacts.resolve(state.artifact.path))) as c:
         assert sum(1 for _ in c.decode(video=0)) == 22
         assert c.streams.audio[0].channels == 2
-    assert (health.state, health.builds, health.rebuilds) == ("ready", 1, 0)
+    assert health.state == "ready" and health.builds == health.rebuilds + 1
     assert [r["rank"] for r in health.ranks] == [0, 1] and len({r["pid"] for r in health.ranks}) == 2
 
 
-async def test_killing_a_rank_mid_job_fails_it_as_executor_lost_and_the_group_is_rebuilt(make_runner):
-    async with make_runner() as runner:
-        executor = runner.executor
-        on_rank(executor, 0, 0, faults.slow, 0.3)
-        job = await runner.submit(req(steps=40))
-        await steps_seen(runner, job.job_id, 2)
-        pid = kill_rank(executor, 0, 1)
-        killed = time.monotonic()
-        state = await ended(runner, job.job_id, timeout=30)
-        took = time.monotonic() - killed
-        assert state.status == "failed" and state.error.kind == "executor_lost", state.error
-        assert "rank 1 of group 0" in state.error.message and str(pid) in state.error.message
-        assert took < 15, f"the job took {took:.1f} s to fail after the kill"
-        await rebuilt_and_serving(runner)
+async def test_killing_a_rank_mid_job_fails_it_as_executor_lost_and_the_group_is_rebuilt(group):
+    runner, executor = group, group.executor
+    before = executor.health()[0].rebuilds
+    on_rank(executor, 0, 0, faults.slow, 0.3)
+    job = await runner.submit(req(steps=40))
+    await steps_seen(runner, job.job_id, 2)
+    pid = kill_rank(executor, 0, 1)
+    killed = time.monotonic()
+    state = await ended(runner, job.job_id, timeout=30)
+    took = time.monotonic() - killed
+    assert state.status == "failed" and state.error.kind == "executor_lost", state.error
+    assert "rank 1 of group 0" in state.error.message and str(pid) in state.error.message
+    assert took < 15, f"the job took {took:.1f} s to fail after the kill"
+    await rebuilt_and_serving(runner, before)
 
 
-async def test_an_oom_on_rank_1_fails_the_job_as_oom_without_a_hang_and_the_next_job_runs(make_runner):
-    async with make_runner(timeout_s=600.0) as runner:
-        executor = runner.executor
-        on_rank(executor, 0, 1, faults.oom_on_call, 2)
-        job = await runner.submit(req(steps=6))
-        # Rank 0 waits in a collective for rank 1, which will never come; the job must not wait out the timeout.
-        state = await ended(runner, job.job_id, timeout=20)
-        assert state.status == "failed" and state.error.kind == "oom", state.error
-        assert "rank 1" in state.error.message and "group 0" in state.error.message
-        assert "token sequence" in state.error.message
-        assert progress(runner, job.job_id) == [(1, 6)]
-        await rebuilt_and_serving(runner)
+async def test_an_oom_on_rank_1_fails_the_job_as_oom_without_a_hang_and_the_next_job_runs(group):
+    runner, executor = group, group.executor
+    before = executor.health()[0].rebuilds
+    on_rank(executor, 0, 1, faults.oom_on_call, 2)
+    job = await runner.submit(req(steps=6))
+    # Rank 0 waits in a collective for rank 1, which will never come; the job must not wait out
+    # the collective's timeout (60 s here).
+    state = await ended(runner, job.job_id, timeout=20)
+    assert state.status == "failed" and state.error.kind == "oom", state.error
+    assert "rank 1" in state.error.message and "group 0" in state.error.message
+    assert "token sequence" in state.error.message
+    assert progress(runner, job.job_id) == [(1, 6)]
+    await rebuilt_and_serving(runner, before)
 
 
-async def test_cancel_mid_job_stops_both_ranks_at_a_step_boundary_and_keeps_the_group(make_runner):
-    async with make_runner() as runner:
-        executor = runner.executor
-        on_rank(executor, 0, 1, faults.slow, 0.2)  # rank 1 is the slow one: rank 0 still decides the stop
-        job = await runner.submit(req(steps=40))
-        await steps_seen(runner, job.job_id, 2)
-        await runner.cancel(job.job_id)
-        state = await ended(runner, job.job_id, timeout=30)
-        assert state.status == "cancelled"
-        assert len(progress(runner, job.job_id)) < 10
-        for rank in (0, 1):
-            jobs, busy = on_rank(executor, 0, rank, faults.jobs)
-            assert (jobs, busy) == (1, False)
-        assert executor.health()[0].rebuilds == 0
-        nxt = await runner.submit(req(steps=3))
-        assert (await ended(runner, nxt.job_id)).status == "done"
+async def test_cancel_mid_job_stops_both_ranks_at_a_step_boundary_and_keeps_the_group(group):
+    runner, executor = group, group.executor
+    before = executor.health()[0].rebuilds
+    jobs_before = [on_rank(executor, 0, rank, faults.jobs)[0] for rank in (0, 1)]
+    on_rank(executor, 0, 1, faults.slow, 0.2)  # rank 1 is the slow one: rank 0 still decides the stop
+    job = await runner.submit(req(steps=40))
+    await steps_seen(runner, job.job_id, 2)
+    await runner.cancel(job.job_id)
+    state = await ended(runner, job.job_id, timeout=30)
+    assert state.status == "cancelled"
+    assert len(progress(runner, job.job_id)) < 10
+    for rank in (0, 1):
+        jobs, busy = on_rank(executor, 0, rank, faults.jobs)
+        assert (jobs, busy) == (jobs_before[rank] + 1, False)
+    assert executor.health()[0].rebuilds == before
+    nxt = await runner.submit(req(steps=3))
+    assert (await ended(runner, nxt.job_id)).status == "done"
 
 
 async def test_two_one_rank_groups_run_two_jobs_at_once(make_runner):
@@ -120,12 +151,12 @@ async def test_the_watchdog_rebuilds_an_idle_group_whose_rank_died(make_runner):
         assert (await ended(runner, job.job_id)).status == "done"
 
 
-async def test_a_rank_that_died_while_idle_is_found_before_the_next_job_not_by_it(make_runner):
-    async with make_runner(watchdog_s=3600.0) as runner:  # no watchdog round in this test
-        executor = runner.executor
-        kill_rank(executor, 0, 1)
-        job = await runner.submit(req(steps=2))
-        state = await ended(runner, job.job_id)
-        assert state.status == "done" and state.attempt == 1, state.attempt_errors
-        assert "attempt_failed" not in [e.type for e in runner.store.events(job.job_id)]
-        assert executor.health()[0].rebuilds == 1
+async def test_a_rank_that_died_while_idle_is_found_before_the_next_job_not_by_it(group):
+    runner, executor = group, group.executor  # its runner has no watchdog round
+    before = executor.health()[0].rebuilds
+    kill_rank(executor, 0, 1)
+    job = await runner.submit(req(steps=2))
+    state = await ended(runner, job.job_id)
+    assert state.status == "done" and state.attempt == 1, state.attempt_errors
+    assert "attempt_failed" not in [e.type for e in runner.store.events(job.job_id)]
+    assert executor.health()[0].rebuilds == before + 1

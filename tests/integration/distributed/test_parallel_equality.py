@@ -15,7 +15,7 @@ from h3core.executors.pipeline.generate import Control, Generator, Media
 from h3core.executors.pipeline.model import load_model
 from tests.integration.distributed.conftest import req
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.ray]
 
 # 64x64, 22 frames and this prompt pack an odd-length sequence, so Ulysses' shards are uneven and
 # the gathers go through the gloo workaround (asserted below, so the case cannot drift away).

@@ -25,7 +25,7 @@ from h3core.executors.distributed.group import Group
 from h3core.runtime.logs import fields
 from tests.integration.distributed.conftest import until
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.ray]
 ROOT = Path(__file__).resolve().parents[3]
 
 

@@ -16,7 +16,7 @@ from tests.integration.service.conftest import Servers, poll, wait_job
 pytest.importorskip("diffusers", reason="the pipeline extra is not installed")
 pytest.importorskip("ray", reason="the distributed extra is not installed")
 psutil = pytest.importorskip("psutil")
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.timeout(400), pytest.mark.ray]
 
 JOB = {"prompt": "a red fox in snow", "width": 64, "height": 64, "frames": 22, "steps": 3}
 # Longer than any thread pool keeps an idle thread (anyio's: 10 s). A head started on such a

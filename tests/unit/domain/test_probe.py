@@ -10,6 +10,7 @@ from h3core.adapters.profiles import builtin_profiles, dump_profile
 from h3core.domain.capacity import CapacityProfile
 from h3core.domain.geometry import snap_frames
 from h3core.domain.probe import SOURCE, Measurement, ProbeIdentity, frame_candidates, next_frames, probed_profile
+from tests.profiles import examples
 
 CANDIDATES = frame_candidates(1200)
 IDENTITY = ProbeIdentity(
@@ -40,7 +41,7 @@ def run(boundary: int, *, start: int, growth: float = 2.0, precision: int = 17, 
     return trials, order
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(100))
 @given(boundary=st.integers(0, 1300), start=st.integers(1, 1300), growth=st.sampled_from([1.5, 2.0, 3.0]))
 def test_the_search_ends_between_adjacent_counts_from_either_side(boundary, start, growth):
     trials, order = run(boundary, start=start, growth=growth)

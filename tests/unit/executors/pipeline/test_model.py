@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -20,15 +22,15 @@ def test_a_missing_folder_or_component_is_named(tmp_path):
         load_model(tmp_path)
 
 
-def test_a_broken_component_is_named(tmp_path):
-    root = make_tiny(tmp_path / "m")
+def test_a_broken_component_is_named(tiny_model, tmp_path):
+    root = Path(shutil.copytree(tiny_model, tmp_path / "m"))
     (root / "vae" / "config.json").write_text("{not json")
     with pytest.raises(ModelError, match="cannot load vae from"):
         load_model(root)
 
 
-def test_the_tiny_model_loads_from_local_files_with_its_facts(tmp_path):
-    root = make_tiny(tmp_path / "m")
+def test_the_tiny_model_loads_from_local_files_with_its_facts(tiny_model):
+    root = tiny_model
     model = load_model(root)
     assert model.facts == ModelFacts(name="minimax-h3-tiny", min_seconds=0.0, max_seconds=15.0)
     assert model.has("transformer_ref") and set(model.load_seconds) >= {"transformer", "text_encoder", "vae"}
@@ -48,13 +50,13 @@ def test_make_tiny_refuses_a_folder_with_something_in_it(tmp_path):
         make_tiny(tmp_path)
 
 
-def test_the_text_encoder_and_vaes_can_be_placed_and_each_stage_runs_where_its_part_is(tmp_path):
+def test_the_text_encoder_and_vaes_can_be_placed_and_each_stage_runs_where_its_part_is(tiny_model):
     import torch
 
     from h3core.executors.pipeline.attention import AttentionPlan
     from h3core.executors.pipeline.generate import STAGE_PART, Generator
 
-    root = make_tiny(tmp_path / "tiny")
+    root = tiny_model
     with pytest.raises(ModelError, match="placement: only text_encoder, vae can be placed apart, not transformer"):
         load_model(root, placement={"transformer": "cpu"})
     model = load_model(root, placement={"text_encoder": "cpu", "vae": "cpu"})
@@ -67,14 +69,14 @@ def test_the_text_encoder_and_vaes_can_be_placed_and_each_stage_runs_where_its_p
     assert set(STAGE_PART.values()) == {"transformer", "text_encoder", "vae"}
 
 
-def test_diffusers_is_given_the_frame_count_the_model_makes(tmp_path):
+def test_diffusers_is_given_the_frame_count_the_model_makes(tiny_model):
     """diffusers' ref2va blocks snap the count for the encoder but not for the denoiser, which then
     refused every ref2va job whose length was not 17n + 5 (found by the admission contract test)."""
     from h3core.domain.request import GenerationRequest
     from h3core.executors.pipeline.attention import Target, plan_for
     from h3core.executors.pipeline.generate import Generator, Media
 
-    generator = Generator(load_model(make_tiny(tmp_path / "m")), plan_for("flash", Target.detect("cpu", "float32", 2, 32)))
+    generator = Generator(load_model(tiny_model), plan_for("flash", Target.detect("cpu", "float32", 2, 32)))
     for frames, snapped in ((1, 5), (6, 22), (22, 22), (48, 56)):
         request = GenerationRequest(mode="t2va", prompt="p", width=32, height=32, frames=frames)
         assert generator._inputs(request, Media())["num_frames"] == snapped

@@ -13,12 +13,11 @@ from h3core.domain.geometry import count_tokens  # noqa: E402
 from h3core.domain.probe import Measurement  # noqa: E402
 from h3core.domain.request import GenerationRequest  # noqa: E402
 from h3core.executors.pipeline.probe import Bench, ProbeSpec, _serve, random_model, search  # noqa: E402
-from h3core.executors.pipeline.tiny import make_tiny  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return make_tiny(tmp_path_factory.mktemp("model") / "tiny")
+@pytest.fixture
+def tiny(tiny_model):
+    return tiny_model
 
 
 def layout(model) -> dict[str, tuple]:
