@@ -1,1 +1,1 @@
-"""Test doubles of the servers h3core talks to (see `comfyui.py`)."""
+"""Test doubles that h3core's own suite uses (`devices.py`); the fake ComfyUI server ships as `h3core.testing.comfyui`."""

@@ -184,8 +184,7 @@ def test_groups_of_devices(tiny_model, probe_cache, tmp_path, sizes, budgets, re
 
 @pytest.fixture(scope="module")
 def comfyui(tmp_path_factory):
-    from h3core.testing.comfyui import FakeComfyUI
-    from h3core.testing.comfyui_nodes import NODE_INFO
+    from h3core.testing.comfyui import NODE_INFO, FakeComfyUI
 
     root = tmp_path_factory.mktemp("comfyui")
     server = FakeComfyUI(root)  # not started: its prompt validation is all that is used

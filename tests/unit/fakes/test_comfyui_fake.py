@@ -1,4 +1,4 @@
-"""The fake ComfyUI (`h3core/testing/comfyui.py`): replayed against real recordings, and its fault switches.
+"""The fake ComfyUI (`h3core/testing/comfyui/`): replayed against real recordings, and its fault switches.
 
 The FIDELITY tests replay each scenario recorded from a real ComfyUI 0.3.64
 (`h3core/testing/comfyui_protocol/samples/*.json`, copied from the recording) and compare:

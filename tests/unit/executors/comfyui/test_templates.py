@@ -8,7 +8,7 @@ import pytest
 
 from h3core.domain.request import GenerationRequest
 from h3core.executors.comfyui.templates import TemplateError, builtin_templates, load_template, load_templates, pick
-from h3core.testing.comfyui_nodes import STOCK_NODES
+from h3core.testing.comfyui import STOCK_NODES
 
 TEMPLATES = builtin_templates()
 
