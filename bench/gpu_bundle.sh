@@ -21,6 +21,7 @@ rm -f "$DEST"/*.whl
     diffusers==0.42.1 sageattention==1.0.6 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 \
     typing-inspection==0.4.5 typing-extensions==4.16.0 sqlite-utils==4.2.1 sqlite-fts4==1.0.3 \
     click-default-group==1.2.4 av==18.1.0 huggingface-hub==1.33.0 requests==2.34.2 certifi charset-normalizer \
-    idna urllib3 python-dateutil tabulate click pluggy httpx-sse==0.4.3 tomli-w==1.2.0  # httpx-sse: h3core.cli imports it; tomli-w: capacity probe
+    idna urllib3 python-dateutil tabulate click pluggy httpx-sse==0.4.3 tomli-w==1.2.0 \
+    tenacity==9.2.1  # httpx-sse: h3core.cli imports it; tomli-w: capacity probe; tenacity: the core's retries
 ls "$DEST" | sed 's/^/  /'
 du -sh "$DEST"

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import anyio
 
 from h3core.adapters.artifacts import ArtifactStore
+from h3core.adapters.backoff import Backoff, retry
 from h3core.domain.capabilities import MODES, Capabilities, FrameWindow, ModeReadiness
 from h3core.domain.events import Progress
 from h3core.domain.request import UPLOAD_MODES
@@ -39,6 +40,7 @@ from h3core.executors.comfyui.feed import LogTail, SocketFeed
 from h3core.executors.comfyui.templates import Template, TemplateError, pick
 
 log = logging.getLogger("h3core.executors.comfyui")
+T = TypeVar("T")
 
 _PROMPTS = uuid.UUID("6c3e1d2a-8f4b-4a57-9a57-3f6f3f0b7c11")  # namespace of our prompt ids
 VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".mov")
@@ -269,29 +271,42 @@ class ComfyUIExecutor(NoReports):
                     names[upload_id] = await self.client.upload(path, f"h3-{upload_id}{path.suffix}")
         return names
 
-    async def _patiently(self, call: Callable[[], Any]) -> Any:
-        """Call until ComfyUI answers; fail the attempt once it has been unreachable too long."""
-        deadline = anyio.current_time() + self.settings.unreachable_after_s
-        delay = self.settings.poll_min_s
-        first = True
-        while True:
-            try:
-                return await call()
-            except Unreachable as exc:
-                if first:
-                    first = False
-                    log.warning(
-                        "ComfyUI unreachable (%s); retrying for %gs",
-                        exc,
-                        self.settings.unreachable_after_s,
-                        extra={"error": str(exc)},
-                    )
-                if anyio.current_time() >= deadline:
-                    raise ExecutorFailure(
-                        "executor_lost", f"ComfyUI unreachable for {self.settings.unreachable_after_s:g}s: {exc}"
-                    ) from exc
-            await anyio.sleep(delay)
-            delay = min(delay * 2, self.settings.poll_max_s)
+    async def _patiently(self, call: Callable[[], Awaitable[T]], *, job: JobSpec | None = None, prompt_id: str = "") -> T:
+        """Call until ComfyUI answers; fail the attempt once it has been unreachable for
+        `unreachable_after_s`. Said once per outage; when following a prompt, its end said too."""
+        s = self.settings
+        where = {**_where(job), "prompt_id": prompt_id} if job is not None else {}
+        outage = False
+
+        def unreachable(exc: Exception, tries: int, pause: float) -> None:
+            nonlocal outage
+            outage = True
+            if tries > 1:
+                return  # said once per outage, not per try
+            if job is None:
+                log.warning("ComfyUI unreachable (%s); retrying for %gs", exc, s.unreachable_after_s, extra={"error": str(exc)})
+            else:
+                log.warning(
+                    "ComfyUI unreachable while following prompt %s (%s); retrying for %gs",
+                    prompt_id,
+                    exc,
+                    s.unreachable_after_s,
+                    extra={**where, "error": str(exc)},
+                )
+
+        def lost(exc: Exception, tries: int) -> ExecutorFailure:
+            return ExecutorFailure("executor_lost", f"ComfyUI unreachable for {s.unreachable_after_s:g}s: {exc}")
+
+        answer = await retry(
+            call,
+            Backoff(s.poll_min_s, s.poll_max_s, s.unreachable_after_s),
+            retry_if=lambda exc: isinstance(exc, Unreachable),
+            on_retry=unreachable,
+            give_up=lost,
+        )
+        if outage and job is not None:
+            log.info("ComfyUI answers again (prompt %s)", prompt_id, extra=where)
+        return answer
 
     async def _follow(self, job: JobSpec, template: Template, prompt_id: str) -> AsyncIterator[Update]:
         s = self.settings
@@ -300,7 +315,6 @@ class ComfyUIExecutor(NoReports):
         tail = LogTail(s.log_path, template.progress.log_pattern) if template.progress.source == "log" and s.log_path else None
         delay = s.poll_min_s
         vanished_since: float | None = None
-        unreachable_since: float | None = None
         next_poll = anyio.current_time()
         async with self.feed.follow(prompt_id) as hints:
             while True:
@@ -331,32 +345,9 @@ class ComfyUIExecutor(NoReports):
                     yield Heartbeat("comfyui")
                 if heard and not ended and anyio.current_time() < next_poll:
                     continue  # hints come in bursts: read them, but poll at least every poll_max_s
-                # Poll the authority.
+                # Poll the authority (through an outage: `_patiently`, which fails the attempt past its bound).
                 next_poll = anyio.current_time() + s.poll_max_s
-                try:
-                    entry = await self.client.history(prompt_id)
-                    if entry is None:
-                        running, pending = await self.client.queue()
-                except Unreachable as exc:
-                    now = anyio.current_time()
-                    if unreachable_since is None:
-                        log.warning(
-                            "ComfyUI unreachable while following prompt %s (%s); retrying for %gs",
-                            prompt_id,
-                            exc,
-                            s.unreachable_after_s,
-                            extra={**_where(job), "prompt_id": prompt_id, "error": str(exc)},
-                        )
-                    unreachable_since = unreachable_since or now
-                    if now - unreachable_since >= s.unreachable_after_s:
-                        raise ExecutorFailure(
-                            "executor_lost", f"ComfyUI unreachable for {s.unreachable_after_s:g}s: {exc}"
-                        ) from exc
-                    delay = min(delay * 2, s.poll_max_s)
-                    continue
-                if unreachable_since is not None:
-                    log.info("ComfyUI answers again (prompt %s)", prompt_id, extra={**_where(job), "prompt_id": prompt_id})
-                unreachable_since = None
+                entry, running, pending = await self._patiently(lambda: self._poll(prompt_id), job=job, prompt_id=prompt_id)
                 if entry is not None:
                     result = await self._finish(job, template, prompt_id, entry)
                     if last_step < steps and entry.status == "success":
@@ -378,6 +369,14 @@ class ComfyUIExecutor(NoReports):
                             f"(ComfyUI restarted?) for {s.lost_after_s:g}s",
                         )
                 delay = s.poll_min_s if (ended or tail is not None) else min(delay * 2, s.poll_max_s)
+
+    async def _poll(self, prompt_id: str) -> tuple[HistoryEntry | None, set[str], set[str]]:
+        """The prompt's history entry, or (when it has none yet) the running and pending prompt ids."""
+        entry = await self.client.history(prompt_id)
+        if entry is not None:
+            return entry, set(), set()
+        running, pending = await self.client.queue()
+        return None, running, pending
 
     async def _finish(self, job: JobSpec, template: Template, prompt_id: str, entry: HistoryEntry) -> Result:
         if entry.status != "success":

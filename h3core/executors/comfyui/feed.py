@@ -12,7 +12,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,24 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from websockets.asyncio.client import connect
 from websockets.exceptions import WebSocketException
 
+from h3core.adapters.backoff import Backoff
+
 Message = dict[str, Any]
 
 log = logging.getLogger("h3core.executors.comfyui")
+
+RECONNECT = Backoff(first_s=0.2, longest_s=5.0)  # pauses between tries to connect, until cancelled
+
+
+class _ReconnectsAtDebug(logging.LoggerAdapter):
+    """websockets' logger, with its INFO line per reconnection said at DEBUG: `_refused_or_fatal`
+    says each refusal already (the first at WARNING)."""
+
+    def info(self, msg: object, *args: object, **kwargs: Any) -> None:
+        self.debug(msg, *args, **kwargs)
+
+
+_QUIET_RECONNECTS = _ReconnectsAtDebug(logging.getLogger("websockets.client"))
 
 
 class SocketFeed:
@@ -34,44 +49,63 @@ class SocketFeed:
         self._subs: dict[str, set[ObjectSendStream[Message]]] = {}
         self.connected = False
         self.connects = 0  # for tests and metrics: how often it (re)connected
+        self._refused = 0  # connection attempts refused since the socket was last up
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep a connection up until cancelled; never raises for a dropped or refused socket, but
-        logs each drop, the first refusal of a run of them, and each reconnection."""
+        logs each drop, the first refusal of a run of them, and each reconnection. websockets
+        reconnects, with `RECONNECT`'s pauses; `_refused_or_fatal` says which failures it tries again."""
+        self._refused = 0
+        connections = connect(
+            self.url,
+            open_timeout=10,
+            ping_interval=20,
+            max_size=None,
+            process_exception=self._refused_or_fatal,
+            reconnect_delays=RECONNECT.pauses,
+            logger=_QUIET_RECONNECTS,
+        )  # a malformed URL raises here, at start: no try could ever connect
         task_status.started()
-        delay = 0.2
-        refused = 0  # connection attempts refused since the socket was last up
-        while True:
-            was_up = False
-            try:
-                async with connect(self.url, open_timeout=10, ping_interval=20, max_size=None) as ws:
-                    self.connected, delay, was_up = True, 0.2, True
-                    self.connects += 1
-                    where = {"url": self.url, "connects": self.connects}
-                    if self.connects == 1:
-                        log.info("ComfyUI websocket connected (%s)", self.url, extra=where)
-                    else:
-                        log.info("ComfyUI websocket reconnected (%s, after %d refused)", self.url, refused, extra=where)
-                    refused = 0
+        async with aclosing(aiter(connections)) as sockets:  # closed (and its socket) when cancelled
+            async for ws in sockets:
+                self.connected = True
+                self.connects += 1
+                where = {"url": self.url, "connects": self.connects}
+                if self.connects == 1:
+                    log.info("ComfyUI websocket connected (%s)", self.url, extra=where)
+                else:
+                    log.info("ComfyUI websocket reconnected (%s, after %d refused)", self.url, self._refused, extra=where)
+                self._refused = 0
+                try:
                     async for raw in ws:
                         if isinstance(raw, str):
                             self._dispatch(json.loads(raw))
-                why = "closed by ComfyUI"
-            except (OSError, WebSocketException, TimeoutError, json.JSONDecodeError) as exc:
-                why = f"{type(exc).__name__}: {exc}"
-            finally:
-                self.connected = False
-            where = {"url": self.url, "error": why}
-            if was_up:
-                log.warning("ComfyUI websocket dropped (%s); reconnecting", why, extra=where)
-            else:
-                refused += 1
-                # The first refusal says ComfyUI is down; the retries after it, every few seconds, only at DEBUG.
-                (log.warning if refused == 1 else log.debug)(
-                    "ComfyUI websocket cannot connect (%s); retrying in %.1fs", why, delay, extra=where
-                )
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+                    why = "closed by ComfyUI"
+                except (OSError, WebSocketException, TimeoutError, json.JSONDecodeError) as exc:
+                    why = f"{type(exc).__name__}: {exc}"
+                finally:
+                    self.connected = False
+                log.warning("ComfyUI websocket dropped (%s); reconnecting", why, extra={"url": self.url, "error": why})
+                # websockets reconnects at once after a connection that was up: a server that accepts and
+                # drops at once would be hammered. The first pause, as after a refusal.
+                await anyio.sleep(RECONNECT.first_s)
+
+    def _refused_or_fatal(self, exc: Exception) -> Exception | None:
+        """websockets' `process_exception`: None to connect again. Every failure to connect is tried
+        again, an HTTP error in the handshake too (websockets would give up on a 4xx, or on a server
+        that does not speak websocket yet: ComfyUI starting, a proxy before it); a bug is raised."""
+        if not isinstance(exc, (OSError, WebSocketException, TimeoutError)):
+            return exc
+        self._refused += 1
+        why = f"{type(exc).__name__}: {exc}"
+        # The first refusal says ComfyUI is down; the retries after it, every few seconds, only at DEBUG.
+        (log.warning if self._refused == 1 else log.debug)(
+            "ComfyUI websocket cannot connect (%s); retrying in %.1fs",
+            why,
+            RECONNECT.pause(self._refused),
+            extra={"url": self.url, "error": why},
+        )
+        return None
 
     def _dispatch(self, message: Message) -> None:
         data = message.get("data") or {}

@@ -28,6 +28,7 @@ import anyio.abc
 import anyio.to_thread
 
 from h3core.adapters.artifacts import ArtifactStore
+from h3core.adapters.backoff import Backoff, retry
 from h3core.domain.capabilities import Capabilities, GroupBudget
 from h3core.domain.events import Artifact
 from h3core.domain.topology import Topology, can_ever_fit, place
@@ -289,18 +290,19 @@ class DistributedExecutor:
             log.warning("threads still inside Ray %g s after the head was lost; reconnecting anyway", QUIET_S)
         for group in self.groups:
             group.forget(reason)  # again: a build may have finished meanwhile
-        delay, longest = RECONNECT_BACKOFF_S
-        while True:
-            try:
-                await anyio.to_thread.run_sync(host.reconnect, abandon_on_cancel=True)
-                break
-            except Exception as exc:  # noqa: BLE001 - the head may take a while to come back: try again
-                host.health.last_error = f"{reason}; reconnecting failed ({type(exc).__name__}: {exc}), next try in {delay:g} s"[
-                    :1000
-                ]
-                log.warning("%s", host.health.last_error, extra={"reason": reason, "error": f"{type(exc).__name__}: {exc}"})
-                await anyio.sleep(delay)
-                delay = min(2 * delay, longest)
+
+        def failed(exc: Exception, tries: int, pause: float) -> None:
+            error = f"{type(exc).__name__}: {exc}"
+            host.health.last_error = f"{reason}; reconnecting failed ({error}), next try in {pause:g} s"[:1000]
+            log.warning("%s", host.health.last_error, extra={"reason": reason, "error": error})
+
+        # Until it works: the head may take a while to come back. RECONNECT_BACKOFF_S is read here, for tests.
+        await retry(
+            lambda: anyio.to_thread.run_sync(host.reconnect, abandon_on_cancel=True),
+            Backoff(*RECONNECT_BACKOFF_S),
+            retry_if=lambda exc: True,
+            on_retry=failed,
+        )
         log.info("Ray reconnected (%s); rebuilding every group", host.health.address, extra={"address": host.health.address})
         self._generation += 1
         for group in self.groups:

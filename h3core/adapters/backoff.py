@@ -1,0 +1,87 @@
+"""Trying again with exponential backoff: the one way h3core waits for something to come back.
+
+A `Backoff` is the schedule: pauses from `first_s`, doubling, up to `longest_s`, and how long to
+keep at it once a call has failed (`limit_s`; None: until it works). `retry` runs a call on that
+schedule (tenacity does the loop); websockets' own reconnection takes the same pauses (`pauses`).
+Only `Exception`s the caller names are tried again: cancellation, and every other failure, passes
+at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+import anyio
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    first_s: float  # the pause after the first failure
+    longest_s: float  # no pause is longer
+    limit_s: float | None = None  # give up once the call has failed for this long (from its first failure)
+
+    def pause(self, tries: int) -> float:
+        """The pause after the `tries`-th failure in a row."""
+        # The exponent is capped so that a call retried forever never overflows a float.
+        return min(self.first_s * 2.0 ** min(tries - 1, 64), self.longest_s)
+
+    def pauses(self) -> Iterator[float]:
+        """Every pause in turn (websockets' `reconnect_delays`)."""
+        return (self.pause(tries) for tries in itertools.count(1))
+
+
+async def retry(
+    call: Callable[[], Awaitable[T]],
+    backoff: Backoff,
+    *,
+    retry_if: Callable[[Exception], bool],
+    on_retry: Callable[[Exception, int, float], object] | None = None,
+    give_up: Callable[[Exception, int], BaseException] | None = None,
+) -> T:
+    """`await call()` until it returns. A failure `retry_if` accepts is tried again after the next
+    pause, `on_retry(failure, tries, pause)` told first; once it has failed for `backoff.limit_s`,
+    `give_up(failure, tries)` is raised from the last failure (without `give_up`, that failure)."""
+    first_failure: float | None = None
+
+    def left(state: RetryCallState) -> float:
+        """Seconds to the limit, as of the failure just seen (the first one starts the clock)."""
+        nonlocal first_failure
+        now = state.outcome_timestamp or 0.0
+        first_failure = now if first_failure is None else first_failure
+        return math.inf if backoff.limit_s is None else first_failure + backoff.limit_s - now
+
+    def wait(state: RetryCallState) -> float:
+        # The last pause is cut to the time left, so the last try falls on the limit, not past it.
+        return min(backoff.pause(state.attempt_number), left(state))
+
+    def told(state: RetryCallState) -> None:
+        assert on_retry is not None and state.outcome is not None and state.next_action is not None
+        on_retry(state.outcome.exception(), state.attempt_number, state.next_action.sleep)
+
+    def gave_up(state: RetryCallState) -> T:
+        assert give_up is not None and state.outcome is not None
+        failure = state.outcome.exception()
+        raise give_up(failure, state.attempt_number) from failure
+
+    async def attempt() -> T:
+        return await call()
+
+    # A fresh AsyncRetrying per call: it keeps the state of its loop on itself. The isinstance keeps
+    # cancellation (a BaseException) out of reach of any `retry_if`.
+    retrying = AsyncRetrying(
+        sleep=anyio.sleep,
+        wait=wait,
+        stop=lambda state: left(state) <= 0,
+        retry=retry_if_exception(lambda exc: isinstance(exc, Exception) and retry_if(exc)),
+        before_sleep=told if on_retry is not None else None,
+        retry_error_callback=gave_up if give_up is not None else None,
+        reraise=True,  # without `give_up`, the last failure itself
+    )
+    return await retrying(attempt)
