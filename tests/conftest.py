@@ -59,8 +59,13 @@ def pytest_configure(config: pytest.Config) -> None:
         # where a run without workers shows them whole.
         os.environ.pop("COLUMNS", None)
         os.environ.pop("LINES", None)
+        # The workers are the parallelism: torch's own threads (one per core in each worker and in
+        # each process it starts) would oversubscribe the cores, and OpenMP spins while it waits.
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, "1")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups from the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         # Every integration test is slow (a process, a server, a model): `-m "not slow"` leaves them out.
@@ -70,3 +75,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # and Ray's ports are the machine's).
         if item.get_closest_marker("ray") is not None:
             item.add_marker(pytest.mark.xdist_group("ray"))
+        # An integration module's tests stay on one worker, so its module-scoped server, model or
+        # venv is made once per run, not once per worker that happens to get one of its tests.
+        elif "integration" in item.path.parts and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))

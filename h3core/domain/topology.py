@@ -87,3 +87,12 @@ def place(tokens: int | None, idle: Sequence[GroupPlan], budgets: Mapping[int, i
 
 def can_ever_fit(tokens: int | None, groups: Sequence[GroupPlan], budgets: Mapping[int, int]) -> bool:
     return any(fits(tokens, g.size, budgets) for g in groups)
+
+
+def rank_device_problem(device: str, placement: Mapping[str, str]) -> str | None:
+    """Why a group's ranks cannot run on `device` with parts placed at `placement`, or None: each
+    rank runs on the CPU or on its own GPU ("cuda"), never on a GPU named by ordinal."""
+    for name, where in {"device": device, **{f"{part}_device": d for part, d in placement.items()}}.items():
+        if where not in ("cpu", "cuda"):
+            return f"{name}: a group's ranks run on 'cpu' or 'cuda' (each rank's own GPU), not {where!r}"
+    return None

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 import uuid
+from importlib.util import find_spec
 from pathlib import Path
 
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.uploads import LocalUploadStore
 from h3core.domain.capabilities import MODES
+from h3core.domain.topology import rank_device_problem
 from h3core.executors.base import Executor
 from h3core.executors.fake import FakeExecutor, FakePlan
-from h3core.executors.pipeline.model import FACTS_FILE, missing_parts
 from h3core.runtime.settings import Settings, SettingsError
 
 log = logging.getLogger("h3core.service")
@@ -77,7 +78,9 @@ def attention_cache_path(settings: Settings) -> Path:
 
 def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalUploadStore) -> Executor:
     # The settings are judged before torch and diffusers are imported (seconds): a setting that
-    # cannot work stops `serve` at once.
+    # cannot work stops `serve` at once. (`model` itself imports neither; the package needs numpy.)
+    from h3core.executors.pipeline.model import FACTS_FILE, missing_parts
+
     topology = settings.topology()
     if topology is None and settings.slots != 1:
         raise SettingsError("slots: the pipeline executor runs one job at a time on its device; set slots to 1")
@@ -85,6 +88,13 @@ def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalU
         raise SettingsError(
             f"slots: with devices set, each of the {len(topology.group_sizes)} groups is one slot; leave slots unset"
         )
+    if topology is not None:
+        if find_spec("ray") is None:
+            raise SettingsError(
+                "devices: groups of devices need the distributed extra (ray): pip install 'h3core[pipeline,distributed]'"
+            )
+        if problem := rank_device_problem(settings.device, settings.placement()):
+            raise SettingsError(f"device/attention: {problem}")
     model_dir = settings.model_dir
     missing = missing_parts(model_dir) if model_dir is not None else []
     if missing:
@@ -123,12 +133,6 @@ def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalU
 
 
 def _groups(settings: Settings, topology, model: dict, artifacts: LocalArtifactStore, uploads: LocalUploadStore) -> Executor:
-    from importlib.util import find_spec
-
-    if find_spec("ray") is None:
-        raise SettingsError(
-            "devices: groups of devices need the distributed extra (ray): pip install 'h3core[pipeline,distributed]'"
-        )
     from h3core.executors.distributed import ClusterSettings, DistributedExecutor, DistributedSettings
     from h3core.executors.pipeline.attention import AttentionError
 

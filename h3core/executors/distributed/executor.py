@@ -31,7 +31,7 @@ from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.backoff import Backoff, retry
 from h3core.domain.capabilities import Capabilities, GroupBudget
 from h3core.domain.events import Artifact
-from h3core.domain.topology import Topology, can_ever_fit, place
+from h3core.domain.topology import Topology, can_ever_fit, place, rank_device_problem
 from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Update
 from h3core.executors.distributed.cluster import ClusterSettings, RayHost
 from h3core.executors.distributed.group import Group, GroupError
@@ -89,9 +89,8 @@ class DistributedExecutor:
         self.artifacts = artifacts
         self._upload_path = upload_path
         s = settings
-        for name, where in {"device": s.device, **{f"{part}_device": d for part, d in s.placement.items()}}.items():
-            if where not in ("cpu", "cuda"):
-                raise ValueError(f"{name}: a group's ranks run on 'cpu' or 'cuda' (each rank's own GPU), not {where!r}")
+        if problem := rank_device_problem(s.device, s.placement):
+            raise ValueError(problem)
         # Decided now, so a kernel these devices cannot run is refused at start, and every rank runs the one
         # kernel the Running events name. On GPUs it is measured in a child process: the GPUs are the ranks'.
         self.attention = at_start(

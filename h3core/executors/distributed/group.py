@@ -18,6 +18,7 @@ the dead head to remove them (the head's end took them with it).
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -84,7 +85,10 @@ class Group:
         size = self.plan.size
         bundle = {"CPU": 1.0, **({"GPU": self.gpus_per_rank} if self.gpus_per_rank else {})}
         try:
-            self.placement = placement_group([bundle] * size, strategy="STRICT_PACK", name=f"h3core-{self.name}")
+            # Unique per build: names are per Ray namespace, and another executor on the same cluster
+            # (a second service joining it, a test) has a "group 0" too; a taken name fails the build.
+            name = f"h3core-{self.name}-{uuid.uuid4().hex[:12]}"
+            self.placement = placement_group([bundle] * size, strategy="STRICT_PACK", name=name)
             self._get(self.placement.ready())
             remote = remote_rank()
             self.actors = [

@@ -125,7 +125,10 @@ async def test_cancel_mid_job_stops_both_ranks_at_a_step_boundary_and_keeps_the_
     assert (await ended(runner, nxt.job_id)).status == "done"
 
 
-async def test_two_one_rank_groups_run_two_jobs_at_once(make_runner):
+async def test_two_one_rank_groups_run_two_jobs_at_once(make_runner, group):
+    # Built beside the shared runner's group on the same Ray (as a second service joining one
+    # cluster would be): group names are the executors' own, so neither takes the other's.
+    assert group.executor.health()[0].state == "ready"
     async with make_runner(devices=2, group_size="1") as runner:
         executor = runner.executor
         for group in (0, 1):
@@ -139,6 +142,7 @@ async def test_two_one_rank_groups_run_two_jobs_at_once(make_runner):
         assert (await ended(runner, a.job_id)).status == "done"
         assert (await ended(runner, b.job_id)).status == "done"
         assert [h.size for h in executor.health()] == [1, 1]
+    assert group.executor.health()[0].state == "ready"
 
 
 async def test_the_watchdog_rebuilds_an_idle_group_whose_rank_died(make_runner):

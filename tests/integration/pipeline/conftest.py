@@ -16,14 +16,21 @@ from h3core.domain.request import GenerationRequest  # noqa: E402
 from h3core.executors.pipeline.executor import PipelineExecutor, PipelineSettings  # noqa: E402
 
 
+@pytest.fixture(scope="session")
+def attention_cache(tmp_path_factory):
+    """The attention probe's cache, as `serve` keeps one beside its store: each distinct probe
+    (kernel asked, libraries, device) is measured once in this process, not once per executor."""
+    return tmp_path_factory.mktemp("attention") / "h3-attention-cache.json"
+
+
 @pytest.fixture
-def make_runner(tmp_path, tiny_model):
+def make_runner(tmp_path, tiny_model, attention_cache):
     uploads = LocalUploadStore(tmp_path / "uploads")
 
     @asynccontextmanager
     async def make(*, loaded: bool = True, **settings) -> AsyncIterator[Runner]:
         executor = PipelineExecutor(
-            PipelineSettings(**{"model_dir": tiny_model, **settings}),
+            PipelineSettings(**{"model_dir": tiny_model, "attention_cache": attention_cache, **settings}),
             LocalArtifactStore(tmp_path / "artifacts"),
             lambda upload_id: uploads.path(uploads.get(upload_id)),
         )

@@ -23,6 +23,7 @@ from tests.integration.conftest import clean_env, poll
 
 __all__ = [
     "CLEAN_EXIT",
+    "DEFAULT_SERVER",
     "SMALL",
     "TERMINAL",
     "Server",
@@ -202,6 +203,29 @@ def api_server(tmp_path_factory) -> Iterator[Server]:
     try:
         yield server
         server.stop()
+    finally:
+        s.kill_all()
+
+
+# The tests on `default_server` run on one xdist worker, so the run starts one such server.
+DEFAULT_SERVER = pytest.mark.xdist_group("default-server")
+
+
+@pytest.fixture(scope="session")
+def default_server(tmp_path_factory) -> Iterator[Server]:
+    """`h3core serve` with the defaults, as the README's run command has them: the pipeline on the
+    tiny random model it writes beside the store. One for the run (mark its tests DEFAULT_SERVER):
+    starting it takes seconds of CPU. Its tests leave it idle."""
+    pytest.importorskip("diffusers", reason="the pipeline extra is not installed")
+    s = Servers(tmp_path_factory.mktemp("default"))
+    server = s.make()
+    del server.env["H3_EXECUTOR"]
+    try:
+        server.start(timeout=120)
+        with server.client() as api:
+            poll(lambda: api.get("/readyz").status_code == 200, 120, "the model to load", lambda: api.get("/readyz").text)
+        yield server
+        server.stop(timeout=30)
     finally:
         s.kill_all()
 

@@ -3,12 +3,10 @@ executor on a tiny random MiniMax-H3 it writes beside the store; submit, watch, 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import av
 import pytest
 
-from tests.integration.service.conftest import Server, Servers, poll
+from tests.integration.service.conftest import DEFAULT_SERVER, Server, Servers
 from tests.integration.service.openai_sdk import (
     IGNORE_SDK_DEPRECATION,
     create_to_completed,
@@ -24,23 +22,12 @@ pytest.importorskip("diffusers", reason="the pipeline extra is not installed")
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(scope="module")
-def tiny_server(tmp_path_factory) -> Iterator[Server]:
-    """`h3core serve` with the defaults, as the README's run command has them: the pipeline on the
-    tiny random model it writes beside the store. One for the module: loading it takes seconds."""
-    servers = Servers(tmp_path_factory.mktemp("pipeline"))
-    server = servers.make()
-    del server.env["H3_EXECUTOR"]
-    try:
-        server.start(timeout=120)
-        with server.client() as api:
-            poll(lambda: api.get("/readyz").status_code == 200, 120, "the model to load", lambda: api.get("/readyz").text)
-        yield server
-        server.stop(timeout=30)
-    finally:
-        servers.kill_all()
+@pytest.fixture
+def tiny_server(default_server: Server) -> Server:
+    return default_server
 
 
+@DEFAULT_SERVER
 def test_the_default_server_runs_real_diffusion_on_the_tiny_model(tiny_server: Server, tmp_path):
     server = tiny_server
     assert (server.root / "h3-tiny-model" / "h3core-model.json").exists()
@@ -85,6 +72,7 @@ def test_the_default_server_runs_real_diffusion_on_the_tiny_model(tiny_server: S
     assert replay.returncode == 0 and "done" in replay.stdout, replay.stdout + replay.stderr
 
 
+@DEFAULT_SERVER
 @IGNORE_SDK_DEPRECATION
 def test_the_openai_sdk_round_trip_on_the_tiny_model(tiny_server: Server):
     client = sdk(tiny_server)

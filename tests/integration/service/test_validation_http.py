@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.factories import png
-from tests.integration.service.conftest import SMALL, submit, wait_job
+from tests.integration.service.conftest import DEFAULT_SERVER, SMALL, submit, wait_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -202,14 +202,11 @@ def test_a_bad_upload_is_refused(api, data, content_type, status, field):
     assert [e["field"] for e in problem["errors"]] == [field], problem
 
 
-def test_the_default_server_states_only_the_models_window(servers):
+@DEFAULT_SERVER
+def test_the_default_server_states_only_the_models_window(default_server):
     """The default server (the pipeline on the tiny model, on a CPU): no profile describes it, so
     /v1/ceilings shows no ceiling beyond the model's window, and a submit past it is refused so."""
-    pytest.importorskip("diffusers", reason="the pipeline extra is not installed")
-    server = servers.make()
-    del server.env["H3_EXECUTOR"]
-    server.start(timeout=120)
-    with server.client() as api:
+    with default_server.client() as api:
         body = api.get("/v1/ceilings").json()
         assert body["profile"] is None and body["window"] == {
             "min_seconds": 0.0,

@@ -14,6 +14,7 @@ import torch.multiprocessing as mp  # noqa: E402
 
 from h3core.executors.distributed import sharding  # noqa: E402
 from h3core.executors.pipeline.tiny import TRANSFORMER  # noqa: E402
+from tests.unit.executors.distributed.gather_case import gather_case  # noqa: E402
 
 
 @pytest.fixture
@@ -33,25 +34,10 @@ def test_diffusers_still_takes_the_device_index_modulo_zero_accelerators_on_a_cp
     # That the workaround works is shown by the two-rank Ulysses runs in tests/integration/distributed.
 
 
-def _gather_case(rank: int, world: int, path: str, results) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world)
-    try:
-        mine = torch.full((2, 3 + rank, 4), float(rank))  # uneven along dim 1: 3 and 4 rows
-        try:
-            dist.all_gather([torch.empty(2, 3 + r, 4) for r in range(world)], mine)
-            plain = "gathered"
-        except RuntimeError as exc:
-            plain = str(exc)
-        gathered = sharding._padded_all_gather(mine, 1, dist.group.WORLD)
-        results.put((rank, plain, gathered.shape, gathered[0, :, 0].tolist()))
-    finally:
-        dist.destroy_process_group()
-
-
 def test_gloo_refuses_uneven_all_gather_and_the_padded_gather_trims_back(tmp_path):
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=_gather_case, args=(rank, 2, str(tmp_path / "store"), results)) for rank in range(2)]
+    procs = [ctx.Process(target=gather_case, args=(rank, 2, str(tmp_path / "store"), results)) for rank in range(2)]
     for p in procs:
         p.start()
     got = sorted(results.get(timeout=60) for _ in procs)
