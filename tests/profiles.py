@@ -1,5 +1,5 @@
 """Hypothesis profiles: `ci` (the default: every property, a moderate number of examples) and
-`thorough` (20 times as many, for a change to the domain or a store, and for bench/thorough.sh).
+`thorough` (20 times as many, for a change to the domain or a store, run by ./scripts/thorough).
 
 Pick one with `--hypothesis-profile thorough` (or `H3_HYPOTHESIS_PROFILE`). A test whose examples
 cost more or less than most states its count at the `ci` scale through `examples(n)`, which

@@ -142,11 +142,11 @@ async def test_cancelling_a_running_job_stops_the_executor_within_a_step(make_ru
 
 
 async def test_an_executor_that_will_not_stop_still_ends_after_the_grace_period_failed_not_cancelled(make_runner):
-    async with make_runner(plan=FakePlan(step_seconds=0.05, cleanup_seconds=1.5), cancel_grace_s=0.2) as runner:
+    async with make_runner(plan=FakePlan(step_seconds=0.05, cleanup_seconds=4.0), cancel_grace_s=0.2) as runner:
         job = await runner.submit(request(steps=200))
         await wait_until(lambda: runner.store.get(job.job_id).status == "running")
         await runner.cancel(job.job_id)
-        await wait_until(ended(runner, job.job_id), timeout=1.0)  # well before its cleanup ends
+        await wait_until(ended(runner, job.job_id))  # before its cleanup ends: `cleanups == 0` below
         state = runner.store.get(job.job_id)
         # Not `cancelled`: nothing confirmed that its work stopped.
         assert state.status == "failed" and state.error.kind == "stop_unconfirmed"
@@ -154,7 +154,7 @@ async def test_an_executor_that_will_not_stop_still_ends_after_the_grace_period_
         assert runner.executor.cleanups == 0
         # Its slot stays taken until the cleanup really finishes; then the next job runs.
         nxt = await runner.submit(request(steps=2))
-        await wait_until(ended(runner, nxt.job_id), timeout=5)
+        await wait_until(ended(runner, nxt.job_id), timeout=15)
         assert runner.executor.cleanups >= 1
 
 
@@ -173,7 +173,8 @@ async def test_a_retried_job_whose_executor_is_still_stopping_is_not_started_twi
 
         runner.executor.run = run
         job = await runner.submit(request(steps=200))
-        await wait_until(lambda: runner.store.get(job.job_id).attempt == 2, timeout=5)
+        # The second attempt's `running` is stored when it is claimed; its executor starts just after.
+        await wait_until(lambda: 2 in cleaned_at_start, timeout=10)
         assert cleaned_at_start == {1: 0, 2: 1}, "the second attempt began after the first one's cleanup"
         await runner.cancel(job.job_id)
 
