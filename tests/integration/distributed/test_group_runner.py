@@ -131,8 +131,8 @@ async def test_two_one_rank_groups_run_two_jobs_at_once(make_runner, group):
     assert group.executor.health()[0].state == "ready"
     async with make_runner(devices=2, group_size="1") as runner:
         executor = runner.executor
-        for group in (0, 1):
-            on_rank(executor, group, 0, faults.slow, 0.2)
+        for index in (0, 1):
+            on_rank(executor, index, 0, faults.slow, 0.2)
         a = await runner.submit(req(steps=8, seed=1))
         b = await runner.submit(req(steps=8, seed=2))
         await steps_seen(runner, a.job_id, 1)
