@@ -9,14 +9,17 @@ Kinds of trial (each on a fresh store and artifact folder, jobs stored as `h3cor
 - `double`: the same, then the restarted worker killed again at a random moment;
 - `after_commit`: a worker that kills itself inside the artifact commit, after the video and its
   record are written, before the runner can write Done (tests/integration/crashing_worker.py);
-- `before_commit`: killed inside the commit, before the rename: a complete `.part` file is left.
+- `after_record`: killed inside the commit after its record, before the rename: a complete
+  `.part` file that its record names (recovery finishes the rename);
+- `before_commit`: killed inside the commit, before anything records it: a complete `.part` file.
 
 After the last kill, every job left running is judged as recovery judges it (is its attempt's
 committed video intact?); then a clean worker runs until every job has ended. Counted per kind:
 acknowledged jobs lost, jobs not ended (stuck), attempts recorded as interrupted, videos finished
 but unrecorded at the crash,
 how many of those ended done on that same attempt with the same sha256 (adopted) and how many
-ran again (thrown away), partial files left, files `h3core gc` would remove, and `h3core verify`
+ran again (thrown away), finished videos recovery removed (a whole video, not a `.part`, named
+as discarded in the log), partial files left, files `h3core gc` would remove, and `h3core verify`
 (logs and every video's sha256) failures.
 """
 
@@ -47,7 +50,7 @@ from h3core.runtime.runner import Runner  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CRASHING = ROOT / "tests" / "integration" / "crashing_worker.py"
-KINDS = ("random", "double", "after_commit", "before_commit")
+KINDS = ("random", "double", "after_commit", "after_record", "before_commit")
 
 
 def _env() -> dict[str, str]:
@@ -112,6 +115,17 @@ def _kill_at_random(proc: subprocess.Popen, log: Path, rng: random.Random, windo
     proc.wait(30)
 
 
+_ENDS = ("attempt_failed", "failed")
+
+
+def _finished_discarded(detail: str | None) -> int:
+    """Whole videos among the files a recovery discarded (its failure's detail lists them)."""
+    if not detail or not detail.startswith("discarded: "):
+        return 0
+    paths = [item.split(" (", 1)[0] for item in detail.removeprefix("discarded: ").split("; ")]
+    return sum(1 for p in paths if not p.endswith((".part", ".record.json")))
+
+
 def trial(kind: str, work: Path, rng: random.Random, jobs: int, steps: int) -> dict[str, int]:
     work.mkdir(parents=True)
     db, artifacts, log = work / "h3.db", work / "artifacts", work / "worker.log"
@@ -160,6 +174,7 @@ def trial(kind: str, work: Path, rng: random.Random, jobs: int, steps: int) -> d
         "unrecorded": len(unrecorded),
         "adopted": adopted,
         "rerun": len(unrecorded) - adopted,
+        "finished_discarded": sum(_finished_discarded(e.body.detail) for j in ids for e in store.events(j) if e.type in _ENDS),
         "part_left": sum(1 for f in files if f.partial),
         "garbage": len(garbage(files, {j: store.get(j) for j in {f.job_id for f in files}})),
         "verify_failed": int(verify.returncode != 0),
@@ -195,6 +210,7 @@ def main() -> None:
         "unrecorded",
         "adopted",
         "rerun",
+        "finished_discarded",
         "part_left",
         "garbage",
         "verify_failed",
@@ -204,7 +220,8 @@ def main() -> None:
         columns,
         caption="interrupted: attempts recovery recorded as interrupted (a kill landed mid-job); "
         "unrecorded: videos committed but not yet recorded done at the crash; adopted: of those, ended done on that "
-        "attempt with the same sha256; rerun: of those, ran again; part_left: partial files after recovery; "
+        "attempt with the same sha256; rerun: of those, ran again; finished_discarded: whole videos (not "
+        "`.part` files) recovery removed, as the log names them; part_left: partial files after recovery; "
         "garbage: files `h3core gc` would remove; verify_failed: trials where `h3core verify` (logs and sha256) failed.",
     )
     for kind in kinds:

@@ -1,11 +1,15 @@
 """Where finished videos live. Addressed by job id only: no client path reaches the disk.
 
 Contract (`ArtifactStore`): `staging(job_id, attempt)` gives a fresh path to write to;
-`commit(...)` moves it into place atomically, then records what it committed (size and sha256)
-beside it, durably, and returns that `Artifact`: a video is committed once its record exists.
-`committed(job_id, attempt)` reads an attempt's record back with the file as it is now (for
-recovery to adopt a video committed before a crash); `discard` removes an attempt's files;
-`files` lists every file with the attempt it belongs to and `remove` deletes one (`h3core gc`).
+`commit(...)` records what it commits (size and sha256, under the final name) durably, then moves
+the file into place atomically, and returns that `Artifact`: a complete video always has its
+record, whatever moment a crash picks. `committed(job_id, attempt)` reads an attempt's record back
+with the file as it is now (for recovery to adopt a video committed before a crash): it finishes
+a commit stopped between its record and its rename, and for a video at its final name with no
+record (a commit that wrote the record second, as earlier versions did) it records what the file
+itself holds, if it is a whole video. `discard` removes an attempt's files and says what they were
+(size and sha256); `files` lists every file with the attempt it belongs to and `remove` deletes
+one (`h3core gc`).
 `measure(path)` gives a file's size and sha256 as they are now; `resolve(artifact.path)` gives a
 file back, refusing any path that would leave the store's root. `delete(artifact.path)` removes a
 committed video on purpose and records when, so that `deleted_at` tells a deleted file from a
@@ -15,6 +19,7 @@ lost one; the job's log is untouched.
 from __future__ import annotations
 
 import hashlib
+import mimetypes
 import os
 import re
 from datetime import UTC, datetime
@@ -44,7 +49,9 @@ class ArtifactStore(Protocol):
 
     def committed(self, job_id: str, attempt: int) -> FoundArtifact | None: ...
 
-    def discard(self, job_id: str, attempt: int) -> list[str]: ...
+    def attempt_files(self, job_id: str, attempt: int) -> list[StoredFile]: ...
+
+    def discard(self, job_id: str, attempt: int) -> list[StoredFile]: ...
 
     def files(self) -> list[StoredFile]: ...
 
@@ -61,6 +68,13 @@ class ArtifactStore(Protocol):
     def deleted_at(self, rel_path: str) -> datetime | None:
         """When `delete` removed the file; None if it never did."""
         ...
+
+
+def media_type(path: Path | str) -> str:
+    """A video's media type by its name (mimetypes knows no YUV4MPEG2, the fake's core-install video)."""
+    if Path(path).suffix == ".y4m":
+        return "video/x-yuv4mpeg2"
+    return mimetypes.guess_type(Path(path).name)[0] or "application/octet-stream"
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -112,8 +126,14 @@ class LocalArtifactStore:
             duration_s=duration_s,
             media_type=media_type,
         )
+        # The record first: a crash before the rename leaves a complete `.part` that its record
+        # names (recovery finishes the rename), never a complete video that nothing records.
+        self._write_record(job_id, attempt, artifact)
         os.replace(staged, final)
-        _fsync_dir(final.parent)  # the video's rename is on disk before the record that names it
+        _fsync_dir(final.parent)
+        return artifact
+
+    def _write_record(self, job_id: str, attempt: int, artifact: Artifact) -> None:
         record = self._record(job_id, attempt)
         part = record.with_name(record.name + _PART)
         with open(part, "w", encoding="utf-8") as f:
@@ -122,15 +142,58 @@ class LocalArtifactStore:
             os.fsync(f.fileno())
         os.replace(part, record)
         _fsync_dir(record.parent)
-        return artifact
 
     def committed(self, job_id: str, attempt: int) -> FoundArtifact | None:
         try:
             recorded = Artifact.model_validate_json(self._record(job_id, attempt).read_bytes())
-            size, sha = self.measure(recorded.path)
+        except FileNotFoundError:
+            recorded = self._record_unrecorded(job_id, attempt)
+            if recorded is None:
+                return None  # no record and no whole video: nothing was committed
         except (OSError, ValidationError, ValueError):
-            return None  # no record (or one we cannot trust): nothing was committed
+            return None  # a record we cannot trust: nothing was committed
+        try:
+            self._finish_rename(recorded)
+            size, sha = self.measure(recorded.path)
+        except (OSError, ValueError):
+            return None
         return FoundArtifact(attempt=attempt, recorded=recorded, size=size, sha256=sha)
+
+    def _finish_rename(self, recorded: Artifact) -> None:
+        """A commit stopped between its record and its rename: the staged file is the recorded
+        video, byte for byte, so the rename it did not make is made now."""
+        final = self.resolve(recorded.path)
+        staged = final.with_name(final.name + _PART)
+        if final.exists() or not staged.is_file():
+            return
+        if staged.stat().st_size == recorded.bytes and sha256_file(staged) == recorded.sha256:
+            os.replace(staged, final)
+            _fsync_dir(final.parent)
+
+    def _record_unrecorded(self, job_id: str, attempt: int) -> Artifact | None:
+        """The record of a whole video at the attempt's final name that has none, from what the
+        file holds; written, so the adoption that follows reads what every commit leaves."""
+        from h3core.adapters.video_probe import probe_video  # PyAV, where installed
+
+        for number, rel in self._attempt_files(self._dir(job_id)):
+            path = self.root / rel
+            if number != attempt or path.name.endswith((_PART, _RECORD, _DELETED)):
+                continue
+            probed = probe_video(path)
+            if probed is None:
+                continue
+            frames, seconds = probed
+            artifact = Artifact(
+                path=rel,
+                bytes=path.stat().st_size,
+                sha256=sha256_file(path),
+                frames=frames,
+                duration_s=round(seconds, 3),
+                media_type=media_type(path),
+            )
+            self._write_record(job_id, attempt, artifact)
+            return artifact
+        return None
 
     def measure(self, rel_path: str, *, hashed: bool = True) -> tuple[int | None, str | None]:
         """(size, sha256) of a file now; (None, None) when it is not a regular file; sha256 None
@@ -143,14 +206,24 @@ class LocalArtifactStore:
         except FileNotFoundError:
             return None, None
 
-    def discard(self, job_id: str, attempt: int) -> list[str]:
-        """Remove every file of the attempt (partial, committed or record); their relative paths."""
-        d = self._dir(job_id)
-        removed = []
-        for f in self._attempt_files(d):
-            if f[0] == attempt:
-                self.remove(f[1])
-                removed.append(f[1])
+    def attempt_files(self, job_id: str, attempt: int) -> list[StoredFile]:
+        """Every file of the attempt, each with its size and sha256 (what `discard` would remove)."""
+        out = []
+        for number, rel in self._attempt_files(self._dir(job_id)):
+            if number != attempt:
+                continue
+            path = self.root / rel
+            try:
+                out.append(StoredFile(job_id, attempt, rel, path.stat().st_size, rel.endswith(_PART), sha256_file(path)))
+            except FileNotFoundError:
+                continue  # removed meanwhile
+        return out
+
+    def discard(self, job_id: str, attempt: int) -> list[StoredFile]:
+        """Remove every file of the attempt (partial, committed or record); what each one was."""
+        removed = self.attempt_files(job_id, attempt)
+        for f in removed:
+            self.remove(f.path)
         return removed
 
     def _attempt_files(self, d: Path) -> list[tuple[int, str]]:

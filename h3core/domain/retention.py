@@ -22,6 +22,7 @@ class StoredFile:
     path: str  # relative to the store's root
     bytes: int
     partial: bool  # still being written, or abandoned while it was
+    sha256: str | None = None  # where it was read (a discarded file, for the log)
 
 
 @dataclass(frozen=True)

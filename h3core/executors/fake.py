@@ -28,7 +28,7 @@ from typing import Literal
 
 import anyio
 
-from h3core.adapters.artifacts import ArtifactStore
+from h3core.adapters.artifacts import ArtifactStore, media_type
 from h3core.domain.capabilities import MODES, Capabilities, FrameWindow, GroupBudget, ModeReadiness
 from h3core.domain.events import Progress
 from h3core.domain.failures import FAILURE_KINDS, FailureKind
@@ -39,7 +39,7 @@ _DIRECTIVE = re.compile(r"\[fake\s+([^\]]*)\]")
 _MAX_PREVIEW_SIDE = 128
 Encoding = Literal["mp4", "y4m"]
 # (file suffix, media type) of each encoding.
-_FORMATS: dict[str, tuple[str, str]] = {"mp4": (".mp4", "video/mp4"), "y4m": (".y4m", "video/x-yuv4mpeg2")}
+_SUFFIXES: dict[str, str] = {"mp4": ".mp4", "y4m": ".y4m"}
 
 
 def default_encoding() -> Encoding:
@@ -219,11 +219,16 @@ class FakeExecutor(NoReports):
             self._videos[key] = data
             while len(self._videos) > 8:
                 self._videos.popitem(last=False)
-        suffix, media_type = _FORMATS[self.encoding]
+        suffix = _SUFFIXES[self.encoding]
         staged = self.artifacts.staging(job.job_id, job.attempt, suffix)
         Path(staged).write_bytes(data)
         return self.artifacts.commit(
-            staged, job_id=job.job_id, attempt=job.attempt, frames=r.frames, duration_s=r.frames / r.fps, media_type=media_type
+            staged,
+            job_id=job.job_id,
+            attempt=job.attempt,
+            frames=r.frames,
+            duration_s=r.frames / r.fps,
+            media_type=media_type(staged.name.removesuffix(".part")),
         )
 
 

@@ -9,6 +9,7 @@ from h3core.adapters.artifacts import ArtifactStore
 from h3core.domain.admission import AdmissionPolicy, Refuse
 from h3core.domain.adoption import Adopt, Discard, adoption, judge
 from h3core.domain.events import Admitted, Body, Cancelled, Failed, Resumed
+from h3core.domain.retention import StoredFile
 from h3core.domain.state import JobState
 from h3core.executors.base import Executor, Resumable
 from h3core.runtime._attempt import failure_event
@@ -45,12 +46,15 @@ async def recover(
             message = f"h3core stopped while attempt {state.attempt} was running"
             if isinstance(verdict, Discard):
                 message += f"; {verdict.reason}"
+            # What the dead attempt left (partial or unverified) goes, once the log says what it was.
+            left = await journal.read(artifacts.attempt_files, state.job_id, state.attempt) if artifacts is not None else []
             if state.cancel_requested:
-                body: Body = Cancelled(reason="cancel was requested; h3core stopped before the executor confirmed")
+                reason = "cancel was requested; h3core stopped before the executor confirmed"
+                body: Body = Cancelled(reason="; ".join(filter(None, (reason, _discarded(left)))))
             else:
-                body = failure_event(state, "interrupted", message, None)
+                body = failure_event(state, "interrupted", message, _discarded(left))
             await journal.append(state.job_id, [body], expected_seq=state.last_seq)
-            if artifacts is not None:  # what the dead attempt left: partial or unverified
+            if artifacts is not None:
                 await journal.read(artifacts.discard, state.job_id, state.attempt)
         elif state.status == "submitted":  # a log imported without its admission
             decision = admission.decide(state.request)
@@ -60,3 +64,10 @@ async def recover(
                 body = Admitted(tokens=decision.tokens)
             await journal.append(state.job_id, [body], expected_seq=state.last_seq)
     return resumable
+
+
+def _discarded(files: list[StoredFile]) -> str | None:
+    """The files recovery removed, each with its size and sha256 (the failure's detail)."""
+    if not files:
+        return None
+    return "discarded: " + "; ".join(f"{f.path} ({f.bytes} bytes, sha256 {f.sha256})" for f in files)

@@ -136,11 +136,63 @@ def test_a_partial_video_left_by_a_sigkill_is_cleared_and_the_attempt_runs_again
     assert crashed.wait(60) == -signal.SIGKILL, crashed.log()
     videos = LocalArtifactStore(artifacts)
     assert [(f.path, f.partial) for f in videos.files()] == [(f"{job}/attempt-1.mp4.part", True)]
+    part = sha256_file(artifacts / job / "attempt-1.mp4.part")
 
     worker = workers.start(db, artifacts)
     done = poll(lambda: store.get(job).terminal and store.get(job), 30, "the job to end", worker.log)
     assert (done.status, done.attempt) == ("done", 2), worker.log()
     assert [f.path for f in videos.files()] == [f"{job}/attempt-2.mp4", f"{job}/attempt-2.record.json"]
+    # Nothing went without the log saying what it was.
+    [interrupted] = [e.body for e in store.events(job) if isinstance(e.body, AttemptFailed)]
+    assert interrupted.kind == "interrupted" and f"{job}/attempt-1.mp4.part" in interrupted.detail
+    assert f"sha256 {part}" in interrupted.detail
+    assert cli("verify", "--db", db, "--artifacts", artifacts).exit_code == 0
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(10) == 0, worker.log()
+
+
+def test_a_video_recorded_but_not_yet_renamed_at_a_sigkill_is_adopted(paths, store, workers):
+    """Killed between the commit's record and its rename: the record names a complete `.part`;
+    the next start finishes the rename and the job ends done on attempt 1 with that video."""
+    db, artifacts = paths
+    [job] = enqueue(db, 1, steps=3)
+    crashed = workers.start_crashing("after_record", db, artifacts, "--fake-step-seconds", "0")
+    assert crashed.wait(60) == -signal.SIGKILL, crashed.log()
+    videos = LocalArtifactStore(artifacts)
+    assert [f.path for f in videos.files()] == [f"{job}/attempt-1.mp4.part", f"{job}/attempt-1.record.json"]
+    written = sha256_file(artifacts / job / "attempt-1.mp4.part")
+
+    worker = workers.start(db, artifacts)
+    done = poll(lambda: store.get(job).terminal and store.get(job), 30, "the job to end", worker.log)
+    assert (done.status, done.attempt) == ("done", 1), worker.log()
+    assert done.artifact.sha256 == written == sha256_file(artifacts / done.artifact.path)
+    assert [b.attempt for b in (e.body for e in store.events(job)) if isinstance(b, Running)] == [1]
+    assert cli("verify", "--db", db, "--artifacts", artifacts).exit_code == 0
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(10) == 0, worker.log()
+
+
+def test_a_finished_video_with_no_record_is_adopted_not_run_again(paths, store, workers):
+    """The case a commit that wrote its record second left when killed between its rename and its
+    record: a complete attempt-1.mp4 and no record. Planted from a real worker's complete staged
+    file; the next start reads the video itself and ends the job done on attempt 1 with it."""
+    db, artifacts = paths
+    [job] = enqueue(db, 1, steps=3)
+    crashed = workers.start_crashing("before_commit", db, artifacts, "--fake-step-seconds", "0")
+    assert crashed.wait(60) == -signal.SIGKILL, crashed.log()
+    staged = artifacts / job / "attempt-1.mp4.part"
+    final = staged.with_name("attempt-1.mp4")
+    staged.rename(final)
+    planted = sha256_file(final)
+
+    worker = workers.start(db, artifacts)
+    done = poll(lambda: store.get(job).terminal and store.get(job), 30, "the job to end", worker.log)
+    assert (done.status, done.attempt) == ("done", 1), worker.log()
+    assert done.artifact.sha256 == planted and done.artifact.path == f"{job}/attempt-1.mp4"
+    assert done.artifact.frames == 12, "read from the video itself"
+    bodies = [e.body for e in store.events(job)]
+    assert [b.attempt for b in bodies if isinstance(b, Running)] == [1], "the attempt did not run again"
+    assert isinstance(bodies[-2], Recovered) and isinstance(bodies[-1], Done)
     assert cli("verify", "--db", db, "--artifacts", artifacts).exit_code == 0
     worker.signal(signal.SIGTERM)
     assert worker.wait(10) == 0, worker.log()

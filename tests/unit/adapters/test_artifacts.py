@@ -1,11 +1,17 @@
-"""The local artifact store: a commit is a rename then a durable record; what recovery and gc read
-back; a deletion on purpose leaves a record of when."""
+"""The local artifact store: a commit is a durable record then a rename, so a complete video always
+has its record; what recovery and gc read back (a commit stopped between the two is finished, a
+video a record-second commit left without its record is read from the file); a deletion on
+purpose leaves a record of when."""
 
 from __future__ import annotations
+
+import hashlib
+import os
 
 import pytest
 
 from h3core.adapters.artifacts import ArtifactStore, LocalArtifactStore, sha256_file
+from h3core.executors.fake import _render_mp4, _render_y4m
 
 
 @pytest.fixture
@@ -36,7 +42,10 @@ def test_discard_removes_one_attempts_files_only(videos):
         staged.write_bytes(b"v")
         videos.commit(staged, job_id="job", attempt=attempt, frames=1, duration_s=0.1)
     videos.staging("job", 1, ".webm").write_bytes(b"x")
-    assert sorted(videos.discard("job", 1)) == ["job/attempt-1.mp4", "job/attempt-1.record.json", "job/attempt-1.webm.part"]
+    removed = videos.discard("job", 1)
+    assert sorted(f.path for f in removed) == ["job/attempt-1.mp4", "job/attempt-1.record.json", "job/attempt-1.webm.part"]
+    webm = next(f for f in removed if f.path.endswith(".webm.part"))
+    assert (webm.bytes, webm.sha256, webm.partial) == (1, hashlib.sha256(b"x").hexdigest(), True), "what went is said"
     assert [f.path for f in videos.files()] == ["job/attempt-10.mp4", "job/attempt-10.record.json"]
 
 
@@ -47,6 +56,69 @@ def test_measure_refuses_paths_outside_the_store_and_reports_what_is_not_a_file(
         videos.measure("/etc/passwd")
     assert videos.measure(".") == (None, None)
     assert videos.measure("nothing/here.mp4") == (None, None)
+
+
+def test_a_commit_writes_its_record_before_the_video_takes_its_name(videos, monkeypatch):
+    """Stopped at the rename (the commit's last step), the record already names the video, and
+    reading the attempt back finishes the rename: the video is adopted, not thrown away."""
+    staged = videos.staging("job", 1)
+    staged.write_bytes(b"a whole video")
+
+    real = os.replace
+
+    def replace(src, dst):  # the record's own rename goes through; the video's is where it dies
+        if str(src).endswith(".mp4.part"):
+            raise OSError("the process died here")
+        return real(src, dst)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", replace)
+        with pytest.raises(OSError, match="died here"):
+            videos.commit(staged, job_id="job", attempt=1, frames=24, duration_s=1.0)
+    assert staged.exists() and (videos.root / "job" / "attempt-1.record.json").exists()
+    assert not (videos.root / "job" / "attempt-1.mp4").exists()
+    found = videos.committed("job", 1)
+    assert found is not None and found.recorded.path == "job/attempt-1.mp4"
+    assert (found.size, found.sha256) == (13, hashlib.sha256(b"a whole video").hexdigest())
+    assert not staged.exists() and (videos.root / found.recorded.path).read_bytes() == b"a whole video"
+
+
+def test_a_staged_file_that_is_not_the_recorded_one_is_not_renamed(videos):
+    staged = videos.staging("job", 1)
+    staged.write_bytes(b"a whole video")
+    artifact = videos.commit(staged, job_id="job", attempt=1, frames=24, duration_s=1.0)
+    final = videos.resolve(artifact.path)
+    final.rename(final.with_name(final.name + ".part"))
+    final.with_name(final.name + ".part").write_bytes(b"something else")
+    found = videos.committed("job", 1)
+    assert found is not None and found.size is None, "the recorded video is missing; the other file stays staged"
+
+
+@pytest.mark.parametrize(
+    ("suffix", "render", "media_type"),
+    [(".mp4", _render_mp4, "video/mp4"), (".y4m", _render_y4m, "video/x-yuv4mpeg2")],
+)
+def test_a_whole_video_without_a_record_is_recorded_from_the_file(videos, suffix, render, media_type):
+    """What a commit that wrote its record second left when it was stopped between the two."""
+    data = render(64, 48, 22, 7)
+    (videos.root / "job").mkdir()
+    (videos.root / "job" / f"attempt-2{suffix}").write_bytes(data)
+    found = videos.committed("job", 2)
+    assert found is not None
+    assert found.recorded.path == f"job/attempt-2{suffix}" and found.recorded.media_type == media_type
+    assert (found.recorded.frames, found.recorded.duration_s) == (22, round(22 / 24, 3))
+    assert found.recorded.sha256 == found.sha256 == hashlib.sha256(data).hexdigest()
+    assert (videos.root / "job" / "attempt-2.record.json").exists(), "recorded, as every commit leaves it"
+    assert videos.committed("job", 1) is None
+
+
+@pytest.mark.parametrize(("suffix", "render"), [(".mp4", _render_mp4), (".y4m", _render_y4m)])
+def test_a_cut_short_video_without_a_record_is_not_taken_for_a_finished_one(videos, suffix, render):
+    data = render(64, 48, 22, 7)
+    (videos.root / "job").mkdir()
+    (videos.root / "job" / f"attempt-1{suffix}").write_bytes(data[: len(data) * 2 // 3])
+    assert videos.committed("job", 1) is None
+    assert not (videos.root / "job" / "attempt-1.record.json").exists()
 
 
 @pytest.mark.parametrize("job_id", ["../x", "a/b", ".", ""])
