@@ -5,10 +5,17 @@ file's own leading bytes, enforces the size limit for its kind while it streams 
 returns an `Upload` whose id is random (never derived from a client's name or path); `get`
 returns the record or None; `path` gives the stored file. No client string reaches the file
 system except through `get`'s id check.
+
+An image's dimensions are read from its header (Pillow opens lazily), never by decoding it: a
+small file can declare a huge canvas (a 1 MB PNG of 16000 x 16000 decodes to 1 GB), so one above
+`max_pixels` is refused before any pixel is decoded. At most `probes` files are probed at once.
+A `.part` file is held under an exclusive lock while it is written; `sweep_parts` removes those
+no writer holds (an upload cut off by a crash), safe beside a running service.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -54,6 +61,11 @@ CONTENT_TYPES: dict[str, tuple[Kind, Callable[[bytes], bool]]] = {
 }
 
 DEFAULT_LIMITS: dict[Kind, int] = {"image": 20 * 2**20, "video": 500 * 2**20, "audio": 100 * 2**20}
+# The largest image (or video frame) accepted, in pixels: 4096 x 4096. A reference is encoded at a
+# 2048-pixel edge and a keyframe at the job's canvas, so nothing larger is needed; decoded as RGBA
+# it is 64 MiB, where 16000 x 16000 would be 1 GiB.
+DEFAULT_MAX_PIXELS = 4096 * 4096
+DEFAULT_PROBES = 2  # files probed at once (each a worker thread, and a decoder's memory)
 
 
 class UploadRejected(ValueError):
@@ -84,6 +96,22 @@ class Upload(BaseModel):
         return Media(kind=self.kind, width=self.width, height=self.height, seconds=self.seconds, has_audio=self.has_audio)
 
 
+def probe_image(path: Path) -> dict[str, object]:
+    """An image's dimensions from its header (Pillow), without decoding it; {} if unreadable."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:  # the header only: no pixel is decoded
+            width, height = image.size
+    except Image.DecompressionBombError as exc:
+        # Pillow's own bound (far above the store's) refused the header; its message has the count.
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        return {"pixels": int(found.group(1)) if found else None}
+    except (UnidentifiedImageError, OSError, ValueError):
+        return {}
+    return {"width": width or None, "height": height or None}
+
+
 def probe(path: Path) -> dict[str, object]:
     """Dimensions, duration and sound of a media file (PyAV); {} if it cannot be decoded."""
     import av
@@ -111,10 +139,19 @@ class UploadStore(Protocol):
 
 
 class LocalUploadStore:
-    def __init__(self, root: str | Path, limits: dict[Kind, int] | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        limits: dict[Kind, int] | None = None,
+        *,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+        probes: int = DEFAULT_PROBES,
+    ) -> None:
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.limits = {**DEFAULT_LIMITS, **(limits or {})}
+        self.max_pixels = max_pixels
+        self._probes = anyio.CapacityLimiter(probes)
 
     async def put(self, content_type: str, chunks: AsyncIterable[bytes]) -> Upload:
         ctype = content_type.split(";")[0].strip().lower()
@@ -131,6 +168,7 @@ class LocalUploadStore:
         digest, size, head = hashlib.sha256(), 0, b""
         try:
             async with await anyio.open_file(part, "wb") as f:
+                fcntl.flock(f.wrapped.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours while we write (sweep_parts)
                 async for chunk in chunks:
                     size += len(chunk)
                     if size > limit:
@@ -145,11 +183,19 @@ class LocalUploadStore:
                 raise UploadRejected("the upload is empty", field="body")
             if not looks_right(head):
                 raise UploadRejected(f"the data is not {ctype}: its leading bytes do not match", field="content-type", status=415)
-            info = await anyio.to_thread.run_sync(probe, part)
+            info = await anyio.to_thread.run_sync(probe_image if kind == "image" else probe, part, limiter=self._probes)
+            huge = "pixels" in info  # only as many pixels as Pillow would say: it refused to open it
+            pixels = info.pop("pixels", None) if huge else int(info.get("width") or 0) * int(info.get("height") or 0)
+            if huge or (pixels or 0) > self.max_pixels:
+                size = f"{info['width']} x {info['height']}, " if not huge else ""
+                raise UploadRejected(
+                    f"the {kind} may have at most {self.max_pixels} pixels; it has {size}{pixels or 'far more'}",
+                    field="body",
+                    status=422,
+                    limit=self.max_pixels,
+                )
             if kind != "audio" and not info.get("width"):
                 raise UploadRejected(f"the {kind} could not be decoded", field="body", status=422)
-            if kind == "image":
-                info.pop("seconds", None)
             upload = Upload(id=upload_id, kind=kind, content_type=ctype, bytes=size, sha256=digest.hexdigest(), **info)
             meta = self.root / f"{upload_id}.json"
             await anyio.Path(meta).write_text(upload.model_dump_json())
@@ -169,3 +215,21 @@ class LocalUploadStore:
 
     def path(self, upload: Upload) -> Path:
         return self.root / upload.id
+
+    def sweep_parts(self, *, dry_run: bool = False) -> list[tuple[str, int]]:
+        """Remove the `.part` files no upload is writing (left by a process that died mid-body);
+        (name, bytes) of each. One being written is locked by its writer and left alone."""
+        out = []
+        for part in sorted(self.root.glob("u_*.part")):
+            try:
+                with open(part, "rb") as f:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    size = os.fstat(f.fileno()).st_size
+                    if not dry_run:
+                        part.unlink(missing_ok=True)
+            except BlockingIOError:
+                continue  # an upload in progress
+            except FileNotFoundError:
+                continue  # finished or removed meanwhile
+            out.append((part.name, size))
+        return out

@@ -19,6 +19,7 @@ from rich.text import Text
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.store.base import Conflict
 from h3core.adapters.store.sqlite import SQLiteEventStore
+from h3core.adapters.uploads import LocalUploadStore
 from h3core.cli.app import app
 from h3core.cli.common import (
     EXIT_DATA,
@@ -158,9 +159,14 @@ def gc(
     db: DbOption = Path("h3core.db"),
     artifacts: ArtifactsOption = Path("artifacts"),
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
+    uploads: Annotated[
+        Path | None,
+        typer.Option("--uploads", envvar="H3_UPLOADS", help="The upload store: its cut-off `.part` files go too."),
+    ] = None,
 ) -> None:
     """Remove artifact files no job needs: partial files, videos of attempts that ended without
-    becoming their job's video, files of jobs the store does not know. Safe beside a running service."""
+    becoming their job's video, files of jobs the store does not know; and uploads cut off before
+    they were stored. Safe beside a running service."""
     if not artifacts.is_dir():
         fail(f"no artifact store at {artifacts} (pass --artifacts or set H3_ARTIFACTS)")
     store_files = LocalArtifactStore(artifacts)
@@ -176,6 +182,11 @@ def gc(
     total = sum(g.file.bytes for g in found)
     verb = "would free" if dry_run else "freed"
     out.print(f"{len(files)} files in {store_files.root}; {len(found)} not needed, {verb} {total} bytes")
+    if uploads is not None and uploads.is_dir():
+        parts = LocalUploadStore(uploads).sweep_parts(dry_run=dry_run)
+        for name, size in parts:
+            out.print(f"{'would remove' if dry_run else 'removed'} {name} ({size} bytes): an upload cut off before it was stored")
+        out.print(f"{len(parts)} cut-off uploads in {uploads}; {verb} {sum(size for _, size in parts)} bytes")
 
 
 @app.command()

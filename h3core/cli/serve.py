@@ -142,11 +142,47 @@ def serve(
     store_retry: Annotated[
         float | None, _opt("H3_STORE_RETRY", "Seconds a failing store is retried before the process exits non-zero \\[30].")
     ] = None,
+    max_body_bytes: Annotated[int | None, _opt("H3_MAX_BODY_BYTES", "Largest JSON request body, in bytes \\[1048576].")] = None,
+    max_upload_bytes: Annotated[
+        int | None, _opt("H3_MAX_UPLOAD_BYTES", "Largest upload in bytes (each kind has a lower bound of its own) \\[524288000].")
+    ] = None,
+    max_upload_pixels: Annotated[
+        int | None, _opt("H3_MAX_UPLOAD_PIXELS", "Largest image upload, width x height in pixels \\[16777216].")
+    ] = None,
+    cancel_grace: Annotated[
+        float | None, _opt("H3_CANCEL_GRACE", "Seconds an executor gets to stop a cancelled or stalled job \\[30].")
+    ] = None,
+    attempt_deadline: Annotated[
+        float | None, _opt("H3_ATTEMPT_DEADLINE", "Seconds an attempt may run before it fails `deadline` \\[unset].")
+    ] = None,
+    prompt_cache: Annotated[int | None, _opt("H3_PROMPT_CACHE", "Prompt embeddings the pipeline keeps \\[32].")] = None,
+    comfyui_lost_after: Annotated[
+        float | None, _opt("H3_COMFYUI_LOST_AFTER", "Seconds a prompt may be in neither ComfyUI's queue nor history \\[15].")
+    ] = None,
+    header_timeout: Annotated[
+        float | None, _opt("H3_HEADER_TIMEOUT", "Seconds a request's line and headers may take to arrive \\[20].")
+    ] = None,
+    body_timeout: Annotated[
+        float | None, _opt("H3_BODY_TIMEOUT", "Seconds a request's body may take after its headers \\[20].")
+    ] = None,
+    min_request_rate: Annotated[
+        float | None, _opt("H3_MIN_REQUEST_RATE", "Bytes per second of a request that earn it one more second \\[500].")
+    ] = None,
+    keep_alive_timeout: Annotated[
+        float | None, _opt("H3_KEEP_ALIVE_TIMEOUT", "Idle seconds a connection is kept between requests \\[5].")
+    ] = None,
+    max_connections: Annotated[
+        int | None, _opt("H3_MAX_CONNECTIONS", "Connections served at once; requests beyond get 503 \\[512].")
+    ] = None,
+    comfyui_unreachable_after: Annotated[
+        float | None, _opt("H3_COMFYUI_UNREACHABLE_AFTER", "Seconds ComfyUI may not answer before its jobs fail \\[300].")
+    ] = None,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /schema). Tokens come from H3_API_TOKENS only (never a flag)."""
     require_extra("service", "litestar", "uvicorn", "prometheus_client")
     import uvicorn
 
+    from h3core.service import deadlines
     from h3core.service.app import build_service, create_app, create_metrics_app
 
     if config is not None:
@@ -154,8 +190,7 @@ def serve(
     given = {
         k: v
         for k, v in locals().items()
-        if k not in ("config", "uvicorn", "build_service", "create_app", "create_metrics_app", "Settings", "SettingsError")
-        and v is not None
+        if k not in ("config", "uvicorn", "deadlines", "build_service", "create_app", "create_metrics_app") and v is not None
     }
     try:
         settings = Settings(**given)
@@ -185,16 +220,25 @@ def serve(
             else ""
         )
     )
+    limits = deadlines.ReadLimits(
+        header_s=settings.header_timeout,
+        header_max_s=max(settings.header_timeout, 60.0),
+        body_s=settings.body_timeout,
+        min_rate=settings.min_request_rate,
+    )
     config = uvicorn.Config(
         application,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
         # uvloop and httptools (uvicorn[standard]) where they import, asyncio and h11 otherwise:
-        # uvicorn's defaults, named so that no one sets them to something slower unawares.
+        # uvicorn's defaults, named so that no one sets them to something slower unawares. The
+        # HTTP protocol is the one "auto" picks, with read deadlines (service/deadlines.py).
         loop="auto",
-        http="auto",
         timeout_graceful_shutdown=max(5, int(settings.cancel_grace) + 5),
+        http=deadlines.protocol(limits),
+        timeout_keep_alive=settings.keep_alive_timeout,
+        limit_concurrency=settings.max_connections,
         access_log=settings.log_level == "debug",
         # JSON lines: uvicorn's records go through h3core's handler rather than uvicorn's own.
         **({"log_config": None} if settings.log_format == "json" else {}),
@@ -209,7 +253,8 @@ def serve(
             lifespan="off",
             access_log=False,
             loop="auto",
-            http="auto",
+            http=deadlines.protocol(limits),
+            timeout_keep_alive=settings.keep_alive_timeout,
         )
         metrics_server = (_quiet_server(metrics_config), _listen(settings.metrics_host, settings.metrics_port))
     _freeze_startup_objects()

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from h3core.adapters.uploads import DEFAULT_MAX_PIXELS
 from h3core.domain.capabilities import MODES
 from h3core.domain.failures import unknown_kinds
 from h3core.domain.retry import DEFAULT_RETRY_ON, RetryPolicy
@@ -118,6 +119,14 @@ class Settings(BaseSettings):
     metrics_host: str = "127.0.0.1"
     max_body_bytes: int = Field(default=1 << 20, ge=1024)  # JSON requests
     max_upload_bytes: int = Field(default=500 << 20, ge=1024)
+    # A request must arrive at a pace: its headers within header_timeout, its body within
+    # body_timeout of them, each extended by a second per min_request_rate bytes (service/deadlines.py).
+    header_timeout: float = Field(default=20.0, gt=0)
+    body_timeout: float = Field(default=20.0, gt=0)
+    min_request_rate: float = Field(default=500.0, gt=0)  # bytes per second
+    keep_alive_timeout: float = Field(default=5.0, gt=0)  # idle seconds between a connection's requests
+    max_connections: int = Field(default=512, ge=1)  # beyond it, new requests are answered 503
+    max_upload_pixels: int = Field(default=DEFAULT_MAX_PIXELS, ge=1)  # an image's width x height; larger is refused (422)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
     store_retry: float = Field(default=30.0, gt=0)  # seconds a failing store is retried before the process exits

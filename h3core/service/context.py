@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +23,8 @@ from h3core.runtime.settings import Settings
 from h3core.runtime.store_retry import StoreUnavailable
 from h3core.runtime.tail import StoreTail
 from h3core.service.metrics import Metrics
+
+log = logging.getLogger("h3core.service")
 
 
 @dataclass
@@ -81,7 +84,13 @@ class Service:
 def build_service(settings: Settings) -> Service:
     store = SQLiteEventStore(settings.db)
     artifacts = LocalArtifactStore(settings.artifacts)
-    uploads = LocalUploadStore(settings.uploads, limits={k: min(v, settings.max_upload_bytes) for k, v in DEFAULT_LIMITS.items()})
+    uploads = LocalUploadStore(
+        settings.uploads,
+        limits={k: min(v, settings.max_upload_bytes) for k, v in DEFAULT_LIMITS.items()},
+        max_pixels=settings.max_upload_pixels,
+    )
+    for name, size in uploads.sweep_parts():  # uploads a dead process was receiving: never finished
+        log.warning("removed %s (%d bytes): an upload cut off before it was stored", name, size, extra={"file": name})
     explicit = load_profile_ref(settings.capacity_profile) if settings.capacity_profile is not None else None
     if settings.role == "api":  # no executor here: the runner process has it, and states what it can run
         board = CapabilityFile(capabilities_path(settings.db), interval_s=settings.tail_interval)

@@ -1,0 +1,123 @@
+"""Slow clients against a real server: a request that arrives too slowly is cut off (headers
+answered 408, a trickled body closed), before the token check; a slow but steady upload goes
+through; connections beyond the limit are refused; a stop does not wait on a stalled upload."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import pytest
+
+from tests.factories import png
+from tests.integration.service.conftest import Servers, poll
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKEN = "t" * 32
+FAST = {"H3_HEADER_TIMEOUT": "2", "H3_BODY_TIMEOUT": "2", "H3_MIN_REQUEST_RATE": "500", "H3_API_TOKENS": TOKEN}
+
+
+class Client:
+    """A raw connection that sends what a test tells it and keeps what the server answers."""
+
+    def __init__(self, url: str) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.sock.setblocking(False)
+        self.received = b""
+        self.ended = False
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError:
+            pass  # the server closed it: `closed` says so
+
+    def closed(self) -> bool:
+        """Whether the server has closed the connection (what it sent is in `received`)."""
+        while not self.ended:
+            try:
+                chunk = self.sock.recv(65536)
+            except BlockingIOError:
+                return False
+            except ConnectionResetError:
+                chunk = b""
+            self.received += chunk
+            self.ended = not chunk
+        return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_fifty_connections_stopped_mid_headers_are_answered_408_and_closed(servers: Servers):
+    server = servers.start(FAST)
+    clients = [Client(server.url) for _ in range(50)]
+    for c in clients:
+        c.send(b"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n")
+    # Bounded by the 2 s deadline, not by the clients (the attack held them past 103 s).
+    poll(lambda: all(c.closed() for c in clients), 30, "every slow one to be closed")
+    assert all(c.received.startswith(b"HTTP/1.1 408 ") for c in clients), clients[0].received
+    assert b"headers did not arrive in time" in clients[0].received
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        assert api.get("/v1/jobs").status_code == 200, "the server serves on"
+    for c in clients:
+        c.close()
+
+
+def test_a_trickled_body_is_cut_off_and_a_slow_but_steady_upload_goes_through(servers: Servers):
+    server = servers.start(FAST)
+    head = (
+        f"POST /v1/uploads HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+        "Content-Type: image/png\r\nContent-Length: 100000\r\n\r\n"
+    ).encode()
+    trickles = [Client(server.url) for _ in range(20)]
+    for c in trickles:
+        c.send(head + png()[:8])
+
+    def trickle_until_closed() -> bool:
+        for c in trickles:
+            if not c.closed():
+                c.send(b"\x00")  # a byte at a time: far under 500 bytes a second
+        return all(c.closed() for c in trickles)
+
+    poll(trickle_until_closed, 30, "every trickled upload to be cut off")
+    for c in trickles:
+        c.close()
+    assert not list(server.uploads.glob("u_*")), "nothing of them is left in the upload store"
+
+    data = png(640, 480)  # ~900 KB: about 2 s at the pace below, so the body deadline is passed
+    host, port = server.url.removeprefix("http://").split(":")
+    steady = socket.create_connection((host, int(port)), timeout=30)
+    steady.sendall(head.replace(b"100000", str(len(data)).encode()))
+    for i in range(0, len(data), 64 * 1024):  # 64 KiB every 0.15 s: slow, far above 500 bytes a second
+        steady.sendall(data[i : i + 64 * 1024])
+        time.sleep(0.15)  # the pace of a slow client: the stimulus, not a wait for the server
+    steady.settimeout(30)
+    answer = steady.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 201 "), answer[:200]
+    steady.close()
+
+
+def test_connections_beyond_the_limit_are_answered_503(servers: Servers):
+    server = servers.start({"H3_MAX_CONNECTIONS": "4"})
+    held = [Client(server.url) for _ in range(4)]
+    for c in held:
+        c.send(b"GET /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers not finished: held open
+    poll(lambda: httpx.get(f"{server.url}/healthz", timeout=5).status_code == 503, 20, "a fifth connection refused")
+    for c in held:
+        c.close()
+    poll(lambda: httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200, 20, "the server to take requests again")
+
+
+def test_a_stop_does_not_wait_on_a_stalled_upload(servers: Servers):
+    server = servers.start()  # the default deadlines (20 s): the stop must not wait them out
+    stalled = Client(server.url)
+    stalled.send(b"POST /v1/uploads HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/png\r\nContent-Length: 100000\r\n\r\n")
+    stalled.send(png()[:100])
+    poll(lambda: list(server.uploads.glob("u_*.part")), 20, "the upload to be under way")
+    server.stop(timeout=10)
+    assert stalled.closed()
+    stalled.close()
