@@ -19,7 +19,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -55,7 +54,7 @@ def worker(name: str, kernels: list[str], deadline: float) -> None:
     import torch
 
     from h3core.executors.pipeline.attention import AttentionError, Target, plan_for
-    from h3core.executors.pipeline.kernel_probe import relative_error
+    from h3core.executors.pipeline.kernel_probe import reference, relative_error, time_call
 
     target = Target.detect(DEVICE, DTYPE, HEADS, DIM)
     sink = (WORK / f"kernels-{name}.jsonl").open("a")
@@ -63,16 +62,6 @@ def worker(name: str, kernels: list[str], deadline: float) -> None:
     def emit(rec: dict) -> None:
         sink.write(json.dumps(rec) + "\n")
         sink.flush()
-
-    def reference(q, k, v, rows):
-        """float32 softmax attention for the query rows `rows` (all of them when None), one head at a time."""
-        qs = q[:, rows] if rows is not None else q
-        out = torch.empty(qs.shape, dtype=torch.float32, device=q.device)
-        scale = DIM**-0.5
-        for h in range(HEADS):
-            scores = (qs[0, :, h].float() @ k[0, :, h].float().T) * scale
-            out[0, :, h] = torch.softmax(scores, dim=-1) @ v[0, :, h].float()
-        return out
 
     def inputs(n: int):
         g = torch.Generator(device=target.device).manual_seed(n)
@@ -104,29 +93,9 @@ def worker(name: str, kernels: list[str], deadline: float) -> None:
             rec["rows"] = "all" if rows is None else SAMPLED
             rec["out_abs_ratio"] = float((out[:, rows] if rows is not None else out).float().abs().sum() / ref.abs().sum())
             del out, ref
-            if timed:
-                times, peaks = [], []
-                for _ in range(REPS):
-                    kc = k.clone()
-                    if target.kind == "cuda":
-                        sync()
-                        base = torch.cuda.memory_allocated()
-                        torch.cuda.reset_peak_memory_stats()
-                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        start.record()
-                        o = plan.attend(q, kc, v)
-                        end.record()
-                        end.synchronize()
-                        times.append(start.elapsed_time(end))
-                        peaks.append(torch.cuda.max_memory_allocated() - base)
-                    else:
-                        t0 = time.perf_counter()
-                        o = plan.attend(q, kc, v)
-                        times.append((time.perf_counter() - t0) * 1000)
-                    del o, kc
-                rec["ms"] = statistics.median(times)
+            if timed:  # the probe's own timer; the call above was the warm-up
+                rec["ms"], rec["peak_bytes"] = time_call(plan.attend, target, q, k, v, warm=0, reps=REPS)
                 rec["tflops"] = 4 * n * n * HEADS * DIM / (rec["ms"] / 1000) / 1e12
-                rec["peak_bytes"] = max(peaks) if peaks else None
                 last[kernel] = (n, rec["ms"])
             rec["status"] = "ok"
         except torch.cuda.OutOfMemoryError as exc:

@@ -13,6 +13,8 @@ from pathlib import Path
 import av
 from PIL import Image
 
+# What making a preview of a file that is no longer a whole video raises.
+DECODE_ERRORS = (av.error.FFmpegError, ValueError)
 THUMBNAIL_TYPE = "image/webp"
 SPRITESHEET_TYPE = "image/jpeg"
 TILES = 16  # frames in a spritesheet, at most (fewer for a shorter video)

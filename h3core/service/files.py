@@ -1,7 +1,10 @@
-"""A stored file over HTTP, whole or a byte range of it (RFC 9110 §14), for GET and HEAD."""
+"""A stored file over HTTP, whole or a byte range of it (RFC 9110 §14), for GET and HEAD; and a
+job's video checked against its record before any of it is served."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,9 +14,66 @@ from litestar import Response
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
+from h3core.adapters.artifacts import ArtifactStore
+from h3core.domain.adoption import mismatch
+from h3core.domain.events import Artifact
 from h3core.service.ranges import Unsatisfiable, parse_range
 
 CHUNK = 1 << 16
+
+
+class ArtifactProblem(Exception):
+    """Why a done job's video cannot be served: `status` 404 (no such path in the store) or 410
+    (deleted on purpose, missing, or no longer the file its record describes)."""
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+
+
+# Files whose sha256 was found to be their record's, by (inode, size, mtime): one is hashed again
+# only once it has changed on disk, so a file is verified once, not on every request.
+_VERIFIED: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
+_VERIFIED_MAX = 4096
+_VERIFIED_LOCK = threading.Lock()  # `checked` runs on several worker threads at once
+
+
+def checked(artifacts: ArtifactStore, artifact: Artifact, whose: str) -> tuple[Path, int]:
+    """The video's path and size, if the file is still the one its record describes, byte for
+    byte (sha256, read again whenever the file changed on disk); else `ArtifactProblem`: a
+    truncated, damaged or replaced file is never served under the recorded sha256. Blocking (it
+    reads the file): call it in a worker thread."""
+    try:
+        deleted = artifacts.deleted_at(artifact.path)
+        path = artifacts.resolve(artifact.path)
+    except ValueError:
+        raise ArtifactProblem(404, f"{whose} recorded video path is not in the artifact store", "content_missing") from None
+    if deleted is not None:
+        raise ArtifactProblem(410, f"{whose} video was deleted at {deleted.isoformat()}; its log remains", "video_deleted")
+    try:
+        st = path.stat()
+        seen: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
+    except FileNotFoundError:
+        seen = None
+    problem = None
+    with _VERIFIED_LOCK:
+        known = _VERIFIED.get(artifact.path)
+    if seen is None or known != seen:
+        size, sha = artifacts.measure(artifact.path)
+        problem = mismatch(artifact, size, sha)
+        if problem is None and seen is not None:
+            with _VERIFIED_LOCK:
+                _VERIFIED[artifact.path] = seen
+                _VERIFIED.move_to_end(artifact.path)
+                while len(_VERIFIED) > _VERIFIED_MAX:
+                    _VERIFIED.popitem(last=False)
+    if problem is not None:
+        code = "content_missing" if seen is None else "content_changed"
+        raise ArtifactProblem(410, f"{whose} video cannot be served: {problem} in the artifact store", code)
+    assert seen is not None
+    return path, seen[1]
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -15,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from h3core.cli import app
+from tests.waiting import poll
 
 T = TypeVar("T")
 
@@ -22,18 +22,6 @@ T = TypeVar("T")
 def clean_env() -> dict[str, str]:
     """The environment without H3_* settings a developer may have exported."""
     return {k: v for k, v in os.environ.items() if not k.startswith("H3_")}
-
-
-def poll(predicate: Callable[[], T], timeout: float, what: str, diagnose: Callable[[], str] = lambda: "") -> T:
-    """Call `predicate` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}\n{diagnose()}")
-        time.sleep(0.05)
 
 
 class Worker:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
@@ -14,13 +14,7 @@ from h3core import (
     RunnerConfig,
     SQLiteEventStore,
 )
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll a condition with a deadline: synchronisation on the store, not a sleep."""
-    with anyio.fail_after(timeout):
-        while not predicate():
-            await anyio.sleep(0.01)
+from tests.waiting import until as wait_until  # noqa: F401 - the unit tests' name for it
 
 
 @pytest.fixture

@@ -99,10 +99,13 @@ def _inputs(n: int, target: Target, seed: int):
     return [torch.randn(shape, generator=g, device=target.device, dtype=dtype) for _ in range(3)]
 
 
-def reference(q, k, v):
-    """Softmax attention in float32, one head at a time (its score matrix is the only big thing)."""
+def reference(q, k, v, rows=None):
+    """Softmax attention in float32, one head at a time (its score matrix is the only big thing);
+    for the query rows `rows` only when given (a sample, where all of them would not fit)."""
     import torch
 
+    if rows is not None:
+        q = q[:, rows]
     qf, kf, vf = (x.float().transpose(1, 2) for x in (q, k, v))  # (batch, heads, sequence, dim)
     out = torch.empty_like(qf)
     scale = qf.shape[-1] ** -0.5
@@ -124,10 +127,16 @@ def relative_error(out, ref) -> float:
 
 def _timed(call: Call, target: Target, n: int) -> tuple[float, int | None]:
     """Median ms of one call at `n` tokens, and the allocator's peak above its inputs (CUDA)."""
-    import torch
-
     warm, reps = REPEATS[target.kind]
     q, k, v = _inputs(n, target, seed=7)
+    return time_call(call, target, q, k, v, warm=warm, reps=reps)
+
+
+def time_call(call: Call, target: Target, q, k, v, *, warm: int, reps: int) -> tuple[float, int | None]:
+    """Median ms of `reps` calls on (q, k, v) after `warm` untimed ones (CUDA events on a GPU),
+    and the allocator's peak above the inputs during them (CUDA; None on a CPU)."""
+    import torch
+
     cuda = target.kind == "cuda"
     for _ in range(warm):
         del_out = call(q, k.clone(), v)  # a fresh k: SageAttention subtracts k's mean in place

@@ -13,7 +13,6 @@ from litestar.params import Parameter
 from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 
-from h3core.domain.adoption import mismatch
 from h3core.domain.events import Event
 from h3core.domain.state import JobState
 from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
@@ -163,16 +162,9 @@ async def _video(svc: Service, request: Request, job_id: str) -> files.Span:
         raise HTTPException(status_code=409, detail=f"job {job_id} has no video: it is {state.status}")
     artifact = state.artifact
     try:
-        deleted = svc.artifacts.deleted_at(artifact.path)
-        path = svc.artifacts.resolve(artifact.path)
-        size, _ = await in_thread(lambda: svc.artifacts.measure(artifact.path, hashed=False))
-    except ValueError:
-        raise NotFoundException(f"job {job_id}'s recorded video path is not in the artifact store") from None
-    if deleted is not None:
-        raise HTTPException(status_code=410, detail=f"job {job_id}'s video was deleted at {deleted.isoformat()}; its log remains")
-    if (problem := mismatch(artifact, size, None)) is not None:
-        raise HTTPException(status_code=410, detail=f"job {job_id} is done but {problem} in the artifact store")
-    assert size is not None
+        path, size = await in_thread(lambda: files.checked(svc.artifacts, artifact, f"job {job_id}'s"))
+    except files.ArtifactProblem as exc:
+        raise HTTPException(status_code=exc.status, detail=exc.message) from None
     return files.span(path, size, request.headers, media_type=artifact.media_type, sha256=artifact.sha256)
 
 

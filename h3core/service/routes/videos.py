@@ -332,22 +332,20 @@ async def video_content(
         raise VideoApiError(
             404, f"video {video_id} has no content: it is {video_status(state)}", param="video_id", code="video_not_ready"
         )
-    deleted = svc.artifacts.deleted_at(artifact.path)
-    if deleted is not None:
-        raise VideoApiError(
-            404, f"video {video_id}'s content was deleted at {deleted.isoformat()}", param="video_id", code="video_deleted"
-        )
-    path = svc.artifacts.resolve(artifact.path)
     try:
+        path, size = await in_thread(lambda: files.checked(svc.artifacts, artifact, f"video {video_id}'s"))
         if variant == "video":
-            size = (await anyio.Path(path).stat()).st_size
             return files.stream(files.span(path, size, request.headers, media_type=artifact.media_type, sha256=artifact.sha256))
         make, media_type = _PREVIEW_MAKERS[variant]
-        data = await anyio.to_thread.run_sync(lambda: make(path, frames=artifact.frames), limiter=svc.previews)
-    except FileNotFoundError:
-        raise VideoApiError(
-            404, f"video {video_id}'s file is missing from the artifact store", param="video_id", code="content_missing"
-        ) from None
+        try:
+            data = await anyio.to_thread.run_sync(lambda: make(path, frames=artifact.frames), limiter=svc.previews)
+        except FileNotFoundError:
+            gone = f"video {video_id}'s file went missing from the artifact store"
+            raise files.ArtifactProblem(410, gone, "content_missing") from None
+        except previews.DECODE_ERRORS as exc:  # the recorded size, but not a video any more
+            raise files.ArtifactProblem(410, f"video {video_id}'s file cannot be decoded: {exc}", "content_damaged") from exc
+    except files.ArtifactProblem as exc:  # 404 in OpenAI's API (the SDK's NotFoundError), the code says why
+        raise VideoApiError(404, exc.message, param="video_id", code=exc.code) from None
     return Response(data, media_type=media_type, headers={"ETag": f'"{artifact.sha256}-{variant}"'})
 
 

@@ -12,6 +12,7 @@ from h3core.adapters.uploads import LocalUploadStore
 from h3core.executors.comfyui.executor import ComfyUIExecutor, ComfyUISettings
 from h3core.executors.comfyui.templates import builtin_templates
 from h3core.testing.comfyui import FakeComfyUI
+from tests import waiting
 
 
 @pytest.fixture
@@ -63,17 +64,13 @@ def types(runner: Runner, job_id: str) -> list[str]:
     return [e.type for e in runner.store.events(job_id)]
 
 
+# The fake ComfyUI's jobs take a fraction of a second: a shorter deadline than the suite's.
 async def ended(runner: Runner, job_id: str, timeout: float = 20.0):
-    with anyio.fail_after(timeout):
-        while not runner.store.get(job_id).terminal:
-            await anyio.sleep(0.02)
-    return runner.store.get(job_id)
+    return await waiting.ended(runner, job_id, timeout)
 
 
 async def until(predicate, timeout: float = 20.0) -> None:
-    with anyio.fail_after(timeout):
-        while not predicate():
-            await anyio.sleep(0.01)
+    await waiting.until(predicate, timeout)
 
 
 def png_path(tmp: Path) -> Path:

@@ -32,7 +32,9 @@ from h3core.domain.request import GenerationRequest  # noqa: E402
 from h3core.domain.topology import Topology  # noqa: E402
 from h3core.executors.distributed.cluster import ClusterSettings, RayHost  # noqa: E402
 from h3core.executors.distributed.executor import DistributedExecutor, DistributedSettings  # noqa: E402
+from tests import waiting  # noqa: E402
 from tests.integration.distributed import faults  # noqa: E402
+from tests.waiting import until  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(faults)
 
@@ -98,15 +100,9 @@ def req(**kw) -> GenerationRequest:
     )
 
 
-async def until(predicate, timeout: float = 60.0) -> None:
-    with anyio.fail_after(timeout):
-        while not predicate():
-            await anyio.sleep(0.02)
-
-
 async def ended(runner: Runner, job_id: str, timeout: float = 120.0):
-    await until(lambda: runner.store.get(job_id).terminal, timeout)
-    return runner.store.get(job_id)
+    """A group's job takes longer than the in-process pipeline's: a deadline of its own."""
+    return await waiting.ended(runner, job_id, timeout)
 
 
 async def steps_seen(runner: Runner, job_id: str, n: int, timeout: float = 60.0) -> None:

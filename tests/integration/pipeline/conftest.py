@@ -14,6 +14,7 @@ from h3core import LocalArtifactStore, Runner, RunnerConfig, SQLiteEventStore  #
 from h3core.adapters.uploads import LocalUploadStore  # noqa: E402
 from h3core.domain.request import GenerationRequest  # noqa: E402
 from h3core.executors.pipeline.executor import PipelineExecutor, PipelineSettings  # noqa: E402
+from tests.waiting import ended, until  # noqa: E402, F401 - this package's tests take them from here
 
 
 @pytest.fixture(scope="session")
@@ -53,19 +54,6 @@ def req(**kw) -> GenerationRequest:
     return GenerationRequest(
         **{"prompt": "a red fox in snow", "width": 64, "height": 64, "frames": 22, "steps": 4, "seed": 7, **kw}
     )
-
-
-async def ended(runner: Runner, job_id: str, timeout: float = 60.0):
-    with anyio.fail_after(timeout):
-        while not runner.store.get(job_id).terminal:
-            await anyio.sleep(0.02)
-    return runner.store.get(job_id)
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-    with anyio.fail_after(timeout):
-        while not predicate():
-            await anyio.sleep(0.01)
 
 
 def wrap_forward(runner: Runner, around: Callable[[Callable, tuple, dict], object]) -> Callable[[], None]:

@@ -244,3 +244,25 @@ def test_a_file_lost_without_a_delete_is_not_found_and_not_reported_deleted(clie
             client.videos.download_content(video.id, variant=variant)
         assert err.value.body["code"] == "content_missing"
     assert client.videos.retrieve(video.id).expires_at is None
+
+
+@pytest.mark.parametrize("damage", ["truncated", "same-size"])
+def test_a_damaged_video_is_never_served_as_the_recorded_one(client, server, damage):
+    """Truncated, or the same size with other bytes: no route serves it under the recorded sha256,
+    and no variant is a 500; each says why in a 4xx (404 here, as OpenAI's API; 410 on /v1/jobs)."""
+    video = create_to_completed(client, size="448x256", seconds="0.5", frames=12, steps=1)
+    headers = {"Authorization": f"Bearer {client.api_key}"}
+    first = httpx.get(f"{server.url}/v1/videos/{video.id}/content", headers=headers)
+    assert first.status_code == 200  # served, and verified, once whole
+    [path] = server.artifacts.glob(f"{video.id}/*.mp4")
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] if damage == "truncated" else data[:32] + bytes(len(data) - 32))
+    for variant in ("video", "thumbnail", "spritesheet"):
+        with pytest.raises(openai.NotFoundError) as err:
+            client.videos.download_content(video.id, variant=variant)
+        assert err.value.body["code"] == "content_changed", (variant, err.value.body)
+        assert "in the artifact store" in err.value.message
+    old = httpx.get(f"{server.url}/v1/jobs/{video.id}/video", headers=headers)
+    assert old.status_code == 410 and "cannot be served" in old.json()["detail"], old.text
+    path.write_bytes(data)  # put back as it was: served again
+    assert httpx.get(f"{server.url}/v1/videos/{video.id}/content", headers=headers).content == data
