@@ -134,6 +134,7 @@ def test_fit_checks_each_built_in_profile_against_its_own_jobs(tmp_path):
     assert "no job in the store ran where this profile describes" in result.output.split("profile 4x2080ti")[1]
 
 
+@pytest.mark.slow  # a probe process that imports torch and runs the model
 def test_probe_finds_a_real_out_of_memory_boundary_under_a_memory_cap(tmp_path):
     """The tiny geometry on this CPU under a 1.5 GiB cap on the measuring process's address space
     (RLIMIT_AS), with the MATH kernel named (`--attention math`, bounded far above): SDPA's quadratic MATH

@@ -34,6 +34,7 @@ def test_diffusers_still_takes_the_device_index_modulo_zero_accelerators_on_a_cp
     # That the workaround works is shown by the two-rank Ulysses runs in tests/integration/distributed.
 
 
+@pytest.mark.slow  # two spawned ranks, each importing torch
 def test_gloo_refuses_uneven_all_gather_and_the_padded_gather_trims_back(tmp_path):
     ctx = mp.get_context("spawn")
     results = ctx.Queue()

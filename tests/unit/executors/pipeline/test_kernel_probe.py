@@ -145,6 +145,7 @@ def test_a_damaged_cache_is_measured_again_not_trusted(tmp_path):
     assert decide("auto", TINY, cache=cache).cached  # and rewritten
 
 
+@pytest.mark.slow  # a child interpreter that imports torch
 def test_a_decision_survives_json_and_the_child_process(tmp_path, capsys):
     d = decide("auto", TINY)
     assert Decision.from_json(json.loads(json.dumps(d.to_json()))) == d
