@@ -167,6 +167,8 @@ class Server:
     slots: int
     profile: Path | None = None
     role: str = "all"  # H3_ROLE: "runner" has no HTTP (and is started before its "api" partner)
+    code: Path = ROOT  # the checkout whose h3core runs (bench_submit.py runs an older one beside this)
+    env: dict[str, str] = field(default_factory=dict)  # more H3_* settings
     port: int = 0
     proc: subprocess.Popen | None = None
     log: Path = field(init=False)
@@ -178,10 +180,13 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60) -> None:
+    def start(self, timeout: float = 60, probe: str | None = None) -> None:
+        """Start and wait for `probe` (default: /readyz in the api role, whose runner is elsewhere; else /healthz)."""
+        probe = probe or ("readyz" if self.role == "api" else "healthz")
         env = {k: v for k, v in os.environ.items() if not k.startswith("H3_")}
-        env.update(H3_EXECUTOR="fake", H3_FAKE_STEP_SECONDS="0", H3_SLOTS=str(self.slots), PYTHONPATH=str(ROOT))
+        env.update(H3_EXECUTOR="fake", H3_FAKE_STEP_SECONDS="0", H3_SLOTS=str(self.slots), PYTHONPATH=str(self.code))
         env.update(H3_ROLE=self.role, H3_POLL_INTERVAL="0.05")  # a runner apart sees new work by polling
+        env.update(self.env)
         for attempt in range(3):
             self.port = free_port()
             args = ["--port", str(self.port), "--db", str(self.db), "--artifacts", str(self.root / "artifacts")]
@@ -202,8 +207,7 @@ class Server:
                     time.sleep(0.05)
                     continue
                 try:
-                    # /readyz in the api role: the runner process is up too.
-                    if httpx.get(f"{self.url}/{'readyz' if self.role == 'api' else 'healthz'}", timeout=1).status_code == 200:
+                    if httpx.get(f"{self.url}/{probe}", timeout=1).status_code == 200:
                         return
                 except httpx.TransportError:
                     pass
@@ -685,7 +689,9 @@ def breakdown(args: argparse.Namespace, cached: Path, ids: list[str], passes: li
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     shutil.copyfile(cached, root / "h3.db")
-    app = create_app(Settings(db=root / "h3.db", artifacts=root / "artifacts", uploads=root / "uploads", slots=args.slots))
+    settings = Settings(db=root / "h3.db", artifacts=root / "artifacts", uploads=root / "uploads", slots=args.slots)
+    settings = settings.model_copy(update={"executor": "fake", "fake_step_seconds": 0})  # as the passes' servers
+    app = create_app(settings)
     svc = app.state.service  # the runner is not started: submits are stored and stay queued
     rng = random.Random(7)
     n = args.breakdown
@@ -769,7 +775,7 @@ def breakdown(args: argparse.Namespace, cached: Path, ids: list[str], passes: li
     anyio.run(run_async)
     post_path = "POST /v1/jobs"
     req = GenerationRequest.model_validate(SUBMIT_BODY)
-    timed(post_path, "admission: CapacityPolicy.decide(request)", lambda k: svc.policy.decide(req, {}), n)
+    timed(post_path, "admission: LiveContract.decide(request)", lambda k: svc.contract.decide(req, {}), n)
     queued = svc.store.counts().get("queued", 0)
     some_queued = svc.store.queued(1)[0].job_id
     timed(

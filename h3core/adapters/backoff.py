@@ -13,6 +13,7 @@ import itertools
 import math
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from time import monotonic as _now
 from typing import TypeVar
 
 import anyio
@@ -48,40 +49,58 @@ async def retry(
     """`await call()` until it returns. A failure `retry_if` accepts is tried again after the next
     pause, `on_retry(failure, tries, pause)` told first; once it has failed for `backoff.limit_s`,
     `give_up(failure, tries)` is raised from the last failure (without `give_up`, that failure)."""
-    first_failure: float | None = None
+    # The first try runs bare: tenacity's loop costs about as much as a store append, and almost
+    # every call succeeds at once. Its loop takes over from the first failure it should retry.
+    try:
+        return await call()
+    except Exception as exc:
+        if not retry_if(exc):
+            raise
+        failure = exc
+    first_failure = _now()
 
-    def left(state: RetryCallState) -> float:
-        """Seconds to the limit, as of the failure just seen (the first one starts the clock)."""
-        nonlocal first_failure
-        now = state.outcome_timestamp or 0.0
-        first_failure = now if first_failure is None else first_failure
+    def left(now: float) -> float:
+        """Seconds to the limit, as of `now` (the first failure started the clock)."""
         return math.inf if backoff.limit_s is None else first_failure + backoff.limit_s - now
+
+    def tries(state: RetryCallState) -> int:
+        return state.attempt_number + 1  # the bare try was the first
 
     def wait(state: RetryCallState) -> float:
         # The last pause is cut to the time left, so the last try falls on the limit, not past it.
-        return min(backoff.pause(state.attempt_number), left(state))
+        return min(backoff.pause(tries(state)), left(state.outcome_timestamp or _now()))
 
     def told(state: RetryCallState) -> None:
         assert on_retry is not None and state.outcome is not None and state.next_action is not None
-        on_retry(state.outcome.exception(), state.attempt_number, state.next_action.sleep)
+        on_retry(state.outcome.exception(), tries(state), state.next_action.sleep)
 
     def gave_up(state: RetryCallState) -> T:
         assert give_up is not None and state.outcome is not None
         failure = state.outcome.exception()
-        raise give_up(failure, state.attempt_number) from failure
+        raise give_up(failure, tries(state)) from failure
 
-    async def attempt() -> T:
-        return await call()
+    pause = min(backoff.pause(1), left(first_failure))
+    if pause <= 0:
+        if give_up is None:
+            raise failure
+        raise give_up(failure, 1) from failure
+    if on_retry is not None:
+        on_retry(failure, 1, pause)
+    await anyio.sleep(pause)
 
     # A fresh AsyncRetrying per call: it keeps the state of its loop on itself. The isinstance keeps
     # cancellation (a BaseException) out of reach of any `retry_if`.
     retrying = AsyncRetrying(
         sleep=anyio.sleep,
         wait=wait,
-        stop=lambda state: left(state) <= 0,
+        stop=lambda state: left(state.outcome_timestamp or _now()) <= 0,
         retry=retry_if_exception(lambda exc: isinstance(exc, Exception) and retry_if(exc)),
         before_sleep=told if on_retry is not None else None,
         retry_error_callback=gave_up if give_up is not None else None,
         reraise=True,  # without `give_up`, the last failure itself
     )
+
+    async def attempt() -> T:  # tenacity awaits only what an `async def` returns
+        return await call()
+
     return await retrying(attempt)

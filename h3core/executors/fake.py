@@ -117,11 +117,19 @@ class FakeExecutor(NoReports):
         self.limits = limits or FakeLimits()
         self._ready = False
         self._unready: dict[str, str] = {}  # mode -> why it cannot start a job now
+        self._caps: tuple[object, Capabilities] | None = None
         self._videos: OrderedDict[tuple[int, int, int, int], bytes] = OrderedDict()  # rendered, by (w, h, frames, seed)
         self.runs = 0  # attempts started, for tests
         self.cleanups = 0  # attempts whose cleanup ran
 
     def capabilities(self) -> Capabilities:
+        # Asked on every submit and claim: built again only when what it says has changed.
+        key = (self.limits, self._ready, tuple(sorted(self._unready.items())))
+        if self._caps is None or self._caps[0] != key:
+            self._caps = (key, self._capabilities())
+        return self._caps[1]
+
+    def _capabilities(self) -> Capabilities:
         lim = self.limits
         window = None
         if lim.min_seconds or lim.max_seconds is not None:

@@ -9,6 +9,7 @@ same `Contract`, built from the same capabilities and the capacity profile that 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -49,7 +50,7 @@ class LiveContract:
     def current(self) -> Contract:
         caps = self.source()
         with self._lock:
-            if self._cached is not None and self._cached[0] == caps:
+            if self._cached is not None and (self._cached[0] is caps or self._cached[0] == caps):
                 return self._cached[1]
             if self.explicit is not None:
                 profile, effective = applicable([self.explicit.model_copy(update={"match": ()})], caps)
@@ -119,6 +120,7 @@ class CapabilityFile:
         self.path.unlink(missing_ok=True)
 
 
+@functools.cache  # the same object every time: a submit compares it by identity (LiveContract)
 def unknown(executor: str = "unknown") -> Capabilities:
     """What an API process assumes before any runner process has stated its capabilities."""
     why = "no runner process has stated what it can run yet"

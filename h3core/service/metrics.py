@@ -3,6 +3,8 @@ job durations and executor failures counted from the live event stream."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import anyio
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -133,12 +135,20 @@ class Metrics:
     async def follow(self, bus: EventBus) -> None:
         """Count from the live events until cancelled (resubscribing if ever dropped)."""
         while True:
+            # First starts seen on this subscription: a job's duration then needs no store read.
+            # Cleared when the subscription is dropped, since the ends it missed would leave
+            # entries behind.
+            started: dict[str, datetime] = {}
             async with bus.subscribe() as events:
                 async for event in events:
+                    if event.type == "running":
+                        started.setdefault(event.job_id, event.at)
                     if event.type in ("failed", "attempt_failed"):
                         self.failures.labels(kind=event.body.kind).inc()
                     if event.type in TERMINAL:
-                        state = await anyio.to_thread.run_sync(self.store.get, event.job_id)
-                        if state is not None and state.started_at is not None and state.finished_at is not None:
-                            seconds = (state.finished_at - state.started_at).total_seconds()
-                            self.duration.labels(status=state.status).observe(seconds)
+                        first = started.pop(event.job_id, None)
+                        if first is None:  # started before this subscription (or never)
+                            state = await anyio.to_thread.run_sync(self.store.get, event.job_id)
+                            first = state.started_at if state is not None else None
+                        if first is not None:
+                            self.duration.labels(status=event.type).observe((event.at - first).total_seconds())

@@ -1,0 +1,65 @@
+"""The job-duration histogram: from a job's first start to its end, whether this process saw
+the start on the bus or has to read it from the store."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import anyio
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from h3core.adapters.store.sqlite import SQLiteEventStore
+from h3core.domain.events import Admitted, AttemptFailed, Done, Event, Running
+from h3core.runtime.bus import EventBus
+from h3core.service.metrics import Metrics
+from tests.factories import artifact, submitted
+from tests.waiting import until
+
+pytestmark = pytest.mark.anyio
+
+
+def _durations(metrics: Metrics) -> dict[str, tuple[float, float]]:
+    out: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for s in family.samples:
+            if s.name == "h3core_job_duration_seconds_count":
+                out.setdefault(s.labels["status"], [0.0, 0.0])[0] = s.value
+            if s.name == "h3core_job_duration_seconds_sum":
+                out.setdefault(s.labels["status"], [0.0, 0.0])[1] = s.value
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def _shifted(events: tuple[Event, ...], base: Event, seconds: float) -> list[Event]:
+    """The events as if each came `seconds` after the one before, from `base`."""
+    return [e.model_copy(update={"at": base.at + timedelta(seconds=seconds * (i + 1))}) for i, e in enumerate(events)]
+
+
+async def test_a_start_seen_live_and_one_read_from_the_store_give_the_same_duration(tmp_path):
+    store = SQLiteEventStore(tmp_path / "h3.db", durable=False)
+    metrics, bus = Metrics(store), EventBus()
+    # Started before the metrics followed the bus: only its end is published.
+    _, early = store.append("a" * 32, [submitted(), Admitted(), Running(attempt=1, executor="fake")])
+    _, (early_done,) = store.append("a" * 32, [Done(artifact=artifact())])
+    early_seconds = (early_done.at - early[-1].at).total_seconds()
+    # Seen whole: two attempts, the duration counts from the first start.
+    _, live = store.append("b" * 32, [submitted(), Admitted()])
+    live_events = _shifted(
+        (
+            Event(job_id="b" * 32, seq=3, at=live[-1].at, body=Running(attempt=1, executor="fake")),
+            Event(job_id="b" * 32, seq=4, at=live[-1].at, body=AttemptFailed(attempt=1, kind="oom", message="x")),
+            Event(job_id="b" * 32, seq=5, at=live[-1].at, body=Running(attempt=2, executor="fake")),
+            Event(job_id="b" * 32, seq=6, at=live[-1].at, body=Done(artifact=artifact())),
+        ),
+        live[-1],
+        seconds=2.5,
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(metrics.follow, bus)
+        await until(lambda: bus.subscribers == 1)
+        bus.publish([early_done, *live_events])
+        await until(lambda: _durations(metrics).get("done", (0, 0))[0] == 2)
+        tg.cancel_scope.cancel()
+    count, total = _durations(metrics)["done"]
+    assert total == pytest.approx(early_seconds + 3 * 2.5)  # the live job: first start to end, 3 gaps
+    store.close()
