@@ -32,7 +32,9 @@ from h3core.domain.geometry import Media
 
 Kind = Literal["image", "video", "audio"]
 
-_ID = re.compile(r"^u_[0-9a-f]{32}$")
+# The ids `put` mints (`u_` and 32 hex digits); a request names an upload by one of these.
+ID_PATTERN = r"^u_[0-9a-f]{32}$"
+_ID = re.compile(ID_PATTERN)
 
 
 def _riff(form: bytes) -> Callable[[bytes], bool]:

@@ -19,9 +19,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from h3core.domain.ids import JOB_ID_PATTERN
-from h3core.domain.request import MAX_FRAMES, MAX_SIDE, MIN_SIDE, SIDE_MULTIPLE, UPLOAD_ID_PATTERN, present
+from h3core.domain.request import MAX_FRAMES, MAX_SIDE, MIN_SIDE, SIDE_MULTIPLE, present
 from h3core.domain.state import JobState
-from h3core.service.views import JobCreate
+from h3core.service.views import JobCreate, Prompt, UploadId
 
 FPS = 24
 DEFAULT_MODEL = "minimax-h3"
@@ -43,16 +43,17 @@ class FileReference(BaseModel):
     """An image already uploaded (POST /v1/uploads), by its id."""
 
     model_config = ConfigDict(extra="forbid")
-    file_id: str = Field(pattern=UPLOAD_ID_PATTERN)
+    file_id: UploadId
+
+
+_B64 = "[A-Za-z0-9+/]"
 
 
 class ImageUrlReference(BaseModel):
     """An image inline, as a base64 data URL (no remote URL is fetched)."""
 
     model_config = ConfigDict(extra="forbid")
-    image_url: str = Field(
-        pattern=r"^data:image/(png|jpeg|webp);base64,([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
-    )
+    image_url: str = Field(pattern=rf"^data:image/(png|jpeg|webp);base64,({_B64}{{4}})*({_B64}{{4}}|{_B64}{{2}}==|{_B64}{{3}}=)$")
 
 
 def _excludes(name: str, *others: str) -> list[dict]:
@@ -138,7 +139,7 @@ class VideoDeleted(BaseModel):
 class Remix(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    prompt: str
+    prompt: Prompt
 
 
 class ErrorDetail(BaseModel):

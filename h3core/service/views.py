@@ -4,20 +4,70 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from h3core.adapters.uploads import ID_PATTERN as UPLOAD_ID_PATTERN
 from h3core.domain.admission import Ceiling, CeilingRow, Contract
-from h3core.domain.request import GenerationRequest
+from h3core.domain.request import (
+    MAX_PROMPT_CHARS,
+    MAX_REF_AUDIOS,
+    MAX_REF_IMAGES,
+    MAX_REF_VIDEOS,
+    GenerationRequest,
+    Keyframes,
+    References,
+)
 from h3core.domain.state import JobState
 
 ApiStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 
+# Whitespace as Python's `str.isspace` has it, spelled out: ECMA's, Python's and Rust's `\s` each
+# differ, and the document's pattern must mean to every reader what the server checks.
+WHITESPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NOT_BLANK_PATTERN = f"[^{WHITESPACE}]"  # somewhere in the text: a character other than whitespace
+
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise PydanticCustomError("blank", "the prompt is only whitespace: say what the video shows")
+    return text
+
+
+# New requests' prompts (a stored request's may predate the rule: the domain model reads those).
+Prompt = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_PROMPT_CHARS, json_schema_extra={"pattern": NOT_BLANK_PATTERN}),
+    AfterValidator(_not_blank),
+]
+# An upload a new request names: an id POST /v1/uploads gave (stored requests may hold older forms).
+UploadId = Annotated[str, StringConstraints(pattern=UPLOAD_ID_PATTERN)]
+
+
+class KeyframesInput(Keyframes):
+    """fl2va's first and/or last frame, as ids POST /v1/uploads gave."""
+
+    first: UploadId | None = None
+    last: UploadId | None = None
+
+
+class ReferencesInput(References):
+    """ref2va's reference media, as ids POST /v1/uploads gave."""
+
+    images: tuple[UploadId, ...] = Field(default=(), max_length=MAX_REF_IMAGES, strict=False)
+    videos: tuple[UploadId, ...] = Field(default=(), max_length=MAX_REF_VIDEOS, strict=False)
+    audios: tuple[UploadId, ...] = Field(default=(), max_length=MAX_REF_AUDIOS, strict=False)
+
 
 class JobCreate(GenerationRequest):
-    """A generation request, plus where it goes in the queue."""
+    """A generation request, plus where it goes in the queue; what a new request may say is
+    narrower than what a stored one holds (its prompt not blank, its uploads' ids as minted)."""
 
+    prompt: Prompt
+    keyframes: KeyframesInput | None = None
+    references: ReferencesInput | None = None
     priority: int = Field(default=0, ge=-100, le=100)
 
     @model_validator(mode="before")

@@ -1,0 +1,64 @@
+"""The OpenAPI document the service serves says what the server does: each case here is one
+that schemathesis (`--checks all`) found the document and the server disagreeing on."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from jsonschema import Draft202012Validator
+
+UPLOAD_ID = "^u_[0-9a-f]{32}$"
+
+
+@pytest.fixture(scope="module")
+def document(client) -> dict:
+    r = client.get("/schema/openapi.json")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def body_schema(document: dict, path: str, method: str = "post", media: str = "application/json") -> dict:
+    return document["paths"][path][method]["requestBody"]["content"][media]["schema"]
+
+
+def valid(document: dict, schema: dict, value: object) -> bool:
+    return Draft202012Validator({**schema, "components": document["components"]}).is_valid(value)
+
+
+def test_upload_ids_have_the_form_the_upload_store_mints(document):
+    schemas = document["components"]["schemas"]
+    job = schemas["JobCreate"]["properties"]
+    keyframes = schemas[job["keyframes"]["anyOf"][0]["$ref"].rsplit("/", 1)[1]]["properties"]
+    references = schemas[job["references"]["anyOf"][0]["$ref"].rsplit("/", 1)[1]]["properties"]
+    assert keyframes["first"]["anyOf"][0]["pattern"] == UPLOAD_ID == keyframes["last"]["anyOf"][0]["pattern"]
+    for kind in ("images", "videos", "audios"):
+        assert references[kind]["items"]["pattern"] == UPLOAD_ID, kind
+    assert schemas["FileReference"]["properties"]["file_id"]["pattern"] == UPLOAD_ID
+    jobs, videos = body_schema(document, "/v1/jobs"), body_schema(document, "/v1/videos")
+    for bad in ("abc", "up-first", "u_" + "0" * 31):
+        assert not valid(document, jobs, {"prompt": "p", "mode": "fl2va", "keyframes": {"first": bad}}), bad
+        assert not valid(document, videos, {"prompt": "p", "input_reference": {"file_id": bad}}), bad
+    assert valid(document, jobs, {"prompt": "p", "mode": "fl2va", "keyframes": {"first": "u_" + "a" * 32}})
+
+
+def test_a_prompt_is_documented_as_not_blank_wherever_one_is_taken(document):
+    remix = body_schema(document, "/v1/videos/{video_id}/remix")
+    form = body_schema(document, "/v1/videos", media="multipart/form-data")
+    for name, schema, extra in [
+        ("jobs", body_schema(document, "/v1/jobs"), {}),
+        ("videos", body_schema(document, "/v1/videos"), {}),
+        ("remix", remix, {}),
+        ("form", form, {}),
+    ]:
+        for blank in ("", " ", "\t\n", "\u3000", "\x1f"):
+            assert not valid(document, schema, {"prompt": blank, **extra}), (name, blank)
+        assert valid(document, schema, {"prompt": " a fox "}), name
+    prompt = document["components"]["schemas"]["Remix"]["properties"]["prompt"]
+    assert prompt["minLength"] == 1 and prompt["maxLength"] == 8000 and re.search(prompt["pattern"], " x ")
+
+
+def test_an_image_url_needs_image_data(document):
+    videos = body_schema(document, "/v1/videos")
+    assert not valid(document, videos, {"prompt": "p", "input_reference": {"image_url": "data:image/png;base64,"}})
+    assert valid(document, videos, {"prompt": "p", "input_reference": {"image_url": "data:image/png;base64,iVBO"}})

@@ -1,0 +1,58 @@
+"""What the service refuses, and how it says so: each case in the shape of its API (h3core's
+`detail` and `errors` on /v1/jobs, OpenAI's `error` on /v1/videos), naming the field at fault."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.service.conftest import QUICK
+
+BLANK = ["", " ", "   \t\n", "\u3000\u00a0", "\x1c\x1f"]
+
+
+def job_error(r) -> tuple[str, str]:
+    assert r.status_code == 422, r.text
+    [error] = r.json()["errors"]
+    return error["field"], error["message"]
+
+
+def video_error(r, status: int = 400) -> dict:
+    assert r.status_code == status, r.text
+    return r.json()["error"]
+
+
+@pytest.mark.parametrize("prompt", BLANK)
+def test_a_blank_prompt_is_refused_naming_it(client, prompt):
+    field, message = job_error(client.post("/v1/jobs", json={**QUICK, "prompt": prompt}))
+    assert field == "prompt" and ("whitespace" in message or "at least 1" in message), message
+    error = video_error(client.post("/v1/videos", json={**QUICK, "prompt": prompt}))
+    assert error["param"] == "prompt", error
+    form = client.post("/v1/videos", files={"prompt": (None, prompt)})  # as the SDK sends it with a file
+    assert video_error(form)["param"] == "prompt", form.text
+
+
+def test_a_blank_remix_prompt_is_refused_naming_it(client):
+    source = client.post("/v1/videos", json={**QUICK, "prompt": "a slow fox [fake step=5]"}).json()["id"]
+    for prompt in BLANK:
+        error = video_error(client.post(f"/v1/videos/{source}/remix", json={"prompt": prompt}))
+        assert error["param"] == "prompt", error
+    client.delete(f"/v1/videos/{source}")
+
+
+@pytest.mark.parametrize("upload_id", ["abc", "up-first", "u_" + "0" * 31, "u_" + "G" * 32, "U_" + "0" * 32])
+def test_an_upload_id_that_no_upload_could_have_is_refused_by_its_form(client, upload_id):
+    body = {**QUICK, "mode": "fl2va", "keyframes": {"first": upload_id}}
+    field, message = job_error(client.post("/v1/jobs", json=body))
+    assert field == "keyframes.first" and "^u_[0-9a-f]{32}$" in message, message
+    refs = {**QUICK, "mode": "ref2va", "references": {"images": [upload_id]}}
+    assert job_error(client.post("/v1/jobs", json=refs))[0] == "references.images.0"
+    error = video_error(client.post("/v1/videos", json={"prompt": "p", "input_reference": {"file_id": upload_id}}))
+    assert error["param"].startswith("input_reference"), error
+
+
+def test_a_well_formed_upload_id_that_does_not_exist_is_refused_as_missing(client):
+    body = {**QUICK, "mode": "fl2va", "keyframes": {"first": "u_" + "0" * 32}}
+    assert job_error(client.post("/v1/jobs", json=body)) == (
+        "keyframes.first",
+        f"no upload 'u_{'0' * 32}' (POST /v1/uploads first)",
+    )
