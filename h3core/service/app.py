@@ -131,6 +131,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
         debug=False,
     )
     exact_components(app.openapi_schema)
+    jobs.document(app.openapi_schema)
     videos.document(app.openapi_schema, settings.openai_models)
     app.state.service = svc
     return app

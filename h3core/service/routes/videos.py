@@ -51,7 +51,7 @@ from h3core.service.openai_videos import (
     video_object,
     video_status,
 )
-from h3core.service.openapi import RawSchema, add_component, ref
+from h3core.service.openapi import RawSchema, add_component, file_responses, ref
 from h3core.service.submission import in_thread, submit
 from h3core.service.views import JobCreate
 
@@ -81,7 +81,11 @@ def _not_null(prop: dict) -> dict:
 
 def document(openapi: OpenAPI, models: Sequence[str]) -> None:
     """The create call's body in the document, as `VideoCreate` states it (the deployment's models
-    listed): JSON, and the multipart form the SDK sends with a file (its scalar fields, the file)."""
+    listed): JSON, and the multipart form the SDK sends with a file (its scalar fields, the file);
+    the content route's media types, one per variant."""
+    variants = {t: f"variant=video, {what}" for t, what in files.VIDEO_MEDIA_TYPES.items()}
+    variants |= {previews.THUMBNAIL_TYPE: "variant=thumbnail", previews.SPRITESHEET_TYPE: "variant=spritesheet"}
+    file_responses(openapi, "/v1/videos/{video_id}/content", "get", variants)
     schema = add_component(openapi, VideoCreate)
     schema["properties"]["model"] = {"anyOf": [{"enum": list(models)}, {"type": "null"}], "default": None}
     # A form field is text, there or not: the form takes OpenAI's fields (the canvas and the length
@@ -320,8 +324,7 @@ async def delete_video(svc: Service, video_id: str) -> VideoDeleted:
 @get(
     "/{video_id:str}/content",
     summary="A finished video's mp4 (supports Range), thumbnail (WebP) or spritesheet (JPEG)",
-    responses=_errors(400, 401, 404, 416),
-    media_type="application/octet-stream",
+    responses=_errors(400, 401, 404, 416),  # 200 and 206, in each variant's type: `document`
 )
 async def video_content(
     svc: Service, request: Request, video_id: str, variant: Literal["video", "thumbnail", "spritesheet"] = "video"

@@ -8,6 +8,8 @@ import re
 import pytest
 from jsonschema import Draft202012Validator
 
+from tests.unit.service.conftest import finished_video
+
 UPLOAD_ID = "^u_[0-9a-f]{32}$"
 
 
@@ -62,3 +64,27 @@ def test_an_image_url_needs_image_data(document):
     videos = body_schema(document, "/v1/videos")
     assert not valid(document, videos, {"prompt": "p", "input_reference": {"image_url": "data:image/png;base64,"}})
     assert valid(document, videos, {"prompt": "p", "input_reference": {"image_url": "data:image/png;base64,iVBO"}})
+
+
+def documents(content: dict, media_type: str) -> bool:
+    main = media_type.split(";")[0].strip().split("/")[0]
+    return media_type.split(";")[0].strip() in content or f"{main}/*" in content
+
+
+def test_every_file_is_sent_in_a_type_its_route_documents(client, document):
+    video = finished_video(client)
+    content = document["paths"]["/v1/videos/{video_id}/content"]["get"]["responses"]
+    jobs = document["paths"]["/v1/jobs/{job_id}/video"]
+    for variant, sent in [("thumbnail", "image/webp"), ("spritesheet", "image/jpeg"), ("video", None)]:
+        r = client.get(f"/v1/videos/{video['id']}/content", params={"variant": variant})
+        assert r.status_code == 200, r.text
+        assert sent is None or r.headers["content-type"] == sent
+        assert documents(content["200"]["content"], r.headers["content-type"]), (variant, r.headers["content-type"])
+    ranged = {"Range": "bytes=0-9"}
+    r = client.get(f"/v1/videos/{video['id']}/content", headers=ranged)
+    assert r.status_code == 206 and documents(content["206"]["content"], r.headers["content-type"])
+    for method in ("get", "head"):
+        for headers, status in (({}, "200"), (ranged, "206")):
+            r = client.request(method.upper(), f"/v1/jobs/{video['id']}/video", headers=headers)
+            assert r.status_code == int(status), r.text
+            assert documents(jobs[method]["responses"][status]["content"], r.headers["content-type"]), (method, status)
