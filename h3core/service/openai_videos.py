@@ -114,7 +114,7 @@ class Video(BaseModel):
     progress: int = Field(ge=0, le=100)
     created_at: int
     completed_at: int | None
-    expires_at: int | None  # set once the video's file was deleted: when it stopped being downloadable
+    expires_at: int | None  # never set: no video expires here
     prompt: str
     size: str
     seconds: str
@@ -226,7 +226,7 @@ def _unix(at: datetime | None) -> int | None:
     return None if at is None else int(at.timestamp())
 
 
-def video_object(state: JobState, *, model: str, deleted_at: datetime | None = None) -> Video:
+def video_object(state: JobState, *, model: str) -> Video:
     error = None
     if state.status == "failed" and state.error is not None:
         error = VideoError(code=state.error.kind, message=state.error.message)
@@ -240,7 +240,7 @@ def video_object(state: JobState, *, model: str, deleted_at: datetime | None = N
         progress=progress(state),
         created_at=int(state.created_at.timestamp()),
         completed_at=_unix(state.finished_at),
-        expires_at=_unix(deleted_at),
+        expires_at=None,  # h3core keeps a video until it is deleted (then it is gone: 404)
         prompt=r.prompt,
         size=f"{r.width}x{r.height}",
         seconds=seconds_text(r.frames),

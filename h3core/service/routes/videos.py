@@ -115,17 +115,32 @@ def document(openapi: OpenAPI, models: Sequence[str]) -> None:
 # -- reads ------------------------------------------------------------------------------------
 
 
+def _deleted_at(svc: Service, state: JobState) -> datetime | None:
+    """When DELETE removed the video (a stat of its record; earlier versions recorded only its file's)."""
+    when = svc.artifacts.video_deleted_at(state.job_id)
+    if when is None and state.artifact is not None:
+        when = svc.artifacts.deleted_at(state.artifact.path)
+    return when
+
+
 def _state(svc: Service, video_id: str) -> JobState:
+    """The video's job, or 404: there is none, or the video was deleted (as OpenAI's API answers)."""
     state = svc.store.get(video_id)  # a point read: inline, as in /v1/jobs
     if state is None:
         raise VideoApiError(404, f"no video {video_id!r}", param="video_id", code="video_not_found")
+    deleted = _deleted_at(svc, state)
+    if deleted is not None:
+        raise VideoApiError(
+            404,
+            f"video {video_id!r} was deleted at {deleted.isoformat()}; its job and log stay on /v1/jobs/{video_id}",
+            param="video_id",
+            code="video_deleted",
+        )
     return state
 
 
 def _video(svc: Service, state: JobState) -> Video:
-    # A stat of the artifact's deletion record, only for finished videos.
-    deleted = svc.artifacts.deleted_at(state.artifact.path) if state.artifact is not None else None
-    return video_object(state, model=svc.settings.openai_models[0], deleted_at=deleted)
+    return video_object(state, model=svc.settings.openai_models[0])
 
 
 # -- create -----------------------------------------------------------------------------------
@@ -276,12 +291,24 @@ async def retrieve_video(svc: Service, video_id: str) -> Response[Video]:
 
 
 def _page(svc: Service, cursor: int | None, limit: int, oldest_first: bool) -> VideoList:
-    edge = {"after": cursor} if oldest_first else {"before": cursor}
-    rows = svc.store.list_jobs(limit=limit + 1, oldest_first=oldest_first, **edge)
-    data = [_video(svc, state) for _, state in rows[:limit]]
-    return VideoList(
-        data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None, has_more=len(rows) > limit
-    )
+    """Up to `limit` videos past `cursor`, deleted ones left out: jobs are read in batches until
+    the page is full or the list ends."""
+    data: list[Video] = []
+    more = False
+    while not more:
+        edge = {"after": cursor} if oldest_first else {"before": cursor}
+        rows = svc.store.list_jobs(limit=limit + 1, oldest_first=oldest_first, **edge)
+        for _, state in rows:
+            if _deleted_at(svc, state) is not None:
+                continue
+            if len(data) == limit:
+                more = True
+                break
+            data.append(_video(svc, state))
+        if len(rows) <= limit:
+            break
+        cursor = rows[-1][0]
+    return VideoList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None, has_more=more)
 
 
 @get("/", summary="Videos, newest first (order=asc: oldest first)", responses=_errors(400, 401, 404))
@@ -302,15 +329,17 @@ async def list_videos(
 @delete(
     "/{video_id:str}",
     status_code=200,
-    summary="Delete a video: cancels a live one, deletes a finished one's file (its log stays)",
+    summary="Delete a video: it is gone from /v1/videos (404 after, as OpenAI's API answers)",
+    description="A live video is cancelled and a finished one's file deleted. From then on every /v1/videos route "
+    "answers 404 for it (code video_deleted) and the list leaves it out; its job and event log stay on /v1/jobs.",
     responses=_errors(401, 404),
 )
 async def delete_video(svc: Service, video_id: str) -> VideoDeleted:
     state = _state(svc, video_id)
+    await in_thread(svc.artifacts.delete_video, video_id)  # first: gone from here whatever follows
     if not state.terminal:
         try:
-            await svc.runner.cancel(video_id, reason="deleted through /v1/videos")
-            return VideoDeleted(id=video_id, deleted=True)
+            state = await svc.runner.cancel(video_id, reason="deleted through /v1/videos")
         except NotCancellable as exc:
             state = exc.state  # it ended meanwhile: delete what it left
     if state.artifact is not None:
