@@ -175,7 +175,10 @@ class LocalUploadStore:
                     size += len(chunk)
                     if size > limit:
                         raise UploadRejected(
-                            f"a {kind} upload may be at most {limit} bytes", field="body", status=413, limit=limit
+                            f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} upload may be at most {limit} bytes",
+                            field="body",
+                            status=413,
+                            limit=limit,
                         )
                     if len(head) < 16:
                         head += chunk[: 16 - len(head)]

@@ -13,14 +13,11 @@ from litestar.di import Provide
 from litestar.exceptions import ClientException, HTTPException, NotAuthorizedException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
-from litestar.status_codes import (
-    HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-    HTTP_422_UNPROCESSABLE_ENTITY,
-    HTTP_500_INTERNAL_SERVER_ERROR,
-)
+from litestar.status_codes import HTTP_422_UNPROCESSABLE_ENTITY, HTTP_500_INTERNAL_SERVER_ERROR
 
 from h3core.runtime.settings import Settings
 from h3core.service.auth import bearer_guard
+from h3core.service.bodies import BodyLimits, BoundedRequest
 from h3core.service.context import Service, build_service
 from h3core.service.crosssite import CrossSiteGuard, CrossSitePolicy
 from h3core.service.methods import with_options
@@ -29,7 +26,7 @@ from h3core.service.routes import jobs, ops, uploads, videos
 from h3core.service.strictness import ModelStrictness
 
 
-class _Request(Request):
+class _Request(BoundedRequest):
     async def json(self) -> Any:
         try:
             return await super().json()
@@ -64,8 +61,6 @@ def _validation_error(_: Request, exc: ValidationException) -> Response:
 def _http_error(request: Request, exc: HTTPException) -> Response:
     if videos.owns(request.url.path):  # no route matched (404, 405) under /v1/videos
         return videos.on_http_error(request, exc)
-    if exc.status_code == HTTP_413_REQUEST_ENTITY_TOO_LARGE:
-        return _problem(exc.status_code, exc.detail or "request body too large")
     headers = exc.headers or {}
     body = {"detail": exc.detail}
     if isinstance(exc.extra, dict):
@@ -114,7 +109,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
         cors_config=cross_site.cors(),
         request_class=_Request,
         logging_config=None,  # the process configures logging (h3core.runtime.logs), not the app it embeds
-        request_max_body_size=settings.max_body_bytes,
+        request_max_body_size=None,  # bounded per route, naming the limit: `_Request` (h3core.service.bodies)
         exception_handlers={
             ValidationException: _validation_error,
             NotAuthorizedException: _http_error,
@@ -134,6 +129,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
     jobs.document(app.openapi_schema)
     videos.document(app.openapi_schema, settings.openai_models)
     app.state.service = svc
+    app.state.body_limits = BodyLimits.of(settings, image_bytes=svc.uploads.limits["image"])
     return app
 
 

@@ -134,6 +134,8 @@ class Problem(BaseModel):
     errors: list[dict[str, str]] | None = None
     ceiling: Ceiling | None = None
     reason: str | None = None  # a refused submission: the limit it broke (vram, model_window, mode_unavailable, ...)
+    limit: int | None = None  # a body or upload too large (413): the limit in bytes
+    setting: str | None = None  # and the setting that sets it
 
 
 class GroupView(BaseModel):

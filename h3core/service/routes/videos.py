@@ -25,11 +25,12 @@ from litestar.params import Parameter
 from pydantic import ValidationError
 
 from h3core.adapters import previews
-from h3core.adapters.uploads import DEFAULT_LIMITS, UploadRejected
+from h3core.adapters.uploads import UploadRejected
 from h3core.domain.request import GenerationRequest, Keyframes
 from h3core.domain.state import JobState
 from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
 from h3core.service import files
+from h3core.service.bodies import BODY_OPT, upload_limit_note
 from h3core.service.context import Service
 from h3core.service.crosssite import OWN_CONTENT_TYPES_OPT
 from h3core.service.methods import with_options
@@ -55,9 +56,6 @@ from h3core.service.openapi import RawSchema, add_component, file_responses, ref
 from h3core.service.submission import in_thread, submit
 from h3core.service.views import JobCreate
 
-# An image (even as a base64 data URL) and the other fields; the upload store applies its own
-# per-kind limit on top of this.
-CREATE_MAX_BYTES = DEFAULT_LIMITS["image"] * 4 // 3 + (1 << 20)
 # A placeholder upload id, to validate a request before its input_reference is stored.
 _PENDING_UPLOAD = "u_" + "0" * 32
 _DATA_URL = re.compile(r"^data:(image/[A-Za-z0-9.+-]+);base64,(.*)$", re.S)
@@ -208,9 +206,10 @@ async def _stored_reference(svc: Service, ref: object) -> str:
     try:
         upload = await svc.uploads.put(ctype, chunks)
     except UploadRejected as exc:
-        raise VideoApiError(
-            413 if exc.status == 413 else 400, f"input_reference: {exc}", param="input_reference", code="invalid_upload"
-        ) from None
+        if exc.status == 413 and exc.limit is not None:
+            message = f"input_reference: {exc} ({upload_limit_note(exc.limit, svc.settings)})"
+            raise VideoApiError(413, message, param="input_reference", code="request_too_large") from None
+        raise VideoApiError(400, f"input_reference: {exc}", param="input_reference", code="invalid_upload") from None
     if upload.kind != "image":
         raise bad("input_reference", f"input_reference must be an image (the first frame), not {upload.kind}")
     return upload.id
@@ -249,8 +248,8 @@ async def _submit(
     description="JSON or multipart, as the OpenAI SDK sends it: prompt, model, size ('WxH', sides multiples of 32), "
     "seconds (24 fps), input_reference (an image: fl2va's first frame); any field of POST /v1/jobs besides.",
     responses=_errors(400, 401, 409, 413, 415, 503),
-    request_max_body_size=CREATE_MAX_BYTES,
-    opt={OWN_CONTENT_TYPES_OPT: True},  # JSON or multipart (the SDK's upload): `_params` checks, 415 otherwise
+    # JSON or multipart (the SDK's upload): `_params` checks, 415 otherwise; each has its limit.
+    opt={OWN_CONTENT_TYPES_OPT: True, BODY_OPT: "json_or_form"},
 )
 async def create_video(svc: Service, request: Request, idempotency_key: _IdempotencyKey = None) -> Video:
     params, form = await _params(request)
