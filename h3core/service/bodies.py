@@ -1,21 +1,22 @@
-"""How large a request body may be, and the 413 that names the limit and the setting behind it.
+"""Reading a request body: within its limit, and as JSON, each failure a 4xx that says why.
 
 Every route's body is JSON of at most `H3_MAX_BODY_BYTES`, checked against Content-Length before
 a byte is read and counted as the bytes arrive, so nothing larger is held or parsed. Two routes
 say otherwise in their `opt` (`BODY_OPT`): POST /v1/uploads streams the file to the upload store,
 which applies each kind's limit (`H3_MAX_UPLOAD_BYTES` caps them all); POST /v1/videos takes JSON
 under the same limit or, as the SDK sends a file, a multipart form held whole to be parsed: up
-to the image limit and room for the form's other fields.
+to the image limit and room for the form's other fields. Over its limit: 413 naming the limit
+and the setting. A body that is not JSON: 400 saying so, in the same shape as other refusals.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from litestar import Request
-from litestar.exceptions import HTTPException
+from litestar.exceptions import ClientException, HTTPException, SerializationException
 
 from h3core.runtime.settings import Settings
 
@@ -74,6 +75,14 @@ class BodyTooLarge(HTTPException):
         super().__init__(detail=detail, extra=extra)
 
 
+class BodyNotJson(ClientException):
+    code = "invalid_json"  # OpenAI's shape names it (/v1/videos)
+
+    def __init__(self, reason: str) -> None:
+        detail = f"the body is not valid JSON: {reason}"
+        super().__init__(detail=detail, extra={"errors": [{"field": "body", "message": detail}]})
+
+
 def upload_limit_note(limit: int, settings: Settings) -> str:
     """What sets an upload store's limit for a kind: the setting, or the kind's own (which it only lowers)."""
     if limit >= settings.max_upload_bytes:
@@ -81,8 +90,17 @@ def upload_limit_note(limit: int, settings: Settings) -> str:
     return f"the built-in limit for this kind; {UPLOAD_SETTING} ({settings.max_upload_bytes}) can only lower it"
 
 
-class BoundedRequest(Request):
-    """A request whose body is read within its route's limit (`app.state.body_limits`)."""
+class ServiceRequest(Request):
+    """A request whose body is read within its route's limit (`app.state.body_limits`), and
+    whose JSON is refused with `BodyNotJson` when it does not parse."""
+
+    async def json(self) -> Any:
+        try:
+            return await super().json()
+        except SerializationException as exc:
+            raise BodyNotJson(str(exc)) from None
+        except RecursionError:  # msgspec's bound on nesting: a client's body, not our fault
+            raise BodyNotJson("it is nested too deeply to read") from None
 
     def body_limit(self) -> BodyLimit | None:
         limits: BodyLimits = self.app.state.body_limits

@@ -16,12 +16,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from h3core.domain.ids import JOB_ID_PATTERN
 from h3core.domain.request import MAX_FRAMES, MAX_SIDE, MIN_SIDE, SIDE_MULTIPLE, present
 from h3core.domain.state import JobState
-from h3core.service.views import JobCreate, Prompt, UploadId
+from h3core.service.views import JobCreate, Prompt, UploadId, json_object
 
 FPS = 24
 DEFAULT_MODEL = "minimax-h3"
@@ -140,6 +140,11 @@ class Remix(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     prompt: Prompt
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, data: object) -> object:
+        return json_object(data, cls)
 
 
 class ErrorDetail(BaseModel):

@@ -46,6 +46,22 @@ Prompt = Annotated[
 UploadId = Annotated[str, StringConstraints(pattern=UPLOAD_ID_PATTERN)]
 
 
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+
+
+def not_an_object(value: object) -> str:
+    """What to say of a body that is JSON but not an object (no class name of ours in it)."""
+    kind = "null" if value is None else _JSON_TYPES.get(type(value), "another value")
+    return f"the body must be a JSON object with at least 'prompt', not {kind}"
+
+
+def json_object(data: object, model: type[BaseModel]) -> object:
+    """For a model's before-validator: `data` passed on if a JSON object (or the model already), else refused."""
+    if isinstance(data, dict | model):
+        return data
+    raise PydanticCustomError("json_object", not_an_object(data))
+
+
 class KeyframesInput(Keyframes):
     """fl2va's first and/or last frame, as ids POST /v1/uploads gave."""
 
@@ -75,7 +91,7 @@ class JobCreate(GenerationRequest):
     def _integral_numbers(cls, data: object) -> object:
         """JSON has one number type: `24.0` is the integer 24 (JSON Schema agrees), `24.5` is not.
         Strings stay refused: strictness is about types, and "24" is text."""
-        if not isinstance(data, dict):
+        if not isinstance(json_object(data, cls), dict):
             return data
         ints = {name for name, f in cls.model_fields.items() if f.annotation is int}
         return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in data.items()}

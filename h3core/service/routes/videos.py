@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 import anyio
 from litestar import Request, Response, Router, delete, get, post
 from litestar.datastructures import UploadFile
-from litestar.exceptions import HTTPException, NotAuthorizedException, SerializationException, ValidationException
+from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Encoding, OpenAPI, OpenAPIMediaType, RequestBody
 from litestar.params import Parameter
@@ -30,7 +30,7 @@ from h3core.domain.request import GenerationRequest, Keyframes
 from h3core.domain.state import JobState
 from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
 from h3core.service import files
-from h3core.service.bodies import BODY_OPT, upload_limit_note
+from h3core.service.bodies import BODY_OPT, BodyNotJson, upload_limit_note
 from h3core.service.context import Service
 from h3core.service.crosssite import OWN_CONTENT_TYPES_OPT
 from h3core.service.methods import with_options
@@ -54,7 +54,8 @@ from h3core.service.openai_videos import (
 )
 from h3core.service.openapi import RawSchema, add_component, file_responses, ref
 from h3core.service.submission import in_thread, submit
-from h3core.service.views import JobCreate
+from h3core.service.validation import field_errors
+from h3core.service.views import JobCreate, not_an_object
 
 # A placeholder upload id, to validate a request before its input_reference is stored.
 _PENDING_UPLOAD = "u_" + "0" * 32
@@ -156,10 +157,11 @@ async def _params(request: Request) -> tuple[dict[str, object], bool]:
         )
     try:
         body = await request.json()
-    except SerializationException:
-        raise bad(None, "the body is not valid JSON", code="invalid_json") from None
+    except BodyNotJson as exc:
+        raise bad(None, exc.detail, code=exc.code) from None
     if not isinstance(body, dict):
-        raise bad(None, "the body must be a JSON object with at least 'prompt'", code="invalid_json")
+        empty = body is None and not await request.body()
+        raise bad(None, "a JSON body is required" if empty else not_an_object(body), code="invalid_json")
     return body, False
 
 
@@ -396,9 +398,9 @@ def _on_api_error(_: Request, exc: VideoApiError) -> Response:
 
 
 def _on_validation(_: Request, exc: ValidationException) -> Response:
-    first = exc.extra[0] if isinstance(exc.extra, list) and exc.extra else {}
-    param = str(first["key"]) if first.get("key") else None
-    message = f"invalid {param}: {first.get('message')}" if param else (exc.detail or "invalid request")
+    first = field_errors(exc)[0]
+    param = None if first["field"] == "body" else first["field"]  # the body as a whole is no parameter
+    message = f"invalid {first['field']}: {first['message']}"
     return Response(error_body(400, message, param=param, code="invalid_value"), status_code=400)
 
 
@@ -408,7 +410,8 @@ def owns(path: str) -> bool:
 
 
 def on_http_error(_: Request, exc: HTTPException) -> Response:
-    body = error_body(exc.status_code, exc.detail or "request refused", code=_CODES.get(exc.status_code))
+    code = getattr(exc, "code", None) or _CODES.get(exc.status_code)  # an exception's own (BodyNotJson), or the status's
+    body = error_body(exc.status_code, exc.detail or "request refused", code=code)
     return Response(body, status_code=exc.status_code, headers=exc.headers or {})
 
 

@@ -56,3 +56,39 @@ def test_a_well_formed_upload_id_that_does_not_exist_is_refused_as_missing(clien
         "keyframes.first",
         f"no upload 'u_{'0' * 32}' (POST /v1/uploads first)",
     )
+
+
+INTERNAL = ("JobCreate", "VideoCreate", "Remix", "GenerationRequest", "instance of")
+NOT_JSON = [b"{", b'{"prompt": "a fox",}', b"\xff\xfe", b"[" * 100_000]
+NOT_AN_OBJECT = [(b"[1,2]", "an array"), (b"null", "null"), (b'"a fox"', "a string"), (b"3", "a number")]
+
+
+def json_post(client, path: str, body: bytes):
+    return client.post(path, content=body, headers={"Content-Type": "application/json"})
+
+
+@pytest.mark.parametrize("body", NOT_JSON, ids=["truncated", "trailing-comma", "not-utf8", "too-deep"])
+def test_a_body_that_is_not_json_is_400_with_errors_like_every_refusal(client, body):
+    r = json_post(client, "/v1/jobs", body)
+    assert r.status_code == 400, r.text
+    problem = r.json()
+    assert problem["errors"] == [{"field": "body", "message": problem["detail"]}] and "not valid JSON" in problem["detail"]
+    source = client.post("/v1/videos", json={"prompt": "a slow fox [fake step=5]"}).json()["id"]
+    for path in ("/v1/videos", f"/v1/videos/{source}/remix"):
+        error = video_error(json_post(client, path, body))
+        assert error["code"] == "invalid_json" and "not valid JSON" in error["message"], (path, error)
+    client.delete(f"/v1/videos/{source}")
+
+
+@pytest.mark.parametrize(("body", "kind"), NOT_AN_OBJECT, ids=[k for _, k in NOT_AN_OBJECT])
+def test_a_body_that_is_not_an_object_says_so_in_the_clients_terms(client, body, kind):
+    source = client.post("/v1/videos", json={"prompt": "a slow fox [fake step=5]"}).json()["id"]
+    field, message = job_error(json_post(client, "/v1/jobs", body))
+    assert field == "body" and f"must be a JSON object with at least 'prompt', not {kind}" in message, message
+    for path in ("/v1/videos", f"/v1/videos/{source}/remix"):
+        r = json_post(client, path, body)
+        error = video_error(r)
+        assert f"must be a JSON object with at least 'prompt', not {kind}" in error["message"], (path, error)
+        assert error["param"] is None and not any(name in r.text for name in INTERNAL), r.text
+    assert not any(name in json_post(client, "/v1/jobs", body).text for name in INTERNAL)
+    client.delete(f"/v1/videos/{source}")
