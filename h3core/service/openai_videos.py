@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from h3core.domain.ids import JOB_ID_PATTERN
 from h3core.domain.request import MAX_FRAMES, MAX_SIDE, MIN_SIDE, SIDE_MULTIPLE, present
 from h3core.domain.state import JobState
-from h3core.service.views import JobCreate, Prompt, UploadId, json_object
+from h3core.service.views import JobCreate, Prompt, UploadId, json_object, sides_refusal
 
 FPS = 24
 DEFAULT_MODEL = "minimax-h3"
@@ -270,24 +270,15 @@ def poll_after_ms(state: JobState, now: datetime) -> int | None:
 _SIZE = re.compile(r"^\s*(\d{1,6})\s*[xX]\s*(\d{1,6})\s*$")
 
 
-def _nearest_side(n: int) -> int:
-    return min(max(math.floor(n / SIDE_MULTIPLE + 0.5) * SIDE_MULTIPLE, MIN_SIDE), MAX_SIDE)
-
-
 def parse_size(value: object) -> tuple[int, int]:
     """'WIDTHxHEIGHT' -> (width, height); sides the model cannot make are refused, naming the nearest."""
     m = _SIZE.match(value) if isinstance(value, str) else None
     if m is None:
         raise bad("size", f"size must be a string 'WIDTHxHEIGHT' (e.g. '1344x768'), not {value!r}")
     width, height = int(m.group(1)), int(m.group(2))
-    wrong = [str(s) for s in (width, height) if s % SIDE_MULTIPLE or not MIN_SIDE <= s <= MAX_SIDE]
-    if wrong:
-        raise bad(
-            "size",
-            f"size {value!r} cannot be made: MiniMax-H3 makes sides that are multiples of {SIDE_MULTIPLE} "
-            f"from {MIN_SIDE} to {MAX_SIDE}, and {' and '.join(dict.fromkeys(wrong))} is not; "
-            f"the nearest size it makes is {_nearest_side(width)}x{_nearest_side(height)}",
-        )
+    why = sides_refusal((width, height))
+    if why is not None:
+        raise bad("size", f"size {value!r} cannot be made: {why}")
     return width, height
 
 

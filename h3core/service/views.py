@@ -6,7 +6,18 @@ import math
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from h3core.adapters.uploads import ID_PATTERN as UPLOAD_ID_PATTERN
@@ -16,6 +27,9 @@ from h3core.domain.request import (
     MAX_REF_AUDIOS,
     MAX_REF_IMAGES,
     MAX_REF_VIDEOS,
+    MAX_SIDE,
+    MIN_SIDE,
+    SIDE_MULTIPLE,
     GenerationRequest,
     Keyframes,
     References,
@@ -62,6 +76,24 @@ def json_object(data: object, model: type[BaseModel]) -> object:
     raise PydanticCustomError("json_object", not_an_object(data))
 
 
+def _nearest_side(n: int) -> int:
+    return min(max(math.floor(n / SIDE_MULTIPLE + 0.5) * SIDE_MULTIPLE, MIN_SIDE), MAX_SIDE)
+
+
+def sides_refusal(sides: tuple[int, ...]) -> str | None:
+    """Why the model cannot make a canvas with these sides (a width, a height, or both), naming
+    the rule and the nearest it makes; None when it can. Both APIs say it in these words."""
+    wrong = [str(n) for n in sides if n % SIDE_MULTIPLE or not MIN_SIDE <= n <= MAX_SIDE]
+    if not wrong:
+        return None
+    nearest = "x".join(str(_nearest_side(n)) for n in sides)
+    what = "size" if len(sides) > 1 else "side"
+    return (
+        f"MiniMax-H3 makes sides that are multiples of {SIDE_MULTIPLE} from {MIN_SIDE} to {MAX_SIDE}, "
+        f"and {' and '.join(dict.fromkeys(wrong))} is not; the nearest {what} it makes is {nearest}"
+    )
+
+
 class KeyframesInput(Keyframes):
     """fl2va's first and/or last frame, as ids POST /v1/uploads gave."""
 
@@ -95,6 +127,18 @@ class JobCreate(GenerationRequest):
             return data
         ints = {name for name, f in cls.model_fields.items() if f.annotation is int}
         return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in data.items()}
+
+    @field_validator("width", "height", mode="wrap")
+    @classmethod
+    def _side(cls, value: object, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> object:
+        """A whole number the model cannot make as a side is refused naming the rule and the nearest side."""
+        try:
+            return handler(value)
+        except ValidationError:
+            why = sides_refusal((value,)) if isinstance(value, int) and not isinstance(value, bool) else None
+            if why is None:
+                raise  # not a whole number: the type's own error
+            raise PydanticCustomError("side", f"{info.field_name} {value} cannot be made: {why}") from None
 
     def generation(self) -> GenerationRequest:
         return GenerationRequest.model_validate(self.model_dump(exclude={"priority"}))

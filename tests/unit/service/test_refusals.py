@@ -92,3 +92,18 @@ def test_a_body_that_is_not_an_object_says_so_in_the_clients_terms(client, body,
         assert error["param"] is None and not any(name in r.text for name in INTERNAL), r.text
     assert not any(name in json_post(client, "/v1/jobs", body).text for name in INTERNAL)
     client.delete(f"/v1/videos/{source}")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "nearest"), [("width", 333, 320), ("height", 5000, 4096), ("width", 0, 32), ("height", 40, 32)]
+)
+def test_a_side_the_model_cannot_make_names_the_rule_and_the_nearest_side(client, field, value, nearest):
+    rule = "MiniMax-H3 makes sides that are multiples of 32 from 32 to 4096"
+    got, message = job_error(client.post("/v1/jobs", json={**QUICK, field: value}))
+    assert got == field and rule in message and message.endswith(f"the nearest side it makes is {nearest}"), message
+    error = video_error(client.post("/v1/videos", json={"prompt": "a fox", field: value}))  # h3core's field, as extra_body
+    assert error["param"] == field and rule in error["message"] and error["message"].endswith(f"is {nearest}"), error
+    size = {"width": f"{value}x256", "height": f"448x{value}"}[field]
+    error = video_error(client.post("/v1/videos", json={"prompt": "a fox", "size": size}))  # OpenAI's: the same words
+    assert error["param"] == "size" and rule in error["message"], error
+    assert error["message"].endswith({"width": f"{nearest}x256", "height": f"448x{nearest}"}[field]), error
