@@ -11,7 +11,6 @@ from litestar import Litestar, Request, Response, Router
 from litestar.di import Provide
 from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.status_codes import HTTP_422_UNPROCESSABLE_ENTITY, HTTP_500_INTERNAL_SERVER_ERROR
 
 from h3core.runtime.settings import Settings
@@ -22,6 +21,7 @@ from h3core.service.crosssite import CrossSiteGuard, CrossSitePolicy
 from h3core.service.methods import with_options
 from h3core.service.openapi import exact_components
 from h3core.service.routes import jobs, ops, uploads, videos
+from h3core.service.schema_page import SCHEMA_PATH, asset, render_plugin
 from h3core.service.strictness import ModelStrictness
 from h3core.service.validation import field_errors
 
@@ -78,7 +78,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
     )
     cross_site = CrossSitePolicy.of(settings, listen_host=settings.host)
     app = Litestar(
-        route_handlers=[v1, *ops.handlers_for(settings)],
+        route_handlers=[v1, *ops.handlers_for(settings), asset],
         dependencies={"svc": Provide(lambda: svc, sync_to_thread=False)},
         lifespan=[lifespan],
         plugins=[ModelStrictness()],
@@ -97,8 +97,8 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
             title="h3core",
             version="1",
             description="Long video-generation jobs (MiniMax-H3) that are never stuck, lost or silently half-done.",
-            path="/schema",
-            render_plugins=[SwaggerRenderPlugin(path="/")],
+            path=SCHEMA_PATH,
+            render_plugins=[render_plugin()],
         ),
         debug=False,
     )

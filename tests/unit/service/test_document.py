@@ -88,3 +88,24 @@ def test_every_file_is_sent_in_a_type_its_route_documents(client, document):
             r = client.request(method.upper(), f"/v1/jobs/{video['id']}/video", headers=headers)
             assert r.status_code == int(status), r.text
             assert documents(jobs[method]["responses"][status]["content"], r.headers["content-type"]), (method, status)
+
+
+def test_the_schema_page_loads_everything_from_the_service_itself(client):
+    """An offline GPU box shows it: no asset from a CDN (Litestar's default loads Swagger UI from one)."""
+    page = client.get("/schema")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html"), page.text
+    urls = re.findall(r"""(?:src|href)\s*=\s*['"]([^'"]+)""", page.text)
+    assert len(urls) >= 3, urls  # the script, its preset and the style at least
+    assert "://" not in page.text.split("<body", 1)[0]
+    kinds = {".js": "text/javascript", ".css": "text/css", ".png": "image/png"}
+    for url in urls:
+        assert url.startswith("/") and not url.startswith("//"), url  # same origin
+        r = client.get(url)
+        assert r.status_code == 200 and r.content, (url, r.status_code)
+        assert r.headers["content-type"].split(";")[0] == kinds[url[url.rindex(".") :]], (url, r.headers["content-type"])
+    assert b"SwaggerUIBundle" in client.get(next(u for u in urls if u.endswith("-bundle.js"))).content
+
+
+@pytest.mark.parametrize("name", ["swagger-editor-bundle.js", "index.css", "..%2F__init__.py", "LICENSE"])
+def test_only_the_pages_own_assets_are_served(client, name):
+    assert client.get(f"/schema/assets/{name}").status_code == 404
