@@ -96,7 +96,7 @@ def document(openapi: OpenAPI, models: Sequence[str]) -> None:
         "type": "object",
         "required": ["prompt"],
         "additionalProperties": False,
-        "properties": {**scalar, "input_reference": {"type": "string", "format": "binary"}},
+        "properties": {**scalar, "input_reference": {"type": "string", "format": "binary", "minLength": 1}},  # an empty file: 400
     }
     images = "image/png, image/jpeg"  # (webp is taken too; these are the ones a client can be expected to make)
     operation = openapi.paths["/v1/videos"].post  # type: ignore[index, union-attr]

@@ -60,10 +60,14 @@ def test_a_prompt_is_documented_as_not_blank_wherever_one_is_taken(document):
     assert prompt["minLength"] == 1 and prompt["maxLength"] == 8000 and re.search(prompt["pattern"], " x ")
 
 
-def test_an_image_url_needs_image_data(document):
+def test_an_input_reference_needs_image_data_as_a_data_url_or_a_file(client, document):
     videos = body_schema(document, "/v1/videos")
     assert not valid(document, videos, {"prompt": "p", "input_reference": {"image_url": "data:image/png;base64,"}})
     assert valid(document, videos, {"prompt": "p", "input_reference": {"image_url": "data:image/png;base64,iVBO"}})
+    form = body_schema(document, "/v1/videos", media="multipart/form-data")
+    assert form["properties"]["input_reference"]["minLength"] == 1
+    empty = client.post("/v1/videos", data={"prompt": "a fox"}, files={"input_reference": ("f.png", b"", "image/png")})
+    assert empty.status_code == 400 and empty.json()["error"]["param"] == "input_reference", empty.text
 
 
 def documents(content: dict, media_type: str) -> bool:
