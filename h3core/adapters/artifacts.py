@@ -13,7 +13,9 @@ one (`h3core gc`).
 `measure(path)` gives a file's size and sha256 as they are now; `resolve(artifact.path)` gives a
 file back, refusing any path that would leave the store's root. `delete(artifact.path)` removes a
 committed video on purpose and records when, so that `deleted_at` tells a deleted file from a
-lost one; the job's log is untouched.
+lost one; the job's log is untouched. `delete_video(job_id)` records that a job's video was
+deleted as a whole (OpenAI's Videos API: the object is gone, finished or not), read back by
+`video_deleted_at`; the caller removes the file with `delete`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ _ATTEMPT_FILE = re.compile(r"^attempt-(\d{1,9})\.")
 _PART = ".part"
 _RECORD = ".record.json"
 _DELETED = ".deleted"  # beside a video's name: when it was deleted on purpose (ISO 8601)
+_VIDEO_DELETED = "video.deleted"  # in a job's folder: when its video was deleted as a whole
 
 
 @runtime_checkable
@@ -69,12 +72,43 @@ class ArtifactStore(Protocol):
         """When `delete` removed the file; None if it never did."""
         ...
 
+    def delete_video(self, job_id: str) -> datetime:
+        """Record that the job's video is deleted; return when (the first time, if recorded before)."""
+        ...
+
+    def video_deleted_at(self, job_id: str) -> datetime | None:
+        """When `delete_video` recorded the job's video deleted; None if it never did."""
+        ...
+
 
 def media_type(path: Path | str) -> str:
     """A video's media type by its name (mimetypes knows no YUV4MPEG2, the fake's core-install video)."""
     if Path(path).suffix == ".y4m":
         return "video/x-yuv4mpeg2"
     return mimetypes.guess_type(Path(path).name)[0] or "application/octet-stream"
+
+
+def _mark(marker: Path) -> datetime:
+    """Write the time now to `marker`, durably, unless it holds one; return the time it holds."""
+    when = _marked(marker)
+    if when is None:
+        when = datetime.now(UTC)
+        part = marker.with_name(marker.name + _PART)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        with open(part, "w") as f:
+            f.write(when.isoformat())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(part, marker)
+        _fsync_dir(marker.parent)
+    return when
+
+
+def _marked(marker: Path) -> datetime | None:
+    try:
+        return datetime.fromisoformat(marker.read_text())
+    except FileNotFoundError:
+        return None
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -263,24 +297,17 @@ class LocalArtifactStore:
 
     def delete(self, rel_path: str) -> datetime:
         path = self.resolve(rel_path)
-        when = self.deleted_at(rel_path)
-        if when is None:
-            # The record first, then the file: no file is ever gone without saying it was deleted.
-            when = datetime.now(UTC)
-            marker = path.with_name(path.name + _DELETED)
-            part = marker.with_name(marker.name + _PART)
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            with open(part, "w") as f:
-                f.write(when.isoformat())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(part, marker)
+        # The record first, then the file: no file is ever gone without saying it was deleted.
+        when = _mark(path.with_name(path.name + _DELETED))
         path.unlink(missing_ok=True)
         return when
 
     def deleted_at(self, rel_path: str) -> datetime | None:
         path = self.resolve(rel_path)
-        try:
-            return datetime.fromisoformat(path.with_name(path.name + _DELETED).read_text())
-        except FileNotFoundError:
-            return None
+        return _marked(path.with_name(path.name + _DELETED))
+
+    def delete_video(self, job_id: str) -> datetime:
+        return _mark(self._dir(job_id) / _VIDEO_DELETED)
+
+    def video_deleted_at(self, job_id: str) -> datetime | None:
+        return _marked(self._dir(job_id) / _VIDEO_DELETED)

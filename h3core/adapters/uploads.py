@@ -32,7 +32,9 @@ from h3core.domain.geometry import Media
 
 Kind = Literal["image", "video", "audio"]
 
-_ID = re.compile(r"^u_[0-9a-f]{32}$")
+# The ids `put` mints (`u_` and 32 hex digits); a request names an upload by one of these.
+ID_PATTERN = r"^u_[0-9a-f]{32}$"
+_ID = re.compile(ID_PATTERN)
 
 
 def _riff(form: bytes) -> Callable[[bytes], bool]:
@@ -173,7 +175,10 @@ class LocalUploadStore:
                     size += len(chunk)
                     if size > limit:
                         raise UploadRejected(
-                            f"a {kind} upload may be at most {limit} bytes", field="body", status=413, limit=limit
+                            f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} upload may be at most {limit} bytes",
+                            field="body",
+                            status=413,
+                            limit=limit,
                         )
                     if len(head) < 16:
                         head += chunk[: 16 - len(head)]

@@ -5,67 +5,39 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio
 from litestar import Litestar, Request, Response, Router
 from litestar.di import Provide
-from litestar.exceptions import ClientException, HTTPException, NotAuthorizedException, ValidationException
+from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import SwaggerRenderPlugin
-from litestar.status_codes import (
-    HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-    HTTP_422_UNPROCESSABLE_ENTITY,
-    HTTP_500_INTERNAL_SERVER_ERROR,
-)
+from litestar.status_codes import HTTP_422_UNPROCESSABLE_ENTITY, HTTP_500_INTERNAL_SERVER_ERROR
 
 from h3core.runtime.settings import Settings
 from h3core.service.auth import bearer_guard
+from h3core.service.bodies import BodyLimits, ServiceRequest
 from h3core.service.context import Service, build_service
 from h3core.service.crosssite import CrossSiteGuard, CrossSitePolicy
 from h3core.service.methods import with_options
 from h3core.service.openapi import exact_components
 from h3core.service.routes import jobs, ops, uploads, videos
+from h3core.service.schema_page import SCHEMA_PATH, asset, render_plugin
 from h3core.service.strictness import ModelStrictness
-
-
-class _Request(Request):
-    async def json(self) -> Any:
-        try:
-            return await super().json()
-        except RecursionError:  # msgspec's bound on nesting: a client's body, not our fault
-            raise ClientException("the JSON body is nested too deeply to read") from None
+from h3core.service.validation import field_errors
 
 
 def _problem(status: int, detail: str, **extra) -> Response:
     return Response({"detail": detail, **{k: v for k, v in extra.items() if v is not None}}, status_code=status)
 
 
-# Header parameters are named in errors as the client sends them, not as Python spells them.
-_HEADERS = {"idempotency_key": "Idempotency-Key", "last_event_id": "Last-Event-ID", "content_type": "Content-Type"}
-
-
-def _error(e: dict) -> dict[str, str]:
-    key = str(e.get("key") or "body")
-    if key == "data":  # the request body, as Litestar names the handler's parameter
-        message = str(e.get("message"))
-        return {"field": "body", "message": "a JSON body is required" if message == "'data'" else message}
-    return {"field": _HEADERS.get(key, key), "message": str(e.get("message"))}
-
-
 def _validation_error(_: Request, exc: ValidationException) -> Response:
-    errors = [_error(e) for e in (exc.extra if isinstance(exc.extra, list) else [])]
-    if not errors:
-        errors = [{"field": "body", "message": exc.detail or "invalid request"}]
-    named = ", ".join(e["field"] for e in errors) or "the request"
-    return _problem(HTTP_422_UNPROCESSABLE_ENTITY, f"invalid {named}", errors=errors or None)
+    errors = field_errors(exc)
+    return _problem(HTTP_422_UNPROCESSABLE_ENTITY, f"invalid {', '.join(e['field'] for e in errors)}", errors=errors)
 
 
 def _http_error(request: Request, exc: HTTPException) -> Response:
     if videos.owns(request.url.path):  # no route matched (404, 405) under /v1/videos
         return videos.on_http_error(request, exc)
-    if exc.status_code == HTTP_413_REQUEST_ENTITY_TOO_LARGE:
-        return _problem(exc.status_code, exc.detail or "request body too large")
     headers = exc.headers or {}
     body = {"detail": exc.detail}
     if isinstance(exc.extra, dict):
@@ -106,15 +78,15 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
     )
     cross_site = CrossSitePolicy.of(settings, listen_host=settings.host)
     app = Litestar(
-        route_handlers=[v1, *ops.handlers_for(settings)],
+        route_handlers=[v1, *ops.handlers_for(settings), asset],
         dependencies={"svc": Provide(lambda: svc, sync_to_thread=False)},
         lifespan=[lifespan],
         plugins=[ModelStrictness()],
         middleware=[CrossSiteGuard(cross_site)],
         cors_config=cross_site.cors(),
-        request_class=_Request,
+        request_class=ServiceRequest,
         logging_config=None,  # the process configures logging (h3core.runtime.logs), not the app it embeds
-        request_max_body_size=settings.max_body_bytes,
+        request_max_body_size=None,  # bounded per route, naming the limit: `ServiceRequest`
         exception_handlers={
             ValidationException: _validation_error,
             NotAuthorizedException: _http_error,
@@ -125,14 +97,16 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
             title="h3core",
             version="1",
             description="Long video-generation jobs (MiniMax-H3) that are never stuck, lost or silently half-done.",
-            path="/schema",
-            render_plugins=[SwaggerRenderPlugin(path="/")],
+            path=SCHEMA_PATH,
+            render_plugins=[render_plugin()],
         ),
         debug=False,
     )
     exact_components(app.openapi_schema)
+    jobs.document(app.openapi_schema)
     videos.document(app.openapi_schema, settings.openai_models)
     app.state.service = svc
+    app.state.body_limits = BodyLimits.of(settings, image_bytes=svc.uploads.limits["image"])
     return app
 
 

@@ -13,7 +13,11 @@ reaches it for any page it shows. Three rules, checked before any handler runs:
   CORS answers (preflight and headers).
 - **Content type.** A state-changing request carries JSON (`application/json`) or nothing; the
   upload route checks its own (the file types it lists). Anything else, a form or `text/plain`
-  among them, is refused before its body is read: 415.
+  among them, is refused before its body is read: 415. A request with no body (`Content-Length:
+  0`, no `Transfer-Encoding`) has nothing to judge, whatever type it names.
+
+A header these rules read given twice (`Host`, `Origin`, `Content-Type`) is refused with 400
+naming it: which copy counts would otherwise be this guard's guess, and another reader's other one.
 """
 
 from __future__ import annotations
@@ -103,11 +107,22 @@ def _refuse(status: int, header: str, detail: str) -> ASGIResponse:
 
 
 _WANTED = frozenset({b"host", b"origin", b"content-type", b"content-length", b"transfer-encoding"})
+# Headers whose single value the rules act on: a second copy is refused, never chosen between.
+_SINGLE = {"host": "Host", "origin": "Origin", "content-type": "Content-Type"}
 
 
-def _headers(scope: Scope) -> dict[str, str]:
-    """The headers the rules read (ASGI gives names in lower case)."""
-    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k in _WANTED}
+def _headers(scope: Scope) -> tuple[dict[str, str], str | None]:
+    """The headers the rules read (ASGI gives names in lower case), and the first of `_SINGLE`
+    given more than once, as the client spells it."""
+    out: dict[str, str] = {}
+    for k, v in scope["headers"]:
+        if k not in _WANTED:
+            continue
+        name = k.decode("latin-1")
+        if name in out and name in _SINGLE:
+            return out, _SINGLE[name]
+        out[name] = v.decode("latin-1")
+    return out, None
 
 
 def _media_type(content_type: str) -> str:
@@ -128,7 +143,9 @@ class CrossSiteGuard(ASGIMiddleware):
             await next_app(scope, receive, send)
 
     def judge(self, scope: Scope) -> ASGIResponse | None:
-        headers = _headers(scope)
+        headers, repeated = _headers(scope)
+        if repeated is not None:
+            return _refuse(400, repeated, f"{repeated} is given more than once; send it once")
         host = headers.get("host")
         if not self.policy.host_allowed(host):
             return _refuse(
@@ -149,9 +166,12 @@ class CrossSiteGuard(ASGIMiddleware):
         if handler is not None and handler.opt.get(OWN_CONTENT_TYPES_OPT):
             return None
         given = headers.get("content-type")
+        # No body (a cancel): nothing to read, so whatever type it names says nothing. A request
+        # naming a type counts as bodiless only with an explicit `Content-Length: 0`.
+        length = headers.get("content-length", "0" if given is None else "")
+        if length.strip() == "0" and "transfer-encoding" not in headers:
+            return None
         if given is None:
-            if headers.get("content-length", "0").strip() == "0" and "transfer-encoding" not in headers:
-                return None  # nothing to read (a cancel); a browser sends a type with any body
             return _refuse(415, "Content-Type", "a request body must be JSON: Content-Type: application/json")
         if _media_type(given) != "application/json":
             return _refuse(415, "Content-Type", f"Content-Type {given!r} is not accepted: send JSON (application/json)")

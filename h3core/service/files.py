@@ -20,6 +20,9 @@ from h3core.domain.events import Artifact
 from h3core.service.ranges import Unsatisfiable, parse_range
 
 CHUNK = 1 << 16
+# A video is sent as its record says: mp4 from the pipeline; the fake's YUV4MPEG2 where PyAV is
+# missing and the container a ComfyUI workflow saves are other video types.
+VIDEO_MEDIA_TYPES = {"video/mp4": "the pipeline's video", "video/*": "another executor's container (its record's type)"}
 
 
 class ArtifactProblem(Exception):

@@ -16,12 +16,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from h3core.domain.ids import JOB_ID_PATTERN
-from h3core.domain.request import MAX_FRAMES, MAX_SIDE, MIN_SIDE, SIDE_MULTIPLE, UPLOAD_ID_PATTERN, present
+from h3core.domain.request import MAX_FRAMES, MAX_SIDE, MIN_SIDE, SIDE_MULTIPLE, present
 from h3core.domain.state import JobState
-from h3core.service.views import JobCreate
+from h3core.service.views import JobCreate, Prompt, UploadId, json_object, sides_refusal
 
 FPS = 24
 DEFAULT_MODEL = "minimax-h3"
@@ -43,16 +43,17 @@ class FileReference(BaseModel):
     """An image already uploaded (POST /v1/uploads), by its id."""
 
     model_config = ConfigDict(extra="forbid")
-    file_id: str = Field(pattern=UPLOAD_ID_PATTERN)
+    file_id: UploadId
+
+
+_B64 = "[A-Za-z0-9+/]"
 
 
 class ImageUrlReference(BaseModel):
     """An image inline, as a base64 data URL (no remote URL is fetched)."""
 
     model_config = ConfigDict(extra="forbid")
-    image_url: str = Field(
-        pattern=r"^data:image/(png|jpeg|webp);base64,([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
-    )
+    image_url: str = Field(pattern=rf"^data:image/(png|jpeg|webp);base64,({_B64}{{4}})*({_B64}{{4}}|{_B64}{{2}}==|{_B64}{{3}}=)$")
 
 
 def _excludes(name: str, *others: str) -> list[dict]:
@@ -113,7 +114,7 @@ class Video(BaseModel):
     progress: int = Field(ge=0, le=100)
     created_at: int
     completed_at: int | None
-    expires_at: int | None  # set once the video's file was deleted: when it stopped being downloadable
+    expires_at: int | None  # never set: no video expires here
     prompt: str
     size: str
     seconds: str
@@ -138,7 +139,12 @@ class VideoDeleted(BaseModel):
 class Remix(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    prompt: str
+    prompt: Prompt
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, data: object) -> object:
+        return json_object(data, cls)
 
 
 class ErrorDetail(BaseModel):
@@ -225,7 +231,7 @@ def _unix(at: datetime | None) -> int | None:
     return None if at is None else int(at.timestamp())
 
 
-def video_object(state: JobState, *, model: str, deleted_at: datetime | None = None) -> Video:
+def video_object(state: JobState, *, model: str) -> Video:
     error = None
     if state.status == "failed" and state.error is not None:
         error = VideoError(code=state.error.kind, message=state.error.message)
@@ -239,7 +245,7 @@ def video_object(state: JobState, *, model: str, deleted_at: datetime | None = N
         progress=progress(state),
         created_at=int(state.created_at.timestamp()),
         completed_at=_unix(state.finished_at),
-        expires_at=_unix(deleted_at),
+        expires_at=None,  # h3core keeps a video until it is deleted (then it is gone: 404)
         prompt=r.prompt,
         size=f"{r.width}x{r.height}",
         seconds=seconds_text(r.frames),
@@ -264,24 +270,15 @@ def poll_after_ms(state: JobState, now: datetime) -> int | None:
 _SIZE = re.compile(r"^\s*(\d{1,6})\s*[xX]\s*(\d{1,6})\s*$")
 
 
-def _nearest_side(n: int) -> int:
-    return min(max(math.floor(n / SIDE_MULTIPLE + 0.5) * SIDE_MULTIPLE, MIN_SIDE), MAX_SIDE)
-
-
 def parse_size(value: object) -> tuple[int, int]:
     """'WIDTHxHEIGHT' -> (width, height); sides the model cannot make are refused, naming the nearest."""
     m = _SIZE.match(value) if isinstance(value, str) else None
     if m is None:
         raise bad("size", f"size must be a string 'WIDTHxHEIGHT' (e.g. '1344x768'), not {value!r}")
     width, height = int(m.group(1)), int(m.group(2))
-    wrong = [str(s) for s in (width, height) if s % SIDE_MULTIPLE or not MIN_SIDE <= s <= MAX_SIDE]
-    if wrong:
-        raise bad(
-            "size",
-            f"size {value!r} cannot be made: MiniMax-H3 makes sides that are multiples of {SIDE_MULTIPLE} "
-            f"from {MIN_SIDE} to {MAX_SIDE}, and {' and '.join(dict.fromkeys(wrong))} is not; "
-            f"the nearest size it makes is {_nearest_side(width)}x{_nearest_side(height)}",
-        )
+    why = sides_refusal((width, height))
+    if why is not None:
+        raise bad("size", f"size {value!r} cannot be made: {why}")
     return width, height
 
 

@@ -9,10 +9,11 @@ of it, which is what validates the request or built the response.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from litestar.openapi.spec import OpenAPI
+from litestar.openapi.spec import OpenAPI, OpenAPIMediaType, OpenAPIResponse, Operation
 from litestar.openapi.spec.base import BaseSchemaObject
 from pydantic import BaseModel
 
@@ -75,3 +76,18 @@ def add_component(openapi: OpenAPI, model: type[BaseModel]) -> dict[str, Any]:
 
 def ref(model: type[BaseModel]) -> dict[str, str]:
     return {"$ref": _REF.format(model=model.__name__)}
+
+
+_BINARY = RawSchema({"type": "string", "format": "binary"})
+
+
+def file_responses(openapi: OpenAPI, path: str, method: str, media_types: Mapping[str, str]) -> None:
+    """A route that sends a file: 200 for the whole of it and 206 for the byte range a Range asks,
+    each in every media type it may have (`media_types`: the type and when it is sent)."""
+    operation: Operation = getattr(openapi.paths[path], method)  # type: ignore[index]
+    kinds = "; ".join(f"{t}: {when}" for t, when in media_types.items())
+    content = {t: OpenAPIMediaType(schema=_BINARY) for t in media_types}
+    assert operation.responses is not None
+    operation.responses["200"] = OpenAPIResponse(description=f"The whole file ({kinds})", content=content)
+    operation.responses["206"] = OpenAPIResponse(description="The byte range a Range header asked for", content=content)
+    operation.responses = dict(sorted(operation.responses.items()))

@@ -4,20 +4,118 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from h3core.adapters.uploads import ID_PATTERN as UPLOAD_ID_PATTERN
 from h3core.domain.admission import Ceiling, CeilingRow, Contract
-from h3core.domain.request import GenerationRequest
+from h3core.domain.request import (
+    MAX_PROMPT_CHARS,
+    MAX_REF_AUDIOS,
+    MAX_REF_IMAGES,
+    MAX_REF_VIDEOS,
+    MAX_SIDE,
+    MIN_SIDE,
+    SIDE_MULTIPLE,
+    GenerationRequest,
+    Keyframes,
+    References,
+)
 from h3core.domain.state import JobState
 
 ApiStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 
+# Whitespace as Python's `str.isspace` has it, spelled out: ECMA's, Python's and Rust's `\s` each
+# differ, and the document's pattern must mean to every reader what the server checks.
+WHITESPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NOT_BLANK_PATTERN = f"[^{WHITESPACE}]"  # somewhere in the text: a character other than whitespace
+
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise PydanticCustomError("blank", "the prompt is only whitespace: say what the video shows")
+    return text
+
+
+# New requests' prompts (a stored request's may predate the rule: the domain model reads those).
+Prompt = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_PROMPT_CHARS, json_schema_extra={"pattern": NOT_BLANK_PATTERN}),
+    AfterValidator(_not_blank),
+]
+# An upload a new request names: an id POST /v1/uploads gave (stored requests may hold older forms).
+UploadId = Annotated[str, StringConstraints(pattern=UPLOAD_ID_PATTERN)]
+
+
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+
+
+def not_an_object(value: object) -> str:
+    """What to say of a body that is JSON but not an object (no class name of ours in it)."""
+    kind = "null" if value is None else _JSON_TYPES.get(type(value), "another value")
+    return f"the body must be a JSON object with at least 'prompt', not {kind}"
+
+
+def json_object(data: object, model: type[BaseModel]) -> object:
+    """For a model's before-validator: `data` passed on if a JSON object (or the model already), else refused."""
+    if isinstance(data, dict | model):
+        return data
+    raise PydanticCustomError("json_object", not_an_object(data))
+
+
+def _nearest_side(n: int) -> int:
+    return min(max(math.floor(n / SIDE_MULTIPLE + 0.5) * SIDE_MULTIPLE, MIN_SIDE), MAX_SIDE)
+
+
+def sides_refusal(sides: tuple[int, ...]) -> str | None:
+    """Why the model cannot make a canvas with these sides (a width, a height, or both), naming
+    the rule and the nearest it makes; None when it can. Both APIs say it in these words."""
+    wrong = [str(n) for n in sides if n % SIDE_MULTIPLE or not MIN_SIDE <= n <= MAX_SIDE]
+    if not wrong:
+        return None
+    nearest = "x".join(str(_nearest_side(n)) for n in sides)
+    what = "size" if len(sides) > 1 else "side"
+    return (
+        f"MiniMax-H3 makes sides that are multiples of {SIDE_MULTIPLE} from {MIN_SIDE} to {MAX_SIDE}, "
+        f"and {' and '.join(dict.fromkeys(wrong))} is not; the nearest {what} it makes is {nearest}"
+    )
+
+
+class KeyframesInput(Keyframes):
+    """fl2va's first and/or last frame, as ids POST /v1/uploads gave."""
+
+    first: UploadId | None = None
+    last: UploadId | None = None
+
+
+class ReferencesInput(References):
+    """ref2va's reference media, as ids POST /v1/uploads gave."""
+
+    images: tuple[UploadId, ...] = Field(default=(), max_length=MAX_REF_IMAGES, strict=False)
+    videos: tuple[UploadId, ...] = Field(default=(), max_length=MAX_REF_VIDEOS, strict=False)
+    audios: tuple[UploadId, ...] = Field(default=(), max_length=MAX_REF_AUDIOS, strict=False)
+
 
 class JobCreate(GenerationRequest):
-    """A generation request, plus where it goes in the queue."""
+    """A generation request, plus where it goes in the queue; what a new request may say is
+    narrower than what a stored one holds (its prompt not blank, its uploads' ids as minted)."""
 
+    prompt: Prompt
+    keyframes: KeyframesInput | None = None
+    references: ReferencesInput | None = None
     priority: int = Field(default=0, ge=-100, le=100)
 
     @model_validator(mode="before")
@@ -25,10 +123,22 @@ class JobCreate(GenerationRequest):
     def _integral_numbers(cls, data: object) -> object:
         """JSON has one number type: `24.0` is the integer 24 (JSON Schema agrees), `24.5` is not.
         Strings stay refused: strictness is about types, and "24" is text."""
-        if not isinstance(data, dict):
+        if not isinstance(json_object(data, cls), dict):
             return data
         ints = {name for name, f in cls.model_fields.items() if f.annotation is int}
         return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in data.items()}
+
+    @field_validator("width", "height", mode="wrap")
+    @classmethod
+    def _side(cls, value: object, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> object:
+        """A whole number the model cannot make as a side is refused naming the rule and the nearest side."""
+        try:
+            return handler(value)
+        except ValidationError:
+            why = sides_refusal((value,)) if isinstance(value, int) and not isinstance(value, bool) else None
+            if why is None:
+                raise  # not a whole number: the type's own error
+            raise PydanticCustomError("side", f"{info.field_name} {value} cannot be made: {why}") from None
 
     def generation(self) -> GenerationRequest:
         return GenerationRequest.model_validate(self.model_dump(exclude={"priority"}))
@@ -84,6 +194,8 @@ class Problem(BaseModel):
     errors: list[dict[str, str]] | None = None
     ceiling: Ceiling | None = None
     reason: str | None = None  # a refused submission: the limit it broke (vram, model_window, mode_unavailable, ...)
+    limit: int | None = None  # a body or upload too large (413): the limit in bytes
+    setting: str | None = None  # and the setting that sets it
 
 
 class GroupView(BaseModel):

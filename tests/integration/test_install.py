@@ -41,6 +41,7 @@ NOT_IN_CORE = (
     "numpy",
     "pillow",
     "ray",
+    "swagger-ui-py",
 )
 
 

@@ -24,6 +24,7 @@ OPTIONAL = (
     "ray",
     "PIL",
     "aiohttp",
+    "swagger_ui",
 )
 
 

@@ -9,6 +9,7 @@ from typing import Annotated
 from litestar import Request, Response, get, head, post
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import OpenAPI
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
@@ -20,6 +21,7 @@ from h3core.runtime.follow import follow
 from h3core.runtime.runner import new_job_id
 from h3core.service import files
 from h3core.service.context import Service
+from h3core.service.openapi import file_responses
 from h3core.service.submission import in_thread, job_state, submit
 from h3core.service.views import ApiStatus, JobCreate, JobPage, JobView, job_view, problems
 
@@ -184,6 +186,12 @@ async def job_video(svc: Service, request: Request, job_id: str) -> Stream:
 )
 async def job_video_head(svc: Service, request: Request, job_id: str) -> Response[None]:
     return files.head(await _video(svc, request, job_id))
+
+
+def document(openapi: OpenAPI) -> None:
+    """The video's media types, whole (200) or a range (206), for GET and HEAD."""
+    for method in ("get", "head"):
+        file_responses(openapi, "/v1/jobs/{job_id}/video", method, files.VIDEO_MEDIA_TYPES)
 
 
 handlers = [create_job, get_job, list_jobs, cancel_job, job_events, job_stream, job_video, job_video_head]

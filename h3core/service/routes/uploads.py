@@ -11,6 +11,7 @@ from litestar.openapi.spec import Operation, RequestBody, Schema
 from litestar.openapi.spec.enums import OpenAPIFormat, OpenAPIType
 
 from h3core.adapters.uploads import CONTENT_TYPES, Upload, UploadRejected
+from h3core.service.bodies import BODY_OPT, upload_limit_note
 from h3core.service.context import Service
 from h3core.service.crosssite import OWN_CONTENT_TYPES_OPT
 from h3core.service.views import problems
@@ -39,18 +40,19 @@ class _RawFileOperation(Operation):
     description="The raw file as the body, its type in Content-Type (" + ", ".join(sorted(CONTENT_TYPES)) + "). "
     "Returns the id that requests name in keyframes or references.",
     responses=problems(400, 401, 413, 415, 422),
-    request_max_body_size=None,  # the upload store enforces the per-kind limit while it streams
-    opt={OWN_CONTENT_TYPES_OPT: True},  # file types, not JSON: the upload store checks them (415)
+    # File types, not JSON: the upload store checks them (415) and each kind's limit as it streams.
+    opt={OWN_CONTENT_TYPES_OPT: True, BODY_OPT: "own"},
     operation_class=_RawFileOperation,
 )
 async def upload(svc: Service, request: Request) -> Upload:
     try:
         return await svc.uploads.put(request.headers.get("content-type", ""), request.stream())
     except UploadRejected as exc:
-        extra = {"errors": [{"field": exc.field, "message": str(exc)}]}
+        detail = str(exc) if exc.status != 413 or exc.limit is None else f"{exc} ({upload_limit_note(exc.limit, svc.settings)})"
+        extra: dict[str, object] = {"errors": [{"field": exc.field, "message": detail}]}
         if exc.limit is not None:
             extra["limit"] = exc.limit
-        raise HTTPException(status_code=exc.status, detail=str(exc), extra=extra) from None
+        raise HTTPException(status_code=exc.status, detail=detail, extra=extra) from None
 
 
 handlers = [upload]

@@ -18,18 +18,19 @@ from typing import Annotated, Literal
 import anyio
 from litestar import Request, Response, Router, delete, get, post
 from litestar.datastructures import UploadFile
-from litestar.exceptions import HTTPException, NotAuthorizedException, SerializationException, ValidationException
+from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Encoding, OpenAPI, OpenAPIMediaType, RequestBody
 from litestar.params import Parameter
 from pydantic import ValidationError
 
 from h3core.adapters import previews
-from h3core.adapters.uploads import DEFAULT_LIMITS, UploadRejected
+from h3core.adapters.uploads import UploadRejected
 from h3core.domain.request import GenerationRequest, Keyframes
 from h3core.domain.state import JobState
 from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
 from h3core.service import files
+from h3core.service.bodies import BODY_OPT, BodyNotJson, upload_limit_note
 from h3core.service.context import Service
 from h3core.service.crosssite import OWN_CONTENT_TYPES_OPT
 from h3core.service.methods import with_options
@@ -51,13 +52,11 @@ from h3core.service.openai_videos import (
     video_object,
     video_status,
 )
-from h3core.service.openapi import RawSchema, add_component, ref
+from h3core.service.openapi import RawSchema, add_component, file_responses, ref
 from h3core.service.submission import in_thread, submit
-from h3core.service.views import JobCreate
+from h3core.service.validation import field_errors
+from h3core.service.views import JobCreate, not_an_object
 
-# An image (even as a base64 data URL) and the other fields; the upload store applies its own
-# per-kind limit on top of this.
-CREATE_MAX_BYTES = DEFAULT_LIMITS["image"] * 4 // 3 + (1 << 20)
 # A placeholder upload id, to validate a request before its input_reference is stored.
 _PENDING_UPLOAD = "u_" + "0" * 32
 _DATA_URL = re.compile(r"^data:(image/[A-Za-z0-9.+-]+);base64,(.*)$", re.S)
@@ -81,7 +80,11 @@ def _not_null(prop: dict) -> dict:
 
 def document(openapi: OpenAPI, models: Sequence[str]) -> None:
     """The create call's body in the document, as `VideoCreate` states it (the deployment's models
-    listed): JSON, and the multipart form the SDK sends with a file (its scalar fields, the file)."""
+    listed): JSON, and the multipart form the SDK sends with a file (its scalar fields, the file);
+    the content route's media types, one per variant."""
+    variants = {t: f"variant=video, {what}" for t, what in files.VIDEO_MEDIA_TYPES.items()}
+    variants |= {previews.THUMBNAIL_TYPE: "variant=thumbnail", previews.SPRITESHEET_TYPE: "variant=spritesheet"}
+    file_responses(openapi, "/v1/videos/{video_id}/content", "get", variants)
     schema = add_component(openapi, VideoCreate)
     schema["properties"]["model"] = {"anyOf": [{"enum": list(models)}, {"type": "null"}], "default": None}
     # A form field is text, there or not: the form takes OpenAI's fields (the canvas and the length
@@ -93,7 +96,7 @@ def document(openapi: OpenAPI, models: Sequence[str]) -> None:
         "type": "object",
         "required": ["prompt"],
         "additionalProperties": False,
-        "properties": {**scalar, "input_reference": {"type": "string", "format": "binary"}},
+        "properties": {**scalar, "input_reference": {"type": "string", "format": "binary", "minLength": 1}},  # an empty file: 400
     }
     images = "image/png, image/jpeg"  # (webp is taken too; these are the ones a client can be expected to make)
     operation = openapi.paths["/v1/videos"].post  # type: ignore[index, union-attr]
@@ -111,17 +114,32 @@ def document(openapi: OpenAPI, models: Sequence[str]) -> None:
 # -- reads ------------------------------------------------------------------------------------
 
 
+def _deleted_at(svc: Service, state: JobState) -> datetime | None:
+    """When DELETE removed the video (a stat of its record; earlier versions recorded only its file's)."""
+    when = svc.artifacts.video_deleted_at(state.job_id)
+    if when is None and state.artifact is not None:
+        when = svc.artifacts.deleted_at(state.artifact.path)
+    return when
+
+
 def _state(svc: Service, video_id: str) -> JobState:
+    """The video's job, or 404: there is none, or the video was deleted (as OpenAI's API answers)."""
     state = svc.store.get(video_id)  # a point read: inline, as in /v1/jobs
     if state is None:
         raise VideoApiError(404, f"no video {video_id!r}", param="video_id", code="video_not_found")
+    deleted = _deleted_at(svc, state)
+    if deleted is not None:
+        raise VideoApiError(
+            404,
+            f"video {video_id!r} was deleted at {deleted.isoformat()}; its job and log stay on /v1/jobs/{video_id}",
+            param="video_id",
+            code="video_deleted",
+        )
     return state
 
 
 def _video(svc: Service, state: JobState) -> Video:
-    # A stat of the artifact's deletion record, only for finished videos.
-    deleted = svc.artifacts.deleted_at(state.artifact.path) if state.artifact is not None else None
-    return video_object(state, model=svc.settings.openai_models[0], deleted_at=deleted)
+    return video_object(state, model=svc.settings.openai_models[0])
 
 
 # -- create -----------------------------------------------------------------------------------
@@ -139,10 +157,11 @@ async def _params(request: Request) -> tuple[dict[str, object], bool]:
         )
     try:
         body = await request.json()
-    except SerializationException:
-        raise bad(None, "the body is not valid JSON", code="invalid_json") from None
+    except BodyNotJson as exc:
+        raise bad(None, exc.detail, code=exc.code) from None
     if not isinstance(body, dict):
-        raise bad(None, "the body must be a JSON object with at least 'prompt'", code="invalid_json")
+        empty = body is None and not await request.body()
+        raise bad(None, "a JSON body is required" if empty else not_an_object(body), code="invalid_json")
     return body, False
 
 
@@ -189,9 +208,10 @@ async def _stored_reference(svc: Service, ref: object) -> str:
     try:
         upload = await svc.uploads.put(ctype, chunks)
     except UploadRejected as exc:
-        raise VideoApiError(
-            413 if exc.status == 413 else 400, f"input_reference: {exc}", param="input_reference", code="invalid_upload"
-        ) from None
+        if exc.status == 413 and exc.limit is not None:
+            message = f"input_reference: {exc} ({upload_limit_note(exc.limit, svc.settings)})"
+            raise VideoApiError(413, message, param="input_reference", code="request_too_large") from None
+        raise VideoApiError(400, f"input_reference: {exc}", param="input_reference", code="invalid_upload") from None
     if upload.kind != "image":
         raise bad("input_reference", f"input_reference must be an image (the first frame), not {upload.kind}")
     return upload.id
@@ -230,8 +250,8 @@ async def _submit(
     description="JSON or multipart, as the OpenAI SDK sends it: prompt, model, size ('WxH', sides multiples of 32), "
     "seconds (24 fps), input_reference (an image: fl2va's first frame); any field of POST /v1/jobs besides.",
     responses=_errors(400, 401, 409, 413, 415, 503),
-    request_max_body_size=CREATE_MAX_BYTES,
-    opt={OWN_CONTENT_TYPES_OPT: True},  # JSON or multipart (the SDK's upload): `_params` checks, 415 otherwise
+    # JSON or multipart (the SDK's upload): `_params` checks, 415 otherwise; each has its limit.
+    opt={OWN_CONTENT_TYPES_OPT: True, BODY_OPT: "json_or_form"},
 )
 async def create_video(svc: Service, request: Request, idempotency_key: _IdempotencyKey = None) -> Video:
     params, form = await _params(request)
@@ -272,12 +292,24 @@ async def retrieve_video(svc: Service, video_id: str) -> Response[Video]:
 
 
 def _page(svc: Service, cursor: int | None, limit: int, oldest_first: bool) -> VideoList:
-    edge = {"after": cursor} if oldest_first else {"before": cursor}
-    rows = svc.store.list_jobs(limit=limit + 1, oldest_first=oldest_first, **edge)
-    data = [_video(svc, state) for _, state in rows[:limit]]
-    return VideoList(
-        data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None, has_more=len(rows) > limit
-    )
+    """Up to `limit` videos past `cursor`, deleted ones left out: jobs are read in batches until
+    the page is full or the list ends."""
+    data: list[Video] = []
+    more = False
+    while not more:
+        edge = {"after": cursor} if oldest_first else {"before": cursor}
+        rows = svc.store.list_jobs(limit=limit + 1, oldest_first=oldest_first, **edge)
+        for _, state in rows:
+            if _deleted_at(svc, state) is not None:
+                continue
+            if len(data) == limit:
+                more = True
+                break
+            data.append(_video(svc, state))
+        if len(rows) <= limit:
+            break
+        cursor = rows[-1][0]
+    return VideoList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None, has_more=more)
 
 
 @get("/", summary="Videos, newest first (order=asc: oldest first)", responses=_errors(400, 401, 404))
@@ -298,15 +330,17 @@ async def list_videos(
 @delete(
     "/{video_id:str}",
     status_code=200,
-    summary="Delete a video: cancels a live one, deletes a finished one's file (its log stays)",
+    summary="Delete a video: it is gone from /v1/videos (404 after, as OpenAI's API answers)",
+    description="A live video is cancelled and a finished one's file deleted. From then on every /v1/videos route "
+    "answers 404 for it (code video_deleted) and the list leaves it out; its job and event log stay on /v1/jobs.",
     responses=_errors(401, 404),
 )
 async def delete_video(svc: Service, video_id: str) -> VideoDeleted:
     state = _state(svc, video_id)
+    await in_thread(svc.artifacts.delete_video, video_id)  # first: gone from here whatever follows
     if not state.terminal:
         try:
-            await svc.runner.cancel(video_id, reason="deleted through /v1/videos")
-            return VideoDeleted(id=video_id, deleted=True)
+            state = await svc.runner.cancel(video_id, reason="deleted through /v1/videos")
         except NotCancellable as exc:
             state = exc.state  # it ended meanwhile: delete what it left
     if state.artifact is not None:
@@ -320,8 +354,7 @@ async def delete_video(svc: Service, video_id: str) -> VideoDeleted:
 @get(
     "/{video_id:str}/content",
     summary="A finished video's mp4 (supports Range), thumbnail (WebP) or spritesheet (JPEG)",
-    responses=_errors(400, 401, 404, 416),
-    media_type="application/octet-stream",
+    responses=_errors(400, 401, 404, 416),  # 200 and 206, in each variant's type: `document`
 )
 async def video_content(
     svc: Service, request: Request, video_id: str, variant: Literal["video", "thumbnail", "spritesheet"] = "video"
@@ -365,9 +398,9 @@ def _on_api_error(_: Request, exc: VideoApiError) -> Response:
 
 
 def _on_validation(_: Request, exc: ValidationException) -> Response:
-    first = exc.extra[0] if isinstance(exc.extra, list) and exc.extra else {}
-    param = str(first["key"]) if first.get("key") else None
-    message = f"invalid {param}: {first.get('message')}" if param else (exc.detail or "invalid request")
+    first = field_errors(exc)[0]
+    param = None if first["field"] == "body" else first["field"]  # the body as a whole is no parameter
+    message = f"invalid {first['field']}: {first['message']}"
     return Response(error_body(400, message, param=param, code="invalid_value"), status_code=400)
 
 
@@ -377,7 +410,8 @@ def owns(path: str) -> bool:
 
 
 def on_http_error(_: Request, exc: HTTPException) -> Response:
-    body = error_body(exc.status_code, exc.detail or "request refused", code=_CODES.get(exc.status_code))
+    code = getattr(exc, "code", None) or _CODES.get(exc.status_code)  # an exception's own (BodyNotJson), or the status's
+    body = error_body(exc.status_code, exc.detail or "request refused", code=code)
     return Response(body, status_code=exc.status_code, headers=exc.headers or {})
 
 

@@ -307,3 +307,54 @@ def test_the_document_describes_the_stream_and_refuses_what_the_server_refuses(a
     assert create["properties"]["seed"]["maximum"] == 2**63 - 1
     lei = next(p for p in doc["paths"]["/v1/jobs/{job_id}/stream"]["get"]["parameters"] if p["name"] == "Last-Event-ID")
     assert (lei["schema"]["minimum"], lei["schema"]["maximum"]) == (0, 2**63 - 1)
+
+
+# -- 6. headers as a client other than httpx sends them --------------------------------------------
+
+
+def raw(api_server, request: bytes) -> tuple[int, dict]:
+    """Send `request` as it is over a socket (httpx would merge repeated headers); the status and JSON body."""
+    with socket.create_connection(("127.0.0.1", api_server.port), timeout=30) as s:
+        s.sendall(request)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), json.loads(body) if body else {}
+
+
+@pytest.mark.parametrize(
+    ("headers", "name"),
+    [
+        (b"Host: 127.0.0.1\r\nHost: evil.example\r\n", "Host"),
+        (b"Host: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Type: text/plain\r\n", "Content-Type"),
+        (b"Host: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Type: application/json\r\n", "Content-Type"),
+    ],
+    ids=["host", "json-then-text", "text-then-json"],
+)
+def test_a_header_the_guard_reads_given_twice_is_400_naming_it(api, api_server, headers, name):
+    before = count(api)
+    body = BODY.encode()
+    request = b"POST /v1/jobs HTTP/1.1\r\n" + headers + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
+    status, problem = raw(api_server, request)
+    assert status == 400 and problem["errors"][0]["field"] == name and "more than once" in problem["detail"], problem
+    assert count(api) == before, "nothing was queued"
+
+
+def test_aiohttps_bodiless_cancel_is_taken(api, api_server):
+    """aiohttp sends `Content-Type: application/octet-stream` and `Content-Length: 0` with no body."""
+    import asyncio
+
+    import aiohttp
+
+    job = long_job(api)
+
+    async def cancel() -> tuple[int, dict, str | None]:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{api_server.url}/v1/jobs/{job['id']}/cancel") as r:
+                return r.status, await r.json(), r.request_info.headers.get("Content-Type")
+
+    status, view, sent = asyncio.run(cancel())
+    assert sent == "application/octet-stream"  # what the guard once refused (415)
+    assert status == 202 and view["cancel_requested"] is True, view
+    wait_job(api, job["id"], ("cancelled",))

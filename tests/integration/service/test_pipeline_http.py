@@ -11,7 +11,7 @@ from tests.integration.service.openai_sdk import (
     IGNORE_SDK_DEPRECATION,
     create_to_completed,
     delete_finished_keeps_the_log,
-    delete_running_ends_cancelled,
+    delete_running_cancels_it,
     refusals,
     remix_to_completed,
     sdk,
@@ -78,10 +78,10 @@ def test_the_openai_sdk_round_trip_on_the_tiny_model(tiny_server: Server):
     client = sdk(tiny_server)
     video = create_to_completed(client, size="64x64", seconds="0.917", frames=22, steps=3)  # 22 frames: 17n + 5
     remix_to_completed(client, video, timeout=120)
-    delete_running_ends_cancelled(
+    delete_running_cancels_it(
         client, timeout=120, prompt="a fox that takes long", size="64x64", seconds="0.917", extra_body={"steps": 1000}
     )
-    delete_finished_keeps_the_log(client, tiny_server, video)
+    delete_finished_keeps_the_log(client, video)
     refusals(client)
 
 

@@ -171,3 +171,13 @@ def test_delete_never_leaves_the_store(committed, escape):
         store.delete(escape)
     with pytest.raises(ValueError, match="leaves the artifact store"):
         store.deleted_at(escape)
+
+
+def test_a_video_deleted_as_a_whole_is_recorded_once_with_or_without_a_file(tmp_path):
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    assert store.video_deleted_at("job1") is None
+    when = store.delete_video("job1")  # a job that never made a file: its folder is made for the record
+    assert store.video_deleted_at("job1") == when and store.delete_video("job1") == when
+    assert store.files() == []  # the record is no attempt's file: gc never lists it
+    with pytest.raises(ValueError, match="not a safe artifact name"):
+        store.delete_video("../job1")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from h3core.runtime.settings import Settings
-from h3core.service.crosssite import CrossSitePolicy, hostname
+from h3core.service.crosssite import CrossSiteGuard, CrossSitePolicy, hostname
 
 LOCAL = CrossSitePolicy.of(Settings(), listen_host="127.0.0.1")
 
@@ -58,3 +60,77 @@ def test_hostname(given, name):
 def test_a_setting_that_is_not_an_origin_is_refused(origin):
     with pytest.raises(ValueError, match="not an origin"):
         Settings(cors_origins=[origin])
+
+
+# -- the guard on a request's headers ------------------------------------------------------------
+
+GUARD = CrossSiteGuard(LOCAL)
+
+
+def judged(method: str, *headers: tuple[str, str]) -> tuple[int, dict] | None:
+    """The guard's refusal of a request with these headers (status, body), or None."""
+    scope = {
+        "type": "http",
+        "method": method,
+        "scheme": "http",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers],
+    }
+    refusal = GUARD.judge(scope)  # type: ignore[arg-type]
+    return None if refusal is None else (refusal.status_code, json.loads(refusal.body))
+
+
+HOST = ("Host", "127.0.0.1:8100")
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("Content-Type", "application/octet-stream"), ("Content-Length", "0")],  # aiohttp's bodiless post
+        [("Content-Type", "text/plain"), ("Content-Length", "0")],
+        [("Content-Length", "0")],
+        [],
+    ],
+)
+def test_a_request_without_a_body_is_not_judged_by_its_type(headers):
+    assert judged("POST", HOST, *headers) is None
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("Content-Type", "text/plain"), ("Content-Length", "1")],
+        [("Content-Type", "application/x-www-form-urlencoded"), ("Content-Length", "3")],
+        [("Content-Type", "text/plain"), ("Content-Length", "0"), ("Transfer-Encoding", "chunked")],
+        [("Content-Type", "text/plain")],  # a type and no length: a body of unknown size (HTTP/2), judged
+        [("Content-Length", "5")],
+    ],
+)
+def test_a_body_that_is_not_json_is_still_refused(headers):
+    refusal = judged("POST", HOST, *headers)
+    assert refusal is not None and refusal[0] == 415 and refusal[1]["errors"][0]["field"] == "Content-Type", refusal
+
+
+def test_a_cross_site_post_is_refused_with_or_without_a_body():
+    for body in ([("Content-Length", "0")], [("Content-Type", "text/plain"), ("Content-Length", "4")]):
+        refusal = judged("POST", HOST, ("Origin", "https://evil.example"), *body)
+        assert refusal is not None and refusal[0] == 403, refusal
+
+
+@pytest.mark.parametrize(
+    ("headers", "name"),
+    [
+        ([("Host", "127.0.0.1"), ("Host", "evil.example")], "Host"),
+        ([HOST, ("Host", "127.0.0.1:8100")], "Host"),
+        ([HOST, ("Content-Type", "application/json"), ("Content-Type", "text/plain")], "Content-Type"),
+        ([HOST, ("Content-Type", "text/plain"), ("Content-Type", "application/json")], "Content-Type"),
+        ([HOST, ("Origin", "http://127.0.0.1:8100"), ("Origin", "https://evil.example")], "Origin"),
+    ],
+)
+def test_a_header_the_guard_reads_given_twice_is_400_naming_it(headers, name):
+    for method in ("GET", "POST"):
+        refusal = judged(method, *headers)
+        assert refusal is not None and refusal[0] == 400, refusal
+        assert (
+            refusal[1]["errors"] == [{"field": name, "message": refusal[1]["detail"]}]
+            and "more than once" in refusal[1]["detail"]
+        )

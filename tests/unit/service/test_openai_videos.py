@@ -80,12 +80,11 @@ def test_each_job_status_becomes_openais_status_with_its_fields():
     assert cancelled.completed_at == int(T0.timestamp())
 
 
-def test_a_remix_names_its_source_and_a_deleted_video_expires_when_it_was_deleted():
+def test_a_remix_names_its_source_and_no_video_expires():
     state = state_after(*RUNNING, Done(artifact=artifact()), remixed_from="job0")
-    deleted = T0 + timedelta(minutes=5)
-    video = video_object(state, model="m", deleted_at=deleted)
+    video = video_object(state, model="m")
     assert video.remixed_from_video_id == "job0"
-    assert video.expires_at == int(deleted.timestamp()) and video.status == "completed"
+    assert video.expires_at is None and video.status == "completed"
 
 
 @given(st.integers(1, 500).flatmap(lambda total: st.tuples(st.integers(1, total), st.just(total))))
