@@ -7,8 +7,8 @@ timeout), overruns its deadline, is cancelled, or the runner itself is cancelled
 writes happen in shielded scopes; executors never write events.
 
 One exception, by design: when the runner is stopped while an attempt of a `Resumable` executor
-runs and that executor detaches it (its work goes on outside h3core, a ComfyUI prompt), nothing
-is written and the attempt stays `running` in the log; the next start re-attaches to it
+runs and that executor detaches it (its work goes on outside h3core, a ComfyUI prompt), only
+`detached` is written and the attempt stays `running` in the log; the next start re-attaches to it
 (`Resumed`) and the guarantee resumes there: it ends as above, or `executor_lost` if the work is
 gone. A stop or a crash leaves nothing that no start will end.
 

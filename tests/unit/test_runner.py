@@ -447,3 +447,28 @@ async def test_done_and_oom_events_carry_the_requests_token_count(make_runner):
     failed_event = runner.store.events(oom.job_id)[-1].body
     assert done_event.tokens == count_tokens(runner.store.get(ok.job_id).request).total
     assert failed_event.kind == "oom" and failed_event.tokens == count_tokens(runner.store.get(oom.job_id).request).total
+
+
+def test_a_resumed_attempt_was_unfollowed_since_its_detach_or_after_a_crash_since_the_runner_was_last_seen():
+    from datetime import UTC, datetime, timedelta
+
+    from h3core.domain.events import CancelRequested, Detached, Event, Resumed
+    from h3core.runtime._recovery import unfollowed_since
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def log(*bodies):
+        return [Event(job_id="j", seq=i + 1, at=t0 + timedelta(seconds=10 * i), body=b) for i, b in enumerate(bodies)]
+
+    begun = [submitted(), Admitted(), Running(attempt=1, executor="comfyui", executor_ref="p"), Progress(step=1, total=9)]
+    # A graceful stop: its `detached`, whatever came after it (a cancel stored meanwhile) or was written elsewhere.
+    stopped = log(*begun, Detached(attempt=1, executor_ref="p"), CancelRequested())
+    assert unfollowed_since(stopped, 1, t0 + timedelta(seconds=45)) == t0 + timedelta(seconds=40)
+    # A crash: the last this attempt's runner wrote, or the last any runner wrote to the store if later;
+    # a cancel another process stored is no sign of the runner.
+    crashed = log(*begun, CancelRequested())
+    assert unfollowed_since(crashed, 1, None) == t0 + timedelta(seconds=30)
+    assert unfollowed_since(crashed, 1, t0 + timedelta(seconds=35)) == t0 + timedelta(seconds=35)
+    # Detached before an earlier resume does not count for the run after it.
+    again = log(*begun, Detached(attempt=1, executor_ref="p"), Resumed(attempt=1, executor_ref="p", after_s=1.0))
+    assert unfollowed_since(again, 1, None) == t0 + timedelta(seconds=50)

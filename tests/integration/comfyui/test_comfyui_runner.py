@@ -9,6 +9,7 @@ test_comfyui_process.py, with a real process killed by SIGKILL).
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 
 import anyio
 import av
@@ -378,3 +379,23 @@ async def test_a_prompt_gone_when_h3core_comes_back_fails_the_resumed_attempt_ex
     assert state.attempt_errors[0].kind == "executor_lost"
     kinds = types(runner, job_id)
     assert kinds[kinds.index("resumed") :][:3] == ["resumed", "attempt_failed", "running"] and kinds.count("resumed") == 1
+
+
+async def test_resumed_after_counts_from_when_h3core_stopped_not_from_the_jobs_last_event(make_runner, comfy, store):
+    comfy.step_seconds = 0.05
+    async with make_runner(store) as runner:
+        job = await runner.submit(req(steps=40))
+        await until(lambda: (store.get(job.job_id).step or 0) >= 3)
+        comfy.step_seconds = 3.0  # the prompt goes quiet (a long step): no event for a while before the stop
+        await until(lambda: (datetime.now(UTC) - store.get(job.job_id).updated_at).total_seconds() >= 1.0)
+    stopped = store.events(job.job_id)
+    assert stopped[-1].type == "detached" and stopped[-1].body.executor_ref == stopped[2].body.executor_ref
+    progress = [e for e in stopped if e.type == "progress"][-1]
+    comfy.step_seconds = 0.01
+    async with make_runner(store) as runner:
+        state = await ended(runner, job.job_id)
+    assert state.status == "done" and state.attempt == 1
+    resumed = next(e for e in store.events(job.job_id) if e.type == "resumed")
+    unfollowed = (resumed.at - stopped[-1].at).total_seconds()
+    assert 0 <= resumed.body.after_s <= unfollowed + 0.001, "from the stop (detached) to the resume"
+    assert resumed.body.after_s < (resumed.at - progress.at).total_seconds() - 0.9, "not from the job's last step"
