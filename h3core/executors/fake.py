@@ -136,7 +136,13 @@ class FakeExecutor(NoReports):
                 modes.append(ModeReadiness(mode=mode))
         budget = GroupBudget(size=1, tokens=lim.budget_tokens, verified=lim.budget_tokens is not None, source="fake limits")
         return Capabilities(
-            executor=self.name, hardware="fake", modes=tuple(modes), window=window, groups=(budget,), media=dict(lim.media)
+            executor=self.name,
+            hardware="fake",
+            modes=tuple(modes),
+            window=window,
+            groups=(budget,),
+            media=dict(lim.media),
+            exact_frames=MODES,  # it writes the frames asked, not the model's 17n + 5
         )
 
     def set_ready(self, ready: bool, reason: str = "not ready", modes: tuple[str, ...] = MODES) -> None:

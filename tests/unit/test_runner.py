@@ -322,8 +322,21 @@ async def test_jobs_run_by_priority_then_in_submission_order(make_runner, tmp_pa
 async def test_inert_fields_are_accepted_with_a_warning(make_runner):
     async with make_runner() as runner:
         job = await runner.submit(request(cfg_scale=5.0, turbo=True))
-    assert len(job.warnings) == 3 and "cfg_scale" in job.warnings[0]
-    assert job.warnings[2] == "24 frames snapped to 39: MiniMax-H3 makes 17n+5"  # recorded with the job, like the others
+    assert len(job.warnings) == 2 and "cfg_scale" in job.warnings[0] and "turbo" in job.warnings[1]
+
+
+async def test_a_frame_count_is_said_snapped_only_where_the_executor_makes_another(make_runner, tmp_path):
+    from h3core.domain.capabilities import Capabilities
+    from h3core.runtime.contracts import LiveContract
+
+    async with make_runner() as runner:  # the fake writes exactly the frames asked
+        job = await runner.submit(request(frames=24))
+        await wait_until(ended(runner, job.job_id))
+    assert job.warnings == () and runner.store.get(job.job_id).artifact.frames == 24
+    model = Capabilities(executor="pipeline")  # the model's 17n + 5
+    runner = Runner(SQLiteEventStore(tmp_path / "model.db", durable=False), None, admission=LiveContract(lambda: model))
+    job = await runner.submit(request(frames=24))
+    assert job.warnings == ("24 frames snapped to 39: MiniMax-H3 makes 17n+5",)  # recorded with the job
 
 
 async def test_idempotent_submission(make_runner):

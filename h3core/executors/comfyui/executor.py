@@ -98,7 +98,7 @@ class ComfyUIExecutor(NoReports):
         s = self.settings
         connected = self._ready and self.feed.connected
         known = self._info is not None and self._info_connects == self.feed.connects
-        modes, media = [], {}
+        modes, media, exact = [], {}, []
         window: FrameWindow | None = None
         for mode in MODES:
             try:
@@ -120,6 +120,8 @@ class ComfyUIExecutor(NoReports):
             for name, owner in UPLOAD_MODES.items():
                 if owner == mode:
                     media[name] = len(template.media.get(name, ()))
+            if template.frames == "exact":
+                exact.append(mode)
             if self._info is not None and not missing:
                 # One window for every mode: the range all the graphs in service take (the built-in
                 # ones bind frames to the same kind of node).
@@ -141,6 +143,7 @@ class ComfyUIExecutor(NoReports):
             media=media,
             window=window,
             concurrency=s.concurrency,
+            exact_frames=tuple(exact),
         )
 
     def check(self, job: JobSpec) -> None:

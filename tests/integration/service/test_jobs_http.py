@@ -55,7 +55,7 @@ def test_a_job_from_submission_to_download_and_replay(api, api_server):
     job = r.json()
     assert r.headers["location"] == f"/v1/jobs/{job['id']}"
     assert job["status"] == "queued"
-    assert job["warnings"] == ["24 frames snapped to 39: MiniMax-H3 makes 17n+5"]  # the model makes 17n+5 frames
+    assert job["warnings"] == [], "the fake executor makes the 24 frames asked: nothing was snapped"
     assert job["attempt"] == 0 and job["artifact"] is None and job["error"] is None
     assert job["request"] == {
         "mode": "t2va",
@@ -153,7 +153,7 @@ def test_unknown_job_is_404_on_every_job_route(api):
 def test_inert_fields_are_accepted_with_a_warning_each(api):
     job = submit(api, cfg_scale=7.5, negative_prompt="blurry", turbo=True, steps=1)
     warnings = job["warnings"]
-    assert len(warnings) == 4 and warnings[-1].startswith("24 frames snapped to 39"), warnings
+    assert len(warnings) == 3, warnings
     for name in ("cfg_scale", "negative_prompt", "turbo"):
         assert sum(name in w for w in warnings) == 1, (name, warnings)
     assert job["request"]["cfg_scale"] == 7.5
@@ -163,7 +163,7 @@ def test_inert_fields_are_accepted_with_a_warning_each(api):
     assert api.get(f"/v1/jobs/{job['id']}").json()["warnings"] == warnings
     # One inert field, one warning.
     only = submit(api, turbo=False, steps=1)
-    assert len(only["warnings"]) == 2 and "turbo" in only["warnings"][0]
+    assert len(only["warnings"]) == 1 and "turbo" in only["warnings"][0]
     wait_job(api, only["id"])
 
 
