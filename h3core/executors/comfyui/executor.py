@@ -315,6 +315,9 @@ class ComfyUIExecutor(NoReports):
         s = self.settings
         steps = job.request.steps
         last_step = job.last_step
+        # Progress is what ComfyUI reports of a node counting the request's steps; a graph with
+        # none (a model-free demo graph, a sampler with its own step count) reports none.
+        counts_steps = template.sampler is not None and "steps" in template.values
         tail = LogTail(s.log_path, template.progress.log_pattern) if template.progress.source == "log" and s.log_path else None
         delay = s.poll_min_s
         vanished_since: float | None = None
@@ -353,8 +356,9 @@ class ComfyUIExecutor(NoReports):
                 entry, running, pending = await self._patiently(lambda: self._poll(prompt_id), job=job, prompt_id=prompt_id)
                 if entry is not None:
                     result = await self._finish(job, template, prompt_id, entry)
-                    if last_step < steps and entry.status == "success":
-                        yield Progress(step=steps, total=steps)  # the socket missed the last steps
+                    if last_step < steps and entry.status == "success" and counts_steps:
+                        # The socket missed the last steps; the success ComfyUI reports is the sampler's too.
+                        yield Progress(step=steps, total=steps)
                     yield result
                     return
                 if prompt_id in running or prompt_id in pending:

@@ -77,7 +77,7 @@ class Template(_Data):
     # Request fields the graph has no input for (each field is bound in `values` or named here).
     ignores: tuple[ValueField, ...] = ()
     media: dict[str, tuple[Slot, ...]] = Field(default_factory=dict)
-    sampler: str | None = None  # None: no node reports denoising steps (progress comes at the end)
+    sampler: str | None = None  # None: no node reports denoising steps (no progress is reported)
     output: str
     progress: Progress = Progress()
     # The frames its video has: "snapped", MiniMax-H3's 17n + 5 (the next one up from the count

@@ -399,3 +399,14 @@ async def test_resumed_after_counts_from_when_h3core_stopped_not_from_the_jobs_l
     unfollowed = (resumed.at - stopped[-1].at).total_seconds()
     assert 0 <= resumed.body.after_s <= unfollowed + 0.001, "from the stop (detached) to the resume"
     assert resumed.body.after_s < (resumed.at - progress.at).total_seconds() - 0.9, "not from the job's last step"
+
+
+async def test_a_graph_that_counts_no_steps_and_makes_the_frames_asked_reports_no_progress_and_no_snap(make_runner, comfy):
+    async with make_runner(comfyui={"templates": {"t2va": "core-nodes-t2va"}}) as runner:
+        await until(lambda: runner.executor.capabilities().ready)
+        job = await runner.submit(req(steps=30, frames=48))
+        state = await ended(runner, job.job_id)
+    assert state.status == "done", state.error
+    assert types(runner, job.job_id) == ["submitted", "admitted", "running", "done"], "no made-up step 30/30"
+    assert state.step is None
+    assert job.warnings == () and state.artifact.frames == 48, "48 asked, 48 made: nothing snapped to 56"
