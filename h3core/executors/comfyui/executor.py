@@ -20,6 +20,7 @@ What the old adapter got wrong (docs/design.md §2) and how this one avoids it:
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -44,6 +45,10 @@ T = TypeVar("T")
 
 _PROMPTS = uuid.UUID("6c3e1d2a-8f4b-4a57-9a57-3f6f3f0b7c11")  # namespace of our prompt ids
 VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".mov")
+# A stop interrupts a running prompt once, then again after these pauses while it still runs
+# (ComfyUI resets an interrupt that lands as the prompt starts); the queue is read every STOP_POLL_S.
+INTERRUPT_AGAIN = Backoff(first_s=0.5, longest_s=4.0)
+STOP_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -409,9 +414,12 @@ class ComfyUIExecutor(NoReports):
     async def _stop(self, prompt_id: str) -> str | None:
         """Make sure ComfyUI no longer holds the prompt: None once it is in neither queue, else why
         that was not seen within `cancel_wait_s`. Pending: delete it, then look again (it may have
-        started between the read and the delete). Running: interrupt it by id, again while it
-        still runs (an interrupt that lands as the prompt starts is reset by ComfyUI)."""
+        started between the read and the delete). Running: interrupt it by id once, and again on
+        `INTERRUPT_AGAIN`'s pauses while it still runs (an interrupt that lands as the prompt starts
+        is reset by ComfyUI)."""
         why = f"it was still in ComfyUI's queue after {self.settings.cancel_wait_s:g}s"
+        interrupts = 0
+        next_interrupt = -math.inf
         with anyio.move_on_after(self.settings.cancel_wait_s):
             while True:
                 try:
@@ -421,11 +429,14 @@ class ComfyUIExecutor(NoReports):
                         continue
                     if prompt_id not in running:
                         return None  # ended, deleted, or never queued: ComfyUI does not run it
-                    await self.client.interrupt(prompt_id)
-                    why = f"it was still running after {self.settings.cancel_wait_s:g}s (interrupted by id)"
+                    if anyio.current_time() >= next_interrupt:
+                        await self.client.interrupt(prompt_id)
+                        interrupts += 1
+                        next_interrupt = anyio.current_time() + INTERRUPT_AGAIN.pause(interrupts)
+                    why = f"it was still running after {self.settings.cancel_wait_s:g}s (interrupted by id {interrupts}x)"
                 except Unreachable as exc:
                     why = f"ComfyUI did not answer for {self.settings.cancel_wait_s:g}s ({exc})"
-                await anyio.sleep(0.1)
+                await anyio.sleep(STOP_POLL_S)
         return why
 
 

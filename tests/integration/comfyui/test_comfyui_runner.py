@@ -410,3 +410,20 @@ async def test_a_graph_that_counts_no_steps_and_makes_the_frames_asked_reports_n
     assert types(runner, job.job_id) == ["submitted", "admitted", "running", "done"], "no made-up step 30/30"
     assert state.step is None
     assert job.warnings == () and state.artifact.frames == 48, "48 asked, 48 made: nothing snapped to 56"
+
+
+async def test_a_prompt_slow_to_stop_is_interrupted_once_then_again_only_on_a_backoff(make_runner, comfy):
+    from h3core.executors.comfyui.executor import INTERRUPT_AGAIN
+
+    comfy.step_seconds, comfy.sampler_checks_interrupt = 0.1, False  # the interrupt lands only after the sampler
+    async with make_runner() as runner:
+        job = await runner.submit(req(steps=25))
+        await until(lambda: (runner.store.get(job.job_id).step or 0) >= 2)
+        await runner.cancel(job.job_id)
+        state = await ended(runner, job.job_id)
+    assert state.status == "cancelled"
+    at = [t for t, prompt in comfy.interrupts if prompt == state.executor_ref]
+    assert len(at) >= 2, "sent again while the prompt ran on"
+    assert len(at) == len(comfy.interrupts), "never another prompt's, never the global one"
+    for i in range(1, len(at)):  # the old executor sent one every 0.1 s (17 per prompt)
+        assert at[i] - at[i - 1] >= INTERRUPT_AGAIN.pause(i) - 0.05, at
