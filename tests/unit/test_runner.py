@@ -26,7 +26,7 @@ from h3core import (
     SQLiteEventStore,
 )
 from h3core.adapters.artifacts import sha256_file
-from h3core.executors.base import Result
+from h3core.executors.base import FinishedBeforeStop, Result
 from h3core.runtime._supervisor import PROGRESS_IN_FLIGHT
 from tests.factories import request, submitted
 from tests.unit.conftest import wait_until
@@ -139,6 +139,47 @@ async def test_cancelling_a_running_job_stops_the_executor_within_a_step(make_ru
     after = [e for e in events if e.seq > at_request.seq and e.type == "progress"]
     assert len(after) <= 1, "the executor stops within one step"
     assert runner.executor.cleanups == 1
+
+
+async def test_a_cancel_during_the_final_encode_comes_too_late_the_job_ends_done_with_its_video(make_runner):
+    async with make_runner(plan=FakePlan(step_seconds=0.01, encode_seconds=0.5)) as runner:
+        job = await runner.submit(request(steps=3))
+        await wait_until(lambda: job.job_id in runner.executor.finishing)
+        state = await runner.cancel(job.job_id, wait_s=10)  # answered once the job has ended
+    assert state.status == "done" and state.cancel_requested and state.artifact is not None
+    assert state == runner.store.get(job.job_id)
+    assert runner.executor.artifacts.resolve(state.artifact.path).stat().st_size == state.artifact.bytes
+    events = runner.store.events(job.job_id)
+    assert [e.type for e in events][-2:] == ["cancel_requested", "done"] and events[-1].body.cancel_too_late
+
+
+async def test_an_executor_whose_work_finished_as_it_was_being_stopped_ends_done_not_cancelled(make_runner):
+    """An executor's cleanup raises `FinishedBeforeStop` where the stop found its work finished
+    (a ComfyUI prompt that succeeded meanwhile): the runner keeps that result."""
+    finished = Artifact(path="x.mp4", bytes=0, sha256="0" * 64, frames=1, duration_s=0.04)
+
+    async def finishes_anyway(job):
+        try:
+            yield Progress(step=1, total=2)
+            await anyio.sleep_forever()
+        finally:
+            raise FinishedBeforeStop(Result(finished))
+
+    async with make_runner() as runner:
+        runner.executor.run = finishes_anyway
+        job = await runner.submit(request(steps=2))
+        await wait_until(lambda: runner.store.get(job.job_id).step == 1)
+        state = await runner.cancel(job.job_id, wait_s=10)
+    assert state.status == "done" and state.artifact == finished
+    assert runner.store.events(job.job_id)[-1].body.cancel_too_late
+
+
+async def test_a_cancel_that_takes_effect_is_answered_with_the_cancelled_job_when_asked_to_wait(make_runner):
+    async with make_runner(plan=FakePlan(step_seconds=0.05)) as runner:
+        job = await runner.submit(request(steps=1000))
+        await wait_until(lambda: runner.store.get(job.job_id).step)
+        state = await runner.cancel(job.job_id, wait_s=10)
+    assert state.status == "cancelled" and state == runner.store.get(job.job_id)
 
 
 async def test_an_executor_that_will_not_stop_still_ends_after_the_grace_period_failed_not_cancelled(make_runner):

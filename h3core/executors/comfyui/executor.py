@@ -5,10 +5,13 @@ What the old adapter got wrong (docs/design.md §2) and how this one avoids it:
   and checked at once when the socket says the prompt ended; a dropped socket only loses hints;
 - the prompt id was the server's: here it is ours (derived from job and attempt), so after a
   restart h3core finds its prompt again and re-attaches instead of running it twice;
-- `/interrupt` without a prompt id stops whatever runs: here it always names our prompt, and a
-  pending prompt is deleted from the queue instead; a stop is certain: the queue is read again
-  until ComfyUI no longer holds the prompt (a pending prompt may start between the read and the
-  delete), else the job fails `stop_unconfirmed`, never `cancelled` while the prompt may run;
+- `/interrupt` without a prompt id stops whatever runs: here it always names our prompt (sent
+  once, then again on a backoff while the prompt still runs), and a pending prompt is deleted
+  from the queue instead; a stop is certain: the queue is read again until ComfyUI no longer
+  holds the prompt (a pending prompt may start between the read and the delete), else the job
+  fails `stop_unconfirmed`, never `cancelled` while the prompt may run; and a prompt that
+  succeeded before the stop took effect keeps its video (`FinishedBeforeStop`: the job is done,
+  the cancel too late), never thrown away and called cancelled;
 - every prompt was sent at once and waited in ComfyUI's queue while h3core said `running`: here
   the executor states its `concurrency` and the runner starts no more, the rest wait in h3core;
 - a stop of h3core interrupted the prompt: here it is left running (`on_stop="detach"`) and the
@@ -22,8 +25,8 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -35,7 +38,7 @@ from h3core.adapters.backoff import Backoff, retry
 from h3core.domain.capabilities import MODES, Capabilities, FrameWindow, ModeReadiness
 from h3core.domain.events import Progress
 from h3core.domain.request import UPLOAD_MODES
-from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, NoReports, Result, Update
+from h3core.executors.base import ExecutorFailure, FinishedBeforeStop, Heartbeat, JobSpec, NoReports, Result, Update
 from h3core.executors.comfyui.client import ComfyClient, HistoryEntry, PromptRejected, Unreachable
 from h3core.executors.comfyui.feed import LogTail, SocketFeed
 from h3core.executors.comfyui.templates import Template, TemplateError, pick
@@ -216,11 +219,11 @@ class ComfyUIExecutor(NoReports):
     # -- a job ------------------------------------------------------------------------------
 
     def run(self, job: JobSpec) -> AsyncIterator[Update]:
-        return self._stopping_if_abandoned(self.reference(job), self._submit_and_follow(job))
+        return self._stopping_if_abandoned(job, self.reference(job), self._submit_and_follow(job))
 
     def resume(self, job: JobSpec, executor_ref: str) -> AsyncIterator[Update]:
         """Follow a prompt a previous h3core process submitted (its id is ours, so we know it)."""
-        return self._stopping_if_abandoned(executor_ref, self._follow(job, self._template(job), executor_ref))
+        return self._stopping_if_abandoned(job, executor_ref, self._follow(job, self._template(job), executor_ref))
 
     def detach(self, job: JobSpec, executor_ref: str) -> bool:
         """h3core is stopping: leave the prompt running for the next start (`on_stop="detach"`)."""
@@ -229,11 +232,20 @@ class ComfyUIExecutor(NoReports):
         self._detached.add(executor_ref)
         return True
 
-    async def _stopping_if_abandoned(self, prompt_id: str, updates: AsyncIterator[Update]) -> AsyncIterator[Update]:
-        """Pass `updates` on; if they are not followed to the end, make sure the prompt stops."""
+    async def _stopping_if_abandoned(
+        self, job: JobSpec, prompt_id: str, updates: AsyncGenerator[Update, None]
+    ) -> AsyncIterator[Update]:
+        """Pass `updates` on; if they are not followed to the end, make sure the prompt stops, and
+        keep its video if it had succeeded before the stop took effect."""
         try:
-            async for update in updates:
-                yield update
+            async with aclosing(updates):
+                async for update in updates:
+                    yield update
+        except ExecutorFailure as exc:
+            if exc.kind != "not_started":  # not_started: ComfyUI has nothing of the job to stop
+                with anyio.CancelScope(shield=True):
+                    await self._stop(prompt_id)
+            raise
         except Exception:  # our own failure: stop what may still run, and report the failure
             with anyio.CancelScope(shield=True):
                 await self._stop(prompt_id)
@@ -244,9 +256,34 @@ class ComfyUIExecutor(NoReports):
                 raise  # left running: the next start resumes it
             with anyio.CancelScope(shield=True):
                 unconfirmed = await self._stop(prompt_id)
+                finished = await self._finished_anyway(job, prompt_id) if unconfirmed is None else None
             if unconfirmed is not None:
                 raise ExecutorFailure("stop_unconfirmed", f"ComfyUI may still run prompt {prompt_id}: {unconfirmed}") from None
+            if finished is not None:
+                raise FinishedBeforeStop(finished) from None
             raise
+
+    async def _finished_anyway(self, job: JobSpec, prompt_id: str) -> Result | None:
+        """Once ComfyUI no longer holds a prompt that was being stopped: its video, if it had
+        succeeded before the stop took effect (else None: it was interrupted, deleted, or failed)."""
+        try:
+            entry = await self.client.history(prompt_id)
+        except Unreachable as exc:
+            log.warning(
+                "prompt %s left ComfyUI's queue, but its history could not be read (%s): taken as stopped",
+                prompt_id,
+                exc,
+                extra={**_where(job), "prompt_id": prompt_id, "error": str(exc)},
+            )
+            return None
+        if entry is None or entry.status != "success":
+            return None
+        log.info(
+            "prompt %s had succeeded before the stop took effect: its video is kept",
+            prompt_id,
+            extra={**_where(job), "prompt_id": prompt_id},
+        )
+        return await self._finish(job, self._template(job), prompt_id, entry)
 
     async def _submit_and_follow(self, job: JobSpec) -> AsyncIterator[Update]:
         template = self._template(job)

@@ -18,6 +18,7 @@ import pytest
 from h3core import Refused, SQLiteEventStore
 from h3core.domain.events import CancelRequested
 from h3core.domain.request import GenerationRequest
+from h3core.executors.comfyui.templates import builtin_templates
 from tests.integration.comfyui.conftest import ended, png_path, types, until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -427,3 +428,24 @@ async def test_a_prompt_slow_to_stop_is_interrupted_once_then_again_only_on_a_ba
     assert len(at) == len(comfy.interrupts), "never another prompt's, never the global one"
     for i in range(1, len(at)):  # the old executor sent one every 0.1 s (17 per prompt)
         assert at[i] - at[i - 1] >= INTERRUPT_AGAIN.pause(i) - 0.05, at
+
+
+async def test_a_cancel_that_loses_the_race_to_a_finishing_prompt_ends_done_with_its_video_and_says_too_late(make_runner, comfy):
+    """ComfyUI checks for an interrupt before each node: one that lands while the output node
+    writes the video is never seen, and the prompt succeeds as it is being stopped."""
+    comfy.step_seconds = 0.02
+    async with make_runner() as runner:
+        job = await runner.submit(req(steps=4))
+        output = builtin_templates()["minimax-h3-t2va-single-gpu"].output
+        await until(lambda: comfy.current_node == "10")  # sampling: from here every node takes a while
+        comfy.node_seconds = 0.5
+        await until(lambda: comfy.current_node == output)
+        ref = runner.store.get(job.job_id).executor_ref
+        await runner.cancel(job.job_id)
+        state = await ended(runner, job.job_id)
+    assert comfy.history[ref]["status"]["status_str"] == "success", "ComfyUI finished it"
+    assert ("POST", "/interrupt", {"prompt_id": ref}) in comfy.received, "it was being stopped"
+    assert state.status == "done" and state.artifact is not None, state.error
+    assert runner.executor.artifacts.resolve(state.artifact.path).stat().st_size == state.artifact.bytes
+    events = runner.store.events(job.job_id)
+    assert [e.type for e in events][-2:] == ["cancel_requested", "done"] and events[-1].body.cancel_too_late

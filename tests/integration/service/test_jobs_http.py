@@ -246,6 +246,21 @@ def test_cancel_a_finished_job_is_409_and_unknown_404(api, done_job):
     assert r.status_code == 404, r.text
 
 
+def test_a_cancel_during_the_final_encode_is_409_too_late_and_the_job_ends_done_with_its_video(api):
+    job = submit(api, prompt="an encoding fox [fake step=0.01 encode=3]", steps=2)
+    wait_job(api, job["id"], lambda j: j["step"] == 2, what="its last step (the encode follows)")
+    r = api.post(f"/v1/jobs/{job['id']}/cancel")
+    assert r.status_code == 409, r.text
+    problem = r.json()
+    assert problem["reason"] == "too_late" and problem["status"] == "done" and problem["detail"].startswith("too late"), problem
+    now = api.get(f"/v1/jobs/{job['id']}").json()
+    assert now["status"] == "done" and now["cancel_requested"] and now["artifact"] is not None
+    assert api.get(now["artifact"]["url"]).status_code == 200
+    events = api.get(f"/v1/jobs/{job['id']}/events").json()
+    assert [e["body"]["type"] for e in events][-2:] == ["cancel_requested", "done"]
+    assert events[-1]["body"]["cancel_too_late"] is True
+
+
 def test_a_video_before_the_job_is_done_is_409(api):
     slow = long_job(api, steps=50)
     try:
