@@ -17,7 +17,11 @@ What the old adapter got wrong (docs/design.md §2) and how this one avoids it:
 - a stop of h3core interrupted the prompt: here it is left running (`on_stop="detach"`) and the
   next start re-attaches to it;
 - a vanished prompt (ComfyUI restarted, history lost) is noticed within `lost_after_s`, and an
-  unreachable server fails the attempt after `unreachable_after_s`: nothing waits forever.
+  unreachable server fails the attempt after `unreachable_after_s`: nothing waits forever; a
+  server found down before the prompt was sent ends the attempt `not_started` at once (nothing
+  ran: it costs the job no attempt, and the job waits queued until ComfyUI is back);
+- progress is only what ComfyUI reports: a graph with no sampler counting the request's steps
+  reports none.
 """
 
 from __future__ import annotations
@@ -289,13 +293,13 @@ class ComfyUIExecutor(NoReports):
         template = self._template(job)
         prompt_id = self.reference(job)
         yield Heartbeat("uploading")
-        uploaded = await self._patiently(lambda: self._upload(job))
+        uploaded = await self._patiently(lambda: self._upload(job), unsent=True)
         try:
             graph = template.build(job.request, uploaded)
         except TemplateError as exc:
             raise ExecutorFailure("invalid", str(exc)) from exc
         try:
-            await self._patiently(lambda: self._submit(prompt_id, graph))
+            await self._patiently(lambda: self._submit(prompt_id, graph), unsent=True)
         except PromptRejected as exc:
             raise ExecutorFailure("invalid", _rejection(exc.body, template), str(exc.body)[:2000]) from exc
         async for update in self._follow(job, template, prompt_id):
@@ -316,16 +320,26 @@ class ComfyUIExecutor(NoReports):
                     names[upload_id] = await self.client.upload(path, f"h3-{upload_id}{path.suffix}")
         return names
 
-    async def _patiently(self, call: Callable[[], Awaitable[T]], *, job: JobSpec | None = None, prompt_id: str = "") -> T:
+    async def _patiently(
+        self, call: Callable[[], Awaitable[T]], *, job: JobSpec | None = None, prompt_id: str = "", unsent: bool = False
+    ) -> T:
         """Call until ComfyUI answers; fail the attempt once it has been unreachable for
-        `unreachable_after_s`. Said once per outage; when following a prompt, its end said too."""
+        `unreachable_after_s` (`executor_lost`). Said once per outage; when following a prompt,
+        its end said too. `unsent`: ComfyUI has nothing of the job yet (its uploads, the POST of its
+        prompt): once ComfyUI is seen down too (its socket dropped), or past the bound, the attempt
+        ends `not_started` (nothing ran), unless a request may have reached ComfyUI."""
         s = self.settings
         where = {**_where(job), "prompt_id": prompt_id} if job is not None else {}
         outage = False
+        reached = False  # a failed request may have reached ComfyUI (a timeout, a dropped answer)
+
+        def keep_trying(exc: Exception) -> bool:
+            return isinstance(exc, Unreachable) and (not unsent or reached or exc.sent or self.feed.connected)
 
         def unreachable(exc: Exception, tries: int, pause: float) -> None:
-            nonlocal outage
+            nonlocal outage, reached
             outage = True
+            reached = reached or (isinstance(exc, Unreachable) and exc.sent)
             if tries > 1:
                 return  # said once per outage, not per try
             if job is None:
@@ -340,15 +354,20 @@ class ComfyUIExecutor(NoReports):
                 )
 
         def lost(exc: Exception, tries: int) -> ExecutorFailure:
+            if unsent and not (reached or (isinstance(exc, Unreachable) and exc.sent)):
+                return ExecutorFailure("not_started", f"ComfyUI at {s.url} is unreachable; the job was not sent to it: {exc}")
             return ExecutorFailure("executor_lost", f"ComfyUI unreachable for {s.unreachable_after_s:g}s: {exc}")
 
-        answer = await retry(
-            call,
-            Backoff(s.poll_min_s, s.poll_max_s, s.unreachable_after_s),
-            retry_if=lambda exc: isinstance(exc, Unreachable),
-            on_retry=unreachable,
-            give_up=lost,
-        )
+        try:
+            answer = await retry(
+                call,
+                Backoff(s.poll_min_s, s.poll_max_s, s.unreachable_after_s),
+                retry_if=keep_trying,
+                on_retry=unreachable,
+                give_up=lost,
+            )
+        except Unreachable as exc:  # not tried again: ComfyUI is down and holds nothing of the job
+            raise lost(exc, 0) from exc
         if outage and job is not None:
             log.info("ComfyUI answers again (prompt %s)", prompt_id, extra=where)
         return answer

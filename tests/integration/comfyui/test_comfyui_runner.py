@@ -15,7 +15,7 @@ import anyio
 import av
 import pytest
 
-from h3core import Refused, SQLiteEventStore
+from h3core import Refused, RetryPolicy, SQLiteEventStore
 from h3core.domain.events import CancelRequested
 from h3core.domain.request import GenerationRequest
 from h3core.executors.comfyui.templates import builtin_templates
@@ -402,17 +402,6 @@ async def test_resumed_after_counts_from_when_h3core_stopped_not_from_the_jobs_l
     assert resumed.body.after_s < (resumed.at - progress.at).total_seconds() - 0.9, "not from the job's last step"
 
 
-async def test_a_graph_that_counts_no_steps_and_makes_the_frames_asked_reports_no_progress_and_no_snap(make_runner, comfy):
-    async with make_runner(comfyui={"templates": {"t2va": "core-nodes-t2va"}}) as runner:
-        await until(lambda: runner.executor.capabilities().ready)
-        job = await runner.submit(req(steps=30, frames=48))
-        state = await ended(runner, job.job_id)
-    assert state.status == "done", state.error
-    assert types(runner, job.job_id) == ["submitted", "admitted", "running", "done"], "no made-up step 30/30"
-    assert state.step is None
-    assert job.warnings == () and state.artifact.frames == 48, "48 asked, 48 made: nothing snapped to 56"
-
-
 async def test_a_prompt_slow_to_stop_is_interrupted_once_then_again_only_on_a_backoff(make_runner, comfy):
     from h3core.executors.comfyui.executor import INTERRUPT_AGAIN
 
@@ -449,3 +438,48 @@ async def test_a_cancel_that_loses_the_race_to_a_finishing_prompt_ends_done_with
     assert runner.executor.artifacts.resolve(state.artifact.path).stat().st_size == state.artifact.bytes
     events = runner.store.events(job.job_id)
     assert [e.type for e in events][-2:] == ["cancel_requested", "done"] and events[-1].body.cancel_too_late
+
+
+async def test_a_graph_that_counts_no_steps_and_makes_the_frames_asked_reports_no_progress_and_no_snap(make_runner, comfy):
+    async with make_runner(comfyui={"templates": {"t2va": "core-nodes-t2va"}}) as runner:
+        await until(lambda: runner.executor.capabilities().ready)
+        job = await runner.submit(req(steps=30, frames=48))
+        state = await ended(runner, job.job_id)
+    assert state.status == "done", state.error
+    assert types(runner, job.job_id) == ["submitted", "admitted", "running", "done"], "no made-up step 30/30"
+    assert state.step is None
+    assert job.warnings == () and state.artifact.frames == 48, "48 asked, 48 made: nothing snapped to 56"
+
+
+async def test_a_job_sent_to_a_comfyui_gone_down_unnoticed_is_not_started_and_keeps_its_attempts(make_runner, comfy):
+    """ComfyUI went away just as the job started, before h3core noticed: its prompt could not be
+    sent. The attempt ends at once (`not_started`, costing the job no attempt), the job waits
+    queued while ComfyUI is down, and runs when it is back."""
+    import httpx
+
+    from h3core.executors.comfyui.client import ComfyClient
+
+    class RefusesPrompts(httpx.AsyncHTTPTransport):
+        refusing, refused = True, 0
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            if self.refusing and request.method == "POST" and request.url.path == "/prompt":
+                self.refused += 1
+                raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+            return await super().handle_async_request(request)
+
+    async with make_runner(retry=RetryPolicy(max_attempts=1, retry_on=())) as runner:
+        await until(lambda: runner.executor.capabilities().ready)
+        transport = RefusesPrompts()
+        old, runner.executor.client = runner.executor.client, ComfyClient(comfy.url, transport=transport)
+        await old.aclose()
+        job = await runner.submit(req(steps=4))
+        await until(lambda: transport.refused >= 1)  # refused while its socket still looked up
+        await comfy.go_down()  # ...and now h3core sees ComfyUI down
+        await until(lambda: runner.store.get(job.job_id).status == "queued")
+        waiting = runner.store.get(job.job_id)
+        assert [e.kind for e in waiting.attempt_errors] == ["not_started"] and waiting.attempt == 1
+        transport.refusing = False
+        await comfy.come_up()
+        state = await ended(runner, job.job_id)
+    assert state.status == "done" and state.attempt == 2, state.error
