@@ -331,7 +331,8 @@ async def stopped_mid_job(make_runner, comfy, store, *, steps: int, at_step: int
 async def test_a_stop_of_h3core_leaves_its_prompt_running_and_the_next_start_resumes_it_on_attempt_1(make_runner, comfy, store):
     job_id = await stopped_mid_job(make_runner, comfy, store, steps=40, at_step=3)
     stopped = store.get(job_id)
-    assert stopped.status == "running", "nothing is written for a detached attempt"
+    assert stopped.status == "running", "a detached attempt is not ended"
+    assert store.events(job_id)[-1].type == "detached"
     assert comfy.running_prompt_id == stopped.executor_ref, "the prompt runs on in ComfyUI"
     assert not [path for method, path, _ in comfy.received if method == "POST" and path in ("/interrupt", "/queue")]
 
