@@ -10,6 +10,7 @@ from h3core.domain.events import (
     Body,
     Cancelled,
     CancelRequested,
+    Detached,
     Done,
     Failed,
     Progress,
@@ -48,7 +49,11 @@ submissions = st.builds(Submitted, request=requests, retry=policies)
 # Bodies that do not depend on the state, built once: strategies made per draw cost more than the draw.
 _admitted = st.builds(Admitted)
 _failed = st.builds(Failed, kind=kinds, message=st.just("m"))
-_done = st.builds(Done, artifact=st.sampled_from([artifact(), artifact("j/attempt-2.mp4")]))
+_done = st.builds(
+    Done,
+    artifact=st.sampled_from([artifact(), artifact("j/attempt-2.mp4")]),
+    cancel_too_late=st.sampled_from([False, False, True]),
+)
 _cancel_requested = st.builds(CancelRequested)
 _cancelled = st.builds(Cancelled)
 
@@ -72,6 +77,11 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
         executor_ref=st.sampled_from([ref, ref, "another"]),
         after_s=st.floats(0, 1e6),
     )
+    detached = st.builds(
+        Detached,
+        attempt=st.sampled_from([max(attempt, 1), max(attempt, 1), attempt + 1]),
+        executor_ref=st.sampled_from([ref, "another"]),
+    )
     progress = st.builds(
         Progress, step=st.sampled_from([step + 1, step + 1, step, step + 3]), total=st.sampled_from([total, total, total + 1])
     )
@@ -88,6 +98,7 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
         _admitted,
         running,
         resumed,
+        detached,
         progress,
         _done,
         attempt_failed,
@@ -103,7 +114,16 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
     elif state.status == "queued":
         likely = [running] * 7 + [_cancelled]
     else:  # running, or already ended (where everything is illegal anyway)
-        likely = [progress] * 6 + [resumed, _done, attempt_failed, attempt_failed, _failed, _cancel_requested, recovered]
+        likely = [progress] * 6 + [
+            resumed,
+            detached,
+            _done,
+            attempt_failed,
+            attempt_failed,
+            _failed,
+            _cancel_requested,
+            recovered,
+        ]
         if state.cancel_requested:
             likely.append(_cancelled)
     # sampled_from, not one_of: one_of collapses repeated strategies and would lose the weights.

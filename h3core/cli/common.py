@@ -103,6 +103,7 @@ TYPE_STYLE = {
     "admitted": "cyan",
     "running": "blue",
     "resumed": "blue",
+    "detached": "blue",
     "progress": "dim",
     "done": "bold green",
     "recovered": "green",

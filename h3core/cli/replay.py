@@ -32,6 +32,7 @@ from h3core.domain.events import (
     AttemptFailed,
     Cancelled,
     CancelRequested,
+    Detached,
     Done,
     Event,
     Failed,
@@ -73,11 +74,14 @@ def fields(event: Event) -> str:
             return "  ".join(parts)
         case Resumed():
             return f"attempt={b.attempt}  ref={b.executor_ref}  after={dur(b.after_s)}"
+        case Detached():
+            return f"attempt={b.attempt}  ref={b.executor_ref}  (h3core stopped; the work runs on)"
         case Progress():
             return f"step {b.step}/{b.total}"
         case Done():
             a = b.artifact
-            return f"artifact={a.path}  bytes={a.bytes}  sha256={a.sha256}  frames={a.frames}  duration={a.duration_s:g}s"
+            late = "  (the cancel came too late: the work had finished)" if b.cancel_too_late else ""
+            return f"artifact={a.path}  bytes={a.bytes}  sha256={a.sha256}  frames={a.frames}  duration={a.duration_s:g}s{late}"
         case Recovered():
             return f"attempt={b.attempt}  artifact={b.artifact.path}  (committed before h3core stopped; size and sha256 checked)"
         case AttemptFailed():
@@ -172,6 +176,8 @@ def _why(state: JobState, events: Sequence[Event], now: datetime) -> str:
         text = f"done after {n} attempt{'s' if n != 1 else ''}"
         if earlier:
             text += f"; {earlier}"
+        if state.cancel_requested:
+            text += "; a cancel was requested, but the work had finished before it could take effect, so its video was kept"
         if state.recovered is not None:
             text += (
                 f". h3core stopped after attempt {n} had committed its video and before it recorded the job done; "
@@ -197,9 +203,11 @@ def _why(state: JobState, events: Sequence[Event], now: datetime) -> str:
         policy = state.retry
         if state.cancel_requested:
             text += ". Not retried: a cancel had been requested"
+        elif err.kind == "not_started":
+            text += f". Not retried: {state.not_started + 1} attempts never started"
         elif err.kind not in policy.retry_on:
             text += f". Not retried: the job's policy retries only {', '.join(policy.retry_on) or 'nothing'}"
-        elif state.attempt >= policy.max_attempts:
+        elif state.attempt - state.not_started >= policy.max_attempts:
             text += f". Not retried: attempt {state.attempt} was the last of {policy.max_attempts} allowed"
         return text + f". It ended {dur(since_submit)} after submission."
 

@@ -44,6 +44,7 @@ class Admit(BaseModel):
 
     admitted: Literal[True] = True
     tokens: int | None = None  # the request's sequence length, when the policy computed it
+    frames: int | None = None  # the frames the executor will make of it, when the policy knows (else the model's count)
 
 
 class Refuse(BaseModel):
@@ -199,7 +200,7 @@ class Contract:
         tokens = count_tokens(request, media).total
         limit = self._judge(request, media, tokens)
         if limit is None:
-            return Admit(tokens=tokens)
+            return Admit(tokens=tokens, frames=self.caps.frames_made(request))
         row = self.ceiling(request, media)
         ceiling = Ceiling(max_frames=row.max_frames, reason=row.reason, verified=row.verified, min_frames=row.min_frames)
         shape = Shape.of(request)

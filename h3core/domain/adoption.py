@@ -64,5 +64,7 @@ def judge(state: JobState, found: FoundArtifact | None) -> Adopt | Discard | Non
 
 
 def adoption(state: JobState, adopt: Adopt) -> list[Body]:
-    """The events that end the job with its recovered video, appended together."""
-    return [Recovered(attempt=state.attempt, artifact=adopt.artifact), Done(artifact=adopt.artifact, tokens=state.tokens)]
+    """The events that end the job with its recovered video, appended together (a cancel requested
+    before the crash came too late: the video was finished)."""
+    done = Done(artifact=adopt.artifact, tokens=state.tokens, cancel_too_late=state.cancel_requested)
+    return [Recovered(attempt=state.attempt, artifact=adopt.artifact), done]

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from h3core.domain.frames import CLIP, CLIP_REMAINDER, snap_frames
 from h3core.domain.geometry import FPS
-from h3core.domain.request import Mode
+from h3core.domain.request import GenerationRequest, Mode
 
 MODES: tuple[Mode, ...] = ("t2va", "fl2va", "ref2va")
 
@@ -115,6 +115,13 @@ class Capabilities(_Data):
     # Most attempts it runs at once, where it bounds that itself (a ComfyUI runs one prompt at a
     # time): the runner starts no more, and the rest wait queued in h3core. None: the runner's slots.
     concurrency: int | None = Field(default=None, ge=1)
+    # Modes whose video has exactly the frames asked (a graph that makes them as asked, the fake);
+    # the others make MiniMax-H3's counts, 17n + 5 (the next one up), and say so in a warning.
+    exact_frames: tuple[Mode, ...] = ()
+
+    def frames_made(self, request: GenerationRequest) -> int:
+        """How many frames the video of `request` will have."""
+        return request.frames if request.mode in self.exact_frames else snap_frames(request.frames)
 
     @model_validator(mode="after")
     def _every_mode(self) -> Capabilities:

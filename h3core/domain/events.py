@@ -79,9 +79,19 @@ class Resumed(_Body):
     type: Literal["resumed"] = "resumed"
     attempt: int = Field(ge=1)
     executor_ref: str = Field(min_length=1)
-    # Seconds from the attempt's last event before the restart to the resume: how long no h3core
-    # process followed it (at most; the work may have made progress meanwhile).
+    # How long no h3core process followed the attempt: seconds from when the previous process
+    # stopped following it (its `detached` event; after a crash, the last event it wrote) to the
+    # resume. At most that long: the work may have made progress meanwhile.
     after_s: float = Field(ge=0)
+
+
+class Detached(_Body):
+    """h3core stopped while the running attempt's work went on outside it (a ComfyUI prompt left
+    running): nothing ended, and the next start resumes the attempt (`resumed`) from here."""
+
+    type: Literal["detached"] = "detached"
+    attempt: int = Field(ge=1)
+    executor_ref: str = Field(min_length=1)
 
 
 class Progress(_Body):
@@ -103,12 +113,17 @@ class Artifact(_Model):
 
 
 class Done(_Body):
+    v: int = Field(default=2, ge=1)  # 2: `cancel_too_late`
     type: Literal["done"] = "done"
     artifact: Artifact
     tokens: int | None = None
+    # A cancel was requested, but the work had finished before the stop could take effect: the
+    # video is kept and the job is done, not cancelled.
+    cancel_too_late: bool = False
 
 
 class _Failure(_Body):
+    v: int = Field(default=2, ge=1)  # 2: the kind `not_started`
     kind: FailureKind
     message: str
     detail: str | None = None
@@ -146,7 +161,18 @@ class Recovered(_Body):
 
 
 Body = Annotated[
-    Submitted | Admitted | Running | Resumed | Progress | Done | AttemptFailed | Failed | CancelRequested | Cancelled | Recovered,
+    Submitted
+    | Admitted
+    | Running
+    | Resumed
+    | Detached
+    | Progress
+    | Done
+    | AttemptFailed
+    | Failed
+    | CancelRequested
+    | Cancelled
+    | Recovered,
     Field(discriminator="type"),
 ]
 TERMINAL_TYPES = frozenset({"done", "failed", "cancelled"})

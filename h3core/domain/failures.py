@@ -14,6 +14,7 @@ FailureKind = Literal[
     "interrupted",  # h3core itself stopped or died mid-job
     "invalid",  # the job cannot run as asked (bad input the executor found)
     "stop_unconfirmed",  # stopping it (a cancel, a stall) was not confirmed: its work may still run
+    "not_started",  # the executor could not take the job (its server unreachable before it got it): nothing ran
 ]
 FAILURE_KINDS: tuple[str, ...] = get_args(FailureKind)
 

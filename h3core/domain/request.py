@@ -136,8 +136,10 @@ class GenerationRequest(_Frozen):
             raise ValueError(f"'references' is only accepted with mode 'ref2va', not {self.mode!r}")
         return self
 
-    def warnings(self) -> tuple[str, ...]:
-        """One line per accepted field that has no effect on this model, and one where it makes other than asked."""
+    def warnings(self, frames_made: int | None = None) -> tuple[str, ...]:
+        """One line per accepted field that has no effect on this model, and one where the video
+        will have other than the frames asked: `frames_made`, as the executor states it (None: the
+        model's own count, 17n + 5)."""
         out = []
         for name in INERT_FIELDS:
             if getattr(self, name) is not None:
@@ -145,7 +147,7 @@ class GenerationRequest(_Frozen):
                     f"'{name}' was accepted but has no effect: MiniMax-H3 is CFG-distilled"
                     + (" and turbo needs a LoRA this deployment does not load" if name == "turbo" else "")
                 )
-        snapped = snap_warning(self.frames)
+        snapped = snap_warning(self.frames, frames_made)
         if snapped:
             out.append(snapped)
         return tuple(out)

@@ -14,6 +14,12 @@ from h3core.domain.failures import unknown_kinds
 # or an invalid request fails the same way again, so retrying those only wastes a GPU.
 DEFAULT_RETRY_ON = ("executor_lost", "interrupted")  # sorted, as the validator keeps it
 
+# An attempt whose work never started (`not_started`: the executor's server was unreachable before
+# it took the job) is retried whatever the policy says and does not count against `max_attempts`:
+# nothing ran. Up to this many such attempts per job, so that a server that keeps refusing jobs
+# still ends them; never lowered (a log that was legal must stay legal).
+MAX_NOT_STARTED = 10
+
 
 class RetryPolicy(BaseModel):
     model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
@@ -28,6 +34,9 @@ class RetryPolicy(BaseModel):
             raise ValueError(error)
         return tuple(sorted(set(kinds)))
 
-    def allows_retry(self, kind: str, attempt: int) -> bool:
-        """May a job whose attempt number `attempt` failed with `kind` run again?"""
-        return kind in self.retry_on and attempt < self.max_attempts
+    def allows_retry(self, kind: str, attempt: int, *, not_started: int = 0) -> bool:
+        """May a job whose attempt number `attempt` failed with `kind` run again? `not_started`:
+        how many of its earlier attempts never started (they do not count)."""
+        if kind == "not_started":
+            return not_started < MAX_NOT_STARTED
+        return kind in self.retry_on and attempt - not_started < self.max_attempts

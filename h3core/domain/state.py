@@ -1,11 +1,12 @@
 """A job's state is a fold of its events; `apply` is the only way a state changes.
 
 The rules that make a job impossible to lose or leave stuck live here, in one pure function:
-one `Submitted`, first; `Running` only from queued; `Resumed` only for the running attempt and
-the work its `Running` named; `Progress` only while running, monotone,
+one `Submitted`, first; `Running` only from queued; `Detached` and `Resumed` only for the running
+attempt and the work its `Running` named; `Progress` only while running, monotone,
 within its total; exactly one terminal event and nothing after it; a retry only where the job's
-own retry policy allows it; after `Recovered`, only the `Done` of the video it names. Anything
-else raises `IllegalEvent` and never reaches a store.
+own retry policy allows it (an attempt that never started does not count); a `Done` that says
+the cancel came too late only after one was requested; after `Recovered`, only the `Done` of the
+video it names. Anything else raises `IllegalEvent` and never reaches a store.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from h3core.domain.events import (
     Body,
     Cancelled,
     CancelRequested,
+    Detached,
     Done,
     Event,
     Failed,
@@ -94,6 +96,11 @@ class JobState(BaseModel):
     def terminal(self) -> bool:
         return self.status in TERMINAL
 
+    @property
+    def not_started(self) -> int:
+        """Attempts whose work never started (`not_started`): they do not count against the policy."""
+        return sum(e.kind == "not_started" for e in self.attempt_errors)
+
 
 def _illegal(event: Event, code: str, message: str) -> IllegalEvent:
     return IllegalEvent(code, message, job_id=event.job_id, seq=event.seq)
@@ -161,16 +168,19 @@ def apply(state: JobState | None, event: Event) -> JobState:
                     "total": None,
                 }
             )
-        case Resumed():
+        case Resumed() | Detached():
             if state.status != "running":
-                raise _illegal(event, "not_running", f"'resumed' only while running, job is '{state.status}'")
+                raise _illegal(event, "not_running", f"'{body.type}' only while running, job is '{state.status}'")
             if body.attempt != state.attempt:
                 raise _illegal(event, "attempt_order", f"attempt {body.attempt} is not the running one ({state.attempt})")
             if body.executor_ref != state.executor_ref:
+                verb = "resumes" if isinstance(body, Resumed) else "detaches"
                 raise _illegal(
-                    event, "wrong_ref", f"resumes {body.executor_ref!r}, but attempt {state.attempt} runs {state.executor_ref!r}"
+                    event, "wrong_ref", f"{verb} {body.executor_ref!r}, but attempt {state.attempt} runs {state.executor_ref!r}"
                 )
-            return state.model_copy(update={**common, "resumed_at": event.at})
+            if isinstance(body, Resumed):
+                return state.model_copy(update={**common, "resumed_at": event.at})
+            return state.model_copy(update=common)
         case Progress():
             if state.status != "running":
                 raise _illegal(event, "not_running", f"'progress' only while running, job is '{state.status}'")
@@ -184,6 +194,8 @@ def apply(state: JobState | None, event: Event) -> JobState:
         case Done():
             if state.status != "running":
                 raise _illegal(event, "not_running", f"'done' only while running, job is '{state.status}'")
+            if body.cancel_too_late and not state.cancel_requested:
+                raise _illegal(event, "cancel_not_requested", "'done' says a cancel came too late, but none was requested")
             return state.model_copy(
                 update={
                     **common,
@@ -200,7 +212,7 @@ def apply(state: JobState | None, event: Event) -> JobState:
                 raise _illegal(event, "attempt_order", f"attempt {body.attempt} is not the running one ({state.attempt})")
             if state.cancel_requested:
                 raise _illegal(event, "retry_after_cancel", "a job whose cancel was requested is not retried")
-            if not state.retry.allows_retry(body.kind, body.attempt):
+            if not state.retry.allows_retry(body.kind, body.attempt, not_started=state.not_started):
                 raise _illegal(
                     event,
                     "retry_not_allowed",

@@ -59,4 +59,10 @@ def upcast(body: Mapping[str, Any], current: Mapping[str, int]) -> dict[str, Any
         version += 1
 
 
-# The upcasters of h3core's own bodies, oldest first. None yet: every body is at version 1.
+# The upcasters of h3core's own bodies, oldest first.
+
+# 2: `done` gained `cancel_too_late` (False before: a log of then says nothing of a late cancel).
+upcaster("done", 1)(unchanged)
+# 2: the failure kind `not_started`; older logs hold none.
+upcaster("attempt_failed", 1)(unchanged)
+upcaster("failed", 1)(unchanged)

@@ -12,7 +12,10 @@ An executor is given a `JobSpec` and returns an async iterator (`run`). It must:
   under shielded scopes where cleanup awaits. It never swallows cancellation. Where its work
   runs outside the iteration (a server's prompt) and stopping it cannot be confirmed, it raises
   `ExecutorFailure("stop_unconfirmed", ...)` from that cleanup instead: the job then ends
-  `failed`, never `cancelled` while its work may still run.
+  `failed`, never `cancelled` while its work may still run. Where its work finished before the
+  stop could take effect (a prompt that succeeded meanwhile, a video already being encoded), it
+  raises `FinishedBeforeStop(result)` from that cleanup: the job ends `done` with that video and
+  the cancel is recorded as too late, never a finished video thrown away and called cancelled.
 - **Report failure by raising.** `ExecutorFailure(kind, ...)` for a failure it has classified
   itself; an out-of-memory error keeps a type named `OutOfMemoryError` (as torch's is) or a
   message saying "out of memory"; anything else becomes `executor_error` with its type and
@@ -90,6 +93,15 @@ class ExecutorFailure(Exception):
     def __reduce__(self):
         # Crosses process boundaries (a rank's failure reaches the executor through Ray's pickling).
         return type(self), (self.kind, self.message, self.detail)
+
+
+class FinishedBeforeStop(Exception):
+    """Raised by an executor's cleanup in place of the cancellation it was stopping for: the work
+    had already finished (`result`), so nothing was stopped."""
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(f"finished before the stop took effect: {result.artifact.path}")
+        self.result = result
 
 
 # What torch's host allocator raises when the machine's memory runs out: a RuntimeError, not a MemoryError.

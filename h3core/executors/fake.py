@@ -60,12 +60,13 @@ class FakePlan:
     hang_at: int | None = None  # stop reporting and wait forever (cancellable) at this step
     no_result: bool = False  # finish every step but yield no result
     cleanup_seconds: float = 0.0  # shielded cleanup after cancellation (slow executors)
+    encode_seconds: float = 0.0  # the final encode, past the last step: a cancel then comes too late
 
     @classmethod
     def parse(cls, text: str, base: FakePlan | None = None) -> FakePlan:
-        """A plan from `key=value` words: step, fail_at, kind, fail_attempts, hang_at, no_result, cleanup."""
+        """A plan from `key=value` words: step, fail_at, kind, fail_attempts, hang_at, no_result, cleanup, encode."""
         plan = base or cls()
-        aliases = {"step": "step_seconds", "cleanup": "cleanup_seconds"}
+        aliases = {"step": "step_seconds", "cleanup": "cleanup_seconds", "encode": "encode_seconds"}
         types = {f.name: f.type for f in fields(cls)}
         for word in text.split():
             key, _, value = word.partition("=")
@@ -78,7 +79,7 @@ class FakePlan:
                 parsed: object = value
             elif name == "no_result":
                 parsed = value in ("", "1", "true", "yes")
-            elif name in ("step_seconds", "cleanup_seconds"):
+            elif name in ("step_seconds", "cleanup_seconds", "encode_seconds"):
                 parsed = float(value)
             else:
                 parsed = int(value)
@@ -121,6 +122,7 @@ class FakeExecutor(NoReports):
         self._videos: OrderedDict[tuple[int, int, int, int], bytes] = OrderedDict()  # rendered, by (w, h, frames, seed)
         self.runs = 0  # attempts started, for tests
         self.cleanups = 0  # attempts whose cleanup ran
+        self.finishing: set[str] = set()  # jobs in their final encode now, for tests
 
     def capabilities(self) -> Capabilities:
         # Asked on every submit and claim: built again only when what it says has changed.
@@ -144,7 +146,13 @@ class FakeExecutor(NoReports):
                 modes.append(ModeReadiness(mode=mode))
         budget = GroupBudget(size=1, tokens=lim.budget_tokens, verified=lim.budget_tokens is not None, source="fake limits")
         return Capabilities(
-            executor=self.name, hardware="fake", modes=tuple(modes), window=window, groups=(budget,), media=dict(lim.media)
+            executor=self.name,
+            hardware="fake",
+            modes=tuple(modes),
+            window=window,
+            groups=(budget,),
+            media=dict(lim.media),
+            exact_frames=MODES,  # it writes the frames asked, not the model's 17n + 5
         )
 
     def set_ready(self, ready: bool, reason: str = "not ready", modes: tuple[str, ...] = MODES) -> None:
@@ -210,7 +218,15 @@ class FakeExecutor(NoReports):
                 yield Progress(step=step, total=total)
             if plan.no_result:
                 return
-            artifact = await anyio.to_thread.run_sync(self._write, job)
+            # Past the last step a stop no longer takes effect (as a model's decode and encode): the
+            # video is written and is the result, a cancel meanwhile comes too late.
+            with anyio.CancelScope(shield=True):
+                self.finishing.add(job.job_id)
+                try:
+                    await anyio.sleep(plan.encode_seconds)
+                    artifact = await anyio.to_thread.run_sync(self._write, job)
+                finally:
+                    self.finishing.discard(job.job_id)
             yield Result(artifact)
         finally:
             with anyio.CancelScope(shield=True):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from h3core.domain.events import AttemptFailed, Body, Cancelled, Done, Failed
+from h3core.domain.events import AttemptFailed, Body, Cancelled, Detached, Done, Failed
 from h3core.domain.failures import FailureKind
 from h3core.domain.state import JobState
 from h3core.executors.base import Result
@@ -44,18 +44,22 @@ class Attempt:
 
 def failure_event(state: JobState, kind: FailureKind, message: str, detail: str | None) -> Body:
     """A retry where the job's own policy allows one, else the terminal failure."""
-    if not state.cancel_requested and state.retry.allows_retry(kind, state.attempt):
+    if not state.cancel_requested and state.retry.allows_retry(kind, state.attempt, not_started=state.not_started):
         return AttemptFailed(kind=kind, message=message, detail=detail, attempt=state.attempt, tokens=state.tokens)
     return Failed(kind=kind, message=message, detail=detail, tokens=state.tokens)
 
 
-def end_event(a: Attempt, config: RunnerConfig, *, interrupted: bool, grace_expired: bool) -> Body | None:
-    """The event that ends the attempt; None for one detached at a stop (resumed at the next start)."""
+def end_event(a: Attempt, config: RunnerConfig, *, interrupted: bool, grace_expired: bool) -> Body:
+    """The event that ends the attempt: its result (`done`, with a cancel requested meanwhile
+    recorded as too late: the work had finished), a retry or a terminal failure; `detached` for
+    one whose work runs on after a stop (resumed at the next start)."""
     state = a.state
     if a.result is not None and not grace_expired:
-        return Done(artifact=a.result.artifact, tokens=state.tokens)
+        return Done(artifact=a.result.artifact, tokens=state.tokens, cancel_too_late=state.cancel_requested)
     if a.detached:
-        return None  # a cancel requested meanwhile is in the log: the resumed attempt honours it
+        # A cancel requested meanwhile is in the log: the resumed attempt honours it.
+        assert state.executor_ref is not None
+        return Detached(attempt=state.attempt, executor_ref=state.executor_ref)
     why = None  # why the runner stopped the attempt, if it did
     if a.cancel:
         why = "cancelled by request"

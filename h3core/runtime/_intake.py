@@ -49,7 +49,7 @@ class Intake:
                 request=request,
                 priority=priority,
                 retry=self.retry,
-                warnings=request.warnings(),
+                warnings=request.warnings(decision.frames),
                 idempotency_key=idempotency_key,
                 remixed_from=remixed_from,
             ),

@@ -18,6 +18,7 @@ from h3core.domain.events import (
     Body,
     Cancelled,
     CancelRequested,
+    Detached,
     Done,
     Failed,
     Progress,
@@ -85,12 +86,25 @@ def log_written(state: JobState, bodies: Sequence[Body]) -> None:
                 log.info(
                     "job %s resumed: attempt %d, %gs after h3core stopped", state.job_id, body.attempt, body.after_s, extra=extra
                 )
+            case Detached():
+                extra |= {"executor": state.executor, "executor_ref": body.executor_ref}
+                log.info(
+                    "job %s detached: h3core stops, attempt %d runs on as %s",
+                    state.job_id,
+                    body.attempt,
+                    body.executor_ref,
+                    extra=extra,
+                )
             case Progress():
                 extra |= {"step": body.step, "total": body.total}
                 log.debug("job %s step %d/%d", state.job_id, body.step, body.total, extra=extra)
             case Done():
                 extra |= {"path": body.artifact.path, "bytes": body.artifact.bytes}
-                log.info("job %s done", state.job_id, extra=extra)
+                if body.cancel_too_late:
+                    extra["cancel_too_late"] = True
+                    log.info("job %s done: its cancel came too late, the work had finished", state.job_id, extra=extra)
+                else:
+                    log.info("job %s done", state.job_id, extra=extra)
             case Recovered():
                 extra |= {"path": body.artifact.path}
                 log.info("job %s recovered: attempt %d had committed its video", state.job_id, body.attempt, extra=extra)

@@ -3,12 +3,27 @@ before it died, re-attach to work that outlived it, admit logs imported without 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 from h3core.adapters.artifacts import ArtifactStore
+from h3core.adapters.store.base import EventStore
 from h3core.domain.admission import AdmissionPolicy, Refuse
 from h3core.domain.adoption import Adopt, Discard, adoption, judge
-from h3core.domain.events import Admitted, Body, Cancelled, Failed, Resumed
+from h3core.domain.events import (
+    Admitted,
+    AttemptFailed,
+    Body,
+    Cancelled,
+    Detached,
+    Done,
+    Event,
+    Failed,
+    Progress,
+    Recovered,
+    Resumed,
+    Running,
+)
 from h3core.domain.retention import StoredFile
 from h3core.domain.state import JobState
 from h3core.executors.base import Executor, Resumable
@@ -28,6 +43,8 @@ async def recover(
     the executor re-attaches to its work."""
     # Load fully, then write (docs/design.md §2.3): the list is materialised before any append.
     unfinished = await journal.read(journal.store.unfinished)
+    # Read before this process writes anything: when the previous runner was last seen writing.
+    last_write = await journal.read(_runner_last_write, journal.store)
     resumable = []
     now = datetime.now(UTC)
     for state in unfinished:
@@ -39,7 +56,8 @@ async def recover(
             await journal.append(state.job_id, adoption(state, verdict), expected_seq=state.last_seq)
         elif state.status == "running" and can_resume(executor, state):
             assert state.executor_ref is not None
-            away = max(0.0, (now - state.updated_at).total_seconds())
+            events = await journal.read(journal.store.events, state.job_id)
+            away = max(0.0, (now - unfollowed_since(events, state.attempt, last_write)).total_seconds())
             resumed = Resumed(attempt=state.attempt, executor_ref=state.executor_ref, after_s=round(away, 3))
             resumable.append(await journal.append(state.job_id, [resumed], expected_seq=state.last_seq))
         elif state.status == "running":
@@ -64,6 +82,40 @@ async def recover(
                 body = Admitted(tokens=decision.tokens)
             await journal.append(state.job_id, [body], expected_seq=state.last_seq)
     return resumable
+
+
+# What only a runner writes (an API process on the same store writes submits and cancels): the
+# newest of these is when the previous runner process was last seen.
+RUNNER_WRITES = (Running, Resumed, Detached, Progress, Done, AttemptFailed, Failed, Recovered)
+RECENT = 1000  # how far back the store is read for it
+
+
+def _runner_last_write(store: EventStore) -> datetime | None:
+    """When a runner last wrote to the store, among its newest `RECENT` events (None: not there)."""
+    newest = store.events_after(max(0, store.cursor() - RECENT), RECENT)
+    return max((e.at for _, e in newest if isinstance(e.body, RUNNER_WRITES)), default=None)
+
+
+def unfollowed_since(events: Sequence[Event], attempt: int, last_write: datetime | None) -> datetime:
+    """Since when no h3core process has followed the running `attempt`: its `detached` event when
+    the previous process stopped gracefully; after a crash, the last time that process was seen
+    writing (`last_write`, or this attempt's own last event written by a runner). Pure."""
+    since = None
+    for e in _current_run(events, attempt):
+        if isinstance(e.body, Detached):
+            return e.at
+        if since is None and isinstance(e.body, RUNNER_WRITES):
+            since = e.at
+    assert since is not None, "a running attempt's log has its `running` event"
+    return max(since, last_write) if last_write is not None else since
+
+
+def _current_run(events: Sequence[Event], attempt: int) -> Iterable[Event]:
+    """The events of `attempt` since it was last started or resumed, newest first."""
+    for e in reversed(events):
+        yield e
+        if isinstance(e.body, Running | Resumed) and e.body.attempt == attempt:
+            return
 
 
 def _discarded(files: list[StoredFile]) -> str | None:

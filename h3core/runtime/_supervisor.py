@@ -19,7 +19,7 @@ import anyio.abc
 from h3core.adapters.store.base import Conflict
 from h3core.domain.events import Artifact, Body, Progress
 from h3core.domain.state import JobState
-from h3core.executors.base import Executor, Heartbeat, JobSpec, Result, Resumable, classify
+from h3core.executors.base import Executor, FinishedBeforeStop, Heartbeat, JobSpec, Result, Resumable, classify
 from h3core.runtime._attempt import Attempt, end_event
 from h3core.runtime._journal import Journal, log_written
 from h3core.runtime._recovery import can_resume
@@ -101,9 +101,7 @@ class Supervisor:
                         if a.result is not None:
                             raise RuntimeError(f"executor yielded {type(update).__name__} after its result")
                         if isinstance(update, Result):
-                            if not isinstance(update.artifact, Artifact):
-                                raise TypeError(f"executor returned {update.artifact!r}, not an Artifact")
-                            a.result = update
+                            a.result = _checked(update)
                         elif isinstance(update, Progress):
                             if not a.ended:
                                 await self._report(a, update)
@@ -112,6 +110,16 @@ class Supervisor:
                 await self._settle(a)  # a refused progress event fails the attempt
             if a.result is None and not scope.cancel_called:
                 a.error = ("executor_error", "executor finished without a result", None)
+        except FinishedBeforeStop as finished:  # stopped (a cancel, a stall) after the work had finished
+            try:
+                a.result = _checked(finished.result)
+            except TypeError as exc:
+                a.error = classify(exc)
+            log.info(
+                "job %s: the executor had finished before the stop took effect",
+                a.state.job_id,
+                extra={"job_id": a.state.job_id, "attempt": a.state.attempt, "executor": self.executor.name},
+            )
         except Exception as exc:  # errors only: cancellation is a BaseException and passes
             a.result = None
             a.error = classify(exc)
@@ -158,7 +166,7 @@ class Supervisor:
 
     def _stop_for_shutdown(self, a: Attempt, driver: anyio.CancelScope) -> None:
         """h3core stops while the attempt runs: a resumable executor may leave its work running
-        for the next start (nothing is written then), else it is stopped and recorded interrupted.
+        for the next start (`detached` is written then), else it is stopped and recorded interrupted.
         An attempt already being stopped (a cancel, a stall) is stopped as it was."""
         a.stopping = True
         # A lost store stops the work too: this process is going away without a way to record it.
@@ -210,13 +218,13 @@ class Supervisor:
             log.error(
                 "job %s: its end (%s) cannot be written, the store is unusable; it stays %s until the next start ends it",
                 a.state.job_id,
-                body.type if body else "none",
+                body.type,
                 a.state.status,
                 extra={"job_id": a.state.job_id, "attempt": a.state.attempt, "error": str(exc)},
             )
 
-    async def _write_outcome(self, a: Attempt, body: Body | None, *, interrupted: bool, grace_expired: bool) -> None:
-        while body is not None:
+    async def _write_outcome(self, a: Attempt, body: Body, *, interrupted: bool, grace_expired: bool) -> None:
+        while True:
             try:
                 a.state = await self.journal.append(a.state.job_id, [body], expected_seq=a.state.last_seq)
                 return
@@ -229,6 +237,12 @@ class Supervisor:
                     a.cancel = True
                 a.state = current
                 body = end_event(a, self.config, interrupted=interrupted, grace_expired=grace_expired)
+
+
+def _checked(result: Result) -> Result:
+    if not isinstance(result.artifact, Artifact):
+        raise TypeError(f"executor returned {result.artifact!r}, not an Artifact")
+    return result
 
 
 def _spec(state: JobState) -> JobSpec:

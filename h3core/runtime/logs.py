@@ -23,6 +23,10 @@ LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error")
 # uvicorn's `color_message` is its message again, with terminal colours.
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName", "color_message"}
 
+# Libraries that log every request at INFO (httpx: one line per call to ComfyUI, most of a log):
+# their warnings and errors are kept, their chatter is not.
+QUIET = ("httpx", "httpcore")
+
 
 def fields(record: logging.LogRecord) -> dict[str, object]:
     """The structured fields a record was given in `extra`."""
@@ -67,7 +71,8 @@ class _Handler(logging.StreamHandler):
 
 
 def configure(format: LogFormat = "text", level: LogLevel = "info", stream: TextIO | None = None) -> None:
-    """Send every log record at `level` or above to `stream` (stderr) in `format`."""
+    """Send every log record at `level` or above to `stream` (stderr) in `format`; the `QUIET`
+    libraries' only from WARNING."""
     if format not in FORMATS:
         raise ValueError(f"log format {format!r}: use one of {', '.join(FORMATS)}")
     if level not in LEVELS:
@@ -79,3 +84,5 @@ def configure(format: LogFormat = "text", level: LogLevel = "info", stream: Text
     handler.setFormatter(JsonLines() if format == "json" else Text())
     root.addHandler(handler)
     root.setLevel(level.upper())
+    for name in QUIET:
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -7,8 +7,8 @@ timeout), overruns its deadline, is cancelled, or the runner itself is cancelled
 writes happen in shielded scopes; executors never write events.
 
 One exception, by design: when the runner is stopped while an attempt of a `Resumable` executor
-runs and that executor detaches it (its work goes on outside h3core, a ComfyUI prompt), nothing
-is written and the attempt stays `running` in the log; the next start re-attaches to it
+runs and that executor detaches it (its work goes on outside h3core, a ComfyUI prompt), only
+`detached` is written and the attempt stays `running` in the log; the next start re-attaches to it
 (`Resumed`) and the guarantee resumes there: it ends as above, or `executor_lost` if the work is
 gone. A stop or a crash leaves nothing that no start will end.
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import aclosing
 
 import anyio
 from anyio.abc import TaskStatus
@@ -35,7 +36,7 @@ from h3core.adapters.store.base import EventStore
 from h3core.domain.admission import AdmissionPolicy, AdmitAll
 from h3core.domain.geometry import Media
 from h3core.domain.request import GenerationRequest
-from h3core.domain.state import JobState
+from h3core.domain.state import JobState, apply
 from h3core.executors.base import Executor
 from h3core.runtime._claiming import Claimer
 from h3core.runtime._intake import Intake
@@ -48,6 +49,7 @@ from h3core.runtime.bus import EventBus
 from h3core.runtime.config import RunnerConfig
 from h3core.runtime.contracts import CapabilityFile, LiveContract, publish_capabilities
 from h3core.runtime.errors import ShuttingDown
+from h3core.runtime.follow import follow
 from h3core.runtime.store_retry import StoreUnavailable
 
 __all__ = ["Runner", "new_job_id"]
@@ -144,10 +146,22 @@ class Runner:
         self._poke()
         return state
 
-    async def cancel(self, job_id: str, reason: str = "cancelled by request") -> JobState:
-        """Queued jobs end at once; running ones end once the executor has stopped."""
+    async def cancel(self, job_id: str, reason: str = "cancelled by request", *, wait_s: float = 0.0) -> JobState:
+        """Queued jobs end at once; running ones end once the executor has stopped, or `done` where
+        the work finished before the stop took effect (the cancel came too late). `wait_s`: wait up
+        to that long for a running job to end, and return the state it ended in (the latest one if
+        it has not). Raises `KeyError` for an unknown job, `NotCancellable` for one that has ended."""
         state = await self._intake.cancel(job_id, reason)
         self._supervisor.cancel(job_id)
+        if state.terminal or wait_s <= 0:
+            return state
+        # Its runner may be another process: its events come through the store, read this often.
+        resync_s = min(wait_s, self.config.poll_interval_s)
+        with anyio.move_on_after(wait_s):
+            async with aclosing(follow(self.bus, self.store.events, job_id, state.last_seq, resync_s=resync_s)) as events:
+                async for event in events:
+                    if event is not None:
+                        state = apply(state, event)
         return state
 
     def slot_count(self) -> int:

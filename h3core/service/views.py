@@ -193,7 +193,10 @@ class Problem(BaseModel):
     detail: str
     errors: list[dict[str, str]] | None = None
     ceiling: Ceiling | None = None
-    reason: str | None = None  # a refused submission: the limit it broke (vram, model_window, mode_unavailable, ...)
+    # A refused submission: the limit it broke (vram, model_window, mode_unavailable, ...); a refused
+    # cancel: `too_late` where the job had finished (it is done, its video kept).
+    reason: str | None = None
+    status: ApiStatus | None = None  # a refused cancel: the state the job ended in
     limit: int | None = None  # a body or upload too large (413): the limit in bytes
     setting: str | None = None  # and the setting that sets it
 

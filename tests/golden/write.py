@@ -34,6 +34,10 @@ try:  # events that came later than the first golden set
     from h3core.domain.events import Recovered, Resumed
 except ImportError:  # pragma: no cover
     Recovered = Resumed = None
+try:  # ... and later than the second
+    from h3core.domain.events import Detached
+except ImportError:  # pragma: no cover
+    Detached = None
 
 
 def _artifact(job: str, attempt: int) -> Artifact:
@@ -113,6 +117,30 @@ def logs() -> dict[str, list[list]]:
             [Resumed(attempt=1, executor_ref="prompt-9a2e", after_s=2.8)],
             [Progress(step=8, total=8)],
             [Done(artifact=_artifact("resumed", 1))],
+        ]
+    if Detached is not None:  # schema 2: detached, done's cancel_too_late, the kind not_started
+        out["detached"] = [
+            [t2va, Admitted()],
+            [Running(attempt=1, executor="comfyui", executor_ref="prompt-5d1b")],
+            [Progress(step=2, total=8)],
+            [Detached(attempt=1, executor_ref="prompt-5d1b")],
+            [Resumed(attempt=1, executor_ref="prompt-5d1b", after_s=41.5)],
+            [Progress(step=8, total=8)],
+            [Done(artifact=_artifact("detached", 1))],
+        ]
+        out["cancel-too-late"] = [
+            [t2va, Admitted()],
+            [Running(attempt=1, executor="comfyui", executor_ref="prompt-77c0")],
+            [Progress(step=8, total=8)],
+            [CancelRequested(reason="asked by the client")],
+            [Done(artifact=_artifact("cancel-too-late", 1), cancel_too_late=True)],
+        ]
+        out["not-started"] = [
+            [Submitted(request=_request(), retry=RetryPolicy(max_attempts=1)), Admitted()],
+            [Running(attempt=1, executor="comfyui", executor_ref="prompt-0a0a")],
+            [AttemptFailed(kind="not_started", message="ComfyUI unreachable: the prompt was not submitted", attempt=1)],
+            [Running(attempt=2, executor="comfyui", executor_ref="prompt-0b0b")],
+            [Done(artifact=_artifact("not-started", 2))],
         ]
     if Recovered is not None:
         out["recovered"] = [

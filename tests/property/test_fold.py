@@ -15,6 +15,7 @@ from h3core.domain.events import (
     Body,
     Cancelled,
     CancelRequested,
+    Detached,
     Done,
     Event,
     Failed,
@@ -24,6 +25,7 @@ from h3core.domain.events import (
     Running,
     Submitted,
 )
+from h3core.domain.retry import MAX_NOT_STARTED
 from h3core.domain.state import IllegalEvent, apply, fold
 from tests.factories import artifact
 from tests.profiles import examples
@@ -44,12 +46,13 @@ class Ref:
     cancel_requested: bool = False
     executor_ref: str | None = None
     recovered: object = None
+    not_started: int = 0  # attempts that failed `not_started`: they do not count against the policy
 
     def legal(self, b: Body) -> bool:
         if self.status in ("done", "failed", "cancelled"):
             return False
         if self.recovered is not None:
-            return isinstance(b, Done) and b.artifact == self.recovered
+            return isinstance(b, Done) and b.artifact == self.recovered and (self.cancel_requested or not b.cancel_too_late)
         running = self.status == "running"
         policy = self.submitted.retry
         match b:
@@ -57,7 +60,7 @@ class Ref:
                 return self.status == "submitted"
             case Running():
                 return self.status == "queued" and b.attempt == self.attempt + 1
-            case Resumed():
+            case Resumed() | Detached():
                 return running and b.attempt == self.attempt and b.executor_ref == self.executor_ref
             case Progress():
                 return (
@@ -67,13 +70,11 @@ class Ref:
                     and (self.step is None or b.step > self.step)
                 )
             case AttemptFailed():
-                return (
-                    running
-                    and b.attempt == self.attempt
-                    and not self.cancel_requested
-                    and b.kind in policy.retry_on
-                    and b.attempt < policy.max_attempts
-                )
+                if not (running and b.attempt == self.attempt and not self.cancel_requested):
+                    return False
+                if b.kind == "not_started":  # nothing ran: retried whatever the policy, up to a bound
+                    return self.not_started < MAX_NOT_STARTED
+                return b.kind in policy.retry_on and b.attempt - self.not_started < policy.max_attempts
             case Recovered():
                 return running and b.attempt == self.attempt
             case CancelRequested():
@@ -81,7 +82,7 @@ class Ref:
             case Cancelled():
                 return not running or self.cancel_requested
             case Done():
-                return running
+                return running and (self.cancel_requested or not b.cancel_too_late)
             case Failed():
                 return True
         return False  # a second Submitted
@@ -96,14 +97,16 @@ class Ref:
             case Progress():
                 return replace(self, step=b.step, total=b.total)
             case AttemptFailed():
-                return replace(self, status="queued", step=None, total=None)
+                return replace(
+                    self, status="queued", step=None, total=None, not_started=self.not_started + (b.kind == "not_started")
+                )
             case Recovered():
                 return replace(self, recovered=b.artifact)
             case CancelRequested():
                 return replace(self, cancel_requested=True)
             case Done() | Failed() | Cancelled():
                 return replace(self, status=b.type)
-        return self  # Resumed changes nothing the rules look at
+        return self  # Resumed and Detached change nothing the rules look at
 
 
 def check_log(log: list[Event]) -> None:
@@ -135,7 +138,7 @@ def legal_bodies(ref: Ref) -> st.SearchStrategy[Body]:
         step = 0 if ref.step is None else ref.step + 1
         total = ref.total if ref.total is not None else step + 4
         likely = [
-            st.builds(Done, artifact=st.just(artifact())),
+            st.builds(Done, artifact=st.just(artifact()), cancel_too_late=st.just(ref.cancel_requested)),
             ending[0],
             st.builds(Recovered, attempt=st.just(ref.attempt), artifact=st.just(artifact())),
         ]
@@ -143,12 +146,15 @@ def legal_bodies(ref: Ref) -> st.SearchStrategy[Body]:
             likely += [st.builds(Progress, step=st.integers(step, total), total=st.just(total))] * 6
         if ref.executor_ref is not None:
             likely.append(st.just(Resumed(attempt=ref.attempt, executor_ref=ref.executor_ref, after_s=1.0)))
+            likely.append(st.just(Detached(attempt=ref.attempt, executor_ref=ref.executor_ref)))
         policy = ref.submitted.retry
-        if not ref.cancel_requested and policy.retry_on and ref.attempt < policy.max_attempts:
+        if not ref.cancel_requested and policy.retry_on and ref.attempt - ref.not_started < policy.max_attempts:
             failing = st.builds(
                 AttemptFailed, kind=st.sampled_from(policy.retry_on), message=st.just("m"), attempt=st.just(ref.attempt)
             )
             likely += [failing] * 2
+        if not ref.cancel_requested and ref.not_started < MAX_NOT_STARTED:
+            likely.append(st.just(AttemptFailed(kind="not_started", message="m", attempt=ref.attempt)))
         likely.append(st.builds(Cancelled) if ref.cancel_requested else st.builds(CancelRequested))
     return st.sampled_from(likely).flatmap(lambda s: s).filter(ref.legal)
 

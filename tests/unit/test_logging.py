@@ -158,3 +158,23 @@ def test_importing_h3core_configures_no_logging():
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip().split(maxsplit=2)
     )
     assert out == ["0", str(logging.WARNING), "['NullHandler']"]
+
+
+def test_configure_keeps_httpx_requests_out_of_the_log_but_not_its_warnings():
+    root = logging.getLogger()
+    before = list(root.handlers), root.level, {n: logging.getLogger(n).level for n in ("httpx", "httpcore")}
+    out = io.StringIO()
+    try:
+        configure("text", "debug", out)
+        logging.getLogger("httpx").info('HTTP Request: GET http://127.0.0.1:8188/queue "HTTP/1.1 200 OK"')
+        logging.getLogger("httpcore.connection").debug("connect_tcp.started host='127.0.0.1' port=8188")
+        logging.getLogger("httpx").warning("a warning is kept")
+        logging.getLogger("h3core.test").debug("h3core's own debug is kept")
+    finally:
+        root.handlers[:] = before[0]
+        root.setLevel(before[1])
+        for name, level in before[2].items():
+            logging.getLogger(name).setLevel(level)
+    said = out.getvalue()
+    assert "HTTP Request" not in said and "connect_tcp" not in said
+    assert "a warning is kept" in said and "h3core's own debug is kept" in said

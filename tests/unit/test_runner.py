@@ -26,7 +26,7 @@ from h3core import (
     SQLiteEventStore,
 )
 from h3core.adapters.artifacts import sha256_file
-from h3core.executors.base import Result
+from h3core.executors.base import FinishedBeforeStop, Result
 from h3core.runtime._supervisor import PROGRESS_IN_FLIGHT
 from tests.factories import request, submitted
 from tests.unit.conftest import wait_until
@@ -139,6 +139,47 @@ async def test_cancelling_a_running_job_stops_the_executor_within_a_step(make_ru
     after = [e for e in events if e.seq > at_request.seq and e.type == "progress"]
     assert len(after) <= 1, "the executor stops within one step"
     assert runner.executor.cleanups == 1
+
+
+async def test_a_cancel_during_the_final_encode_comes_too_late_the_job_ends_done_with_its_video(make_runner):
+    async with make_runner(plan=FakePlan(step_seconds=0.01, encode_seconds=0.5)) as runner:
+        job = await runner.submit(request(steps=3))
+        await wait_until(lambda: job.job_id in runner.executor.finishing)
+        state = await runner.cancel(job.job_id, wait_s=10)  # answered once the job has ended
+    assert state.status == "done" and state.cancel_requested and state.artifact is not None
+    assert state == runner.store.get(job.job_id)
+    assert runner.executor.artifacts.resolve(state.artifact.path).stat().st_size == state.artifact.bytes
+    events = runner.store.events(job.job_id)
+    assert [e.type for e in events][-2:] == ["cancel_requested", "done"] and events[-1].body.cancel_too_late
+
+
+async def test_an_executor_whose_work_finished_as_it_was_being_stopped_ends_done_not_cancelled(make_runner):
+    """An executor's cleanup raises `FinishedBeforeStop` where the stop found its work finished
+    (a ComfyUI prompt that succeeded meanwhile): the runner keeps that result."""
+    finished = Artifact(path="x.mp4", bytes=0, sha256="0" * 64, frames=1, duration_s=0.04)
+
+    async def finishes_anyway(job):
+        try:
+            yield Progress(step=1, total=2)
+            await anyio.sleep_forever()
+        finally:
+            raise FinishedBeforeStop(Result(finished))
+
+    async with make_runner() as runner:
+        runner.executor.run = finishes_anyway
+        job = await runner.submit(request(steps=2))
+        await wait_until(lambda: runner.store.get(job.job_id).step == 1)
+        state = await runner.cancel(job.job_id, wait_s=10)
+    assert state.status == "done" and state.artifact == finished
+    assert runner.store.events(job.job_id)[-1].body.cancel_too_late
+
+
+async def test_a_cancel_that_takes_effect_is_answered_with_the_cancelled_job_when_asked_to_wait(make_runner):
+    async with make_runner(plan=FakePlan(step_seconds=0.05)) as runner:
+        job = await runner.submit(request(steps=1000))
+        await wait_until(lambda: runner.store.get(job.job_id).step)
+        state = await runner.cancel(job.job_id, wait_s=10)
+    assert state.status == "cancelled" and state == runner.store.get(job.job_id)
 
 
 async def test_an_executor_that_will_not_stop_still_ends_after_the_grace_period_failed_not_cancelled(make_runner):
@@ -322,8 +363,21 @@ async def test_jobs_run_by_priority_then_in_submission_order(make_runner, tmp_pa
 async def test_inert_fields_are_accepted_with_a_warning(make_runner):
     async with make_runner() as runner:
         job = await runner.submit(request(cfg_scale=5.0, turbo=True))
-    assert len(job.warnings) == 3 and "cfg_scale" in job.warnings[0]
-    assert job.warnings[2] == "24 frames snapped to 39: MiniMax-H3 makes 17n+5"  # recorded with the job, like the others
+    assert len(job.warnings) == 2 and "cfg_scale" in job.warnings[0] and "turbo" in job.warnings[1]
+
+
+async def test_a_frame_count_is_said_snapped_only_where_the_executor_makes_another(make_runner, tmp_path):
+    from h3core.domain.capabilities import Capabilities
+    from h3core.runtime.contracts import LiveContract
+
+    async with make_runner() as runner:  # the fake writes exactly the frames asked
+        job = await runner.submit(request(frames=24))
+        await wait_until(ended(runner, job.job_id))
+    assert job.warnings == () and runner.store.get(job.job_id).artifact.frames == 24
+    model = Capabilities(executor="pipeline")  # the model's 17n + 5
+    runner = Runner(SQLiteEventStore(tmp_path / "model.db", durable=False), None, admission=LiveContract(lambda: model))
+    job = await runner.submit(request(frames=24))
+    assert job.warnings == ("24 frames snapped to 39: MiniMax-H3 makes 17n+5",)  # recorded with the job
 
 
 async def test_idempotent_submission(make_runner):
@@ -447,3 +501,28 @@ async def test_done_and_oom_events_carry_the_requests_token_count(make_runner):
     failed_event = runner.store.events(oom.job_id)[-1].body
     assert done_event.tokens == count_tokens(runner.store.get(ok.job_id).request).total
     assert failed_event.kind == "oom" and failed_event.tokens == count_tokens(runner.store.get(oom.job_id).request).total
+
+
+def test_a_resumed_attempt_was_unfollowed_since_its_detach_or_after_a_crash_since_the_runner_was_last_seen():
+    from datetime import UTC, datetime, timedelta
+
+    from h3core.domain.events import CancelRequested, Detached, Event, Resumed
+    from h3core.runtime._recovery import unfollowed_since
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def log(*bodies):
+        return [Event(job_id="j", seq=i + 1, at=t0 + timedelta(seconds=10 * i), body=b) for i, b in enumerate(bodies)]
+
+    begun = [submitted(), Admitted(), Running(attempt=1, executor="comfyui", executor_ref="p"), Progress(step=1, total=9)]
+    # A graceful stop: its `detached`, whatever came after it (a cancel stored meanwhile) or was written elsewhere.
+    stopped = log(*begun, Detached(attempt=1, executor_ref="p"), CancelRequested())
+    assert unfollowed_since(stopped, 1, t0 + timedelta(seconds=45)) == t0 + timedelta(seconds=40)
+    # A crash: the last this attempt's runner wrote, or the last any runner wrote to the store if later;
+    # a cancel another process stored is no sign of the runner.
+    crashed = log(*begun, CancelRequested())
+    assert unfollowed_since(crashed, 1, None) == t0 + timedelta(seconds=30)
+    assert unfollowed_since(crashed, 1, t0 + timedelta(seconds=35)) == t0 + timedelta(seconds=35)
+    # Detached before an earlier resume does not count for the run after it.
+    again = log(*begun, Detached(attempt=1, executor_ref="p"), Resumed(attempt=1, executor_ref="p", after_s=1.0))
+    assert unfollowed_since(again, 1, None) == t0 + timedelta(seconds=50)

@@ -15,7 +15,16 @@ import httpx
 
 
 class Unreachable(Exception):
-    """The server did not answer (or answered 5xx)."""
+    """The server did not answer (or answered 5xx). `sent`: the request may have reached it (False
+    only when no connection was made: then the server has seen nothing of it)."""
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+# Failures to connect at all: the request never left.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 class PromptRejected(Exception):
@@ -53,7 +62,9 @@ class ComfyClient:
         try:
             response = await self._http.request(method, path, **kw)
         except httpx.TransportError as exc:
-            raise Unreachable(f"{method} {self.base_url}{path}: {type(exc).__name__}: {exc}") from exc
+            raise Unreachable(
+                f"{method} {self.base_url}{path}: {type(exc).__name__}: {exc}", sent=not isinstance(exc, _NOT_SENT)
+            ) from exc
         if response.status_code >= 500:
             raise Unreachable(f"{method} {self.base_url}{path}: HTTP {response.status_code}")
         return response

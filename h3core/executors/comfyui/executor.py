@@ -5,24 +5,32 @@ What the old adapter got wrong (docs/design.md §2) and how this one avoids it:
   and checked at once when the socket says the prompt ended; a dropped socket only loses hints;
 - the prompt id was the server's: here it is ours (derived from job and attempt), so after a
   restart h3core finds its prompt again and re-attaches instead of running it twice;
-- `/interrupt` without a prompt id stops whatever runs: here it always names our prompt, and a
-  pending prompt is deleted from the queue instead; a stop is certain: the queue is read again
-  until ComfyUI no longer holds the prompt (a pending prompt may start between the read and the
-  delete), else the job fails `stop_unconfirmed`, never `cancelled` while the prompt may run;
+- `/interrupt` without a prompt id stops whatever runs: here it always names our prompt (sent
+  once, then again on a backoff while the prompt still runs), and a pending prompt is deleted
+  from the queue instead; a stop is certain: the queue is read again until ComfyUI no longer
+  holds the prompt (a pending prompt may start between the read and the delete), else the job
+  fails `stop_unconfirmed`, never `cancelled` while the prompt may run; and a prompt that
+  succeeded before the stop took effect keeps its video (`FinishedBeforeStop`: the job is done,
+  the cancel too late), never thrown away and called cancelled;
 - every prompt was sent at once and waited in ComfyUI's queue while h3core said `running`: here
   the executor states its `concurrency` and the runner starts no more, the rest wait in h3core;
 - a stop of h3core interrupted the prompt: here it is left running (`on_stop="detach"`) and the
   next start re-attaches to it;
 - a vanished prompt (ComfyUI restarted, history lost) is noticed within `lost_after_s`, and an
-  unreachable server fails the attempt after `unreachable_after_s`: nothing waits forever.
+  unreachable server fails the attempt after `unreachable_after_s`: nothing waits forever; a
+  server found down before the prompt was sent ends the attempt `not_started` at once (nothing
+  ran: it costs the job no attempt, and the job waits queued until ComfyUI is back);
+- progress is only what ComfyUI reports: a graph with no sampler counting the request's steps
+  reports none.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -34,7 +42,7 @@ from h3core.adapters.backoff import Backoff, retry
 from h3core.domain.capabilities import MODES, Capabilities, FrameWindow, ModeReadiness
 from h3core.domain.events import Progress
 from h3core.domain.request import UPLOAD_MODES
-from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, NoReports, Result, Update
+from h3core.executors.base import ExecutorFailure, FinishedBeforeStop, Heartbeat, JobSpec, NoReports, Result, Update
 from h3core.executors.comfyui.client import ComfyClient, HistoryEntry, PromptRejected, Unreachable
 from h3core.executors.comfyui.feed import LogTail, SocketFeed
 from h3core.executors.comfyui.templates import Template, TemplateError, pick
@@ -44,6 +52,10 @@ T = TypeVar("T")
 
 _PROMPTS = uuid.UUID("6c3e1d2a-8f4b-4a57-9a57-3f6f3f0b7c11")  # namespace of our prompt ids
 VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".mov")
+# A stop interrupts a running prompt once, then again after these pauses while it still runs
+# (ComfyUI resets an interrupt that lands as the prompt starts); the queue is read every STOP_POLL_S.
+INTERRUPT_AGAIN = Backoff(first_s=0.5, longest_s=4.0)
+STOP_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -98,7 +110,7 @@ class ComfyUIExecutor(NoReports):
         s = self.settings
         connected = self._ready and self.feed.connected
         known = self._info is not None and self._info_connects == self.feed.connects
-        modes, media = [], {}
+        modes, media, exact = [], {}, []
         window: FrameWindow | None = None
         for mode in MODES:
             try:
@@ -120,6 +132,8 @@ class ComfyUIExecutor(NoReports):
             for name, owner in UPLOAD_MODES.items():
                 if owner == mode:
                     media[name] = len(template.media.get(name, ()))
+            if template.frames == "exact":
+                exact.append(mode)
             if self._info is not None and not missing:
                 # One window for every mode: the range all the graphs in service take (the built-in
                 # ones bind frames to the same kind of node).
@@ -141,6 +155,7 @@ class ComfyUIExecutor(NoReports):
             media=media,
             window=window,
             concurrency=s.concurrency,
+            exact_frames=tuple(exact),
         )
 
     def check(self, job: JobSpec) -> None:
@@ -208,11 +223,11 @@ class ComfyUIExecutor(NoReports):
     # -- a job ------------------------------------------------------------------------------
 
     def run(self, job: JobSpec) -> AsyncIterator[Update]:
-        return self._stopping_if_abandoned(self.reference(job), self._submit_and_follow(job))
+        return self._stopping_if_abandoned(job, self.reference(job), self._submit_and_follow(job))
 
     def resume(self, job: JobSpec, executor_ref: str) -> AsyncIterator[Update]:
         """Follow a prompt a previous h3core process submitted (its id is ours, so we know it)."""
-        return self._stopping_if_abandoned(executor_ref, self._follow(job, self._template(job), executor_ref))
+        return self._stopping_if_abandoned(job, executor_ref, self._follow(job, self._template(job), executor_ref))
 
     def detach(self, job: JobSpec, executor_ref: str) -> bool:
         """h3core is stopping: leave the prompt running for the next start (`on_stop="detach"`)."""
@@ -221,11 +236,20 @@ class ComfyUIExecutor(NoReports):
         self._detached.add(executor_ref)
         return True
 
-    async def _stopping_if_abandoned(self, prompt_id: str, updates: AsyncIterator[Update]) -> AsyncIterator[Update]:
-        """Pass `updates` on; if they are not followed to the end, make sure the prompt stops."""
+    async def _stopping_if_abandoned(
+        self, job: JobSpec, prompt_id: str, updates: AsyncGenerator[Update, None]
+    ) -> AsyncIterator[Update]:
+        """Pass `updates` on; if they are not followed to the end, make sure the prompt stops, and
+        keep its video if it had succeeded before the stop took effect."""
         try:
-            async for update in updates:
-                yield update
+            async with aclosing(updates):
+                async for update in updates:
+                    yield update
+        except ExecutorFailure as exc:
+            if exc.kind != "not_started":  # not_started: ComfyUI has nothing of the job to stop
+                with anyio.CancelScope(shield=True):
+                    await self._stop(prompt_id)
+            raise
         except Exception:  # our own failure: stop what may still run, and report the failure
             with anyio.CancelScope(shield=True):
                 await self._stop(prompt_id)
@@ -236,21 +260,46 @@ class ComfyUIExecutor(NoReports):
                 raise  # left running: the next start resumes it
             with anyio.CancelScope(shield=True):
                 unconfirmed = await self._stop(prompt_id)
+                finished = await self._finished_anyway(job, prompt_id) if unconfirmed is None else None
             if unconfirmed is not None:
                 raise ExecutorFailure("stop_unconfirmed", f"ComfyUI may still run prompt {prompt_id}: {unconfirmed}") from None
+            if finished is not None:
+                raise FinishedBeforeStop(finished) from None
             raise
+
+    async def _finished_anyway(self, job: JobSpec, prompt_id: str) -> Result | None:
+        """Once ComfyUI no longer holds a prompt that was being stopped: its video, if it had
+        succeeded before the stop took effect (else None: it was interrupted, deleted, or failed)."""
+        try:
+            entry = await self.client.history(prompt_id)
+        except Unreachable as exc:
+            log.warning(
+                "prompt %s left ComfyUI's queue, but its history could not be read (%s): taken as stopped",
+                prompt_id,
+                exc,
+                extra={**_where(job), "prompt_id": prompt_id, "error": str(exc)},
+            )
+            return None
+        if entry is None or entry.status != "success":
+            return None
+        log.info(
+            "prompt %s had succeeded before the stop took effect: its video is kept",
+            prompt_id,
+            extra={**_where(job), "prompt_id": prompt_id},
+        )
+        return await self._finish(job, self._template(job), prompt_id, entry)
 
     async def _submit_and_follow(self, job: JobSpec) -> AsyncIterator[Update]:
         template = self._template(job)
         prompt_id = self.reference(job)
         yield Heartbeat("uploading")
-        uploaded = await self._patiently(lambda: self._upload(job))
+        uploaded = await self._patiently(lambda: self._upload(job), unsent=True)
         try:
             graph = template.build(job.request, uploaded)
         except TemplateError as exc:
             raise ExecutorFailure("invalid", str(exc)) from exc
         try:
-            await self._patiently(lambda: self._submit(prompt_id, graph))
+            await self._patiently(lambda: self._submit(prompt_id, graph), unsent=True)
         except PromptRejected as exc:
             raise ExecutorFailure("invalid", _rejection(exc.body, template), str(exc.body)[:2000]) from exc
         async for update in self._follow(job, template, prompt_id):
@@ -271,16 +320,26 @@ class ComfyUIExecutor(NoReports):
                     names[upload_id] = await self.client.upload(path, f"h3-{upload_id}{path.suffix}")
         return names
 
-    async def _patiently(self, call: Callable[[], Awaitable[T]], *, job: JobSpec | None = None, prompt_id: str = "") -> T:
+    async def _patiently(
+        self, call: Callable[[], Awaitable[T]], *, job: JobSpec | None = None, prompt_id: str = "", unsent: bool = False
+    ) -> T:
         """Call until ComfyUI answers; fail the attempt once it has been unreachable for
-        `unreachable_after_s`. Said once per outage; when following a prompt, its end said too."""
+        `unreachable_after_s` (`executor_lost`). Said once per outage; when following a prompt,
+        its end said too. `unsent`: ComfyUI has nothing of the job yet (its uploads, the POST of its
+        prompt): once ComfyUI is seen down too (its socket dropped), or past the bound, the attempt
+        ends `not_started` (nothing ran), unless a request may have reached ComfyUI."""
         s = self.settings
         where = {**_where(job), "prompt_id": prompt_id} if job is not None else {}
         outage = False
+        reached = False  # a failed request may have reached ComfyUI (a timeout, a dropped answer)
+
+        def keep_trying(exc: Exception) -> bool:
+            return isinstance(exc, Unreachable) and (not unsent or reached or exc.sent or self.feed.connected)
 
         def unreachable(exc: Exception, tries: int, pause: float) -> None:
-            nonlocal outage
+            nonlocal outage, reached
             outage = True
+            reached = reached or (isinstance(exc, Unreachable) and exc.sent)
             if tries > 1:
                 return  # said once per outage, not per try
             if job is None:
@@ -295,15 +354,20 @@ class ComfyUIExecutor(NoReports):
                 )
 
         def lost(exc: Exception, tries: int) -> ExecutorFailure:
+            if unsent and not (reached or (isinstance(exc, Unreachable) and exc.sent)):
+                return ExecutorFailure("not_started", f"ComfyUI at {s.url} is unreachable; the job was not sent to it: {exc}")
             return ExecutorFailure("executor_lost", f"ComfyUI unreachable for {s.unreachable_after_s:g}s: {exc}")
 
-        answer = await retry(
-            call,
-            Backoff(s.poll_min_s, s.poll_max_s, s.unreachable_after_s),
-            retry_if=lambda exc: isinstance(exc, Unreachable),
-            on_retry=unreachable,
-            give_up=lost,
-        )
+        try:
+            answer = await retry(
+                call,
+                Backoff(s.poll_min_s, s.poll_max_s, s.unreachable_after_s),
+                retry_if=keep_trying,
+                on_retry=unreachable,
+                give_up=lost,
+            )
+        except Unreachable as exc:  # not tried again: ComfyUI is down and holds nothing of the job
+            raise lost(exc, 0) from exc
         if outage and job is not None:
             log.info("ComfyUI answers again (prompt %s)", prompt_id, extra=where)
         return answer
@@ -312,6 +376,9 @@ class ComfyUIExecutor(NoReports):
         s = self.settings
         steps = job.request.steps
         last_step = job.last_step
+        # Progress is what ComfyUI reports of a node counting the request's steps; a graph with
+        # none (a model-free demo graph, a sampler with its own step count) reports none.
+        counts_steps = template.sampler is not None and "steps" in template.values
         tail = LogTail(s.log_path, template.progress.log_pattern) if template.progress.source == "log" and s.log_path else None
         delay = s.poll_min_s
         vanished_since: float | None = None
@@ -350,8 +417,9 @@ class ComfyUIExecutor(NoReports):
                 entry, running, pending = await self._patiently(lambda: self._poll(prompt_id), job=job, prompt_id=prompt_id)
                 if entry is not None:
                     result = await self._finish(job, template, prompt_id, entry)
-                    if last_step < steps and entry.status == "success":
-                        yield Progress(step=steps, total=steps)  # the socket missed the last steps
+                    if last_step < steps and entry.status == "success" and counts_steps:
+                        # The socket missed the last steps; the success ComfyUI reports is the sampler's too.
+                        yield Progress(step=steps, total=steps)
                     yield result
                     return
                 if prompt_id in running or prompt_id in pending:
@@ -402,9 +470,12 @@ class ComfyUIExecutor(NoReports):
     async def _stop(self, prompt_id: str) -> str | None:
         """Make sure ComfyUI no longer holds the prompt: None once it is in neither queue, else why
         that was not seen within `cancel_wait_s`. Pending: delete it, then look again (it may have
-        started between the read and the delete). Running: interrupt it by id, again while it
-        still runs (an interrupt that lands as the prompt starts is reset by ComfyUI)."""
+        started between the read and the delete). Running: interrupt it by id once, and again on
+        `INTERRUPT_AGAIN`'s pauses while it still runs (an interrupt that lands as the prompt starts
+        is reset by ComfyUI)."""
         why = f"it was still in ComfyUI's queue after {self.settings.cancel_wait_s:g}s"
+        interrupts = 0
+        next_interrupt = -math.inf
         with anyio.move_on_after(self.settings.cancel_wait_s):
             while True:
                 try:
@@ -414,11 +485,14 @@ class ComfyUIExecutor(NoReports):
                         continue
                     if prompt_id not in running:
                         return None  # ended, deleted, or never queued: ComfyUI does not run it
-                    await self.client.interrupt(prompt_id)
-                    why = f"it was still running after {self.settings.cancel_wait_s:g}s (interrupted by id)"
+                    if anyio.current_time() >= next_interrupt:
+                        await self.client.interrupt(prompt_id)
+                        interrupts += 1
+                        next_interrupt = anyio.current_time() + INTERRUPT_AGAIN.pause(interrupts)
+                    why = f"it was still running after {self.settings.cancel_wait_s:g}s (interrupted by id {interrupts}x)"
                 except Unreachable as exc:
                     why = f"ComfyUI did not answer for {self.settings.cancel_wait_s:g}s ({exc})"
-                await anyio.sleep(0.1)
+                await anyio.sleep(STOP_POLL_S)
         return why
 
 

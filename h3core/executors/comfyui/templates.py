@@ -3,8 +3,9 @@
 A template says which node input receives each request field (`values`), which fields its graph
 has no place for (`ignores`: a demo graph without a model has no prompt), where uploaded
 keyframes and references go and what to prune from the graph when a slot is unused (`media`),
-which node's progress counts the denoising steps (`sampler`) and which output node names the
-video (`output`). Templates are checked when they are loaded, so one whose bindings do not
+which node's progress counts the denoising steps (`sampler`), which output node names the
+video (`output`) and how many frames the graph makes of the requested count (`frames`: snapped to
+MiniMax-H3's 17n + 5, or exactly as asked). Templates are checked when they are loaded, so one whose bindings do not
 match its graph never reaches a job. The format is documented in docs/operations.md.
 
 Which template serves a mode is chosen by name (`pick`): the settings may name one per mode;
@@ -76,9 +77,12 @@ class Template(_Data):
     # Request fields the graph has no input for (each field is bound in `values` or named here).
     ignores: tuple[ValueField, ...] = ()
     media: dict[str, tuple[Slot, ...]] = Field(default_factory=dict)
-    sampler: str | None = None  # None: no node reports denoising steps (progress comes at the end)
+    sampler: str | None = None  # None: no node reports denoising steps (no progress is reported)
     output: str
     progress: Progress = Progress()
+    # The frames its video has: "snapped", MiniMax-H3's 17n + 5 (the next one up from the count
+    # asked), as the model makes them; "exact": the count asked (a graph without the model).
+    frames: Literal["snapped", "exact"] = "snapped"
 
     @model_validator(mode="after")
     def _bindings_match_graph(self) -> Template:

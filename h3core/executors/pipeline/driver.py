@@ -3,7 +3,9 @@ in a worker thread while its steps stream to the runner, and store the video it 
 
 The worker thread never sees anyio cancellation: when the runner cancels, the job's stop flag
 is set, the work ends at its next step boundary, and `stream` waits for it (shielded) so that
-nothing the job holds outlives the attempt.
+nothing the job holds outlives the attempt. Past the last step (decoding, encoding the video) the
+work no longer stops: a cancel then comes too late, and the video it finishes is the result
+(`FinishedBeforeStop`), never thrown away.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.video import write_mp4
 from h3core.domain.events import Artifact, Progress
-from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Result, Update, classify, host_oom
+from h3core.executors.base import ExecutorFailure, FinishedBeforeStop, Heartbeat, JobSpec, Result, Update, classify, host_oom
 from h3core.executors.pipeline.attention import AttentionRefused
 from h3core.executors.pipeline.generate import Control, Media
 
@@ -50,11 +52,22 @@ async def stream(tg: anyio.abc.TaskGroup, work: Callable[[Control], Outcome], co
         finally:
             done.set()
 
+    async def stopped() -> None:
+        control.stop.set()
+        with anyio.CancelScope(shield=True):
+            await done.wait()
+
     tg.start_soon(drive)
     try:
         async with receive:
             async for update in receive:
                 yield update
+    except BaseException:  # cancelled or closed by the runner: the work stops at its next step boundary
+        await stopped()
+        if outcome and isinstance(outcome[0], Artifact):  # ...unless it was past the last one
+            raise FinishedBeforeStop(Result(outcome[0])) from None
+        raise
+    try:
         result = outcome[0]
         if isinstance(result, ExecutorFailure):
             raise result
@@ -62,9 +75,7 @@ async def stream(tg: anyio.abc.TaskGroup, work: Callable[[Control], Outcome], co
             raise ExecutorFailure("executor_error", "the job stopped before it finished")
         yield Result(result)
     finally:
-        control.stop.set()
-        with anyio.CancelScope(shield=True):
-            await done.wait()
+        await stopped()
 
 
 def save_video(artifacts: ArtifactStore, job: JobSpec, frames: np.ndarray, audio: np.ndarray, sample_rate: int) -> Artifact:

@@ -20,6 +20,7 @@ from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, 
 from h3core.runtime.follow import follow
 from h3core.runtime.runner import new_job_id
 from h3core.service import files
+from h3core.service.cancelling import CANCEL_ANSWER_S, cancel, refusal
 from h3core.service.context import Service
 from h3core.service.openapi import file_responses
 from h3core.service.submission import in_thread, job_state, submit
@@ -98,15 +99,28 @@ async def list_jobs(
     return JobPage(items=items, next_cursor=str(page[-1][0]) if len(rows) > limit else None)
 
 
-@post("/jobs/{job_id:str}/cancel", status_code=202, summary="Cancel a job", responses=problems(401, 404, 409, 415, 422))
+@post(
+    "/jobs/{job_id:str}/cancel",
+    status_code=202,
+    summary="Cancel a job",
+    responses=problems(401, 404, 409, 415, 422),
+    description="A queued job is cancelled at once; a running one once its executor has stopped, which the answer "
+    f"waits up to {CANCEL_ANSWER_S:g} s for: 202 with the job as it is then (`cancelled`, or still `running` with "
+    "`cancel_requested`). 409 when the job has ended, with the `status` it ended in; `reason: too_late` where it is "
+    "`done`: its work finished before the cancel could take effect, and its video is kept.",
+)
 async def cancel_job(svc: Service, job_id: str) -> JobView:
     try:
-        state = await svc.runner.cancel(job_id)
+        state = await cancel(svc, job_id)
     except KeyError:
         raise NotFoundException(f"no job {job_id!r}") from None
     except NotCancellable as exc:
-        raise HTTPException(status_code=409, detail=str(exc)) from None
-    return await _view(svc, state)
+        state = exc.state  # it had ended before this request
+    else:
+        if state.status != "done":  # cancelled, stopping, or (a stop not confirmed) failed: this cancel's doing
+            return await _view(svc, state)
+    detail, fields = refusal(state)
+    raise HTTPException(status_code=409, detail=detail, extra=fields)
 
 
 @get("/jobs/{job_id:str}/events", summary="A job's event log", responses=problems(401, 404, 422))

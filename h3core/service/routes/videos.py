@@ -31,6 +31,7 @@ from h3core.domain.state import JobState
 from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
 from h3core.service import files
 from h3core.service.bodies import BODY_OPT, BodyNotJson, upload_limit_note
+from h3core.service.cancelling import cancel
 from h3core.service.context import Service
 from h3core.service.crosssite import OWN_CONTENT_TYPES_OPT
 from h3core.service.methods import with_options
@@ -340,9 +341,12 @@ async def delete_video(svc: Service, video_id: str) -> VideoDeleted:
     await in_thread(svc.artifacts.delete_video, video_id)  # first: gone from here whatever follows
     if not state.terminal:
         try:
-            state = await svc.runner.cancel(video_id, reason="deleted through /v1/videos")
+            state = await cancel(svc, video_id, reason="deleted through /v1/videos")
         except NotCancellable as exc:
             state = exc.state  # it ended meanwhile: delete what it left
+        if not state.terminal:
+            return VideoDeleted(id=video_id, deleted=True)  # still stopping
+        # Ended: cancelled, or done because the cancel came too late: its video goes as a finished one's.
     if state.artifact is not None:
         await in_thread(svc.artifacts.delete, state.artifact.path)
     return VideoDeleted(id=video_id, deleted=True)

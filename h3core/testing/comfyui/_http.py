@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import copy
 import json
+import time
 import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable
@@ -177,6 +178,7 @@ class _Api:
         except json.JSONDecodeError:
             json_data = {}
         prompt_id = json_data.get("prompt_id")
+        fake.interrupts.append((time.monotonic(), prompt_id or None))
         if prompt_id:
             if fake._queue.is_running(prompt_id):
                 fake._log.line(f"Interrupting prompt {prompt_id}")

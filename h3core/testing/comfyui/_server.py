@@ -55,7 +55,8 @@ class FakeComfyUI(Switches):
       missing_nodes     node classes the server lacks: left out of /object_info, refused in a prompt
       video_size, max_video_frames  what SaveVideo writes (64x64, at most 240 frames)
     For assertions: `history` (live dict), `queue_pending`, `queue_running`, `running_prompt_id`,
-    `current_node`, `current_step`, `sockets`, `uploads`, `received` [(method, path?query, JSON or None)].
+    `current_node`, `current_step`, `sockets`, `uploads`, `received` [(method, path?query, JSON or None)],
+    `interrupts` [(time.monotonic() when received, prompt_id or None for the global one)].
     Lifetime: `start`/`stop` (or `async with`), `restart(down_for=0)`, `go_down`/`come_up` (a crash and
     a fresh process), `pause_listening`/`resume_listening` (unreachable, state and prompt kept).
     """
@@ -65,6 +66,7 @@ class FakeComfyUI(Switches):
         super().__init__(gpus)  # the fault switches and knobs, with their defaults
         # -- for assertions
         self.received: list[tuple[str, str, Any]] = []  # (method, path with query, JSON body or None)
+        self.interrupts: list[tuple[float, str | None]] = []  # (monotonic time, prompt id) of each POST /interrupt
         self.uploads: list[dict[str, Any]] = []  # what /upload/image answered, plus "path" and "bytes"
         # -- what outlives a process: its folders, its log and its port
         self._files = Files(self.root)

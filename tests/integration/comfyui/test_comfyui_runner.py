@@ -9,14 +9,16 @@ test_comfyui_process.py, with a real process killed by SIGKILL).
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 
 import anyio
 import av
 import pytest
 
-from h3core import Refused, SQLiteEventStore
+from h3core import Refused, RetryPolicy, SQLiteEventStore
 from h3core.domain.events import CancelRequested
 from h3core.domain.request import GenerationRequest
+from h3core.executors.comfyui.templates import builtin_templates
 from tests.integration.comfyui.conftest import ended, png_path, types, until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -329,7 +331,8 @@ async def stopped_mid_job(make_runner, comfy, store, *, steps: int, at_step: int
 async def test_a_stop_of_h3core_leaves_its_prompt_running_and_the_next_start_resumes_it_on_attempt_1(make_runner, comfy, store):
     job_id = await stopped_mid_job(make_runner, comfy, store, steps=40, at_step=3)
     stopped = store.get(job_id)
-    assert stopped.status == "running", "nothing is written for a detached attempt"
+    assert stopped.status == "running", "a detached attempt is not ended"
+    assert store.events(job_id)[-1].type == "detached"
     assert comfy.running_prompt_id == stopped.executor_ref, "the prompt runs on in ComfyUI"
     assert not [path for method, path, _ in comfy.received if method == "POST" and path in ("/interrupt", "/queue")]
 
@@ -378,3 +381,106 @@ async def test_a_prompt_gone_when_h3core_comes_back_fails_the_resumed_attempt_ex
     assert state.attempt_errors[0].kind == "executor_lost"
     kinds = types(runner, job_id)
     assert kinds[kinds.index("resumed") :][:3] == ["resumed", "attempt_failed", "running"] and kinds.count("resumed") == 1
+
+
+async def test_resumed_after_counts_from_when_h3core_stopped_not_from_the_jobs_last_event(make_runner, comfy, store):
+    comfy.step_seconds = 0.05
+    async with make_runner(store) as runner:
+        job = await runner.submit(req(steps=40))
+        await until(lambda: (store.get(job.job_id).step or 0) >= 3)
+        comfy.step_seconds = 3.0  # the prompt goes quiet (a long step): no event for a while before the stop
+        await until(lambda: (datetime.now(UTC) - store.get(job.job_id).updated_at).total_seconds() >= 1.0)
+    stopped = store.events(job.job_id)
+    assert stopped[-1].type == "detached" and stopped[-1].body.executor_ref == stopped[2].body.executor_ref
+    progress = [e for e in stopped if e.type == "progress"][-1]
+    comfy.step_seconds = 0.01
+    async with make_runner(store) as runner:
+        state = await ended(runner, job.job_id)
+    assert state.status == "done" and state.attempt == 1
+    resumed = next(e for e in store.events(job.job_id) if e.type == "resumed")
+    unfollowed = (resumed.at - stopped[-1].at).total_seconds()
+    assert 0 <= resumed.body.after_s <= unfollowed + 0.001, "from the stop (detached) to the resume"
+    assert resumed.body.after_s < (resumed.at - progress.at).total_seconds() - 0.9, "not from the job's last step"
+
+
+async def test_a_prompt_slow_to_stop_is_interrupted_once_then_again_only_on_a_backoff(make_runner, comfy):
+    from h3core.executors.comfyui.executor import INTERRUPT_AGAIN
+
+    comfy.step_seconds, comfy.sampler_checks_interrupt = 0.1, False  # the interrupt lands only after the sampler
+    async with make_runner() as runner:
+        job = await runner.submit(req(steps=25))
+        await until(lambda: (runner.store.get(job.job_id).step or 0) >= 2)
+        await runner.cancel(job.job_id)
+        state = await ended(runner, job.job_id)
+    assert state.status == "cancelled"
+    at = [t for t, prompt in comfy.interrupts if prompt == state.executor_ref]
+    assert len(at) >= 2, "sent again while the prompt ran on"
+    assert len(at) == len(comfy.interrupts), "never another prompt's, never the global one"
+    for i in range(1, len(at)):  # the old executor sent one every 0.1 s (17 per prompt)
+        assert at[i] - at[i - 1] >= INTERRUPT_AGAIN.pause(i) - 0.05, at
+
+
+async def test_a_cancel_that_loses_the_race_to_a_finishing_prompt_ends_done_with_its_video_and_says_too_late(make_runner, comfy):
+    """ComfyUI checks for an interrupt before each node: one that lands while the output node
+    writes the video is never seen, and the prompt succeeds as it is being stopped."""
+    comfy.step_seconds = 0.02
+    async with make_runner() as runner:
+        job = await runner.submit(req(steps=4))
+        output = builtin_templates()["minimax-h3-t2va-single-gpu"].output
+        await until(lambda: comfy.current_node == "10")  # sampling: from here every node takes a while
+        comfy.node_seconds = 0.5
+        await until(lambda: comfy.current_node == output)
+        ref = runner.store.get(job.job_id).executor_ref
+        await runner.cancel(job.job_id)
+        state = await ended(runner, job.job_id)
+    assert comfy.history[ref]["status"]["status_str"] == "success", "ComfyUI finished it"
+    assert ("POST", "/interrupt", {"prompt_id": ref}) in comfy.received, "it was being stopped"
+    assert state.status == "done" and state.artifact is not None, state.error
+    assert runner.executor.artifacts.resolve(state.artifact.path).stat().st_size == state.artifact.bytes
+    events = runner.store.events(job.job_id)
+    assert [e.type for e in events][-2:] == ["cancel_requested", "done"] and events[-1].body.cancel_too_late
+
+
+async def test_a_graph_that_counts_no_steps_and_makes_the_frames_asked_reports_no_progress_and_no_snap(make_runner, comfy):
+    async with make_runner(comfyui={"templates": {"t2va": "core-nodes-t2va"}}) as runner:
+        await until(lambda: runner.executor.capabilities().ready)
+        job = await runner.submit(req(steps=30, frames=48))
+        state = await ended(runner, job.job_id)
+    assert state.status == "done", state.error
+    assert types(runner, job.job_id) == ["submitted", "admitted", "running", "done"], "no made-up step 30/30"
+    assert state.step is None
+    assert job.warnings == () and state.artifact.frames == 48, "48 asked, 48 made: nothing snapped to 56"
+
+
+async def test_a_job_sent_to_a_comfyui_gone_down_unnoticed_is_not_started_and_keeps_its_attempts(make_runner, comfy):
+    """ComfyUI went away just as the job started, before h3core noticed: its prompt could not be
+    sent. The attempt ends at once (`not_started`, costing the job no attempt), the job waits
+    queued while ComfyUI is down, and runs when it is back."""
+    import httpx
+
+    from h3core.executors.comfyui.client import ComfyClient
+
+    class RefusesPrompts(httpx.AsyncHTTPTransport):
+        refusing, refused = True, 0
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            if self.refusing and request.method == "POST" and request.url.path == "/prompt":
+                self.refused += 1
+                raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+            return await super().handle_async_request(request)
+
+    async with make_runner(retry=RetryPolicy(max_attempts=1, retry_on=())) as runner:
+        await until(lambda: runner.executor.capabilities().ready)
+        transport = RefusesPrompts()
+        old, runner.executor.client = runner.executor.client, ComfyClient(comfy.url, transport=transport)
+        await old.aclose()
+        job = await runner.submit(req(steps=4))
+        await until(lambda: transport.refused >= 1)  # refused while its socket still looked up
+        await comfy.go_down()  # ...and now h3core sees ComfyUI down
+        await until(lambda: runner.store.get(job.job_id).status == "queued")
+        waiting = runner.store.get(job.job_id)
+        assert [e.kind for e in waiting.attempt_errors] == ["not_started"] and waiting.attempt == 1
+        transport.refusing = False
+        await comfy.come_up()
+        state = await ended(runner, job.job_id)
+    assert state.status == "done" and state.attempt == 2, state.error

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from tests.factories import png
-from tests.integration.service.conftest import Server, Servers
+from tests.integration.service.conftest import Server, Servers, wait_job
 from tests.integration.service.openai_sdk import (
     IGNORE_SDK_DEPRECATION,
     create_to_completed,
@@ -117,6 +117,23 @@ def test_a_remix_reuses_the_parameters_with_a_new_prompt_and_names_its_source(cl
 
 def test_deleting_a_running_video_cancels_it(client):
     delete_running_cancels_it(client, prompt="a slow fox [fake step=0.2]", size="448x256", seconds="1", extra_body={"steps": 100})
+
+
+def test_deleting_a_video_whose_cancel_comes_too_late_deletes_the_video_it_finished(client, server):
+    video = client.videos.create(
+        prompt="an encoding fox [fake step=0.01 encode=3]", size="448x256", seconds="1", extra_body={"steps": 2}
+    )
+    with raw(server) as api:
+        wait_job(api, video.id, lambda j: j["step"] == 2, what="its last step (the encode follows)")
+        gone = client.videos.delete(video.id)
+        assert gone.deleted
+        events = api.get(f"/v1/jobs/{video.id}/events").json()
+    assert [e["body"]["type"] for e in events][-2:] == ["cancel_requested", "done"] and events[-1]["body"]["cancel_too_late"]
+    after = client.videos.retrieve(video.id)
+    assert after.status == "completed" and after.expires_at is not None, "finished too late to cancel: its file deleted"
+    with pytest.raises(openai.NotFoundError) as err:
+        client.videos.download_content(video.id)
+    assert err.value.body["code"] == "video_deleted"
 
 
 def test_deleting_a_finished_video_deletes_its_file_and_keeps_its_log(client, server):

@@ -68,3 +68,22 @@ def test_the_replay_shows_which_work_was_resumed_and_after_how_long():
     )
     why = _why(state, list(events), T0 + timedelta(seconds=5))
     assert "re-attached to prompt-1" in why and "resumed after 1 restart of h3core, unfollowed 1m15s" in why
+
+
+def test_a_detached_attempt_stays_running_and_is_resumed_from_there():
+    from h3core.domain.events import Detached
+
+    state, _ = extend(running(), "j", [Progress(step=2, total=10), Detached(attempt=1, executor_ref="prompt-1")], T0)
+    assert state.status == "running" and state.step == 2
+    state, _ = extend(state, "j", [Resumed(attempt=1, executor_ref="prompt-1", after_s=3.0), Progress(step=3, total=10)], T0)
+    assert state.status == "running" and state.step == 3
+    for body, code in (
+        (Detached(attempt=1, executor_ref="prompt-2"), "wrong_ref"),
+        (Detached(attempt=2, executor_ref="prompt-1"), "attempt_order"),
+    ):
+        with pytest.raises(IllegalEvent) as err:
+            extend(state, "j", [body], T0)
+        assert err.value.code == code
+    assert fields(Event(job_id="j", seq=9, at=T0, body=Detached(attempt=1, executor_ref="prompt-1"))).startswith(
+        "attempt=1  ref=prompt-1"
+    )

@@ -5,6 +5,7 @@ says so when it cannot confirm it. A refused graph is explained once, in ComfyUI
 from __future__ import annotations
 
 import json
+import time
 
 import anyio
 import httpx
@@ -12,7 +13,7 @@ import pytest
 
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.executors.comfyui.client import ComfyClient
-from h3core.executors.comfyui.executor import ComfyUIExecutor, ComfyUISettings, _rejection
+from h3core.executors.comfyui.executor import INTERRUPT_AGAIN, ComfyUIExecutor, ComfyUISettings, _rejection
 from h3core.executors.comfyui.templates import builtin_templates
 
 pytestmark = pytest.mark.anyio
@@ -27,10 +28,13 @@ class Server:
         self.starts_when_deleted = starts_when_deleted
         self.ignores_interrupts = ignores_interrupts
         self.calls: list[str] = []
+        self.interrupted_at: list[float] = []  # time.monotonic() of each interrupt
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
         self.calls.append(f"{request.method} {request.url.path}" + (f" {body}" if body else ""))
+        if request.url.path == "/interrupt":
+            self.interrupted_at.append(time.monotonic())
         if request.url.path == "/queue" and request.method == "GET":
             item = [0, self.prompt, {}, {}, []]
             return httpx.Response(
@@ -75,11 +79,42 @@ async def test_a_pending_prompt_deleted_in_time_is_confirmed_gone_without_an_int
 
 async def test_a_prompt_that_keeps_running_is_reported_not_stopped_once_the_wait_is_over(tmp_path):
     server = Server("p1", "running", ignores_interrupts=True)
-    with anyio.fail_after(5):
-        why = await executor(tmp_path, server, cancel_wait_s=0.3)._stop("p1")
-    assert why == "it was still running after 0.3s (interrupted by id)"
-    assert server.calls.count("POST /interrupt {'prompt_id': 'p1'}") >= 2, "interrupted again while it ran"
+    with anyio.fail_after(10):
+        why = await executor(tmp_path, server, cancel_wait_s=2.0)._stop("p1")
+    sent = server.calls.count("POST /interrupt {'prompt_id': 'p1'}")
+    assert why == f"it was still running after 2s (interrupted by id {sent}x)"
+    assert sent >= 2, "interrupted again while it ran"
     assert not [c for c in server.calls if c.startswith("POST /interrupt") and "p1" not in c], "never the global interrupt"
+
+
+async def test_a_running_prompt_is_interrupted_once_when_that_stops_it(tmp_path):
+    server = Server("p1", "running")
+    assert await executor(tmp_path, server)._stop("p1") is None
+    assert server.calls == ["GET /queue", "POST /interrupt {'prompt_id': 'p1'}", "GET /queue"]
+
+
+async def test_an_interrupt_is_sent_again_only_on_a_backoff_while_the_prompt_still_runs(tmp_path):
+    """The queue is read often (the stop is confirmed as soon as the prompt leaves it), but the
+    interrupt is repeated only after INTERRUPT_AGAIN's growing pauses: not at every read."""
+    server = Server("p1", "running", ignores_interrupts=True)
+    async with anyio.create_task_group() as tg:
+        stopped: list[str | None] = []
+
+        async def stop() -> None:
+            stopped.append(await executor(tmp_path, server, cancel_wait_s=30)._stop("p1"))
+
+        tg.start_soon(stop)
+        with anyio.fail_after(20):
+            while len(server.interrupted_at) < 3:
+                await anyio.sleep(0.01)
+        server.where = "gone"  # the third interrupt took: the prompt ends
+    assert stopped == [None]
+    at = server.interrupted_at
+    assert len(at) == 3, "none after the prompt left the queue"
+    for i in (1, 2):  # each pause at least the backoff's (less the jitter of a request)
+        assert at[i] - at[i - 1] >= INTERRUPT_AGAIN.pause(i) - 0.05, (i, at)
+    reads = server.calls.count("GET /queue")
+    assert reads > 2 * len(at), "the queue was read between the interrupts; only some reads sent one"
 
 
 async def test_an_unreachable_comfyui_is_reported_not_stopped(tmp_path):
