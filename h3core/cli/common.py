@@ -18,6 +18,7 @@ from rich.text import Text
 
 from h3core.adapters.lock import LockHeld, RunnerLock, runner_lock_path
 from h3core.adapters.store.sqlite import SchemaTooNew, SQLiteEventStore
+from h3core.domain.ids import is_job_id
 
 EXIT_DATA = 1  # the stored or given data is wrong
 EXIT_USAGE = 2  # the request is wrong: unknown job, missing store, bad value
@@ -26,6 +27,11 @@ EXIT_LOCKED = 3  # another worker holds the store
 DbOption = Annotated[
     Path,
     typer.Option("--db", envvar="H3_DB", help="The SQLite store.", show_default=True),
+]
+
+ArtifactsOption = Annotated[
+    Path,
+    typer.Option("--artifacts", envvar="H3_ARTIFACTS", help="The artifact store (finished videos).", show_default=True),
 ]
 
 
@@ -71,6 +77,22 @@ def open_store(db: Path, *, create: bool = False) -> Iterator[SQLiteEventStore]:
         yield store
     finally:
         store.close()
+
+
+def job_named(store: SQLiteEventStore, given: str, db: Path) -> str:
+    """The job a user named: its whole id, or the start of exactly one job's id (`submit --watch`
+    shows the first 12 characters). Several: exit 2 listing them. None: `given`, for the caller
+    to say it has no such job."""
+    if store.get(given) is not None or not is_job_id(given):
+        return given
+    shown = 5
+    matches = store.ids_starting(given, limit=shown + 1)
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        listed = ", ".join(matches[:shown]) + (", …" if len(matches) > shown else "")
+        fail(f"{given!r} is the start of several jobs in {db} ({listed}): give more of the id")
+    return given
 
 
 def ts(at: datetime) -> str:

@@ -24,12 +24,14 @@ from h3core.cli.app import app
 from h3core.cli.common import (
     EXIT_DATA,
     STATUS_STYLE,
+    ArtifactsOption,
     DbOption,
     StatusChoice,
     console,
     console_err,
     fail,
     first_error,
+    job_named,
     open_store,
 )
 from h3core.cli.replay import read_log
@@ -40,11 +42,6 @@ from h3core.domain.events import (
 )
 from h3core.domain.retention import garbage
 from h3core.domain.state import IllegalEvent, JobState, fold
-
-ArtifactsOption = Annotated[
-    Path,
-    typer.Option("--artifacts", envvar="H3_ARTIFACTS", help="The artifact store (finished videos).", show_default=True),
-]
 
 
 def _orphans(db: Path) -> list[str]:
@@ -192,14 +189,15 @@ def gc(
 @app.command()
 def export(
     db: DbOption = Path("h3core.db"),
-    job: Annotated[list[str] | None, typer.Option("--job", help="Only this job (repeatable).")] = None,
+    job: Annotated[list[str] | None, typer.Option("--job", help="Only this job, by id or the start of one (repeatable).")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
 ) -> None:
     """Write events as JSON Lines, one event per line (all jobs, or those named with --job)."""
     with open_store(db) as store:
         if job:
             logs = []
-            for job_id in job:
+            for given in job:
+                job_id = job_named(store, given, db)
                 events = read_log(store, job_id)
                 if not events:
                     fail(f"no job {job_id!r} in {db}")

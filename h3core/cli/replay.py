@@ -23,6 +23,7 @@ from h3core.cli.common import (
     dur,
     fail,
     first_error,
+    job_named,
     open_store,
     short,
     ts,
@@ -259,12 +260,13 @@ def read_log(store: SQLiteEventStore, job_id: str) -> list[Event]:
 
 @app.command()
 def replay(
-    job_id: Annotated[str, typer.Argument(help="The job to replay.")],
+    job_id: Annotated[str, typer.Argument(help="The job to replay: its id, or the start of one (as `submit --watch` shows).")],
     db: DbOption = Path("h3core.db"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the events as JSON Lines instead.")] = False,
 ) -> None:
     """Show a job's timeline, folded from its event log, and why it ended the way it did."""
     with open_store(db) as store:
+        job_id = job_named(store, job_id, db)
         events = read_log(store, job_id)
     if not events:
         fail(f"no job {job_id!r} in {db}")

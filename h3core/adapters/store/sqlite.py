@@ -334,6 +334,14 @@ class SQLiteEventStore:
         )
         return [_event(r) for r in rows]
 
+    def ids_starting(self, prefix: str, limit: int = 10) -> list[str]:
+        """Up to `limit` job ids that start with `prefix`, in id order (a range of the primary key:
+        ids are ASCII letters, digits, `_` and `-`, all below DEL)."""
+        rows = self._point(
+            "SELECT job_id FROM jobs WHERE job_id >= ? AND job_id < ? ORDER BY job_id LIMIT ?", (prefix, prefix + "\x7f", limit)
+        )
+        return [j for (j,) in rows]
+
     def by_idempotency_key(self, key: str) -> JobState | None:
         rows = self._point("SELECT state FROM jobs WHERE idempotency_key = ?", (key,))
         return JobState.model_validate_json(rows[0][0]) if rows else None
