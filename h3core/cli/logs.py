@@ -126,6 +126,9 @@ def verify(
     videos = LocalArtifactStore(artifacts, create=False)
     checked = 0
     with open_store(db) as store:
+        if not logs_only and not videos.root.is_dir() and store.list_jobs(status="done", limit=1):
+            # Every video would read as missing: the folder is what is wrong, not each job.
+            fail(f"no artifact store at {artifacts} (pass --artifacts or set H3_ARTIFACTS; --logs-only checks the logs alone)")
         job_ids = store.job_ids()
         for job_id in job_ids:
             state, count, problem = _check_job(store, job_id)

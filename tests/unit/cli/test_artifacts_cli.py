@@ -82,6 +82,17 @@ def test_verify_and_gc_take_a_video_deleted_on_purpose_as_it_is(setup):
     assert dry.exit_code == 0 and "attempt-1.mp4.deleted" not in dry.stdout, dry.stdout
 
 
+def test_verify_with_an_artifacts_folder_that_is_not_there_names_the_folder_not_every_video(setup, tmp_path):
+    db, _, _ = setup
+    wrong = tmp_path / "not-the-artifacts"
+    result = run("verify", "--db", db, "--artifacts", wrong)
+    assert result.exit_code == 2, result.output
+    assert broken_lines(result) == []
+    assert f"no artifact store at {wrong}" in " ".join(result.stderr.split())
+    assert run("verify", "--db", db, "--artifacts", wrong, "--logs-only").exit_code == 0, "the logs alone need no folder"
+    assert not wrong.exists(), "verify creates nothing"
+
+
 def test_verify_refuses_a_done_event_whose_path_leaves_the_store(tmp_path):
     db, root = tmp_path / "h3.db", tmp_path / "artifacts"
     store = SQLiteEventStore(db, durable=False)
@@ -89,6 +100,7 @@ def test_verify_refuses_a_done_event_whose_path_leaves_the_store(tmp_path):
     escaped = outside.model_copy(update={"path": "../elsewhere/x/attempt-1.mp4"})
     store.append("x", [submitted(), Admitted(), Running(attempt=1, executor="fake"), Done(artifact=escaped)])
     store.close()
+    root.mkdir()
     result = run("verify", "--db", db, "--artifacts", root)
     assert result.exit_code == 1
     assert "leaves the artifact store" in broken_lines(result)[0]
