@@ -118,6 +118,10 @@ def test_verify_with_an_artifacts_folder_that_is_not_there_names_the_folder_not_
     assert f"no artifact store at {wrong}" in " ".join(result.stderr.split())
     assert run("verify", "--db", db, "--artifacts", wrong, "--logs-only").exit_code == 0, "the logs alone need no folder"
     assert not wrong.exists(), "verify creates nothing"
+    wrong.mkdir()  # a folder, but not the service's: every video missing says so once
+    result = run("verify", "--db", db, "--artifacts", wrong)
+    assert result.exit_code == 1 and len(broken_lines(result)) == 2
+    assert f"none of the 2 videos is in {wrong}" in result.stdout
 
 
 def test_verify_refuses_a_done_event_whose_path_leaves_the_store(tmp_path):
