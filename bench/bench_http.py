@@ -167,6 +167,7 @@ class Server:
     slots: int
     profile: Path | None = None
     role: str = "all"  # H3_ROLE: "runner" has no HTTP (and is started before its "api" partner)
+    env: dict[str, str] = field(default_factory=dict)  # more H3_* settings (bench_readyz.py: H3_READY_CACHE)
     port: int = 0
     proc: subprocess.Popen | None = None
     log: Path = field(init=False)
@@ -182,6 +183,7 @@ class Server:
         env = {k: v for k, v in os.environ.items() if not k.startswith("H3_")}
         env.update(H3_EXECUTOR="fake", H3_FAKE_STEP_SECONDS="0", H3_SLOTS=str(self.slots), PYTHONPATH=str(ROOT))
         env.update(H3_ROLE=self.role, H3_POLL_INTERVAL="0.05")  # a runner apart sees new work by polling
+        env.update(self.env)
         for attempt in range(3):
             self.port = free_port()
             args = ["--port", str(self.port), "--db", str(self.db), "--artifacts", str(self.root / "artifacts")]
