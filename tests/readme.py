@@ -25,3 +25,36 @@ def check_example_output(stdout: str) -> str:
     assert status == "done", stdout
     assert path.startswith(f"{job_id}/attempt-1."), stdout
     return job_id
+
+
+DOCS = README.parent / "docs"
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(f"\n{heading}\n")
+    level = heading.split(" ", 1)[0]
+    end = text.find(f"\n{level} ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def _first_cells(section: str) -> list[str]:
+    """The first cell of every row of the section's tables (header and rule rows left out)."""
+    rows = [line for line in section.splitlines() if line.startswith("|") and not line.startswith("|--")]
+    return [row.split("|")[1].strip() for row in rows]
+
+
+def command_table() -> list[str]:
+    """Every `h3core …` invocation in the first column of README.md's `## The command line` table."""
+    cells = _first_cells(_section(README.read_text(encoding="utf-8"), "## The command line"))
+    return [span for cell in cells for span in re.findall(r"`(h3core [^`]*)`", cell)]
+
+
+def settings_table() -> dict[str, str | None]:
+    """docs/operations.md's `## Configuration` table: each variable and the flag beside it (None: none)."""
+    cells = _first_cells(_section((DOCS / "operations.md").read_text(encoding="utf-8"), "## Configuration"))
+    out: dict[str, str | None] = {}
+    for cell in cells:
+        variable = re.fullmatch(r"`(H3_[A-Z0-9_]+)`(?: / `(--[a-z0-9-]+)`)?", cell)
+        if variable is not None:
+            out[variable.group(1)] = variable.group(2)
+    return out
