@@ -168,7 +168,7 @@ class Server:
     profile: Path | None = None
     role: str = "all"  # H3_ROLE: "runner" has no HTTP (and is started before its "api" partner)
     code: Path = ROOT  # the checkout whose h3core runs (bench_submit.py runs an older one beside this)
-    env: dict[str, str] = field(default_factory=dict)  # more H3_* settings
+    env: dict[str, str] = field(default_factory=dict)  # more H3_* settings (bench_readyz.py: H3_READY_CACHE)
     port: int = 0
     proc: subprocess.Popen | None = None
     log: Path = field(init=False)

@@ -1,14 +1,18 @@
-"""The `h3core` command line: inspect, check, move and run a store's jobs.
+"""The `h3core` command line: serve, submit to, inspect, check, move and run a store's jobs.
 
+    h3core serve               the HTTP service (every setting a flag and an H3_* variable)
+    h3core submit / cancel     a job through a running service (--watch follows it)
     h3core replay JOB_ID       a job's timeline, folded from its log, and why it ended so
-    h3core verify              fold every log, compare with the jobs projection
+    h3core verify              fold every log, compare with the jobs projection, check the videos
+    h3core gc                  remove the artifact files no job needs
     h3core export / import     the event log as JSON Lines
-    h3core worker              run queued jobs with the fake executor until SIGTERM/SIGINT
-    h3core enqueue --prompt    store a job for a worker to run (no runner is started)
     h3core jobs                the newest jobs, as a table
-    h3core model make-tiny DIR a tiny random MiniMax-H3 for the pipeline executor
+    h3core backup DEST         copy the store while it is in use
+    h3core worker              run queued jobs with the configured executor until SIGTERM/SIGINT
+    h3core enqueue --prompt    store a job for a worker to run (no runner is started)
+    h3core capacity show/fit/probe, h3core model make-tiny/attention
 
-Every command takes `--db PATH` (env `H3_DB`, default `h3core.db`). Exit codes: 0 fine;
+Every command on a store takes `--db PATH` (env `H3_DB`, default `h3core.db`). Exit codes: 0 fine;
 1 the data is wrong (a log breaks a rule, a line does not parse); 2 the request is wrong (no
 such job, no such store, a bad value); 3 another worker already holds the store.
 """

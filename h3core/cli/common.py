@@ -6,6 +6,7 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -16,8 +17,12 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
+from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.lock import LockHeld, RunnerLock, runner_lock_path
 from h3core.adapters.store.sqlite import SchemaTooNew, SQLiteEventStore
+from h3core.domain.adoption import mismatch
+from h3core.domain.events import Artifact
+from h3core.domain.ids import is_job_id
 
 EXIT_DATA = 1  # the stored or given data is wrong
 EXIT_USAGE = 2  # the request is wrong: unknown job, missing store, bad value
@@ -26,6 +31,11 @@ EXIT_LOCKED = 3  # another worker holds the store
 DbOption = Annotated[
     Path,
     typer.Option("--db", envvar="H3_DB", help="The SQLite store.", show_default=True),
+]
+
+ArtifactsOption = Annotated[
+    Path,
+    typer.Option("--artifacts", envvar="H3_ARTIFACTS", help="The artifact store (finished videos).", show_default=True),
 ]
 
 
@@ -71,6 +81,46 @@ def open_store(db: Path, *, create: bool = False) -> Iterator[SQLiteEventStore]:
         yield store
     finally:
         store.close()
+
+
+def job_named(store: SQLiteEventStore, given: str, db: Path) -> str:
+    """The job a user named: its whole id, or the start of exactly one job's id (`submit --watch`
+    shows the first 12 characters). Several: exit 2 listing them. None: `given`, for the caller
+    to say it has no such job."""
+    if store.get(given) is not None or not is_job_id(given):
+        return given
+    shown = 5
+    matches = store.ids_starting(given, limit=shown + 1)
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        listed = ", ".join(matches[:shown]) + (", …" if len(matches) > shown else "")
+        fail(f"{given!r} is the start of several jobs in {db} ({listed}): give more of the id")
+    return given
+
+
+@dataclass(frozen=True)
+class VideoNow:
+    """A done job's video as the artifact store holds it now."""
+
+    deleted_at: datetime | None = None  # deleted on purpose (DELETE /v1/videos/{id}), its log kept
+    problem: str | None = None  # how the file differs from the recorded video; None: it is that video
+    missing: bool = False  # no file at all (and no deletion recorded)
+
+
+def video_now(videos: LocalArtifactStore, artifact: Artifact, *, hashed: bool) -> VideoNow:
+    """Is the recorded video still there, byte for byte (size only unless `hashed`), or was it
+    deleted on purpose? Deletions are recorded beside the video, not in the log."""
+    try:
+        deleted = videos.deleted_at(artifact.path)
+        if deleted is not None:
+            return VideoNow(deleted_at=deleted)
+        size, sha = videos.measure(artifact.path, hashed=hashed)
+    except ValueError as exc:
+        return VideoNow(problem=str(exc))
+    except OSError as exc:
+        return VideoNow(problem=f"its video {artifact.path} cannot be read: {exc.strerror or exc}")
+    return VideoNow(problem=mismatch(artifact, size, sha), missing=size is None)
 
 
 def ts(at: datetime) -> str:

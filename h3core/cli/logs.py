@@ -7,7 +7,7 @@ import sqlite3
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -24,27 +24,25 @@ from h3core.cli.app import app
 from h3core.cli.common import (
     EXIT_DATA,
     STATUS_STYLE,
+    ArtifactsOption,
     DbOption,
     StatusChoice,
     console,
     console_err,
     fail,
     first_error,
+    job_named,
     open_store,
+    ts,
+    video_now,
 )
 from h3core.cli.replay import read_log
-from h3core.domain.adoption import mismatch
 from h3core.domain.events import (
     Event,
     event_from_json,
 )
 from h3core.domain.retention import garbage
 from h3core.domain.state import IllegalEvent, JobState, fold
-
-ArtifactsOption = Annotated[
-    Path,
-    typer.Option("--artifacts", envvar="H3_ARTIFACTS", help="The artifact store (finished videos).", show_default=True),
-]
 
 
 def _orphans(db: Path) -> list[str]:
@@ -97,22 +95,6 @@ def _check_job(store: SQLiteEventStore, job_id: str) -> tuple[JobState | None, i
     return state, len(events), None
 
 
-def _check_artifact(videos: LocalArtifactStore, state: JobState, *, quick: bool) -> str | None:
-    """Why a done job's video is not the one its `Done` recorded, or None (a video deleted on
-    purpose, through /v1/videos, is not a problem: the deletion is recorded beside it)."""
-    a = state.artifact
-    assert a is not None
-    try:
-        if videos.deleted_at(a.path) is not None:
-            return None
-        size, sha = videos.measure(a.path, hashed=not quick)
-    except ValueError as exc:
-        return str(exc)
-    except OSError as exc:
-        return f"its video {a.path} cannot be read: {exc.strerror or exc}"
-    return mismatch(a, size, sha)
-
-
 @app.command()
 def verify(
     db: DbOption = Path("h3core.db"),
@@ -127,8 +109,12 @@ def verify(
     statuses: Counter[str] = Counter()
     n_events = 0
     videos = LocalArtifactStore(artifacts, create=False)
-    checked = 0
+    checked, missing = 0, 0
+    deleted: list[tuple[str, str, datetime]] = []
     with open_store(db) as store:
+        if not logs_only and not videos.root.is_dir() and store.list_jobs(status="done", limit=1):
+            # Every video would read as missing: the folder is what is wrong, not each job.
+            fail(f"no artifact store at {artifacts} (pass --artifacts or set H3_ARTIFACTS; --logs-only checks the logs alone)")
         job_ids = store.job_ids()
         for job_id in job_ids:
             state, count, problem = _check_job(store, job_id)
@@ -136,7 +122,10 @@ def verify(
             statuses[state.status if state is not None else "broken"] += 1
             if problem is None and not logs_only and state is not None and state.artifact is not None:
                 checked += 1
-                problem = _check_artifact(videos, state, quick=quick)
+                now = video_now(videos, state.artifact, hashed=not quick)
+                problem, missing = now.problem, missing + now.missing
+                if now.deleted_at is not None:
+                    deleted.append((job_id, state.artifact.path, now.deleted_at))
             if problem:
                 broken.append((job_id, problem))
         for job_id in _orphans(db):
@@ -145,12 +134,23 @@ def verify(
     summary = ", ".join(f"{status} {n}" for status, n in sorted(statuses.items())) or "no jobs"
     out.print(f"checked {len(job_ids)} jobs, {n_events} events: {summary}")
     if not logs_only:
-        out.print(f"checked {checked} videos in {videos.root} ({'size only' if quick else 'size and sha256'})")
+        how = "size only" if quick else "size and sha256"
+        out.print(f"checked {checked} videos in {videos.root} ({how})" + (f", {len(deleted)} of them deleted" if deleted else ""))
+    for job_id, path, when in deleted:
+        out.print(
+            Text.assemble(
+                ("DELETED ", "bold yellow"), (job_id, "bold"), f": its video {path} was deleted at {ts(when)} (DELETE /v1/videos)"
+            )
+        )
     for job_id, problem in broken:
         out.print(Text.assemble(("BROKEN ", "bold red"), (job_id, "bold"), f": {problem}"))
+    if missing and missing == checked - len(deleted):
+        out.print(f"none of the {missing} videos is in {videos.root}: is it the folder the service writes (H3_ARTIFACTS)?")
     if broken:
         fail(f"{len(broken)} broken job(s) in {db}", EXIT_DATA)
-    what = "every log folds and matches the projection" + ("" if logs_only else ", every video is as recorded")
+    what = "every log folds and matches the projection"
+    if not logs_only:
+        what += ", every video is as recorded" if not deleted else f", every video left is as recorded ({len(deleted)} deleted)"
     out.print(Text(f"OK: {what}", style="green"))
 
 
@@ -192,14 +192,15 @@ def gc(
 @app.command()
 def export(
     db: DbOption = Path("h3core.db"),
-    job: Annotated[list[str] | None, typer.Option("--job", help="Only this job (repeatable).")] = None,
+    job: Annotated[list[str] | None, typer.Option("--job", help="Only this job, by id or the start of one (repeatable).")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
 ) -> None:
     """Write events as JSON Lines, one event per line (all jobs, or those named with --job)."""
     with open_store(db) as store:
         if job:
             logs = []
-            for job_id in job:
+            for given in job:
+                job_id = job_named(store, given, db)
                 events = read_log(store, job_id)
                 if not events:
                     fail(f"no job {job_id!r} in {db}")

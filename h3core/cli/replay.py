@@ -12,20 +12,24 @@ import typer
 from pydantic import ValidationError
 from rich.text import Text
 
+from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.cli.app import app
 from h3core.cli.common import (
     EXIT_DATA,
     STATUS_STYLE,
     TYPE_STYLE,
+    ArtifactsOption,
     DbOption,
     console,
     dur,
     fail,
     first_error,
+    job_named,
     open_store,
     short,
     ts,
+    video_now,
 )
 from h3core.domain.events import (
     Admitted,
@@ -267,12 +271,14 @@ def read_log(store: SQLiteEventStore, job_id: str) -> list[Event]:
 
 @app.command()
 def replay(
-    job_id: Annotated[str, typer.Argument(help="The job to replay.")],
+    job_id: Annotated[str, typer.Argument(help="The job to replay: its id, or the start of one (as `submit --watch` shows).")],
     db: DbOption = Path("h3core.db"),
+    artifacts: ArtifactsOption = Path("artifacts"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the events as JSON Lines instead.")] = False,
 ) -> None:
     """Show a job's timeline, folded from its event log, and why it ended the way it did."""
     with open_store(db) as store:
+        job_id = job_named(store, job_id, db)
         events = read_log(store, job_id)
     if not events:
         fail(f"no job {job_id!r} in {db}")
@@ -312,6 +318,28 @@ def replay(
     if state.step is not None:
         status.append(f"  step {state.step}/{state.total}")
     status.append(f"  {len(events)} events over {dur((events[-1].at - events[0].at).total_seconds())}")
+    video = _video_line(LocalArtifactStore(artifacts, create=False), state) if state.artifact is not None else None
+    if video is not None and video[1]:
+        status.append(f"  video {video[1]}", style="bold yellow")
     out.print()
     out.print(status)
     out.print(Text.assemble(("why: ", "bold"), _why(state, events, datetime.now(UTC))))
+    if video is not None:
+        out.print(Text.assemble(("video: ", "bold"), video[0]))
+
+
+def _video_line(videos: LocalArtifactStore, state: JobState) -> tuple[str, str | None]:
+    """What became of a done job's video since its log recorded it (deletions are recorded beside
+    the video, not in the log), and a word for the state line when it is gone."""
+    a = state.artifact
+    assert a is not None
+    if not videos.root.is_dir():
+        return f"not looked for: no artifact store at {videos.root} (pass --artifacts or set H3_ARTIFACTS)", None
+    now = video_now(videos, a, hashed=False)
+    if now.deleted_at is not None:
+        return f"{a.path} was deleted at {ts(now.deleted_at)} (DELETE /v1/videos/{state.job_id}); the log remains", "deleted"
+    if now.problem is not None:
+        return f"{now.problem} in {videos.root} (not deleted through the API; `h3core verify` checks every video)", (
+            "missing" if now.missing else "changed"
+        )
+    return f"{a.path} in {videos.root}, {a.bytes} bytes as recorded (`h3core verify` checks its sha256)", None

@@ -174,6 +174,10 @@ def serve(
     max_connections: Annotated[
         int | None, _opt("H3_MAX_CONNECTIONS", "Connections served at once; requests beyond get 503 \\[512].")
     ] = None,
+    ready_cache: Annotated[
+        float | None,
+        _opt("H3_READY_CACHE", "Seconds /readyz reuses its look at the store and the runner process; 0: every request \\[1]."),
+    ] = None,
     comfyui_unreachable_after: Annotated[
         float | None, _opt("H3_COMFYUI_UNREACHABLE_AFTER", "Seconds ComfyUI may not answer before its jobs fail \\[300].")
     ] = None,

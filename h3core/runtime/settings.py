@@ -130,6 +130,8 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
     store_retry: float = Field(default=30.0, gt=0)  # seconds a failing store is retried before the process exits
+    # Seconds /readyz reuses its look at the store (and the runner process); 0: it looks on every request.
+    ready_cache: float = Field(default=1.0, ge=0, le=60)
 
     @field_validator("api_tokens", "retry_on", "openai_models", "allowed_hosts", "cors_origins", mode="before")
     @classmethod

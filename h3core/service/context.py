@@ -12,6 +12,7 @@ import anyio
 import anyio.abc
 
 from h3core.adapters.artifacts import LocalArtifactStore
+from h3core.adapters.lock import runner_lock_path
 from h3core.adapters.profiles import builtin_profiles, load_profile_ref
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
@@ -23,6 +24,7 @@ from h3core.runtime.settings import Settings
 from h3core.runtime.store_retry import StoreUnavailable
 from h3core.runtime.tail import StoreTail
 from h3core.service.metrics import Metrics
+from h3core.service.readiness import Readiness
 
 log = logging.getLogger("h3core.service")
 
@@ -50,6 +52,11 @@ class Service:
     on_fatal: Callable[[], None] | None = None
     _runner_scope: anyio.CancelScope | None = None
     _loop: asyncio.AbstractEventLoop | None = None
+    readiness: Readiness = field(init=False)  # /readyz's looks at the disk, reused for `ready_cache` seconds
+
+    def __post_init__(self) -> None:
+        runner_lock = runner_lock_path(self.settings.db) if self.tail is not None else None  # api role: another process
+        self.readiness = Readiness(self.store, runner_lock, self.settings.ready_cache)
 
     def begin_shutdown(self) -> None:
         """Stop now (SIGTERM): stop admitting, stop the runner, which records running jobs as

@@ -151,12 +151,13 @@ class ErrorView(BaseModel):
 
 
 class ArtifactView(BaseModel):
-    url: str
+    url: str | None  # null once the video was deleted: nothing is left to download
     bytes: int
     sha256: str
     frames: int
     duration_seconds: float
     media_type: str
+    deleted_at: datetime | None = None  # when its file was deleted (DELETE /v1/videos/{id}); the record stays
 
 
 class JobView(BaseModel):
@@ -302,7 +303,13 @@ def api_status(state: JobState) -> ApiStatus:
 
 
 def job_view(
-    state: JobState, *, now: datetime, queue_position: int | None, base: str = "", waiting: str | None = None
+    state: JobState,
+    *,
+    now: datetime,
+    queue_position: int | None,
+    base: str = "",
+    waiting: str | None = None,
+    deleted_at: datetime | None = None,
 ) -> JobView:
     start = state.started_at
     elapsed = ((state.finished_at or now) - start).total_seconds() if start else 0.0
@@ -311,12 +318,13 @@ def job_view(
     if state.artifact is not None:
         a = state.artifact
         artifact = ArtifactView(
-            url=f"{base}/v1/jobs/{state.job_id}/video",
+            url=f"{base}/v1/jobs/{state.job_id}/video" if deleted_at is None else None,
             bytes=a.bytes,
             sha256=a.sha256,
             frames=a.frames,
             duration_seconds=a.duration_s,
             media_type=a.media_type,
+            deleted_at=deleted_at,
         )
     return JobView(
         id=state.job_id,

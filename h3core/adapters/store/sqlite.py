@@ -131,6 +131,7 @@ class SQLiteEventStore:
         self.path = str(path)
         self._clock = clock
         self._lock = threading.RLock()  # one writer per process; the file lock orders processes
+        self._committed_at = -float("inf")  # monotonic time of the last commit (`committed_within`)
         self._rlock = threading.Lock()
         self._busy_timeout_s = busy_timeout_s
         self._w = self._connect(busy_timeout_s, durable)
@@ -172,6 +173,7 @@ class SQLiteEventStore:
             try:
                 yield self._w
                 self._w.execute("COMMIT")
+                self._committed_at = time.monotonic()
             except BaseException:
                 # A failed COMMIT (busy) leaves the transaction open; an I/O error may have ended
                 # it already. Either way none of it is stored, and the next write starts clean.
@@ -334,6 +336,14 @@ class SQLiteEventStore:
         )
         return [_event(r) for r in rows]
 
+    def ids_starting(self, prefix: str, limit: int = 10) -> list[str]:
+        """Up to `limit` job ids that start with `prefix`, in id order (a range of the primary key:
+        ids are ASCII letters, digits, `_` and `-`, all below DEL)."""
+        rows = self._point(
+            "SELECT job_id FROM jobs WHERE job_id >= ? AND job_id < ? ORDER BY job_id LIMIT ?", (prefix, prefix + "\x7f", limit)
+        )
+        return [j for (j,) in rows]
+
     def by_idempotency_key(self, key: str) -> JobState | None:
         rows = self._point("SELECT state FROM jobs WHERE idempotency_key = ?", (key,))
         return JobState.model_validate_json(rows[0][0]) if rows else None
@@ -397,6 +407,11 @@ class SQLiteEventStore:
     def ping(self) -> None:
         with self._write():  # takes the write lock and releases it: the file is writable now
             pass
+
+    def committed_within(self, seconds: float) -> bool:
+        """Did this store commit a write (a `ping` included) within the last `seconds`? As good as
+        a ping that long ago, and it takes no lock: /readyz asks it under load."""
+        return time.monotonic() - self._committed_at < seconds
 
     def job_ids(self) -> list[str]:
         return [j for (j,) in self._read("SELECT job_id FROM jobs ORDER BY queue_order")]

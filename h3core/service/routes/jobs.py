@@ -39,7 +39,18 @@ STREAM_RESYNC_S = 10.0  # also catch events stored by other processes (a CLI can
 async def _view(svc: Service, state: JobState) -> JobView:
     position = svc.store.queue_position(state.job_id) if state.status == "queued" else None
     waiting = svc.contract.source().waiting_reason(state.request.mode) if state.status == "queued" else None
-    return job_view(state, now=datetime.now(UTC), queue_position=position, waiting=waiting)
+    return job_view(state, now=datetime.now(UTC), queue_position=position, waiting=waiting, deleted_at=_deleted_at(svc, state))
+
+
+def _deleted_at(svc: Service, state: JobState) -> datetime | None:
+    """When a done job's video was deleted on purpose (a small record beside it: one open, inline
+    like the point reads), so that the view never offers a url that answers 410."""
+    if state.artifact is None:
+        return None
+    try:
+        return svc.artifacts.deleted_at(state.artifact.path)
+    except ValueError:
+        return None  # a recorded path outside the store: its video route says so
 
 
 @post(
@@ -91,11 +102,18 @@ async def list_jobs(
     cursor: Annotated[str | None, Parameter(pattern=r"^\d{1,18}$")] = None,
     limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
 ) -> JobPage:
-    rows = await in_thread(lambda: svc.store.list_jobs(status=status, limit=limit + 1, before=int(cursor) if cursor else None))
+    def read() -> tuple[list[tuple[int, JobState]], dict[str, datetime | None]]:
+        rows = svc.store.list_jobs(status=status, limit=limit + 1, before=int(cursor) if cursor else None)
+        return rows, {s.job_id: _deleted_at(svc, s) for _, s in rows[:limit] if s.artifact is not None}
+
+    rows, deleted = await in_thread(read)
     now = datetime.now(UTC)
     page = rows[:limit]
     caps = svc.contract.source()
-    items = [job_view(s, now=now, queue_position=None, waiting=caps.waiting_reason(s.request.mode)) for _, s in page]
+    items = [
+        job_view(s, now=now, queue_position=None, waiting=caps.waiting_reason(s.request.mode), deleted_at=deleted.get(s.job_id))
+        for _, s in page
+    ]
     return JobPage(items=items, next_cursor=str(page[-1][0]) if len(rows) > limit else None)
 
 

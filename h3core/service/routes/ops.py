@@ -6,7 +6,6 @@ import anyio
 from litestar import Request, Response, get
 from litestar.openapi.datastructures import ResponseSpec
 
-from h3core.adapters.lock import RunnerLock, runner_lock_path
 from h3core.executors.base import Executor
 from h3core.runtime.settings import Settings
 from h3core.service.auth import bearer_matches
@@ -42,12 +41,10 @@ async def readyz(svc: Service, request: Request) -> Response[ReadyView | ReadySt
 
 
 async def _readiness(svc: Service) -> Response[ReadyView]:
+    # The store and the runner lock through `svc.readiness` (reused for H3_READY_CACHE seconds:
+    # service/readiness.py); everything else from memory, on every request.
     checks: dict[str, str] = {}
-    try:
-        await anyio.to_thread.run_sync(svc.store.ping)
-        checks["store"] = "ok"
-    except Exception as exc:  # any failure to write means not ready; report it, do not crash
-        checks["store"] = f"not writable: {exc}"
+    checks["store"] = f"unusable: {svc.fatal}" if svc.fatal is not None else await svc.readiness.store()
     caps = svc.contract.source()
     modes = [ModeView(mode=m.mode, served=m.served, ready=m.runnable, reason=m.reason) for m in caps.modes]
     problems = caps.problems()
@@ -55,10 +52,9 @@ async def _readiness(svc: Service) -> Response[ReadyView]:
     executor = f"ready for {', '.join(servable)}" if servable else "not ready: " + "; ".join(problems)
     groups = None
     if svc.tail is not None:  # api role: the jobs run in the process holding the runner lock
-        lock = runner_lock_path(svc.settings.db)
-        holder = await anyio.to_thread.run_sync(RunnerLock.holder, lock)
+        holder = await svc.readiness.runner()
         checks["runner"] = (
-            (f"process {holder} runs the jobs" if holder else f"no runner process (nothing holds {lock})")
+            (f"process {holder} runs the jobs" if holder else f"no runner process (nothing holds {svc.readiness.runner_lock})")
             if svc.runner.accepting
             else "not accepting"
         )

@@ -261,6 +261,19 @@ def test_a_cancel_during_the_final_encode_is_409_too_late_and_the_job_ends_done_
     assert events[-1]["body"]["cancel_too_late"] is True
 
 
+def test_a_video_deleted_through_v1_videos_is_shown_deleted_with_no_url(api):
+    job = wait_job(api, submit(api, prompt="a fox soon deleted", steps=1)["id"], ("done",))
+    assert job["artifact"]["url"] == f"/v1/jobs/{job['id']}/video" and job["artifact"]["deleted_at"] is None
+    assert api.delete(f"/v1/videos/{job['id']}").status_code == 200
+    after = api.get(f"/v1/jobs/{job['id']}").json()
+    assert after["status"] == "done", "the job stays done: its log is kept"
+    assert after["artifact"]["url"] is None, "no url that answers 410"
+    assert after["artifact"]["deleted_at"] is not None and after["artifact"]["sha256"] == job["artifact"]["sha256"]
+    listed = next(j for j in api.get("/v1/jobs", params={"status": "done", "limit": 500}).json()["items"] if j["id"] == job["id"])
+    assert listed["artifact"] == after["artifact"]
+    assert api.get(f"/v1/jobs/{job['id']}/video").status_code == 410
+
+
 def test_a_video_before_the_job_is_done_is_409(api):
     slow = long_job(api, steps=50)
     try:

@@ -26,6 +26,7 @@ from tests.integration.service.openai_sdk import (
     sdk,
     wait_video,
 )
+from tests.readme import openai_example, quickstart_job
 
 pytestmark = [pytest.mark.timeout(120), IGNORE_SDK_DEPRECATION]
 
@@ -283,3 +284,23 @@ def test_a_damaged_video_is_never_served_as_the_recorded_one(client, server, dam
     assert old.status_code == 410 and "cannot be served" in old.json()["detail"], old.text
     path.write_bytes(data)  # put back as it was: served again
     assert httpx.get(f"{server.url}/v1/videos/{video.id}/content", headers=headers).content == data
+
+
+def test_the_readmes_example_runs_and_asks_no_more_than_the_quickstarts_job(server, tmp_path, monkeypatch):
+    """The README's OpenAI example, as written but for the server's address and the token: it makes
+    a video, saves it, remixes it and deletes it; and its job, like the remix it queues, is no
+    larger than the Quickstart's, which takes seconds on a CPU (1344x768, 5 s took ~5 minutes)."""
+    code = openai_example().replace("http://gpu-box:8100", server.url)
+    assert server.url in code, "the example names a server this test can point elsewhere"
+    monkeypatch.chdir(tmp_path)
+    names: dict[str, Any] = {"token": TOKEN}
+    exec(compile(code, "README.md (OpenAI example)", "exec"), names)
+    assert (tmp_path / "fox.mp4").stat().st_size > 0
+    with raw(server) as api:
+        request = api.get(f"/v1/jobs/{names['video'].id}").json()["request"]
+    quick = quickstart_job()
+
+    def work(job: dict) -> int:
+        return job["width"] * job["height"] * job["frames"] * job["steps"]
+
+    assert work(request) <= work(quick), (request, quick)

@@ -82,6 +82,48 @@ def test_verify_and_gc_take_a_video_deleted_on_purpose_as_it_is(setup):
     assert dry.exit_code == 0 and "attempt-1.mp4.deleted" not in dry.stdout, dry.stdout
 
 
+def test_verify_and_replay_report_a_deleted_video_as_deleted_not_as_recorded(setup):
+    db, root, videos = setup
+    before = run("replay", "one", "--db", db, "--artifacts", root)
+    assert before.exit_code == 0 and "video: one/attempt-1.mp4 in " in before.stdout and "as recorded" in before.stdout
+    videos.delete("one/attempt-1.mp4")  # what DELETE /v1/videos/one does to a finished video
+
+    result = run("verify", "--db", db, "--artifacts", root)
+    assert result.exit_code == 0, result.output
+    assert "checked 2 videos in" in result.stdout and "1 of them deleted" in result.stdout
+    deleted = [line for line in result.stdout.splitlines() if line.startswith("DELETED")]
+    assert len(deleted) == 1 and deleted[0].startswith("DELETED one: its video one/attempt-1.mp4 was deleted at ")
+    assert "every video is as recorded" not in result.stdout
+    assert "every video left is as recorded (1 deleted)" in result.stdout
+
+    after = run("replay", "one", "--db", db, "--artifacts", root)
+    assert after.exit_code == 0, after.output
+    assert "state: done" in after.stdout and "video deleted" in after.stdout
+    assert "video: one/attempt-1.mp4 was deleted at " in after.stdout and "(DELETE /v1/videos/one)" in after.stdout
+    assert "as recorded" not in after.stdout
+
+    (root / "two/attempt-1.mp4").unlink()  # gone without a deletion: not the same thing
+    lost = run("replay", "two", "--db", db, "--artifacts", root)
+    assert "video missing" in lost.stdout and "video: its video two/attempt-1.mp4 is missing" in lost.stdout
+    elsewhere = run("replay", "two", "--db", db, "--artifacts", root / "nowhere")
+    assert "video: not looked for: no artifact store at" in elsewhere.stdout
+
+
+def test_verify_with_an_artifacts_folder_that_is_not_there_names_the_folder_not_every_video(setup, tmp_path):
+    db, _, _ = setup
+    wrong = tmp_path / "not-the-artifacts"
+    result = run("verify", "--db", db, "--artifacts", wrong)
+    assert result.exit_code == 2, result.output
+    assert broken_lines(result) == []
+    assert f"no artifact store at {wrong}" in " ".join(result.stderr.split())
+    assert run("verify", "--db", db, "--artifacts", wrong, "--logs-only").exit_code == 0, "the logs alone need no folder"
+    assert not wrong.exists(), "verify creates nothing"
+    wrong.mkdir()  # a folder, but not the service's: every video missing says so once
+    result = run("verify", "--db", db, "--artifacts", wrong)
+    assert result.exit_code == 1 and len(broken_lines(result)) == 2
+    assert f"none of the 2 videos is in {wrong}" in result.stdout
+
+
 def test_verify_refuses_a_done_event_whose_path_leaves_the_store(tmp_path):
     db, root = tmp_path / "h3.db", tmp_path / "artifacts"
     store = SQLiteEventStore(db, durable=False)
@@ -89,6 +131,7 @@ def test_verify_refuses_a_done_event_whose_path_leaves_the_store(tmp_path):
     escaped = outside.model_copy(update={"path": "../elsewhere/x/attempt-1.mp4"})
     store.append("x", [submitted(), Admitted(), Running(attempt=1, executor="fake"), Done(artifact=escaped)])
     store.close()
+    root.mkdir()
     result = run("verify", "--db", db, "--artifacts", root)
     assert result.exit_code == 1
     assert "leaves the artifact store" in broken_lines(result)[0]

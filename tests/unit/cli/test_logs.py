@@ -252,6 +252,26 @@ def test_replay_unknown_job_exits_2_with_a_message_on_stderr(cli, db):
     assert "Traceback" not in result.output
 
 
+def test_replay_takes_the_short_id_submit_watch_shows_and_names_an_ambiguous_one(cli, db, step_clock):
+    store = SQLiteEventStore(db, durable=False, clock=step_clock)
+    minted = "3f2c9a1b7d4e4c0f8a6b5d2e1f0a9b8c"  # a uuid4 hex, as the service mints
+    write(store, step_clock, minted, (0, submitted()), (0, Admitted()))
+    store.close()
+    shown = minted[:12]  # what `submit --watch` puts on its progress bar
+    result = run(cli, "replay", shown, "--db", db)
+    assert result.exit_code == 0, result.output
+    assert f"job {minted}" in result.stdout and "state: queued" in result.stdout
+
+    ambiguous = run(cli, "replay", "job-", "--db", db)
+    assert ambiguous.exit_code == 2 and ambiguous.stdout == ""
+    assert "'job-' is the start of several jobs" in ambiguous.stderr and "job-cancelled, job-done" in ambiguous.stderr
+
+    unknown = run(cli, "replay", "3f2d", "--db", db)
+    assert unknown.exit_code == 2 and "no job '3f2d'" in unknown.stderr
+    exported = run(cli, "export", "--db", db, "--job", shown)
+    assert exported.exit_code == 0 and f'"job_id":"{minted}"' in exported.stdout
+
+
 def test_replay_of_a_missing_store_exits_2_and_does_not_create_it(cli, tmp_path):
     missing = tmp_path / "nowhere.db"
     result = run(cli, "replay", "x", "--db", missing)
