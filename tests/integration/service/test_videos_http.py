@@ -20,6 +20,7 @@ from tests.integration.service.openai_sdk import (
     create_to_completed,
     delete_finished_keeps_the_log,
     delete_running_cancels_it,
+    is_gone,
     jobs_api,
     refusals,
     remix_to_completed,
@@ -130,11 +131,11 @@ def test_deleting_a_video_whose_cancel_comes_too_late_deletes_the_video_it_finis
         assert gone.deleted
         events = api.get(f"/v1/jobs/{video.id}/events").json()
     assert [e["body"]["type"] for e in events][-2:] == ["cancel_requested", "done"] and events[-1]["body"]["cancel_too_late"]
-    after = client.videos.retrieve(video.id)
-    assert after.status == "completed" and after.expires_at is not None, "finished too late to cancel: its file deleted"
-    with pytest.raises(openai.NotFoundError) as err:
-        client.videos.download_content(video.id)
-    assert err.value.body["code"] == "video_deleted"
+    is_gone(client, video.id)
+    with raw(server) as api:
+        job = api.get(f"/v1/jobs/{video.id}").json()
+        assert job["status"] == "done" and job["artifact"]["deleted_at"] is not None, "too late to cancel: its file deleted"
+        assert api.get(f"/v1/jobs/{video.id}/video").status_code == 410
 
 
 def test_deleting_a_finished_video_deletes_its_file_and_keeps_its_log(client, server):
