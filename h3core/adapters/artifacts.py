@@ -161,13 +161,15 @@ class LocalArtifactStore:
             media_type=media_type,
         )
         # The record first: a crash before the rename leaves a complete `.part` that its record
-        # names (recovery finishes the rename), never a complete video that nothing records.
-        self._write_record(job_id, attempt, artifact)
+        # names (recovery finishes the rename), never a complete video that nothing records. One
+        # fsync of the folder makes both names durable; were the video's name to land without
+        # the record's, recovery records the whole video from the file (`_record_unrecorded`).
+        self._write_record(job_id, attempt, artifact, sync_name=False)
         os.replace(staged, final)
         _fsync_dir(final.parent)
         return artifact
 
-    def _write_record(self, job_id: str, attempt: int, artifact: Artifact) -> None:
+    def _write_record(self, job_id: str, attempt: int, artifact: Artifact, *, sync_name: bool = True) -> None:
         record = self._record(job_id, attempt)
         part = record.with_name(record.name + _PART)
         with open(part, "w", encoding="utf-8") as f:
@@ -175,7 +177,8 @@ class LocalArtifactStore:
             f.flush()
             os.fsync(f.fileno())
         os.replace(part, record)
-        _fsync_dir(record.parent)
+        if sync_name:
+            _fsync_dir(record.parent)
 
     def committed(self, job_id: str, attempt: int) -> FoundArtifact | None:
         try:

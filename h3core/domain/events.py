@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -32,14 +32,20 @@ class _Body(_Model):
     # The version this body was written at. Its default is the version this code writes: a changed
     # body raises it (`v: int = 2`) and registers an upcaster from the old one (docs/events.md).
     v: int = Field(default=1, ge=1)
+    _version: ClassVar[int] = 1  # `v`'s default, kept per class: every body checks it, and model_fields costs
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls._version = cls.model_fields["v"].default
 
     @classmethod
     def version(cls) -> int:
-        return cls.model_fields["v"].default
+        return cls._version
 
     @model_validator(mode="after")
     def _current(self) -> _Body:
-        if self.v != self.version():
+        if self.v != self._version:
             raise ValueError(
                 f"a version {self.v} {type(self).__name__} body: this code reads version {self.version()} (upcast it)"
             )

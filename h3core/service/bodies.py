@@ -11,7 +11,7 @@ and the setting. A body that is not JSON: 400 saying so, in the same shape as ot
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,11 +58,12 @@ class BodyLimits:
             ),
         )
 
-    def of_request(self, kind: BodyKind, media_type: str) -> BodyLimit | None:
+    def of_request(self, kind: BodyKind, media_type: Callable[[], str]) -> BodyLimit | None:
+        """`media_type` is asked only where the kind depends on it (parsing the header costs)."""
         if kind == "own":
             return None
         if kind == "json_or_form":
-            return self.form if media_type == "multipart/form-data" else self.json_create
+            return self.form if media_type() == "multipart/form-data" else self.json_create
         return self.json
 
 
@@ -104,7 +105,7 @@ class ServiceRequest(Request):
 
     def body_limit(self) -> BodyLimit | None:
         limits: BodyLimits = self.app.state.body_limits
-        return limits.of_request(self.route_handler.opt.get(BODY_OPT, "json"), self.content_type[0].lower())
+        return limits.of_request(self.route_handler.opt.get(BODY_OPT, "json"), lambda: self.content_type[0].lower())
 
     async def stream(self) -> AsyncGenerator[bytes, None]:
         limit = self.body_limit()

@@ -69,6 +69,7 @@ def test_an_event_reads_the_same_whichever_version_wrote_it(registry, monkeypatc
     upcaster("admitted", 1)(lambda b: {**b, "tokens": (b.get("tokens") or 0) + 1})
     monkeypatch.setitem(VERSIONS, "admitted", 2)
     monkeypatch.setattr(Admitted.model_fields["v"], "default", 2)
+    monkeypatch.setattr(Admitted, "_version", 2)  # what defining the class with `v: int = 2` sets
     Admitted.model_rebuild(force=True)
     try:
         line = '{"job_id":"j","seq":2,"at":"2026-12-01T00:00:00Z","body":%s}'
@@ -79,3 +80,16 @@ def test_an_event_reads_the_same_whichever_version_wrote_it(registry, monkeypatc
     finally:
         monkeypatch.undo()
         Admitted.model_rebuild(force=True)
+
+
+def test_each_body_checks_the_version_its_v_field_defaults_to():
+    """The version a body class checks is kept per class: it must be its `v` default, in every one."""
+    from typing import get_args
+
+    from h3core.domain.events import Body
+
+    classes = get_args(get_args(Body)[0])
+    assert len(classes) == len(VERSIONS) >= 10
+    for cls in classes:
+        assert cls.version() == cls.model_fields["v"].default == VERSIONS[cls.model_fields["type"].default], cls
+    assert {VERSIONS["done"], VERSIONS["failed"]} == {2}, "bumped bodies check their bump"
