@@ -165,6 +165,14 @@ class EventStoreContract:
         assert store.events_after(positions[1], limit=2) == rows[2:4]
         assert [e for _, e in rows if e.job_id == "a"] == store.events("a", after_seq=2)
 
+    def test_a_saved_position_is_answered_until_the_next_save_of_its_name(self, store):
+        assert store.position("billing") is None
+        store.save_position("billing", 7)
+        store.save_position("audit", 3)
+        assert store.position("billing") == 7 and store.position("audit") == 3
+        store.save_position("billing", 9)
+        assert store.position("billing") == 9 and store.position("audit") == 3
+
     def test_imported_events_fold_as_appended_ones_and_importing_again_adds_nothing(self, store):
         source = [event_at("j", i, _AT, body) for i, body in enumerate(done_log(steps=2), start=1)]
         assert store.import_events(source) == len(source)

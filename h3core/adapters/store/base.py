@@ -12,6 +12,10 @@
 - **Never updated, never deleted.** Stored events are immutable.
 - **Followable.** `cursor`/`events_after` give every job's events in the order they were stored,
   gap-free: what another process follows.
+- **Positions kept.** `save_position(name, position)` keeps a named reader's place in that order
+  (a subscription's, `h3core.runtime.subscription`) as durably as an append: once it returns, a
+  later `position(name)` (in this process or the next) answers it, until the next save of that
+  name overwrites it. A name never saved has no position (None).
 
 `JobProjections` answers queries over every job's current state, kept in step with the log
 (the state a job's log folds to, always):
@@ -111,6 +115,15 @@ class EventLog(Protocol):
         """Events of every job stored after `cursor`, in the order they were stored, each with
         its position: what a process follows to see what other processes write. Gap-free: an
         event never appears after one stored later."""
+        ...
+
+    def position(self, name: str) -> int | None:
+        """The position last saved under `name` (a subscription's place in `events_after` order);
+        None if none was ever saved."""
+        ...
+
+    def save_position(self, name: str, position: int) -> None:
+        """Keep `position` under `name`, as durably as an append, replacing the one saved before."""
         ...
 
 

@@ -20,6 +20,7 @@ class MemoryEventStore:
         self._order: dict[str, int] = {}  # job -> submission order
         self._keys: dict[str, str] = {}  # idempotency key -> job
         self._stored: list[Event] = []  # every event, in the order stored (positions start at 1)
+        self._positions: dict[str, int] = {}  # subscriptions' saved places
 
     def _commit(self, state: JobState, events: Sequence[Event]) -> None:
         if isinstance(events[0].body, Submitted):
@@ -152,6 +153,14 @@ class MemoryEventStore:
     def events_after(self, cursor: int, limit: int = 1000) -> list[tuple[int, Event]]:
         with self._lock:
             return list(enumerate(self._stored[cursor : cursor + limit], start=cursor + 1))
+
+    def position(self, name: str) -> int | None:
+        with self._lock:
+            return self._positions.get(name)
+
+    def save_position(self, name: str, position: int) -> None:
+        with self._lock:
+            self._positions[name] = position
 
     def close(self) -> None:
         pass

@@ -27,7 +27,7 @@ from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend, f
 if TYPE_CHECKING:
     from sqlite_utils import Database
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class SchemaTooNew(RuntimeError):
@@ -84,8 +84,13 @@ def _v4(db: Database) -> None:
     db["meta"].create({"key": str, "value": str}, pk="key")
 
 
+def _v5(db: Database) -> None:
+    # Named readers' places in the log (subscriptions): what they have handled survives a restart.
+    db["positions"].create({"name": str, "position": int, "saved_at": str}, pk="name", not_null=["position", "saved_at"])
+
+
 # Index i migrates schema version i to i + 1. Add a function here, never edit an old one.
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1, _v2, _v3, _v4)
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1, _v2, _v3, _v4, _v5)
 
 
 @functools.cache  # the code cannot change within a process; the schema takes ~5 ms to build
@@ -441,6 +446,17 @@ class SQLiteEventStore:
     def events_after(self, cursor: int, limit: int = 1000) -> list[tuple[int, Event]]:
         rows = self._read("SELECT job_id, seq, at, body, id FROM events WHERE id > ? ORDER BY id LIMIT ?", (cursor, limit))
         return [(r[4], _event(r)) for r in rows]
+
+    def position(self, name: str) -> int | None:
+        rows = self._point("SELECT position FROM positions WHERE name = ?", (name,))
+        return rows[0][0] if rows else None
+
+    def save_position(self, name: str, position: int) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO positions (name, position, saved_at) VALUES (?, ?, ?)",
+                (name, position, self._clock().isoformat()),
+            )
 
     def close(self) -> None:
         with self._lock, self._rlock, self._plock:
