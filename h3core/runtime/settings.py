@@ -6,6 +6,8 @@ Every setting has an environment variable (`H3_` + its name in capitals) and a `
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import os
 import tomllib
@@ -13,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from h3core.adapters.uploads import DEFAULT_MAX_PIXELS
@@ -132,8 +134,12 @@ class Settings(BaseSettings):
     store_retry: float = Field(default=30.0, gt=0)  # seconds a failing store is retried before the process exits
     # Seconds /readyz reuses its look at the store (and the runner process); 0: it looks on every request.
     ready_cache: float = Field(default=1.0, ge=0, le=60)
+    # Signs jobs' webhooks (Standard Webhooks, `whsec_...`); unset, POST /v1/jobs refuses a `webhook`.
+    webhook_secret: SecretStr | None = None
+    # Hosts and address ranges (CIDR) webhooks may reach although private, loopback or link-local.
+    webhooks_allow: Annotated[list[str], NoDecode] = []
 
-    @field_validator("api_tokens", "retry_on", "openai_models", "allowed_hosts", "cors_origins", mode="before")
+    @field_validator("api_tokens", "retry_on", "openai_models", "allowed_hosts", "cors_origins", "webhooks_allow", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         return _split(value)
@@ -176,6 +182,20 @@ class Settings(BaseSettings):
         if short:
             raise ValueError("every API token must be at least 16 characters")
         return tokens
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _whsec(cls, secret: SecretStr | None) -> SecretStr | None:
+        if secret is None:
+            return None
+        value = secret.get_secret_value()
+        try:
+            ok = value.startswith("whsec_") and len(base64.b64decode(value.removeprefix("whsec_"), validate=True)) >= 16
+        except binascii.Error:
+            ok = False
+        if not ok:
+            raise ValueError("a webhook secret is 'whsec_' then the base64 of at least 16 random bytes")
+        return secret
 
     @field_validator("cors_origins")
     @classmethod
