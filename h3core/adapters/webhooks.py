@@ -14,6 +14,7 @@ signed with the `standardwebhooks` package; connect and read timeouts; no redire
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
@@ -72,9 +73,15 @@ async def target_refusal(url: str, allow: Allow) -> str | None:
 class WebhookSender:
     """Signs and POSTs webhook bodies, over one connection pool."""
 
-    def __init__(self, secret: str, allow: Allow, *, client: httpx.AsyncClient | None = None) -> None:
-        check_secret(secret)
-        self._signer = Webhook(secret)
+    def __init__(self, secrets: str | Sequence[str], allow: Allow, *, client: httpx.AsyncClient | None = None) -> None:
+        """`secrets`: one, or several while one is rotated out (each delivery is signed with every
+        one, so a receiver that knows either verifies it)."""
+        secrets = [secrets] if isinstance(secrets, str) else list(secrets)
+        if not secrets:
+            raise ValueError("a webhook sender needs a secret")
+        for secret in secrets:
+            check_secret(secret)
+        self._signers = [Webhook(secret) for secret in secrets]
         self.allow = allow
         self._client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S), follow_redirects=False
@@ -88,7 +95,7 @@ class WebhookSender:
             "content-type": "application/json",
             "webhook-id": msg_id,
             "webhook-timestamp": str(int(at.timestamp())),
-            "webhook-signature": self._signer.sign(msg_id, at, body),
+            "webhook-signature": " ".join(signer.sign(msg_id, at, body) for signer in self._signers),
         }
 
     async def send(self, url: str, msg_id: str, body: str) -> None:

@@ -181,6 +181,13 @@ def serve(
     comfyui_unreachable_after: Annotated[
         float | None, _opt("H3_COMFYUI_UNREACHABLE_AFTER", "Seconds ComfyUI may not answer before its jobs fail \\[300].")
     ] = None,
+    webhook_endpoints: Annotated[
+        str | None,
+        _opt(
+            "H3_WEBHOOK_ENDPOINTS",
+            "Endpoints sent every job's events, comma-separated: jobs=URL, jobs:start+progress=URL, openai=URL \\[none].",
+        ),
+    ] = None,
     webhooks_allow: Annotated[
         str | None,
         _opt(

@@ -5,6 +5,11 @@ addresses a delivery may reach. Sending is I/O and lives in `h3core.adapters.web
 The filter, as Replicate names it: `start` (an attempt began running), `progress`, `completed`
 (done, failed or cancelled). Without one a job gets all but `progress`.
 
+An `Endpoint` is where deliveries go: a job's own webhook (h3core's shape, `job.<event type>`),
+or one the deployment configures for every job (`H3_WEBHOOK_ENDPOINTS`): in h3core's shape with a
+filter, or in OpenAI's Videos shape (`video.completed`, `video.failed` for failed and cancelled
+jobs, as /v1/videos reports them), which the `openai` SDK's `client.webhooks.unwrap` reads.
+
 Addresses: a delivery goes to a globally routable address only. Loopback, private, link-local
 (where cloud metadata answers: 169.254.169.254), shared, reserved and multicast ones are refused,
 unless the operator allows a host name or a range (`H3_WEBHOOKS_ALLOW`); an IPv4 address written as
@@ -25,18 +30,24 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_EVENTS",
+    "Endpoint",
+    "Shape",
     "MAX_URL_CHARS",
     "Allow",
     "WebhookEvent",
     "WebhookTarget",
     "address_refusal",
     "event_kind",
+    "openai_payload",
+    "parse_endpoint",
     "payload",
     "url_refusal",
     "webhook_id",
 ]
 
 WebhookEvent = Literal["start", "progress", "completed"]
+Shape = Literal["jobs", "openai"]
+EVENT_NAMES: tuple[WebhookEvent, ...] = ("start", "progress", "completed")
 DEFAULT_EVENTS: tuple[WebhookEvent, ...] = ("start", "completed")
 MAX_URL_CHARS = 2048
 
@@ -52,9 +63,47 @@ class WebhookTarget(BaseModel):
     url: str = Field(min_length=1, max_length=MAX_URL_CHARS)
     events: tuple[WebhookEvent, ...] = DEFAULT_EVENTS
 
+
+class Endpoint(BaseModel):
+    """Where deliveries go, in which shape, for which kinds of events."""
+
+    model_config = ConfigDict(frozen=True)
+
+    url: str
+    shape: Shape = "jobs"
+    events: tuple[WebhookEvent, ...] = DEFAULT_EVENTS
+
+    @classmethod
+    def of(cls, target: WebhookTarget) -> Endpoint:
+        """A job's own webhook."""
+        return cls(url=target.url, events=target.events)
+
     def wants(self, event: Event) -> bool:
         kind = event_kind(event)
         return kind is not None and kind in self.events
+
+    def body(self, event: Event) -> dict[str, Any]:
+        return openai_payload(event) if self.shape == "openai" else payload(event)
+
+
+def parse_endpoint(entry: str) -> Endpoint:
+    """`jobs=URL`, `jobs:start+progress+completed=URL` (a filter) or `openai=URL`; ValueError saying why not."""
+    head, sep, url = entry.strip().partition("=")
+    shape, _, events = head.strip().partition(":")
+    if not sep or shape not in ("jobs", "openai"):
+        raise ValueError(f"{entry!r} is not jobs=URL, jobs:start+progress+completed=URL or openai=URL")
+    why = url_refusal(url.strip())
+    if why is not None:
+        raise ValueError(f"{entry!r}: {why}")
+    if shape == "openai":
+        if events:
+            raise ValueError(f"{entry!r}: an openai endpoint gets video.completed and video.failed, no filter")
+        return Endpoint(url=url.strip(), shape="openai", events=("completed",))
+    names = tuple(e.strip() for e in events.split("+")) if events else DEFAULT_EVENTS
+    unknown = [n for n in names if n not in EVENT_NAMES]
+    if unknown:
+        raise ValueError(f"{entry!r}: unknown event(s) {unknown}; known: {list(EVENT_NAMES)}")
+    return Endpoint(url=url.strip(), events=tuple(dict.fromkeys(names)))  # type: ignore[arg-type]
 
 
 def event_kind(event: Event) -> WebhookEvent | None:
@@ -79,6 +128,19 @@ def payload(event: Event) -> dict[str, Any]:
         "type": f"job.{event.type}",
         "timestamp": event.at.isoformat(),
         "data": {"job_id": event.job_id, "seq": event.seq, "event": event.body.model_dump(mode="json")},
+    }
+
+
+def openai_payload(event: Event) -> dict[str, Any]:
+    """A terminal event as OpenAI's Videos API sends it: `video.completed`, or `video.failed` for a
+    job that failed or was cancelled (its video object's status then); `data.id` is the video's id."""
+    kind = "video.completed" if event.type == "done" else "video.failed"
+    return {
+        "id": f"evt_{event.job_id}_{event.seq}",
+        "object": "event",
+        "created_at": int(event.at.timestamp()),
+        "type": kind,
+        "data": {"id": event.job_id},
     }
 
 

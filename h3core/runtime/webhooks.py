@@ -2,8 +2,9 @@
 
 `WebhookDispatcher` follows the whole log as the subscription "webhooks" (from the first event
 stored, the first time: a store older than webhooks holds none to send, and nothing stored
-between an upgrade and the first start is skipped). Each event a job's `WebhookTarget` wants becomes a delivery; deliveries of one
-job go one after another, in log order; different jobs' go side by side, at most `concurrency`
+between an upgrade and the first start is skipped). Each event that an endpoint wants (the job's
+own webhook, and each of the deployment's `endpoints`) becomes a delivery; one job's deliveries
+to one endpoint go one after another, in log order; the rest side by side, at most `concurrency`
 sends at once. The subscription's position advances only past events whose delivery has ended
 (delivered, or given up), so a crash, a restart or a shutdown between an event and its delivery
 delivers it after the next start. Every delivery of one event carries the same `webhook-id`, so
@@ -27,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter, deque
+from collections.abc import Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -37,7 +39,7 @@ from h3core.adapters.backoff import Backoff, retry
 from h3core.adapters.store.base import EventStore
 from h3core.adapters.webhooks import DeliveryFailed, WebhookSender
 from h3core.domain.events import Event, Submitted
-from h3core.domain.webhooks import WebhookTarget, event_kind, payload, webhook_id
+from h3core.domain.webhooks import Endpoint, WebhookTarget, event_kind, webhook_id
 from h3core.runtime.bus import EventBus
 from h3core.runtime.subscription import Subscription
 
@@ -53,7 +55,10 @@ DELIVERY_BACKOFF = Backoff(first_s=0.5, longest_s=300.0, limit_s=3600.0, jitter=
 class _Delivery:
     position: int
     event: Event
-    target: WebhookTarget
+    endpoint: Endpoint
+
+
+Lane = tuple[str, str]  # (job id, endpoint url): one job's deliveries to one receiver, in order
 
 
 class WebhookDispatcher:
@@ -63,6 +68,7 @@ class WebhookDispatcher:
         bus: EventBus,
         sender: WebhookSender,
         *,
+        endpoints: Sequence[Endpoint] = (),
         backoff: Backoff = DELIVERY_BACKOFF,
         concurrency: int = 16,
         window: int = 1000,
@@ -72,6 +78,7 @@ class WebhookDispatcher:
     ) -> None:
         self.store = store
         self.sender = sender
+        self.endpoints = tuple(endpoints)  # the deployment's, for every job besides its own webhook
         self.backoff = backoff
         self.subscription = Subscription(store, bus, SUBSCRIPTION, batch=500, resync_s=resync_s)
         self.sends = anyio.CapacityLimiter(concurrency)
@@ -82,9 +89,9 @@ class WebhookDispatcher:
         # progress not sent: a later one came within `progress_every_s`): for /metrics.
         self.outcomes: Counter[str] = Counter()
         self._targets: dict[str, WebhookTarget | None] = {}  # jobs not yet ended, by id
-        self._lanes: dict[str, deque[_Delivery]] = {}  # each job's deliveries waiting, in log order
-        self._last_progress: dict[str, float] = {}  # when each job's last progress was sent (jobs not ended)
-        self._pending: set[int] = set()  # positions read and not yet delivered
+        self._lanes: dict[Lane, deque[_Delivery]] = {}  # deliveries waiting, in log order
+        self._last_progress: dict[Lane, float] = {}  # when a lane's last progress was sent (jobs not ended)
+        self._pending: Counter[int] = Counter()  # positions read, with their deliveries not yet ended
         self._read_to = 0  # every event up to here is read
         self._saved = 0
         self._moved = anyio.Event()  # a delivery ended: the position may advance, the window has room
@@ -117,16 +124,20 @@ class WebhookDispatcher:
         target = await self._target(event)
         if event.terminal:
             self._targets.pop(event.job_id, None)
-            self._last_progress.pop(event.job_id, None)
-        if target is None or not target.wants(event):
-            return
-        self._pending.add(position)
-        lane = self._lanes.get(event.job_id)
-        if lane is not None:  # its lane is delivering: this one waits its turn there
-            lane.append(_Delivery(position, event, target))
-            return
-        self._lanes[event.job_id] = deque([_Delivery(position, event, target)])
-        tg.start_soon(self._drain, event.job_id)
+            for key in [k for k in self._last_progress if k[0] == event.job_id]:
+                del self._last_progress[key]
+        endpoints = ((Endpoint.of(target),) if target is not None else ()) + self.endpoints
+        for endpoint in endpoints:
+            if not endpoint.wants(event):
+                continue
+            self._pending[position] += 1
+            key = (event.job_id, endpoint.url)
+            lane = self._lanes.get(key)
+            if lane is not None:  # its lane is delivering: this one waits its turn there
+                lane.append(_Delivery(position, event, endpoint))
+                continue
+            self._lanes[key] = deque([_Delivery(position, event, endpoint)])
+            tg.start_soon(self._drain, key)
 
     async def _target(self, event: Event) -> WebhookTarget | None:
         if isinstance(event.body, Submitted):
@@ -137,25 +148,31 @@ class WebhookDispatcher:
             self._targets[event.job_id] = state.webhook if state is not None else None
         return self._targets[event.job_id]
 
-    async def _drain(self, job_id: str) -> None:
-        lane = self._lanes[job_id]
+    async def _drain(self, key: Lane) -> None:
+        lane = self._lanes[key]
+        job_id = key[0]
         try:
             while lane:
                 if event_kind(lane[0].event) != "progress" or self.progress_every_s <= 0:
                     await self._deliver(lane[0])
                 elif not self._overtaken(lane):
-                    last = self._last_progress.get(job_id, -float("inf"))
+                    last = self._last_progress.get(key, -float("inf"))
                     wait = last + self.progress_every_s - anyio.current_time()
                     if wait > 0:
                         await anyio.sleep(wait)
                     if not self._overtaken(lane):
                         if job_id in self._targets:  # not ended (an ended job's entry would stay for good)
-                            self._last_progress[job_id] = anyio.current_time()
+                            self._last_progress[key] = anyio.current_time()
                         await self._deliver(lane[0])
-                self._pending.discard(lane.popleft().position)
-                self._signal()
+                self._ended(lane.popleft().position)
         finally:
-            del self._lanes[job_id]
+            del self._lanes[key]
+
+    def _ended(self, position: int) -> None:
+        self._pending[position] -= 1
+        if self._pending[position] <= 0:
+            del self._pending[position]
+        self._signal()
 
     def _overtaken(self, lane: deque[_Delivery]) -> bool:
         """Is a later progress right behind the one at the lane's head? Then the latest wins."""
@@ -166,19 +183,19 @@ class WebhookDispatcher:
 
     async def _deliver(self, d: _Delivery) -> None:
         msg_id = webhook_id(d.event)
-        body = json.dumps(payload(d.event), separators=(",", ":"))
+        body = json.dumps(d.endpoint.body(d.event), separators=(",", ":"))
 
         async def once() -> None:
             async with self.sends:
                 try:
-                    await self.sender.send(d.target.url, msg_id, body)
+                    await self.sender.send(d.endpoint.url, msg_id, body)
                 except DeliveryFailed:
                     self.outcomes["failed"] += 1
                     raise
 
         def again(exc: Exception, tries: int, pause: float) -> None:
             self.outcomes["retried"] += 1
-            log.info("webhook %s to %s failed (%s), try %d; again in %.1f s", msg_id, d.target.url, exc, tries, pause)
+            log.info("webhook %s to %s failed (%s), try %d; again in %.1f s", msg_id, d.endpoint.url, exc, tries, pause)
 
         try:
             if event_kind(d.event) == "completed":
@@ -198,7 +215,7 @@ class WebhookDispatcher:
                 d.event.job_id,
                 d.event.seq,
                 d.event.type,
-                d.target.url,
+                d.endpoint.url,
                 exc,
                 extra={"job_id": d.event.job_id},
             )

@@ -22,7 +22,7 @@ from h3core.runtime.bus import EventBus
 from h3core.runtime.contracts import CapabilityFile, LiveContract, capabilities_path
 from h3core.runtime.executor_factory import make_executor
 from h3core.runtime.runner import Runner
-from h3core.runtime.settings import Settings
+from h3core.runtime.settings import Settings, secret_list
 from h3core.runtime.store_retry import StoreUnavailable
 from h3core.runtime.tail import StoreTail
 from h3core.runtime.webhooks import WebhookDispatcher
@@ -134,8 +134,9 @@ def build_service(settings: Settings) -> Service:
     runner = Runner(store, executor, settings.runner_config(), admission=contract, board=board, artifacts=artifacts)
     metrics = Metrics(store, executor)
     webhooks = None
+    endpoints = settings.endpoints()  # SettingsError: endpoints without a secret
     if settings.webhook_secret is not None:
-        sender = WebhookSender(settings.webhook_secret.get_secret_value(), Allow(settings.webhooks_allow))
-        webhooks = WebhookDispatcher(store, runner.bus, sender, resync_s=settings.poll_interval)
+        sender = WebhookSender(secret_list(settings.webhook_secret), Allow(settings.webhooks_allow))
+        webhooks = WebhookDispatcher(store, runner.bus, sender, endpoints=endpoints, resync_s=settings.poll_interval)
         metrics.watch_webhooks(webhooks.outcomes)
     return Service(settings, store, artifacts, uploads, contract, runner, metrics, runner.bus, webhooks=webhooks)

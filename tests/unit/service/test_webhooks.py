@@ -7,7 +7,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from tests.receiver import receiver
-from tests.unit.service.conftest import QUICK
+from tests.unit.service.conftest import QUICK, finished_video
 from tests.waiting import poll
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -65,3 +65,32 @@ def test_a_filter_without_a_webhook_or_with_an_unknown_event_is_refused(make_cli
         unknown = client.post("/v1/jobs", json={**QUICK, "webhook": "http://93.184.215.14/", "webhook_events_filter": ["output"]})
     assert alone.status_code == 422 and alone.json()["errors"][0]["field"] == "webhook_events_filter"
     assert unknown.status_code == 422 and "webhook_events_filter" in unknown.text
+
+
+def test_an_openai_endpoint_hears_each_video_end_and_the_openai_sdk_unwraps_it(make_client):
+    from openai import OpenAI
+
+    with (
+        receiver() as rec,
+        make_client(webhook_secret=SECRET, webhooks_allow=["127.0.0.1"], webhook_endpoints=[f"openai={rec.url}"]) as client,
+    ):
+        done = finished_video(client)
+        failing = client.post("/v1/videos", json={**QUICK, "prompt": "a fox [fake step=0 fail_at=1 kind=oom]"})
+        assert failing.status_code == 200, failing.text
+        failed_id = failing.json()["id"]
+        poll(lambda: len(rec.got()) >= 2, 30, "both videos' webhooks", lambda: str(rec.got()))
+    unwrapped = [OpenAI(api_key="unused", webhook_secret=SECRET).webhooks.unwrap(r.body, r.headers) for r in rec.got()]
+    assert sorted((e.type, e.data.id) for e in unwrapped) == sorted(
+        [("video.completed", done["id"]), ("video.failed", failed_id)]
+    )
+    assert all(e.object == "event" and e.id.startswith("evt_") for e in unwrapped)
+
+
+def test_while_a_secret_is_rotated_out_receivers_verify_with_either(make_client):
+    new, old = "whsec_" + "bmV3LXNlY3JldC1vZi1tYW55LWJ5dGVz", SECRET
+    with receiver() as rec, make_client(webhook_secret=f"{new},{old}", webhooks_allow=["127.0.0.1"]) as client:
+        client.post("/v1/jobs", json={**QUICK, "webhook": rec.url, "webhook_events_filter": ["completed"]})
+        poll(lambda: rec.got(), 30, "the webhook")
+    [got] = rec.got()
+    assert Webhook(new).verify(got.body, got.headers) == Webhook(old).verify(got.body, got.headers)
+    assert len(got.headers["webhook-signature"].split()) == 2
