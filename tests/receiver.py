@@ -1,5 +1,6 @@
 """A webhook receiver on loopback for the tests: a real HTTP server in a thread that records every
-request it gets and answers 500 to the first `fail_first` of them, 204 to the rest."""
+request it gets and answers 500 to the first `fail_first` of them and to any while `down`, 204
+to the rest."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: str
+    status: int = 204
 
     @property
     def payload(self) -> dict:
@@ -26,6 +28,7 @@ class Received:
 class Receiver:
     url: str
     fail_first: int = 0
+    down: bool = False
     requests: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -34,8 +37,8 @@ class Receiver:
             return list(self.requests)
 
     def answered(self) -> list[Received]:
-        """The requests answered 2xx (those after the first `fail_first`)."""
-        return self.got()[self.fail_first :]
+        """The requests answered 2xx."""
+        return [r for r in self.got() if r.status < 300]
 
 
 @contextmanager
@@ -47,9 +50,9 @@ def receiver(fail_first: int = 0) -> Iterator[Receiver]:
             body = self.rfile.read(int(self.headers.get("content-length", 0))).decode()
             rec = box[0]
             with rec.lock:
-                rec.requests.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                failing = len(rec.requests) <= rec.fail_first
-            self.send_response(500 if failing else 204)
+                status = 500 if len(rec.requests) < rec.fail_first or rec.down else 204
+                rec.requests.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, status))
+            self.send_response(status)
             self.send_header("content-length", "0")
             self.end_headers()
 

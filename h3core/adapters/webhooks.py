@@ -13,6 +13,7 @@ signed with the `standardwebhooks` package; connect and read timeouts; no redire
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ from h3core.domain.webhooks import Allow, address_refusal, url_refusal
 
 __all__ = ["DeliveryFailed", "WebhookSender", "check_secret", "target_refusal"]
 
+ALLOW_NOTE = "H3_WEBHOOKS_ALLOW lists the hosts and ranges allowed anyway"
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 15.0
 
@@ -58,6 +60,13 @@ async def target_refusal(url: str, allow: Allow) -> str | None:
     if allow.host(host):
         return None
     try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:  # an address already: judged as it is, with no lookup (no thread, no resolver)
+        why = address_refusal(host, allow)
+        return None if why is None else f"{host} is {why}; {ALLOW_NOTE}"
+    try:
         infos = await anyio.getaddrinfo(host, parts.port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:  # UnicodeError: a name IDNA cannot encode ("a..b")
         return f"{host} does not resolve: {exc}"
@@ -65,8 +74,7 @@ async def target_refusal(url: str, allow: Allow) -> str | None:
         address = str(info[4][0])
         why = address_refusal(address, allow)
         if why is not None:
-            where = f"{address} is" if address == host else f"{host} resolves to {address},"
-            return f"{where} {why}; H3_WEBHOOKS_ALLOW lists the hosts and ranges allowed anyway"
+            return f"{host} resolves to {address}, {why}; {ALLOW_NOTE}"
     return None
 
 
