@@ -30,6 +30,7 @@ from h3core.cli.common import (
     fail,
     first_error,
     open_store,
+    require_extra,
     setting_option,
     take_runner_lock,
     ts,
@@ -237,8 +238,18 @@ def worker(
                 f"worker: pid {os.getpid()}, store {settings.db}, executor {settings.executor}, artifacts {settings.artifacts}, "
                 f"slots {runner.slot_count()}; stop with SIGTERM or Ctrl-C"
             )
+            beside = []
+            if settings.webhook_secret is not None:  # this process runs the jobs: it delivers their webhooks
+                require_extra("service", "httpx", "standardwebhooks")
+                from h3core.runtime.webhooks import dispatcher_for
+
+                try:
+                    dispatcher = dispatcher_for(settings, store, runner.bus)
+                except SettingsError as exc:
+                    fail(str(exc))
+                beside.append(dispatcher.run)
             try:
-                how = anyio.run(functools.partial(serve_runner, runner, verbose=verbose))
+                how = anyio.run(functools.partial(serve_runner, runner, verbose=verbose, beside=beside))
             except StoreUnavailable as exc:
                 fail(f"worker stopped, the store is unusable: {exc}", EXIT_DATA)
             console_err().print(f"worker: stopped ({how})")

@@ -39,11 +39,12 @@ from h3core.adapters.backoff import Backoff, retry
 from h3core.adapters.store.base import EventStore
 from h3core.adapters.webhooks import DeliveryFailed, WebhookSender
 from h3core.domain.events import Event, Submitted
-from h3core.domain.webhooks import Endpoint, WebhookTarget, event_kind, webhook_id
+from h3core.domain.webhooks import Allow, Endpoint, WebhookTarget, event_kind, webhook_id
 from h3core.runtime.bus import EventBus
+from h3core.runtime.settings import Settings, secret_list
 from h3core.runtime.subscription import Subscription
 
-__all__ = ["DELIVERY_BACKOFF", "SUBSCRIPTION", "WebhookDispatcher"]
+__all__ = ["DELIVERY_BACKOFF", "SUBSCRIPTION", "WebhookDispatcher", "dispatcher_for"]
 
 log = logging.getLogger("h3core.webhooks")
 
@@ -244,3 +245,14 @@ class WebhookDispatcher:
         if at != self._saved:
             await self.subscription.save(at)
             self._saved = at
+
+
+def dispatcher_for(settings: Settings, store: EventStore, bus: EventBus) -> WebhookDispatcher | None:
+    """The dispatcher a process that runs jobs (`serve`, roles all and runner; `worker`) runs
+    beside its runner; None without H3_WEBHOOK_SECRET. Raises SettingsError for endpoints
+    without a secret."""
+    endpoints = settings.endpoints()
+    if settings.webhook_secret is None:
+        return None
+    sender = WebhookSender(secret_list(settings.webhook_secret), Allow(settings.webhooks_allow))
+    return WebhookDispatcher(store, bus, sender, endpoints=endpoints, resync_s=settings.poll_interval)

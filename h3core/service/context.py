@@ -16,16 +16,15 @@ from h3core.adapters.lock import runner_lock_path
 from h3core.adapters.profiles import builtin_profiles, load_profile_ref
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
-from h3core.adapters.webhooks import WebhookSender
 from h3core.domain.webhooks import Allow
 from h3core.runtime.bus import EventBus
 from h3core.runtime.contracts import CapabilityFile, LiveContract, capabilities_path
 from h3core.runtime.executor_factory import make_executor
 from h3core.runtime.runner import Runner
-from h3core.runtime.settings import Settings, secret_list
+from h3core.runtime.settings import Settings
 from h3core.runtime.store_retry import StoreUnavailable
 from h3core.runtime.tail import StoreTail
-from h3core.runtime.webhooks import WebhookDispatcher
+from h3core.runtime.webhooks import WebhookDispatcher, dispatcher_for
 from h3core.service.metrics import Metrics
 from h3core.service.readiness import Readiness
 
@@ -133,10 +132,7 @@ def build_service(settings: Settings) -> Service:
     board = CapabilityFile(capabilities_path(settings.db))
     runner = Runner(store, executor, settings.runner_config(), admission=contract, board=board, artifacts=artifacts)
     metrics = Metrics(store, executor)
-    webhooks = None
-    endpoints = settings.endpoints()  # SettingsError: endpoints without a secret
-    if settings.webhook_secret is not None:
-        sender = WebhookSender(secret_list(settings.webhook_secret), Allow(settings.webhooks_allow))
-        webhooks = WebhookDispatcher(store, runner.bus, sender, endpoints=endpoints, resync_s=settings.poll_interval)
+    webhooks = dispatcher_for(settings, store, runner.bus)  # SettingsError: endpoints without a secret
+    if webhooks is not None:
         metrics.watch_webhooks(webhooks.outcomes)
     return Service(settings, store, artifacts, uploads, contract, runner, metrics, runner.bus, webhooks=webhooks)
