@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_EVENTS",
+    "Delivery",
     "Endpoint",
     "Shape",
     "MAX_URL_CHARS",
@@ -104,6 +106,23 @@ def parse_endpoint(entry: str) -> Endpoint:
     if unknown:
         raise ValueError(f"{entry!r}: unknown event(s) {unknown}; known: {list(EVENT_NAMES)}")
     return Endpoint(url=url.strip(), events=tuple(dict.fromkeys(names)))  # type: ignore[arg-type]
+
+
+class Delivery(BaseModel):
+    """What became of one event's delivery to one endpoint: kept beside the log (not in it: a job's
+    log ends with its terminal event, and deliveries outlive it), shown per job."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    seq: int
+    event_type: str
+    url: str
+    webhook_id: str
+    outcome: Literal["trying", "delivered", "given_up"]
+    tries: int = 0
+    last_error: str | None = None
+    updated_at: datetime
 
 
 def event_kind(event: Event) -> WebhookEvent | None:

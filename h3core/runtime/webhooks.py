@@ -12,10 +12,12 @@ a receiver drops the repeats such a restart can send.
 
 Terminal events (`completed`) are tried again on failure, after pauses from `first_s` doubling
 to `longest_s`, each cut by up to half at random (jitter), for `limit_s` from the first failure
-(DELIVERY_BACKOFF: 0.5 s to 5 min, for 1 hour); then the delivery is given up: logged, counted (`outcomes`, /metrics), and
-passed. `start` and `progress` are tried once: the next event, or the end, says more. A job's
-progress goes at most once per `progress_every_s` (0.5 s, as Replicate's): one that a later
-progress overtakes while it waits is not sent (the latest wins).
+(DELIVERY_BACKOFF: 0.5 s to 5 min, for 1 hour); then the delivery is given up: logged, counted
+(`outcomes`, /metrics), and passed. `start` and `progress` are tried once: the next event, or
+the end, says more. A job's progress goes at most once per `progress_every_s` (0.5 s, as
+Replicate's): one that a later progress overtakes while it waits is not sent (the latest wins).
+Each delivery's tries and outcome are kept in the store (`deliveries(job_id)`: the API's
+GET /v1/jobs/{id}/webhooks and `h3core replay`), saved with the position.
 
 The runner never waits for any of this: the dispatcher reads the store and the bus, and no
 more than `window` events are held in memory waiting for their delivery, so a dead receiver
@@ -31,6 +33,7 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -39,7 +42,7 @@ from h3core.adapters.backoff import Backoff, retry
 from h3core.adapters.store.base import EventStore
 from h3core.adapters.webhooks import DeliveryFailed, WebhookSender
 from h3core.domain.events import Event, Submitted
-from h3core.domain.webhooks import Allow, Endpoint, WebhookTarget, event_kind, webhook_id
+from h3core.domain.webhooks import Allow, Delivery, Endpoint, WebhookTarget, event_kind, webhook_id
 from h3core.runtime.bus import EventBus
 from h3core.runtime.settings import Settings, secret_list
 from h3core.runtime.subscription import Subscription
@@ -96,6 +99,8 @@ class WebhookDispatcher:
         self._read_to = 0  # every event up to here is read
         self._saved = 0
         self._moved = anyio.Event()  # a delivery ended: the position may advance, the window has room
+        # What became of each delivery since the last save (`store.deliveries(job_id)` shows them).
+        self._unsaved: dict[tuple[str, int, str], Delivery] = {}
 
     def position(self) -> int:
         """Where the subscription can be saved now: before the oldest delivery still pending."""
@@ -186,13 +191,31 @@ class WebhookDispatcher:
         msg_id = webhook_id(d.event)
         body = json.dumps(d.endpoint.body(d.event), separators=(",", ":"))
 
+        record = Delivery(
+            job_id=d.event.job_id,
+            seq=d.event.seq,
+            event_type=d.event.type,
+            url=d.endpoint.url,
+            webhook_id=msg_id,
+            outcome="trying",
+            updated_at=datetime.now(UTC),
+        )
+
+        def note(**change: object) -> None:
+            nonlocal record
+            record = record.model_copy(update={**change, "updated_at": datetime.now(UTC)})
+            self._unsaved[(record.job_id, record.seq, record.url)] = record
+            self._signal()
+
         async def once() -> None:
             async with self.sends:
                 try:
                     await self.sender.send(d.endpoint.url, msg_id, body)
-                except DeliveryFailed:
+                except DeliveryFailed as exc:
                     self.outcomes["failed"] += 1
+                    note(tries=record.tries + 1, last_error=str(exc))
                     raise
+            note(tries=record.tries + 1, outcome="delivered")
 
         def again(exc: Exception, tries: int, pause: float) -> None:
             self.outcomes["retried"] += 1
@@ -210,6 +233,7 @@ class WebhookDispatcher:
                 await once()
         except DeliveryFailed as exc:
             self.outcomes["given_up"] += 1
+            note(outcome="given_up")
             log.warning(
                 "webhook %s (job %s event #%d, %s) to %s given up: %s",
                 msg_id,
@@ -234,13 +258,17 @@ class WebhookDispatcher:
         """Save the position as it advances, at most every `save_every_s`: one small write for a
         burst of deliveries, and a restart repeats no more than that."""
         while True:
-            if self.position() == self._saved:
+            if self.position() == self._saved and not self._unsaved:
                 await self._wait_moved()  # no checkpoint since the look: no move is missed
                 continue
             await self._save()
             await anyio.sleep(self.save_every_s)
 
     async def _save(self) -> None:
+        """The delivery records noted since the last save, then the position (one write each)."""
+        if self._unsaved:
+            records, self._unsaved = list(self._unsaved.values()), {}
+            await anyio.to_thread.run_sync(self.store.save_deliveries, records)
         at = self.position()
         if at != self._saved:
             await self.subscription.save(at)

@@ -9,10 +9,12 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 from standardwebhooks import Webhook
+from typer.testing import CliRunner
 
 from h3core.adapters.backoff import Backoff
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.adapters.webhooks import WebhookSender, target_refusal
+from h3core.cli import app
 from h3core.domain.events import Submitted
 from h3core.domain.webhooks import Allow, WebhookTarget
 from h3core.runtime.bus import EventBus
@@ -93,9 +95,13 @@ async def test_a_receiver_failing_three_times_gets_the_terminal_event_four_times
             await until(lambda: dispatcher.outcomes["delivered"] == 1, 30, "the delivery")
             store.append("b", _log(rec.url, events=("completed",)))  # a later job's delivery: a's are over by then
             await until(lambda: dispatcher.outcomes["delivered"] == 2, 30, "job b's delivery")
+            await until(lambda: [d.outcome for d in store.deliveries("a")] == ["delivered"], 30, "a's record")
     ids = [r.headers["webhook-id"] for r in rec.got()]
     assert ids == ["msg_a_6"] * 4 + ["msg_b_6"]
     assert dispatcher.outcomes["failed"] == 3 and dispatcher.outcomes["retried"] == 3 and dispatcher.outcomes["given_up"] == 0
+    [record] = store.deliveries("a")  # what the API and `h3core replay` show
+    assert (record.seq, record.event_type, record.url, record.webhook_id, record.tries) == (6, "done", rec.url, "msg_a_6", 4)
+    assert record.last_error == "the receiver answered 500"
     store.close()
 
 
@@ -107,6 +113,10 @@ async def test_a_receiver_down_past_the_limit_ends_given_up_and_the_position_mov
             await until(lambda: dispatcher.outcomes["given_up"] == 1, 30, "the delivery to be given up")
             await until(lambda: store.position(SUBSCRIPTION) == store.cursor(), 30, "the position to move on")
     assert len(rec.got()) >= 2 and dispatcher.outcomes["delivered"] == 0
+    [record] = store.deliveries("a")
+    assert record.outcome == "given_up" and record.tries == len(rec.got()) and "500" in (record.last_error or "")
+    replayed = CliRunner().invoke(app, ["replay", "a", "--db", str(tmp_path / "h3.db")], env={"H3_CONFIG": None})
+    assert f"webhook: #6 done -> {rec.url}: given up after {record.tries} tries (msg_a_6" in replayed.output, replayed.output
     assert any("given up" in r.getMessage() and "msg_a_6" in r.getMessage() for r in caplog.records)
     store.close()
 

@@ -16,6 +16,9 @@
   (a subscription's, `h3core.runtime.subscription`) as durably as an append: once it returns, a
   later `position(name)` (in this process or the next) answers it, until the next save of that
   name overwrites it. A name never saved has no position (None).
+- **Deliveries kept.** `save_deliveries` keeps what became of webhook deliveries, one record per
+  (job, seq, url), a later save replacing the earlier; `deliveries(job_id)` answers a job's in
+  (seq, url) order ([] for none).
 
 `JobProjections` answers queries over every job's current state, kept in step with the log
 (the state a job's log folds to, always):
@@ -40,6 +43,7 @@ from typing import Protocol, runtime_checkable
 
 from h3core.domain.events import Body, Event, Submitted
 from h3core.domain.state import JobState, Status
+from h3core.domain.webhooks import Delivery
 
 
 class Conflict(RuntimeError):
@@ -124,6 +128,14 @@ class EventLog(Protocol):
 
     def save_position(self, name: str, position: int) -> None:
         """Keep `position` under `name`, as durably as an append, replacing the one saved before."""
+        ...
+
+    def save_deliveries(self, records: Sequence[Delivery]) -> None:
+        """Keep these delivery records, each replacing the one of its (job, seq, url), all at once."""
+        ...
+
+    def deliveries(self, job_id: str) -> list[Delivery]:
+        """The job's delivery records, by seq then url."""
         ...
 
 

@@ -17,7 +17,7 @@ from litestar.response.sse import ServerSentEventMessage
 from h3core.adapters.webhooks import target_refusal
 from h3core.domain.events import Event
 from h3core.domain.state import JobState
-from h3core.domain.webhooks import WebhookTarget
+from h3core.domain.webhooks import Delivery, WebhookTarget
 from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
 from h3core.runtime.follow import follow
 from h3core.runtime.runner import new_job_id
@@ -177,6 +177,18 @@ async def job_events(svc: Service, job_id: str) -> list[Event]:
     return await in_thread(svc.store.events, job_id)
 
 
+@get(
+    "/jobs/{job_id:str}/webhooks",
+    summary="What became of a job's webhooks",
+    responses=problems(401, 404, 422),
+    description="One record per event and endpoint a webhook was sent for: its webhook-id, tries, the last "
+    "failure, and `trying`, `delivered` or `given_up`. Saved as deliveries end (within a fraction of a second).",
+)
+async def job_webhooks(svc: Service, job_id: str) -> list[Delivery]:
+    job_state(svc, job_id)
+    return await in_thread(svc.store.deliveries, job_id)
+
+
 def _sse(event: Event) -> ServerSentEventMessage:
     return ServerSentEventMessage(data=event.model_dump_json(), event=event.type, id=event.seq)
 
@@ -256,4 +268,4 @@ def document(openapi: OpenAPI) -> None:
         file_responses(openapi, "/v1/jobs/{job_id}/video", method, files.VIDEO_MEDIA_TYPES)
 
 
-handlers = [create_job, get_job, list_jobs, cancel_job, job_events, job_stream, job_video, job_video_head]
+handlers = [create_job, get_job, list_jobs, cancel_job, job_events, job_webhooks, job_stream, job_video, job_video_head]

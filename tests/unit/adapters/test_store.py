@@ -86,7 +86,7 @@ def test_a_version_1_file_is_migrated_forward(tmp_path):
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     store = SQLiteEventStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 5
+    assert store.schema_version() == SCHEMA_VERSION == 6
     plan = (
         sqlite3.connect(path)
         .execute("EXPLAIN QUERY PLAN SELECT state FROM jobs WHERE status = 'queued' ORDER BY priority DESC, queue_order LIMIT 5")

@@ -22,6 +22,12 @@ def test_a_job_s_webhooks_arrive_in_order_and_verify(make_client):
         poll(lambda: any(r.payload["type"] == "job.done" for r in rec.got()), 30, "the done webhook", lambda: str(rec.got()))
         events = client.get(f"/v1/jobs/{job_id}/events").json()
         metrics = client.get("/metrics").text
+
+        def saved() -> list[dict]:  # every record, once the done event's is saved too
+            d = client.get(f"/v1/jobs/{job_id}/webhooks").json()
+            return d if any(r["event_type"] == "done" for r in d) and all(r["outcome"] == "delivered" for r in d) else []
+
+        records = poll(saved, 30, "the delivery records")
     payloads = [Webhook(SECRET).verify(r.body, r.headers) for r in rec.got()]
     wanted = [(f"job.{e['body']['type']}", e["seq"]) for e in events if e["body"]["type"] in ("running", "progress", "done")]
     sent = [(p["type"], p["data"]["seq"]) for p in payloads]
@@ -30,6 +36,9 @@ def test_a_job_s_webhooks_arrive_in_order_and_verify(make_client):
     assert [w for w in wanted if w not in sent and w[0] != "job.progress"] == []
     assert [w for w in wanted if w[0] == "job.progress"][-1:] == [s for s in sent if s[0] == "job.progress"][-1:]
     assert [r.headers["webhook-id"] for r in rec.got()] == [f"msg_{job_id}_{seq}" for _, seq in sent]
+    assert [(r["seq"], r["webhook_id"], r["tries"], r["url"]) for r in records] == [
+        (seq, f"msg_{job_id}_{seq}", 1, rec.url) for _, seq in sent
+    ]
     assert events[0]["body"]["webhook"] == {"url": rec.url, "events": ["start", "progress", "completed"]}  # in the log
     assert f'h3core_webhook_deliveries_total{{outcome="delivered"}} {len(sent)}.0' in metrics
 
