@@ -70,6 +70,7 @@ from h3core.runtime import (
     RunnerConfig,
     ShuttingDown,
     StoreUnavailable,
+    Subscription,
 )
 
 __all__ = [
@@ -137,6 +138,7 @@ __all__ = [
     "SchemaTooNew",
     "ShuttingDown",
     "StoreUnavailable",
+    "Subscription",
     "Submitted",
     "Topology",
     "UnknownJob",

@@ -22,6 +22,13 @@ def library_example() -> str:
     return _python_block("## As a library")
 
 
+def subscription_example() -> str:
+    """The second python block of README.md's `## As a library` section: a durable subscription."""
+    blocks = re.findall(r"```python\n(.*?)```", _section(README.read_text(encoding="utf-8"), "## As a library"), re.DOTALL)
+    assert len(blocks) >= 2, "README's '## As a library' has no subscription example"
+    return blocks[1]
+
+
 def openai_example() -> str:
     """The OpenAI SDK example of README.md's `## OpenAI-compatible Videos API` section."""
     return _python_block("## OpenAI-compatible Videos API")

@@ -1,7 +1,8 @@
 """Trying again with exponential backoff: the one way h3core waits for something to come back.
 
-A `Backoff` is the schedule: pauses from `first_s`, doubling, up to `longest_s`, and how long to
-keep at it once a call has failed (`limit_s`; None: until it works). `retry` runs a call on that
+A `Backoff` is the schedule: pauses from `first_s`, doubling, up to `longest_s`, each cut by up
+to `jitter` of itself at random (so that callers failing together do not all come back at once),
+and how long to keep at it once a call has failed (`limit_s`; None: until it works). `retry` runs a call on that
 schedule (tenacity does the loop); websockets' own reconnection takes the same pauses (`pauses`).
 Only `Exception`s the caller names are tried again: cancellation, and every other failure, passes
 at once.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from time import monotonic as _now
@@ -27,11 +29,13 @@ class Backoff:
     first_s: float  # the pause after the first failure
     longest_s: float  # no pause is longer
     limit_s: float | None = None  # give up once the call has failed for this long (from its first failure)
+    jitter: float = 0.0  # each pause is cut by a random fraction of itself up to this (0: none, 1: "full jitter")
 
     def pause(self, tries: int) -> float:
         """The pause after the `tries`-th failure in a row."""
         # The exponent is capped so that a call retried forever never overflows a float.
-        return min(self.first_s * 2.0 ** min(tries - 1, 64), self.longest_s)
+        pause = min(self.first_s * 2.0 ** min(tries - 1, 64), self.longest_s)
+        return pause * (1 - self.jitter * random.random()) if self.jitter else pause
 
     def pauses(self) -> Iterator[float]:
         """Every pause in turn (websockets' `reconnect_delays`)."""

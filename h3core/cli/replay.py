@@ -47,6 +47,7 @@ from h3core.domain.events import (
     Submitted,
 )
 from h3core.domain.state import IllegalEvent, JobState, fold
+from h3core.domain.webhooks import Delivery
 
 
 def fields(event: Event) -> str:
@@ -280,6 +281,7 @@ def replay(
     with open_store(db) as store:
         job_id = job_named(store, job_id, db)
         events = read_log(store, job_id)
+        deliveries = store.deliveries(job_id)
     if not events:
         fail(f"no job {job_id!r} in {db}")
 
@@ -326,6 +328,16 @@ def replay(
     out.print(Text.assemble(("why: ", "bold"), _why(state, events, datetime.now(UTC))))
     if video is not None:
         out.print(Text.assemble(("video: ", "bold"), video[0]))
+    for d in deliveries:
+        out.print(Text.assemble(("webhook: ", "bold"), webhook_line(d)))
+
+
+def webhook_line(d: Delivery) -> str:
+    """One delivery of a webhook, as `replay` shows it."""
+    tries = f"{d.tries} {'try' if d.tries == 1 else 'tries'}"
+    last = f", last failure: {d.last_error}" if d.last_error and d.outcome != "delivered" else ""
+    outcome = d.outcome.replace("_", " ")
+    return f"#{d.seq} {d.event_type} -> {d.url}: {outcome} after {tries} ({d.webhook_id}, {ts(d.updated_at)}){last}"
 
 
 def _video_line(videos: LocalArtifactStore, state: JobState) -> tuple[str, str | None]:

@@ -181,8 +181,23 @@ def serve(
     comfyui_unreachable_after: Annotated[
         float | None, _opt("H3_COMFYUI_UNREACHABLE_AFTER", "Seconds ComfyUI may not answer before its jobs fail \\[300].")
     ] = None,
+    webhook_endpoints: Annotated[
+        str | None,
+        _opt(
+            "H3_WEBHOOK_ENDPOINTS",
+            "Endpoints sent every job's events, comma-separated: jobs=URL, jobs:start+progress=URL, openai=URL \\[none].",
+        ),
+    ] = None,
+    webhooks_allow: Annotated[
+        str | None,
+        _opt(
+            "H3_WEBHOOKS_ALLOW",
+            "Hosts and CIDR ranges webhooks may reach although private or loopback, comma-separated \\[none].",
+        ),
+    ] = None,
 ) -> None:
-    """Serve the HTTP API (OpenAPI at /schema). Tokens come from H3_API_TOKENS only (never a flag)."""
+    """Serve the HTTP API (OpenAPI at /schema). Tokens come from H3_API_TOKENS only, the webhook secret from
+    H3_WEBHOOK_SECRET only (never a flag)."""
     require_extra("service", "litestar", "uvicorn", "prometheus_client")
     import uvicorn
 
@@ -286,7 +301,8 @@ def _run_jobs(svc) -> None:
     _freeze_startup_objects()
     try:
         how = anyio.run(
-            functools.partial(serve_runner, svc.runner, verbose=False, name="h3core runner"), backend_options=_loop_options()
+            functools.partial(serve_runner, svc.runner, verbose=False, name="h3core runner", beside=[svc.run_webhooks]),
+            backend_options=_loop_options(),
         )
     except StoreUnavailable as exc:
         fail(f"h3core runner stopped, the store is unusable: {exc}", EXIT_DATA)

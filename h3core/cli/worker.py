@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Annotated
@@ -30,6 +30,7 @@ from h3core.cli.common import (
     fail,
     first_error,
     open_store,
+    require_extra,
     setting_option,
     take_runner_lock,
     ts,
@@ -95,16 +96,19 @@ async def _print_events(events: AsyncIterator[Event]) -> None:
         _log_event(e)
 
 
-async def serve_runner(runner: Runner, *, verbose: bool, name: str = "worker") -> str:
+async def serve_runner(
+    runner: Runner, *, verbose: bool, name: str = "worker", beside: Sequence[Callable[[], Awaitable[object]]] = ()
+) -> str:
     """Run until SIGTERM or SIGINT; return the signal's name. Cancelling the runner is its shutdown.
-    Raises `StoreUnavailable` where the runner stopped because the store is unusable."""
+    `beside`: tasks that run as long as the runner (webhook deliveries). Raises `StoreUnavailable`
+    where the runner stopped because the store is unusable."""
     try:
-        return await _serve_runner(runner, verbose=verbose, name=name)
+        return await _serve_runner(runner, verbose=verbose, name=name, beside=beside)
     except* StoreUnavailable as group:
         raise StoreUnavailable.within(group) from None
 
 
-async def _serve_runner(runner: Runner, *, verbose: bool, name: str) -> str:
+async def _serve_runner(runner: Runner, *, verbose: bool, name: str, beside: Sequence[Callable[[], Awaitable[object]]]) -> str:
     received: list[str] = []
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with AsyncExitStack() as stack:
@@ -126,6 +130,8 @@ async def _serve_runner(runner: Runner, *, verbose: bool, name: str) -> str:
                                 return
 
                         tg.start_soon(stop_on_signal)
+                        for task in beside:
+                            tg.start_soon(task)
                         await tg.start(runner.run)
                         console_err().print(f"{name}: ready")
                 printer.cancel_scope.cancel()
@@ -232,8 +238,18 @@ def worker(
                 f"worker: pid {os.getpid()}, store {settings.db}, executor {settings.executor}, artifacts {settings.artifacts}, "
                 f"slots {runner.slot_count()}; stop with SIGTERM or Ctrl-C"
             )
+            beside = []
+            if settings.webhook_secret is not None:  # this process runs the jobs: it delivers their webhooks
+                require_extra("service", "httpx", "standardwebhooks")
+                from h3core.runtime.webhooks import dispatcher_for
+
+                try:
+                    dispatcher = dispatcher_for(settings, store, runner.bus)
+                except SettingsError as exc:
+                    fail(str(exc))
+                beside.append(dispatcher.run)
             try:
-                how = anyio.run(functools.partial(serve_runner, runner, verbose=verbose))
+                how = anyio.run(functools.partial(serve_runner, runner, verbose=verbose, beside=beside))
             except StoreUnavailable as exc:
                 fail(f"worker stopped, the store is unusable: {exc}", EXIT_DATA)
             console_err().print(f"worker: stopped ({how})")

@@ -22,6 +22,7 @@ from h3core.domain.failures import FailureKind
 from h3core.domain.ids import JobId
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
+from h3core.domain.webhooks import WebhookTarget
 
 
 class _Model(BaseModel):
@@ -53,6 +54,7 @@ class _Body(_Model):
 
 
 class Submitted(_Body):
+    v: int = Field(default=2, ge=1)  # 2: `webhook`
     type: Literal["submitted"] = "submitted"
     request: GenerationRequest
     priority: int = 0
@@ -61,6 +63,8 @@ class Submitted(_Body):
     idempotency_key: str | None = None
     # The job whose parameters this one reuses with a new prompt (a remix); None in older logs.
     remixed_from: str | None = Field(default=None, min_length=1, max_length=64)
+    # Where the job's events are sent, and which (POST /v1/jobs `webhook`); None in older logs.
+    webhook: WebhookTarget | None = None
 
 
 class Admitted(_Body):

@@ -36,6 +36,7 @@ from h3core.domain.events import (
 )
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
+from h3core.domain.webhooks import WebhookTarget
 
 Status = Literal["submitted", "queued", "running", "done", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
@@ -72,6 +73,7 @@ class JobState(BaseModel):
     warnings: tuple[str, ...] = ()
     idempotency_key: str | None = None
     remixed_from: str | None = None
+    webhook: WebhookTarget | None = None  # where its events are sent (POST /v1/jobs `webhook`)
     created_at: datetime
     updated_at: datetime
     admitted_at: datetime | None = None
@@ -124,6 +126,7 @@ def apply(state: JobState | None, event: Event) -> JobState:
             warnings=body.warnings,
             idempotency_key=body.idempotency_key,
             remixed_from=body.remixed_from,
+            webhook=body.webhook,
             created_at=event.at,
             updated_at=event.at,
         )

@@ -66,3 +66,5 @@ upcaster("done", 1)(unchanged)
 # 2: the failure kind `not_started`; older logs hold none.
 upcaster("attempt_failed", 1)(unchanged)
 upcaster("failed", 1)(unchanged)
+# 2: `submitted` gained `webhook` (None before: no job of then had one).
+upcaster("submitted", 1)(unchanged)

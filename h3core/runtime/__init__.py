@@ -13,6 +13,7 @@ from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, 
 from h3core.runtime.jobs import JobCancelled, JobFailed, JobNotDone, Jobs
 from h3core.runtime.runner import Runner
 from h3core.runtime.store_retry import StoreUnavailable
+from h3core.runtime.subscription import Subscription
 
 __all__ = [
     "CapabilityFile",
@@ -29,4 +30,5 @@ __all__ = [
     "RunnerConfig",
     "ShuttingDown",
     "StoreUnavailable",
+    "Subscription",
 ]

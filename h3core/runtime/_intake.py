@@ -16,6 +16,7 @@ from h3core.domain.geometry import Media
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent, JobState
+from h3core.domain.webhooks import WebhookTarget
 from h3core.runtime._journal import Journal
 from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused
 
@@ -36,11 +37,12 @@ class Intake:
         idempotency_key: str | None,
         media: Mapping[str, Media] | None,
         remixed_from: str | None,
+        webhook: WebhookTarget | None = None,
     ) -> JobState:
         if idempotency_key is not None:
             existing = await self.journal.read(self.journal.store.by_idempotency_key, idempotency_key)
             if existing is not None:
-                return _same_or_mismatch(existing, request, priority, remixed_from, idempotency_key)
+                return _same_or_mismatch(existing, request, priority, remixed_from, webhook, idempotency_key)
         decision = self.admission.decide(request, media)
         if isinstance(decision, Refuse):
             raise Refused(decision)
@@ -52,6 +54,7 @@ class Intake:
                 warnings=request.warnings(decision.frames),
                 idempotency_key=idempotency_key,
                 remixed_from=remixed_from,
+                webhook=webhook,
             ),
             Admitted(tokens=decision.tokens),
         ]
@@ -63,7 +66,7 @@ class Intake:
             existing = await self.journal.read(self.journal.store.by_idempotency_key, idempotency_key)
             if existing is None:
                 raise
-            return _same_or_mismatch(existing, request, priority, remixed_from, idempotency_key)
+            return _same_or_mismatch(existing, request, priority, remixed_from, webhook, idempotency_key)
 
     async def cancel(self, job_id: str, reason: str) -> JobState:
         """Store the cancel: `Cancelled` for a job not running, `CancelRequested` for a running one."""
@@ -83,8 +86,14 @@ class Intake:
 
 
 def _same_or_mismatch(
-    existing: JobState, request: GenerationRequest, priority: int, remixed_from: str | None, key: str
+    existing: JobState,
+    request: GenerationRequest,
+    priority: int,
+    remixed_from: str | None,
+    webhook: WebhookTarget | None,
+    key: str,
 ) -> JobState:
-    if existing.request == request and existing.priority == priority and existing.remixed_from == remixed_from:
+    same = existing.request == request and existing.priority == priority and existing.remixed_from == remixed_from
+    if same and existing.webhook == webhook:
         return existing
     raise IdempotencyMismatch(key, existing.job_id)

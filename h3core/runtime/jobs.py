@@ -37,6 +37,7 @@ from h3core.runtime.config import RunnerConfig
 from h3core.runtime.errors import ShuttingDown
 from h3core.runtime.follow import follow
 from h3core.runtime.runner import Runner
+from h3core.runtime.subscription import Start, Subscription
 
 __all__ = ["JobCancelled", "JobFailed", "JobNotDone", "Jobs"]
 
@@ -200,6 +201,13 @@ class Jobs:
         if state.status == "cancelled":
             raise JobCancelled(state)
         return state
+
+    def subscribe(self, name: str, *, start: Start = "beginning") -> Subscription:
+        """A named, durable subscription to every job's events in store order: `await
+        sub.run(handler)` hands each event to `handler`, at least once, and keeps its place in
+        the store, so a restart (of this `Jobs` on the same store) goes on where it was. `start`:
+        where a name never run before begins, at the first event stored or at the next one."""
+        return Subscription(self.runner.store, self.runner.bus, name, start=start, resync_s=self._config.poll_interval_s)
 
     async def cancel(self, job_id: str, reason: str = "cancelled by request") -> JobState:
         """Cancel a job: a queued one ends at once, a running one once its executor has stopped

@@ -37,6 +37,7 @@ from h3core.domain.admission import AdmissionPolicy, AdmitAll
 from h3core.domain.geometry import Media
 from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState, apply
+from h3core.domain.webhooks import WebhookTarget
 from h3core.executors.base import Executor
 from h3core.runtime._claiming import Claimer
 from h3core.runtime._intake import Intake
@@ -127,11 +128,13 @@ class Runner:
         job_id: str | None = None,
         media: Mapping[str, Media] | None = None,
         remixed_from: str | None = None,
+        webhook: WebhookTarget | None = None,
     ) -> JobState:
         """Admit and store a job. Raises `Refused`, `IdempotencyMismatch` or `ShuttingDown`.
 
         `media` is what is known of the request's uploads, for admission to count their tokens.
         `remixed_from`: the job this one remixes (same parameters, a new prompt), kept in its log.
+        `webhook`: where its events are sent (checked by the caller: `h3core.adapters.webhooks`).
         """
         if not self.accepting and self.started:
             raise ShuttingDown("h3core is shutting down and admits no new jobs")
@@ -142,6 +145,7 @@ class Runner:
             idempotency_key=idempotency_key,
             media=media,
             remixed_from=remixed_from,
+            webhook=webhook,
         )
         self._poke()
         return state

@@ -6,6 +6,8 @@ Every setting has an environment variable (`H3_` + its name in capitals) and a `
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import os
 import tomllib
@@ -13,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from h3core.adapters.uploads import DEFAULT_MAX_PIXELS
@@ -21,6 +23,7 @@ from h3core.domain.capabilities import MODES
 from h3core.domain.failures import unknown_kinds
 from h3core.domain.retry import DEFAULT_RETRY_ON, RetryPolicy
 from h3core.domain.topology import Topology
+from h3core.domain.webhooks import Endpoint, parse_endpoint
 from h3core.runtime.config import RunnerConfig
 
 ExecutorName = Literal["fake", "comfyui", "pipeline"]
@@ -132,8 +135,24 @@ class Settings(BaseSettings):
     store_retry: float = Field(default=30.0, gt=0)  # seconds a failing store is retried before the process exits
     # Seconds /readyz reuses its look at the store (and the runner process); 0: it looks on every request.
     ready_cache: float = Field(default=1.0, ge=0, le=60)
+    # Signs webhooks (Standard Webhooks, `whsec_...`; two, comma-separated, while rotating one out);
+    # unset, POST /v1/jobs refuses a `webhook` and no endpoint is sent to.
+    webhook_secret: SecretStr | None = None
+    # The deployment's endpoints, sent every job's events: jobs=URL, jobs:start+progress+completed=URL, openai=URL.
+    webhook_endpoints: Annotated[list[str], NoDecode] = []
+    # Hosts and address ranges (CIDR) webhooks may reach although private, loopback or link-local.
+    webhooks_allow: Annotated[list[str], NoDecode] = []
 
-    @field_validator("api_tokens", "retry_on", "openai_models", "allowed_hosts", "cors_origins", mode="before")
+    @field_validator(
+        "api_tokens",
+        "retry_on",
+        "openai_models",
+        "allowed_hosts",
+        "cors_origins",
+        "webhooks_allow",
+        "webhook_endpoints",
+        mode="before",
+    )
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         return _split(value)
@@ -176,6 +195,35 @@ class Settings(BaseSettings):
         if short:
             raise ValueError("every API token must be at least 16 characters")
         return tokens
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _whsec(cls, secret: SecretStr | None) -> SecretStr | None:
+        if secret is None:
+            return None
+        for value in secret_list(secret):
+            try:
+                ok = value.startswith("whsec_") and len(base64.b64decode(value.removeprefix("whsec_"), validate=True)) >= 16
+            except binascii.Error:
+                ok = False
+            if not ok:
+                raise ValueError(
+                    "a webhook secret is 'whsec_' then the base64 of at least 16 random bytes (two: comma-separated)"
+                )
+        return secret
+
+    @field_validator("webhook_endpoints")
+    @classmethod
+    def _endpoints(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            parse_endpoint(entry)  # ValueError saying what is wrong with it
+        return entries
+
+    def endpoints(self) -> list[Endpoint]:
+        """The deployment's webhook endpoints, parsed."""
+        if self.webhook_endpoints and self.webhook_secret is None:
+            raise SettingsError("H3_WEBHOOK_ENDPOINTS needs H3_WEBHOOK_SECRET to sign what is sent to them")
+        return [parse_endpoint(entry) for entry in self.webhook_endpoints]
 
     @field_validator("cors_origins")
     @classmethod
@@ -235,6 +283,11 @@ class Settings(BaseSettings):
         raise SettingsError(
             f"refusing to listen on {self.host} without API tokens: set H3_API_TOKENS (comma-separated), or listen on 127.0.0.1"
         )
+
+
+def secret_list(secret: SecretStr) -> list[str]:
+    """The webhook secrets in H3_WEBHOOK_SECRET: one, or two while one is rotated out."""
+    return [v.strip() for v in secret.get_secret_value().split(",") if v.strip()]
 
 
 def first_message(exc: ValueError) -> str:

@@ -16,6 +16,7 @@ from h3core.adapters.lock import runner_lock_path
 from h3core.adapters.profiles import builtin_profiles, load_profile_ref
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
+from h3core.domain.webhooks import Allow
 from h3core.runtime.bus import EventBus
 from h3core.runtime.contracts import CapabilityFile, LiveContract, capabilities_path
 from h3core.runtime.executor_factory import make_executor
@@ -23,6 +24,7 @@ from h3core.runtime.runner import Runner
 from h3core.runtime.settings import Settings
 from h3core.runtime.store_retry import StoreUnavailable
 from h3core.runtime.tail import StoreTail
+from h3core.runtime.webhooks import WebhookDispatcher, dispatcher_for
 from h3core.service.metrics import Metrics
 from h3core.service.readiness import Readiness
 
@@ -42,6 +44,8 @@ class Service:
     metrics: Metrics
     bus: EventBus  # every event this process learns of: the runner's, or the store tail's
     tail: StoreTail | None = None  # api role: what a runner process stores reaches `bus` through it
+    # Delivers jobs' webhooks where the runner runs (roles all and runner), with H3_WEBHOOK_SECRET set.
+    webhooks: WebhookDispatcher | None = None
     started: datetime = field(default_factory=lambda: datetime.now(UTC))
     # Previews (thumbnails, spritesheets) decode video on worker threads: two at once at most, so
     # a burst of them cannot take every thread the service has.
@@ -57,6 +61,22 @@ class Service:
     def __post_init__(self) -> None:
         runner_lock = runner_lock_path(self.settings.db) if self.tail is not None else None  # api role: another process
         self.readiness = Readiness(self.store, runner_lock, self.settings.ready_cache)
+
+    @property
+    def webhook_allow(self) -> Allow:
+        return Allow(self.settings.webhooks_allow)
+
+    async def run_webhooks(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Deliver webhooks until cancelled (nothing to do without a dispatcher). A fault in the
+        delivery code stops the deliveries, logged, not the service: they resume from the log
+        on the next start."""
+        if self.webhooks is None:
+            task_status.started()
+            return
+        try:
+            await self.webhooks.run(task_status=task_status)
+        except Exception:
+            log.exception("webhook deliveries stopped; they go on from where they were on the next start")
 
     def begin_shutdown(self) -> None:
         """Stop now (SIGTERM): stop admitting, stop the runner, which records running jobs as
@@ -111,4 +131,8 @@ def build_service(settings: Settings) -> Service:
     # An API process beside this one admits against what this executor states it can run.
     board = CapabilityFile(capabilities_path(settings.db))
     runner = Runner(store, executor, settings.runner_config(), admission=contract, board=board, artifacts=artifacts)
-    return Service(settings, store, artifacts, uploads, contract, runner, Metrics(store, executor), runner.bus)
+    metrics = Metrics(store, executor)
+    webhooks = dispatcher_for(settings, store, runner.bus)  # SettingsError: endpoints without a secret
+    if webhooks is not None:
+        metrics.watch_webhooks(webhooks.outcomes)
+    return Service(settings, store, artifacts, uploads, contract, runner, metrics, runner.bus, webhooks=webhooks)

@@ -3,6 +3,7 @@ job durations and executor failures counted from the live event stream."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 import anyio
@@ -110,6 +111,19 @@ class _AttentionCollector:
         yield from (kernel, verdict, seconds, peak, error)
 
 
+class _WebhookCollector:
+    """Webhook deliveries by outcome: delivered, failed (a try), retried, given_up, superseded (a progress)."""
+
+    def __init__(self, outcomes: Mapping[str, int]) -> None:
+        self.outcomes = outcomes
+
+    def collect(self):
+        family = CounterMetricFamily("h3core_webhook_deliveries", "Webhook sends by outcome.", labels=["outcome"])
+        for outcome in ("delivered", "failed", "retried", "given_up", "superseded"):
+            family.add_metric([outcome], self.outcomes.get(outcome, 0))
+        yield family
+
+
 class Metrics:
     def __init__(self, store: EventStore, executor: Executor | None = None) -> None:
         self.registry = CollectorRegistry()
@@ -128,6 +142,10 @@ class Metrics:
             "h3core_executor_failures", "Failed attempts by kind (retried or not).", ["kind"], registry=self.registry
         )
         self.store = store
+
+    def watch_webhooks(self, outcomes: Mapping[str, int]) -> None:
+        """Report the webhook dispatcher's counts (`WebhookDispatcher.outcomes`)."""
+        self.registry.register(_WebhookCollector(outcomes))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -9,6 +9,7 @@ from litestar.exceptions import NotFoundException, ValidationException
 from h3core.domain.geometry import Media
 from h3core.domain.request import UPLOAD_KINDS, GenerationRequest
 from h3core.domain.state import JobState
+from h3core.domain.webhooks import WebhookTarget
 from h3core.service.context import Service
 
 
@@ -53,11 +54,18 @@ async def submit(
     idempotency_key: str | None = None,
     remixed_from: str | None = None,
     job_id: str | None = None,
+    webhook: WebhookTarget | None = None,
 ) -> JobState:
     """Check the request's uploads (a `ValidationException` naming each bad one), then
     `runner.submit`, whose `Refused`, `IdempotencyMismatch` and `ShuttingDown` pass through."""
     # Reading the uploads' records is file I/O: a thread, and only when the request names any.
     media = await in_thread(upload_media, svc, request) if request.keyframes is not None or request.references is not None else {}
     return await svc.runner.submit(
-        request, priority=priority, idempotency_key=idempotency_key, media=media, remixed_from=remixed_from, job_id=job_id
+        request,
+        priority=priority,
+        idempotency_key=idempotency_key,
+        media=media,
+        remixed_from=remixed_from,
+        job_id=job_id,
+        webhook=webhook,
     )

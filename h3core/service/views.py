@@ -35,6 +35,7 @@ from h3core.domain.request import (
     References,
 )
 from h3core.domain.state import JobState
+from h3core.domain.webhooks import DEFAULT_EVENTS, MAX_URL_CHARS, WebhookEvent, WebhookTarget
 
 ApiStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 
@@ -117,6 +118,9 @@ class JobCreate(GenerationRequest):
     keyframes: KeyframesInput | None = None
     references: ReferencesInput | None = None
     priority: int = Field(default=0, ge=-100, le=100)
+    # Replicate's names: where the job's events are POSTed (signed with H3_WEBHOOK_SECRET), and which.
+    webhook: str | None = Field(default=None, min_length=1, max_length=MAX_URL_CHARS)
+    webhook_events_filter: list[WebhookEvent] | None = Field(default=None, min_length=1, max_length=3)
 
     @model_validator(mode="before")
     @classmethod
@@ -141,7 +145,13 @@ class JobCreate(GenerationRequest):
             raise PydanticCustomError("side", f"{info.field_name} {value} cannot be made: {why}") from None
 
     def generation(self) -> GenerationRequest:
-        return GenerationRequest.model_validate(self.model_dump(exclude={"priority"}))
+        return GenerationRequest.model_validate(self.model_dump(exclude={"priority", "webhook", "webhook_events_filter"}))
+
+    def webhook_target(self) -> WebhookTarget | None:
+        if self.webhook is None:
+            return None
+        events = tuple(dict.fromkeys(self.webhook_events_filter)) if self.webhook_events_filter else DEFAULT_EVENTS
+        return WebhookTarget(url=self.webhook, events=events)
 
 
 class ErrorView(BaseModel):

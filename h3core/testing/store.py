@@ -23,6 +23,7 @@ from h3core.adapters.store.base import Conflict, EventLog, EventStore, JobProjec
 from h3core.domain.events import Admitted, AttemptFailed, Progress, Running, event_at, event_from_json
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent
+from h3core.domain.webhooks import Delivery
 from h3core.testing.factories import done_log, submitted
 
 _AT = datetime(2026, 12, 1, tzinfo=UTC)
@@ -164,6 +165,33 @@ class EventStoreContract:
         assert positions == sorted(positions) and positions[0] > start and store.cursor() == positions[-1]
         assert store.events_after(positions[1], limit=2) == rows[2:4]
         assert [e for _, e in rows if e.job_id == "a"] == store.events("a", after_seq=2)
+
+    def test_a_saved_position_is_answered_until_the_next_save_of_its_name(self, store):
+        assert store.position("billing") is None
+        store.save_position("billing", 7)
+        store.save_position("audit", 3)
+        assert store.position("billing") == 7 and store.position("audit") == 3
+        store.save_position("billing", 9)
+        assert store.position("billing") == 9 and store.position("audit") == 3
+
+    def test_delivery_records_are_kept_per_job_seq_and_url_the_latest_winning(self, store):
+        def record(job, seq, url, outcome, tries):
+            return Delivery(
+                job_id=job,
+                seq=seq,
+                event_type="done",
+                url=url,
+                webhook_id=f"msg_{job}_{seq}",
+                outcome=outcome,
+                tries=tries,
+                updated_at=_AT,
+            )
+
+        assert store.deliveries("a") == []
+        store.save_deliveries([record("a", 6, "https://y", "trying", 1), record("a", 3, "https://x", "delivered", 1)])
+        store.save_deliveries([record("a", 6, "https://y", "delivered", 2), record("b", 6, "https://y", "given_up", 9)])
+        assert store.deliveries("a") == [record("a", 3, "https://x", "delivered", 1), record("a", 6, "https://y", "delivered", 2)]
+        assert [r.outcome for r in store.deliveries("b")] == ["given_up"]
 
     def test_imported_events_fold_as_appended_ones_and_importing_again_adds_nothing(self, store):
         source = [event_at("j", i, _AT, body) for i, body in enumerate(done_log(steps=2), start=1)]

@@ -34,8 +34,13 @@ def exported(folder: Path) -> dict[str, list[Event]]:
     return logs
 
 
-def dumped(state) -> dict:
-    return state.model_dump(mode="json")
+def dumped(state, recorded: dict) -> dict:
+    """The state as JSON, to compare with the `recorded` one: a field the state gained after the
+    set was written (`webhook`, schema 3) is left out, once it is None, as a log of then folds it."""
+    out = state.model_dump(mode="json")
+    added = set(out) - set(recorded)
+    assert all(out[k] is None for k in added), {k: out[k] for k in added}
+    return {k: v for k, v in out.items() if k not in added}
 
 
 @pytest.fixture(params=SETS, ids=[p.name for p in SETS])
@@ -47,7 +52,7 @@ def test_an_export_file_replays_to_the_states_it_recorded(golden):
     logs = exported(golden)
     assert set(logs) == set(expected(golden))
     for job_id, events in logs.items():
-        assert dumped(fold(events)) == expected(golden)[job_id], job_id
+        assert dumped(fold(events), expected(golden)[job_id]) == expected(golden)[job_id], job_id
 
 
 def test_a_store_file_opens_and_reads_to_the_states_it_recorded(golden, tmp_path):
@@ -55,8 +60,8 @@ def test_a_store_file_opens_and_reads_to_the_states_it_recorded(golden, tmp_path
     store = SQLiteEventStore(tmp_path / "store.db")  # migrated, its projection refolded if need be
     try:
         for job_id, state in expected(golden).items():
-            assert dumped(store.get(job_id)) == state, job_id
-            assert dumped(fold(store.events(job_id))) == state, job_id
+            assert dumped(store.get(job_id), state) == state, job_id
+            assert dumped(fold(store.events(job_id)), state) == state, job_id
     finally:
         store.close()
 
@@ -68,7 +73,7 @@ def test_an_export_file_imports_into_a_fresh_store_once(golden, tmp_path):
         assert store.import_events(events) == len(events)
         assert store.import_events(events) == 0  # the same events again: already there, not a conflict
         for job_id, state in expected(golden).items():
-            assert dumped(store.get(job_id)) == state, job_id
+            assert dumped(store.get(job_id), state) == state, job_id
     finally:
         store.close()
 

@@ -54,6 +54,12 @@ CHECK = textwrap.dedent(
     from h3core.domain.upcasting import NewerBody
 
     assert h3core.__file__.startswith(sys.argv[1]), h3core.__file__  # the changed copy runs
+
+    def dumped(state, recorded):  # fields added since the set was written: None, and left out
+        out = state.model_dump(mode="json")
+        assert all(out[k] is None for k in set(out) - set(recorded))
+        return {k: v for k, v in out.items() if k in recorded}
+
     assert VERSIONS["admitted"] == 2
     tmp = Path(tempfile.mkdtemp())
     for folder in map(Path, sys.argv[2:]):
@@ -63,14 +69,14 @@ CHECK = textwrap.dedent(
             e = event_from_json(line)
             logs.setdefault(e.job_id, []).append(e)
         for job_id, events in logs.items():
-            assert fold(events).model_dump(mode="json") == states[job_id], (folder.name, job_id)
+            assert dumped(fold(events), states[job_id]) == states[job_id], (folder.name, job_id)
         admitted = [e.body for log in logs.values() for e in log if e.type == "admitted"]
         assert admitted and all(b.v == 2 for b in admitted)
         assert {b.token_count for b in admitted} >= {7424, None}
         shutil.copy(folder / "store.db", tmp / f"{folder.name}.db")
         store = SQLiteEventStore(tmp / f"{folder.name}.db")
         for job_id, state in states.items():
-            assert store.get(job_id).model_dump(mode="json") == state, (folder.name, job_id)
+            assert dumped(store.get(job_id), state) == state, (folder.name, job_id)
         fresh = SQLiteEventStore(tmp / f"{folder.name}-fresh.db")
         events = [e for log in logs.values() for e in log]
         assert fresh.import_events(events) == len(events) and fresh.import_events(events) == 0

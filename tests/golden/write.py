@@ -38,6 +38,10 @@ try:  # ... and later than the second
     from h3core.domain.events import Detached
 except ImportError:  # pragma: no cover
     Detached = None
+try:  # ... and later than the third
+    from h3core.domain.webhooks import WebhookTarget
+except ImportError:  # pragma: no cover
+    WebhookTarget = None
 
 
 def _artifact(job: str, attempt: int) -> Artifact:
@@ -141,6 +145,14 @@ def logs() -> dict[str, list[list]]:
             [AttemptFailed(kind="not_started", message="ComfyUI unreachable: the prompt was not submitted", attempt=1)],
             [Running(attempt=2, executor="comfyui", executor_ref="prompt-0b0b")],
             [Done(artifact=_artifact("not-started", 2))],
+        ]
+    if WebhookTarget is not None:  # schema 3: submitted's webhook
+        hook = WebhookTarget(url="https://hooks.example.com/h3?token=abc", events=("start", "progress", "completed"))
+        out["webhook"] = [
+            [Submitted(request=_request(), webhook=hook), Admitted()],
+            [Running(attempt=1, executor="fake")],
+            [Progress(step=8, total=8)],
+            [Done(artifact=_artifact("webhook", 1))],
         ]
     if Recovered is not None:
         out["recovered"] = [

@@ -28,7 +28,13 @@ class Worker:
     """One `h3core worker` process; its stdout and stderr go to a log file."""
 
     def __init__(
-        self, db: Path, artifacts: Path, args: tuple[str, ...], log: Path, program: tuple[str, ...] = ("-m", "h3core.cli")
+        self,
+        db: Path,
+        artifacts: Path,
+        args: tuple[str, ...],
+        log: Path,
+        program: tuple[str, ...] = ("-m", "h3core.cli"),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.log_path = log
         cmd = [
@@ -46,7 +52,9 @@ class Worker:
             *args,
         ]
         with open(log, "wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=clean_env(), cwd=db.parent)
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env={**clean_env(), **(env or {})}, cwd=db.parent
+            )
 
     @property
     def pid(self) -> int:
@@ -79,8 +87,9 @@ class Workers:
         self.tmp_path = tmp_path
         self.started: list[Worker] = []
 
-    def start(self, db: Path, artifacts: Path, *args: str) -> Worker:
-        worker = Worker(db, artifacts, args, self.tmp_path / f"worker-{len(self.started) + 1}.log")
+    def start(self, db: Path, artifacts: Path, *args: str, env: dict[str, str] | None = None) -> Worker:
+        """A worker on `db`; `env`: H3_* settings besides the flags."""
+        worker = Worker(db, artifacts, args, self.tmp_path / f"worker-{len(self.started) + 1}.log", env=env)
         self.started.append(worker)
         return worker
 

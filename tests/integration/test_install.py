@@ -42,6 +42,7 @@ NOT_IN_CORE = (
     "pillow",
     "ray",
     "swagger-ui-py",
+    "standardwebhooks",
 )
 
 

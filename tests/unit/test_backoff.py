@@ -116,3 +116,10 @@ async def test_cancellation_is_never_retried_whatever_retry_if_says():
 
 async def _always_down() -> None:
     raise Down("down")
+
+
+def test_jitter_cuts_each_pause_by_up_to_its_fraction_and_varies_it():
+    b = Backoff(first_s=1.0, longest_s=8.0, jitter=0.5)
+    pauses = [b.pause(3) for _ in range(200)]
+    assert all(2.0 <= p <= 4.0 for p in pauses) and len(set(pauses)) > 1
+    assert {Backoff(first_s=1.0, longest_s=8.0).pause(3) for _ in range(5)} == {4.0}  # none by default

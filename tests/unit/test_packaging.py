@@ -25,6 +25,7 @@ OPTIONAL = (
     "PIL",
     "aiohttp",
     "swagger_ui",
+    "standardwebhooks",
 )
 
 

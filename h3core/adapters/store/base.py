@@ -12,6 +12,13 @@
 - **Never updated, never deleted.** Stored events are immutable.
 - **Followable.** `cursor`/`events_after` give every job's events in the order they were stored,
   gap-free: what another process follows.
+- **Positions kept.** `save_position(name, position)` keeps a named reader's place in that order
+  (a subscription's, `h3core.runtime.subscription`) as durably as an append: once it returns, a
+  later `position(name)` (in this process or the next) answers it, until the next save of that
+  name overwrites it. A name never saved has no position (None).
+- **Deliveries kept.** `save_deliveries` keeps what became of webhook deliveries, one record per
+  (job, seq, url), a later save replacing the earlier; `deliveries(job_id)` answers a job's in
+  (seq, url) order ([] for none).
 
 `JobProjections` answers queries over every job's current state, kept in step with the log
 (the state a job's log folds to, always):
@@ -36,6 +43,7 @@ from typing import Protocol, runtime_checkable
 
 from h3core.domain.events import Body, Event, Submitted
 from h3core.domain.state import JobState, Status
+from h3core.domain.webhooks import Delivery
 
 
 class Conflict(RuntimeError):
@@ -111,6 +119,23 @@ class EventLog(Protocol):
         """Events of every job stored after `cursor`, in the order they were stored, each with
         its position: what a process follows to see what other processes write. Gap-free: an
         event never appears after one stored later."""
+        ...
+
+    def position(self, name: str) -> int | None:
+        """The position last saved under `name` (a subscription's place in `events_after` order);
+        None if none was ever saved."""
+        ...
+
+    def save_position(self, name: str, position: int) -> None:
+        """Keep `position` under `name`, as durably as an append, replacing the one saved before."""
+        ...
+
+    def save_deliveries(self, records: Sequence[Delivery]) -> None:
+        """Keep these delivery records, each replacing the one of its (job, seq, url), all at once."""
+        ...
+
+    def deliveries(self, job_id: str) -> list[Delivery]:
+        """The job's delivery records, by seq then url."""
         ...
 
 

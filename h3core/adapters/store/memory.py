@@ -9,6 +9,7 @@ from datetime import datetime
 from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
 from h3core.domain.events import Body, Event, Submitted
 from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend
+from h3core.domain.webhooks import Delivery
 
 
 class MemoryEventStore:
@@ -20,6 +21,8 @@ class MemoryEventStore:
         self._order: dict[str, int] = {}  # job -> submission order
         self._keys: dict[str, str] = {}  # idempotency key -> job
         self._stored: list[Event] = []  # every event, in the order stored (positions start at 1)
+        self._positions: dict[str, int] = {}  # subscriptions' saved places
+        self._deliveries: dict[tuple[str, int, str], Delivery] = {}
 
     def _commit(self, state: JobState, events: Sequence[Event]) -> None:
         if isinstance(events[0].body, Submitted):
@@ -152,6 +155,22 @@ class MemoryEventStore:
     def events_after(self, cursor: int, limit: int = 1000) -> list[tuple[int, Event]]:
         with self._lock:
             return list(enumerate(self._stored[cursor : cursor + limit], start=cursor + 1))
+
+    def position(self, name: str) -> int | None:
+        with self._lock:
+            return self._positions.get(name)
+
+    def save_position(self, name: str, position: int) -> None:
+        with self._lock:
+            self._positions[name] = position
+
+    def save_deliveries(self, records: Sequence[Delivery]) -> None:
+        with self._lock:
+            self._deliveries.update({(r.job_id, r.seq, r.url): r for r in records})
+
+    def deliveries(self, job_id: str) -> list[Delivery]:
+        with self._lock:
+            return [r for key, r in sorted(self._deliveries.items()) if key[0] == job_id]
 
     def close(self) -> None:
         pass

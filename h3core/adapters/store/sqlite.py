@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING
 from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
 from h3core.domain.events import VERSIONS, Body, Event, Submitted, body_from_json, event_from_json
 from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend, fold
+from h3core.domain.webhooks import Delivery
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 6
 
 
 class SchemaTooNew(RuntimeError):
@@ -84,8 +85,20 @@ def _v4(db: Database) -> None:
     db["meta"].create({"key": str, "value": str}, pk="key")
 
 
+def _v5(db: Database) -> None:
+    # Named readers' places in the log (subscriptions): what they have handled survives a restart.
+    db["positions"].create({"name": str, "position": int, "saved_at": str}, pk="name", not_null=["position", "saved_at"])
+
+
+def _v6(db: Database) -> None:
+    # What became of each webhook delivery (a record per job, seq and url), shown per job.
+    db["deliveries"].create(
+        {"job_id": str, "seq": int, "url": str, "record": str}, pk=("job_id", "seq", "url"), not_null=["record"]
+    )
+
+
 # Index i migrates schema version i to i + 1. Add a function here, never edit an old one.
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1, _v2, _v3, _v4)
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1, _v2, _v3, _v4, _v5, _v6)
 
 
 @functools.cache  # the code cannot change within a process; the schema takes ~5 ms to build
@@ -441,6 +454,28 @@ class SQLiteEventStore:
     def events_after(self, cursor: int, limit: int = 1000) -> list[tuple[int, Event]]:
         rows = self._read("SELECT job_id, seq, at, body, id FROM events WHERE id > ? ORDER BY id LIMIT ?", (cursor, limit))
         return [(r[4], _event(r)) for r in rows]
+
+    def position(self, name: str) -> int | None:
+        rows = self._point("SELECT position FROM positions WHERE name = ?", (name,))
+        return rows[0][0] if rows else None
+
+    def save_position(self, name: str, position: int) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO positions (name, position, saved_at) VALUES (?, ?, ?)",
+                (name, position, self._clock().isoformat()),
+            )
+
+    def save_deliveries(self, records: Sequence[Delivery]) -> None:
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO deliveries (job_id, seq, url, record) VALUES (?, ?, ?, ?)",
+                [(r.job_id, r.seq, r.url, r.model_dump_json()) for r in records],
+            )
+
+    def deliveries(self, job_id: str) -> list[Delivery]:
+        rows = self._read("SELECT record FROM deliveries WHERE job_id = ? ORDER BY seq, url", (job_id,))
+        return [Delivery.model_validate_json(r) for (r,) in rows]
 
     def close(self) -> None:
         with self._lock, self._rlock, self._plock:

@@ -14,8 +14,10 @@ from litestar.params import Parameter
 from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 
+from h3core.adapters.webhooks import target_refusal
 from h3core.domain.events import Event
 from h3core.domain.state import JobState
+from h3core.domain.webhooks import Delivery, WebhookTarget
 from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
 from h3core.runtime.follow import follow
 from h3core.runtime.runner import new_job_id
@@ -53,6 +55,28 @@ def _deleted_at(svc: Service, state: JobState) -> datetime | None:
         return None  # a recorded path outside the store: its video route says so
 
 
+def _refuse(field: str, message: str) -> HTTPException:
+    return HTTPException(
+        status_code=422, detail=f"invalid {field}: {message}", extra={"errors": [{"field": field, "message": message}]}
+    )
+
+
+async def _webhook(svc: Service, data: JobCreate) -> WebhookTarget | None:
+    """The request's webhook, checked: a secret to sign with, and a target a delivery may reach
+    (after resolving its host), or a 422 that says why not."""
+    target = data.webhook_target()
+    if target is None:
+        if data.webhook_events_filter is not None:
+            raise _refuse("webhook_events_filter", "it applies to a webhook; give `webhook` too")
+        return None
+    if svc.settings.webhook_secret is None:
+        raise _refuse("webhook", "this service sends no webhooks: H3_WEBHOOK_SECRET is not set")
+    why = await target_refusal(target.url, svc.webhook_allow)
+    if why is not None:
+        raise _refuse("webhook", why)
+    return target
+
+
 @post(
     "/jobs",
     status_code=201,
@@ -62,7 +86,10 @@ def _deleted_at(svc: Service, state: JobState) -> datetime | None:
         200: ResponseSpec(data_container=JobView, description="an idempotent replay: the job already submitted with this key"),
     },
     description="Admits the request against the capacity profile (422 with the ceiling if it is over) and queues it. "
-    "With an Idempotency-Key header, the same key and body return the same job (200); another body, 409.",
+    "With an Idempotency-Key header, the same key and body return the same job (200); another body, 409. "
+    "`webhook`: a URL the job's events are POSTed to, signed per Standard Webhooks (`webhook_events_filter`: "
+    "`start`, `progress`, `completed`; all but `progress` when absent); a target that is not http(s), or that "
+    "resolves to a private, loopback or link-local address not allowed by H3_WEBHOOKS_ALLOW, is refused (422).",
 )
 async def create_job(
     svc: Service,
@@ -72,8 +99,11 @@ async def create_job(
     # The id this request would create: any other id back is the job an earlier (or concurrent)
     # request with the same key created, so exactly one request per key gets 201.
     job_id = new_job_id()
+    webhook = await _webhook(svc, data)
     try:
-        state = await submit(svc, data.generation(), priority=data.priority, idempotency_key=idempotency_key, job_id=job_id)
+        state = await submit(
+            svc, data.generation(), priority=data.priority, idempotency_key=idempotency_key, job_id=job_id, webhook=webhook
+        )
     except Refused as exc:
         ceiling = exc.decision.ceiling.model_dump() if exc.decision.ceiling else None
         raise HTTPException(
@@ -145,6 +175,18 @@ async def cancel_job(svc: Service, job_id: str) -> JobView:
 async def job_events(svc: Service, job_id: str) -> list[Event]:
     job_state(svc, job_id)
     return await in_thread(svc.store.events, job_id)
+
+
+@get(
+    "/jobs/{job_id:str}/webhooks",
+    summary="What became of a job's webhooks",
+    responses=problems(401, 404, 422),
+    description="One record per event and endpoint a webhook was sent for: its webhook-id, tries, the last "
+    "failure, and `trying`, `delivered` or `given_up`. Saved as deliveries end (within a fraction of a second).",
+)
+async def job_webhooks(svc: Service, job_id: str) -> list[Delivery]:
+    job_state(svc, job_id)
+    return await in_thread(svc.store.deliveries, job_id)
 
 
 def _sse(event: Event) -> ServerSentEventMessage:
@@ -226,4 +268,4 @@ def document(openapi: OpenAPI) -> None:
         file_responses(openapi, "/v1/jobs/{job_id}/video", method, files.VIDEO_MEDIA_TYPES)
 
 
-handlers = [create_job, get_job, list_jobs, cancel_job, job_events, job_stream, job_video, job_video_head]
+handlers = [create_job, get_job, list_jobs, cancel_job, job_events, job_webhooks, job_stream, job_video, job_video_head]

@@ -86,7 +86,7 @@ def test_a_version_1_file_is_migrated_forward(tmp_path):
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     store = SQLiteEventStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 4
+    assert store.schema_version() == SCHEMA_VERSION == 6
     plan = (
         sqlite3.connect(path)
         .execute("EXPLAIN QUERY PLAN SELECT state FROM jobs WHERE status = 'queued' ORDER BY priority DESC, queue_order LIMIT 5")
@@ -142,4 +142,13 @@ def test_a_projection_folded_by_other_code_is_refolded_from_the_log_on_open(tmp_
     reopened = SQLiteEventStore(path)
     assert reopened.get("j") == truth
     assert [s.job_id for s in reopened.queued(limit=5)] == []
+    reopened.close()
+
+
+def test_a_saved_position_survives_reopening_the_file(tmp_path):
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    store.save_position("webhooks", 42)
+    store.close()
+    reopened = SQLiteEventStore(tmp_path / "h3.db")
+    assert reopened.position("webhooks") == 42 and reopened.position("other") is None
     reopened.close()

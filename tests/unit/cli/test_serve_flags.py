@@ -1,5 +1,5 @@
 """Every setting has a `serve` flag and the H3_* variable of its name, as the README says; the
-tokens alone come from the environment only (a flag would show them in `ps`)."""
+secrets (the tokens, the webhook secret) come from the environment only (a flag would show them in `ps`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ def _serve_options() -> dict[str, list[str]]:
     return {p.name: p.envvar if isinstance(p.envvar, list) else [p.envvar] for p in command.params}
 
 
-def test_every_setting_but_the_tokens_has_a_serve_flag_and_its_variable():
+SECRETS = {"api_tokens", "webhook_secret"}
+
+
+def test_every_setting_but_the_secrets_has_a_serve_flag_and_its_variable():
     options = _serve_options()
     settings = set(Settings.model_fields)
-    assert settings - set(options) == {"api_tokens"}, "settings without a flag"
-    for name in settings - {"api_tokens"}:
+    assert settings - set(options) == SECRETS, "settings without a flag"
+    for name in settings - SECRETS:
         assert options[name] == [f"H3_{name.upper()}"], name

@@ -21,6 +21,7 @@ QUICK: dict[str, Any] = {"prompt": "a quick fox [fake step=0]", "width": 448, "h
 
 @contextmanager
 def app_client(root: Path, **settings: Any) -> Iterator[TestClient]:
+    root.mkdir(parents=True, exist_ok=True)
     config = Settings(db=root / "h3.db", artifacts=root / "artifacts", uploads=root / "uploads", executor="fake", **settings)
     with TestClient(create_app(config), base_url="http://127.0.0.1:8100", timeout=30) as client:
         yield client

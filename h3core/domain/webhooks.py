@@ -1,0 +1,221 @@
+"""Webhooks, as data: where a job's events go (`WebhookTarget`, stored in its `submitted` event),
+which of them go (Replicate's filter names), what each delivery says and its stable id, and which
+addresses a delivery may reach. Sending is I/O and lives in `h3core.adapters.webhooks`.
+
+The filter, as Replicate names it: `start` (an attempt began running), `progress`, `completed`
+(done, failed or cancelled). Without one a job gets all but `progress`.
+
+An `Endpoint` is where deliveries go: a job's own webhook (h3core's shape, `job.<event type>`),
+or one the deployment configures for every job (`H3_WEBHOOK_ENDPOINTS`): in h3core's shape with a
+filter, or in OpenAI's Videos shape (`video.completed`, `video.failed` for failed and cancelled
+jobs, as /v1/videos reports them), which the `openai` SDK's `client.webhooks.unwrap` reads.
+
+Addresses: a delivery goes to a globally routable address only. Loopback, private, link-local
+(where cloud metadata answers: 169.254.169.254), shared, reserved and multicast ones are refused,
+unless the operator allows a host name or a range (`H3_WEBHOOKS_ALLOW`); an IPv4 address written as
+IPv6 is judged as the IPv4 one.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from h3core.domain.events import Event
+
+__all__ = [
+    "DEFAULT_EVENTS",
+    "Delivery",
+    "Endpoint",
+    "Shape",
+    "MAX_URL_CHARS",
+    "Allow",
+    "WebhookEvent",
+    "WebhookTarget",
+    "address_refusal",
+    "event_kind",
+    "openai_payload",
+    "parse_endpoint",
+    "payload",
+    "url_refusal",
+    "webhook_id",
+]
+
+WebhookEvent = Literal["start", "progress", "completed"]
+Shape = Literal["jobs", "openai"]
+EVENT_NAMES: tuple[WebhookEvent, ...] = ("start", "progress", "completed")
+DEFAULT_EVENTS: tuple[WebhookEvent, ...] = ("start", "completed")
+MAX_URL_CHARS = 2048
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class WebhookTarget(BaseModel):
+    """Where a job's events are sent, and which kinds of them."""
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+    url: str = Field(min_length=1, max_length=MAX_URL_CHARS)
+    events: tuple[WebhookEvent, ...] = DEFAULT_EVENTS
+
+
+class Endpoint(BaseModel):
+    """Where deliveries go, in which shape, for which kinds of events."""
+
+    model_config = ConfigDict(frozen=True)
+
+    url: str
+    shape: Shape = "jobs"
+    events: tuple[WebhookEvent, ...] = DEFAULT_EVENTS
+
+    @classmethod
+    def of(cls, target: WebhookTarget) -> Endpoint:
+        """A job's own webhook."""
+        return cls(url=target.url, events=target.events)
+
+    def wants(self, event: Event) -> bool:
+        kind = event_kind(event)
+        return kind is not None and kind in self.events
+
+    def body(self, event: Event) -> dict[str, Any]:
+        return openai_payload(event) if self.shape == "openai" else payload(event)
+
+
+def parse_endpoint(entry: str) -> Endpoint:
+    """`jobs=URL`, `jobs:start+progress+completed=URL` (a filter) or `openai=URL`; ValueError saying why not."""
+    head, sep, url = entry.strip().partition("=")
+    shape, _, events = head.strip().partition(":")
+    if not sep or shape not in ("jobs", "openai"):
+        raise ValueError(f"{entry!r} is not jobs=URL, jobs:start+progress+completed=URL or openai=URL")
+    why = url_refusal(url.strip())
+    if why is not None:
+        raise ValueError(f"{entry!r}: {why}")
+    if shape == "openai":
+        if events:
+            raise ValueError(f"{entry!r}: an openai endpoint gets video.completed and video.failed, no filter")
+        return Endpoint(url=url.strip(), shape="openai", events=("completed",))
+    names = tuple(e.strip() for e in events.split("+")) if events else DEFAULT_EVENTS
+    unknown = [n for n in names if n not in EVENT_NAMES]
+    if unknown:
+        raise ValueError(f"{entry!r}: unknown event(s) {unknown}; known: {list(EVENT_NAMES)}")
+    return Endpoint(url=url.strip(), events=tuple(dict.fromkeys(names)))  # type: ignore[arg-type]
+
+
+class Delivery(BaseModel):
+    """What became of one event's delivery to one endpoint: kept beside the log (not in it: a job's
+    log ends with its terminal event, and deliveries outlive it), shown per job."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    seq: int
+    event_type: str
+    url: str
+    webhook_id: str
+    outcome: Literal["trying", "delivered", "given_up"]
+    tries: int = 0
+    last_error: str | None = None
+    updated_at: datetime
+
+
+def event_kind(event: Event) -> WebhookEvent | None:
+    """The filter name an event is sent under; None for events no webhook is sent for."""
+    if event.terminal:
+        return "completed"
+    if event.type == "running":
+        return "start"
+    if event.type == "progress":
+        return "progress"
+    return None
+
+
+def webhook_id(event: Event) -> str:
+    """The same for every delivery of one event, in this process or the next: receivers drop repeats by it."""
+    return f"msg_{event.job_id}_{event.seq}"
+
+
+def payload(event: Event) -> dict[str, Any]:
+    """What a `/v1/jobs` webhook carries, in Standard Webhooks' envelope (type, timestamp, data)."""
+    return {
+        "type": f"job.{event.type}",
+        "timestamp": event.at.isoformat(),
+        "data": {"job_id": event.job_id, "seq": event.seq, "event": event.body.model_dump(mode="json")},
+    }
+
+
+def openai_payload(event: Event) -> dict[str, Any]:
+    """A terminal event as OpenAI's Videos API sends it: `video.completed`, or `video.failed` for a
+    job that failed or was cancelled (its video object's status then); `data.id` is the video's id."""
+    kind = "video.completed" if event.type == "done" else "video.failed"
+    return {
+        "id": f"evt_{event.job_id}_{event.seq}",
+        "object": "event",
+        "created_at": int(event.at.timestamp()),
+        "type": kind,
+        "data": {"id": event.job_id},
+    }
+
+
+def url_refusal(url: str) -> str | None:
+    """Why `url` cannot be a webhook target, before any name is resolved; None if it can."""
+    if len(url) > MAX_URL_CHARS:
+        return f"the URL is longer than {MAX_URL_CHARS} characters"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is no number or out of range
+    except ValueError as exc:
+        return f"not a URL: {exc}"
+    if parts.scheme not in ("http", "https"):
+        return f"the scheme must be http or https, not {parts.scheme or 'none'!r}"
+    if not parts.hostname:
+        return "the URL names no host"
+    if parts.username is not None or parts.password is not None:
+        return "the URL must not carry credentials"
+    return None
+
+
+class Allow:
+    """What `H3_WEBHOOKS_ALLOW` lets through anyway: host names (exact) and address ranges (CIDR)."""
+
+    def __init__(self, entries: Iterable[str] = ()) -> None:
+        self.hosts: set[str] = set()
+        self.networks: list[IpNetwork] = []
+        for entry in entries:
+            try:
+                self.networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+            except ValueError:
+                self.hosts.add(entry.strip().lower().rstrip("."))
+
+    def host(self, name: str) -> bool:
+        return name.lower().rstrip(".") in self.hosts
+
+    def address(self, ip: IpAddress) -> bool:
+        return any(ip in net for net in self.networks if net.version == ip.version)
+
+
+def address_refusal(address: str, allow: Allow) -> str | None:
+    """What `address` (an IP, as resolved) is, if a delivery may not go there ("a loopback
+    address"); None if it may."""
+    ip: IpAddress = ipaddress.ip_address(address.split("%", 1)[0])  # a scope id (fe80::1%eth0) is no part of it
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if allow.address(ip):
+        return None
+    for refused, why in (
+        (ip.is_unspecified, "unspecified"),
+        (ip.is_loopback, "loopback"),
+        (ip.is_link_local, "link-local (cloud metadata services answer there)"),
+        (ip.is_multicast, "multicast"),
+        (ip.is_private, "private"),
+        (not ip.is_global, "not globally routable"),
+    ):
+        if refused:
+            return f"a {why} address"
+    return None

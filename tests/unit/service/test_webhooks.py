@@ -1,0 +1,105 @@
+"""POST /v1/jobs with Replicate's `webhook` fields: the job's events reach a real receiver on
+loopback, signed per Standard Webhooks; a target the service may not reach is a 422 naming why."""
+
+from __future__ import annotations
+
+import pytest
+from standardwebhooks import Webhook
+
+from tests.receiver import receiver
+from tests.unit.service.conftest import QUICK, finished_video
+from tests.waiting import poll
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+def test_a_job_s_webhooks_arrive_in_order_and_verify(make_client):
+    with receiver() as rec, make_client(webhook_secret=SECRET, webhooks_allow=["127.0.0.1"]) as client:
+        body = {**QUICK, "webhook": rec.url, "webhook_events_filter": ["start", "progress", "completed"]}
+        created = client.post("/v1/jobs", json=body)
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+        poll(lambda: any(r.payload["type"] == "job.done" for r in rec.got()), 30, "the done webhook", lambda: str(rec.got()))
+        events = client.get(f"/v1/jobs/{job_id}/events").json()
+        metrics = client.get("/metrics").text
+
+        def saved() -> list[dict]:  # every record, once the done event's is saved too
+            d = client.get(f"/v1/jobs/{job_id}/webhooks").json()
+            return d if any(r["event_type"] == "done" for r in d) and all(r["outcome"] == "delivered" for r in d) else []
+
+        records = poll(saved, 30, "the delivery records")
+    payloads = [Webhook(SECRET).verify(r.body, r.headers) for r in rec.got()]
+    wanted = [(f"job.{e['body']['type']}", e["seq"]) for e in events if e["body"]["type"] in ("running", "progress", "done")]
+    sent = [(p["type"], p["data"]["seq"]) for p in payloads]
+    # In log order; every one but a progress overtaken within 0.5 s by a later one (the latest wins).
+    assert [w for w in wanted if w in sent] == sent
+    assert [w for w in wanted if w not in sent and w[0] != "job.progress"] == []
+    assert [w for w in wanted if w[0] == "job.progress"][-1:] == [s for s in sent if s[0] == "job.progress"][-1:]
+    assert [r.headers["webhook-id"] for r in rec.got()] == [f"msg_{job_id}_{seq}" for _, seq in sent]
+    assert [(r["seq"], r["webhook_id"], r["tries"], r["url"]) for r in records] == [
+        (seq, f"msg_{job_id}_{seq}", 1, rec.url) for _, seq in sent
+    ]
+    assert events[0]["body"]["webhook"] == {"url": rec.url, "events": ["start", "progress", "completed"]}  # in the log
+    assert f'h3core_webhook_deliveries_total{{outcome="delivered"}} {len(sent)}.0' in metrics
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://127.0.0.1:9/hook", "127.0.0.1 is a loopback address"),
+        ("http://localhost:9/hook", "localhost resolves to"),
+        ("http://169.254.169.254/latest/meta-data/", "link-local"),
+        ("http://192.168.1.20/hook", "private"),
+        ("file:///etc/passwd", "the scheme must be http or https"),
+    ],
+)
+def test_a_target_the_service_may_not_reach_is_refused_naming_why(make_client, url, why):
+    with make_client(webhook_secret=SECRET) as client:
+        answer = client.post("/v1/jobs", json={**QUICK, "webhook": url})
+        listed = client.get("/v1/jobs").json()["items"]
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["errors"][0]["field"] == "webhook" and why in answer.json()["errors"][0]["message"]
+    assert listed == []  # nothing was stored
+
+
+def test_a_webhook_without_a_secret_to_sign_with_is_refused(make_client):
+    with make_client(webhooks_allow=["127.0.0.1"]) as client:
+        answer = client.post("/v1/jobs", json={**QUICK, "webhook": "http://127.0.0.1:9/hook"})
+    assert answer.status_code == 422 and "H3_WEBHOOK_SECRET" in answer.json()["detail"]
+
+
+def test_a_filter_without_a_webhook_or_with_an_unknown_event_is_refused(make_client):
+    with make_client(webhook_secret=SECRET) as client:
+        alone = client.post("/v1/jobs", json={**QUICK, "webhook_events_filter": ["start"]})
+        unknown = client.post("/v1/jobs", json={**QUICK, "webhook": "http://93.184.215.14/", "webhook_events_filter": ["output"]})
+    assert alone.status_code == 422 and alone.json()["errors"][0]["field"] == "webhook_events_filter"
+    assert unknown.status_code == 422 and "webhook_events_filter" in unknown.text
+
+
+def test_an_openai_endpoint_hears_each_video_end_and_the_openai_sdk_unwraps_it(make_client):
+    from openai import OpenAI
+
+    with (
+        receiver() as rec,
+        make_client(webhook_secret=SECRET, webhooks_allow=["127.0.0.1"], webhook_endpoints=[f"openai={rec.url}"]) as client,
+    ):
+        done = finished_video(client)
+        failing = client.post("/v1/videos", json={**QUICK, "prompt": "a fox [fake step=0 fail_at=1 kind=oom]"})
+        assert failing.status_code == 200, failing.text
+        failed_id = failing.json()["id"]
+        poll(lambda: len(rec.got()) >= 2, 30, "both videos' webhooks", lambda: str(rec.got()))
+    unwrapped = [OpenAI(api_key="unused", webhook_secret=SECRET).webhooks.unwrap(r.body, r.headers) for r in rec.got()]
+    assert sorted((e.type, e.data.id) for e in unwrapped) == sorted(
+        [("video.completed", done["id"]), ("video.failed", failed_id)]
+    )
+    assert all(e.object == "event" and e.id.startswith("evt_") for e in unwrapped)
+
+
+def test_while_a_secret_is_rotated_out_receivers_verify_with_either(make_client):
+    new, old = "whsec_" + "bmV3LXNlY3JldC1vZi1tYW55LWJ5dGVz", SECRET
+    with receiver() as rec, make_client(webhook_secret=f"{new},{old}", webhooks_allow=["127.0.0.1"]) as client:
+        client.post("/v1/jobs", json={**QUICK, "webhook": rec.url, "webhook_events_filter": ["completed"]})
+        poll(lambda: rec.got(), 30, "the webhook")
+    [got] = rec.got()
+    assert Webhook(new).verify(got.body, got.headers) == Webhook(old).verify(got.body, got.headers)
+    assert len(got.headers["webhook-signature"].split()) == 2

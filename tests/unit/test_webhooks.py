@@ -1,0 +1,180 @@
+"""Webhook delivery from the log (`WebhookDispatcher`) to a real HTTP receiver on loopback:
+signed, in order, retried, given up, and delivered after a restart that came before delivery."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from standardwebhooks import Webhook
+from typer.testing import CliRunner
+
+from h3core.adapters.backoff import Backoff
+from h3core.adapters.store.sqlite import SQLiteEventStore
+from h3core.adapters.webhooks import WebhookSender, target_refusal
+from h3core.cli import app
+from h3core.domain.events import Submitted
+from h3core.domain.webhooks import Allow, WebhookTarget
+from h3core.runtime.bus import EventBus
+from h3core.runtime.webhooks import SUBSCRIPTION, WebhookDispatcher
+from h3core.testing.factories import done_log
+from tests.receiver import Receiver, receiver
+from tests.waiting import until
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+QUICK = Backoff(first_s=0.01, longest_s=0.05, limit_s=0.5, jitter=0.5)
+
+
+def _log(url: str, events=("start", "progress", "completed")):
+    """A whole job's log (submitted to done) whose submission asks for webhooks to `url`."""
+    first, *rest = done_log(steps=2)
+    assert isinstance(first, Submitted)
+    return [first.model_copy(update={"webhook": WebhookTarget(url=url, events=events)}), *rest]
+
+
+def _dispatcher(store, **kw) -> WebhookDispatcher:
+    """A dispatcher to the loopback receiver; progress not throttled unless the test says."""
+    kw = {"progress_every_s": 0, **kw}
+    return WebhookDispatcher(store, EventBus(), WebhookSender(SECRET, Allow(["127.0.0.1"])), resync_s=0.05, **kw)
+
+
+@asynccontextmanager
+async def delivering(store, **kw) -> AsyncIterator[WebhookDispatcher]:
+    """A dispatcher running over `store` for the length of the block."""
+    dispatcher = _dispatcher(store, **kw)
+    async with anyio.create_task_group() as tg:
+        await tg.start(dispatcher.run)
+        yield dispatcher
+        tg.cancel_scope.cancel()
+
+
+async def _deliver_until(store, done) -> None:
+    async with delivering(store):
+        await until(done, 30, "the deliveries")
+
+
+def _verified(rec: Receiver) -> list[dict]:
+    return [Webhook(SECRET).verify(r.body, r.headers) for r in rec.answered()]
+
+
+async def test_a_job_s_events_arrive_signed_in_order_and_the_position_moves_past_them(tmp_path):
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    with receiver() as rec:
+        async with delivering(store) as dispatcher:
+            store.append("a", _log(rec.url))
+            store.append("b", [Submitted(request=_log(rec.url)[0].request)])  # no webhook asked: nothing sent
+            await until(lambda: len(rec.got()) >= 4, 30, "job a's webhooks")
+            await until(lambda: store.position(SUBSCRIPTION) == store.cursor(), 30, "the position to move on")
+    payloads = _verified(rec)
+    assert [p["type"] for p in payloads] == ["job.running", "job.progress", "job.progress", "job.done"]
+    assert [p["data"]["seq"] for p in payloads] == [3, 4, 5, 6] and {p["data"]["job_id"] for p in payloads} == {"a"}
+    assert [r.headers["webhook-id"] for r in rec.got()] == [f"msg_a_{seq}" for seq in (3, 4, 5, 6)]
+    assert dispatcher.outcomes["delivered"] == 4
+    store.close()
+
+
+async def test_the_default_filter_sends_start_and_completed_only(tmp_path):
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    with receiver() as rec:
+        async with delivering(store):
+            store.append("a", _log(rec.url, events=("start", "completed")))
+            await until(lambda: any(r.payload["type"] == "job.done" for r in rec.got()), 30, "the done webhook")
+    assert [p["type"] for p in _verified(rec)] == ["job.running", "job.done"]
+    store.close()
+
+
+async def test_a_receiver_failing_three_times_gets_the_terminal_event_four_times_with_one_id(tmp_path):
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    with receiver(fail_first=3) as rec:
+        async with delivering(store, backoff=QUICK) as dispatcher:
+            store.append("a", _log(rec.url, events=("completed",)))
+            await until(lambda: dispatcher.outcomes["delivered"] == 1, 30, "the delivery")
+            store.append("b", _log(rec.url, events=("completed",)))  # a later job's delivery: a's are over by then
+            await until(lambda: dispatcher.outcomes["delivered"] == 2, 30, "job b's delivery")
+            await until(lambda: [d.outcome for d in store.deliveries("a")] == ["delivered"], 30, "a's record")
+    ids = [r.headers["webhook-id"] for r in rec.got()]
+    assert ids == ["msg_a_6"] * 4 + ["msg_b_6"]
+    assert dispatcher.outcomes["failed"] == 3 and dispatcher.outcomes["retried"] == 3 and dispatcher.outcomes["given_up"] == 0
+    [record] = store.deliveries("a")  # what the API and `h3core replay` show
+    assert (record.seq, record.event_type, record.url, record.webhook_id, record.tries) == (6, "done", rec.url, "msg_a_6", 4)
+    assert record.last_error == "the receiver answered 500"
+    store.close()
+
+
+async def test_a_receiver_down_past_the_limit_ends_given_up_and_the_position_moves_on(tmp_path, caplog):
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    with receiver(fail_first=10**6) as rec:
+        async with delivering(store, backoff=Backoff(first_s=0.01, longest_s=0.02, limit_s=0.2)) as dispatcher:
+            store.append("a", _log(rec.url, events=("completed",)))
+            await until(lambda: dispatcher.outcomes["given_up"] == 1, 30, "the delivery to be given up")
+            await until(lambda: store.position(SUBSCRIPTION) == store.cursor(), 30, "the position to move on")
+    assert len(rec.got()) >= 2 and dispatcher.outcomes["delivered"] == 0
+    [record] = store.deliveries("a")
+    assert record.outcome == "given_up" and record.tries == len(rec.got()) and "500" in (record.last_error or "")
+    replayed = CliRunner().invoke(app, ["replay", "a", "--db", str(tmp_path / "h3.db")], env={"H3_CONFIG": None})
+    assert f"webhook: #6 done -> {rec.url}: given up after {record.tries} tries (msg_a_6" in replayed.output, replayed.output
+    assert any("given up" in r.getMessage() and "msg_a_6" in r.getMessage() for r in caplog.records)
+    store.close()
+
+
+async def test_a_terminal_event_stored_before_a_crash_is_delivered_after_the_restart_and_only_then(tmp_path):
+    """The dispatcher had started (its position saved) when the job ran to its end, and the process
+    died before any delivery: the next start delivers every event; a start after that, none again."""
+    path = tmp_path / "h3.db"
+    with receiver() as rec:
+        store = SQLiteEventStore(path)
+        store.save_position(SUBSCRIPTION, store.cursor())  # the subscription of the process that died
+        store.append("a", _log(rec.url))
+        store.close()
+        store = SQLiteEventStore(path)  # the restart
+        await _deliver_until(store, lambda: store.position(SUBSCRIPTION) == store.cursor())
+        assert [p["type"] for p in _verified(rec)] == ["job.running", "job.progress", "job.progress", "job.done"]
+        store.append("b", _log(rec.url))  # a start after that sends b's, and nothing of a's again
+        await _deliver_until(store, lambda: store.position(SUBSCRIPTION) == store.cursor())
+        assert [r.headers["webhook-id"] for r in rec.got()] == [f"msg_{job}_{seq}" for job in "ab" for seq in (3, 4, 5, 6)]
+        store.close()
+
+
+async def test_one_slow_receiver_does_not_hold_up_another_job_s_deliveries(tmp_path):
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    with receiver(fail_first=10**6) as dead, receiver() as alive:
+        async with delivering(store, backoff=Backoff(first_s=0.05, longest_s=0.05, limit_s=60)):
+            store.append("dead", _log(dead.url, events=("completed",)))
+            await until(lambda: len(dead.got()) >= 2, 30, "the dead receiver to be retried")
+            store.append("alive", _log(alive.url, events=("completed",)))
+            await until(lambda: len(alive.got()) == 1, 30, "the live receiver's delivery")
+            # The dead receiver's event is still pending: the position stays before it.
+            assert store.position(SUBSCRIPTION) < store.events_after(0, 100)[5][0]
+    store.close()
+
+
+async def test_private_targets_are_refused_after_resolution_unless_allowed():
+    nothing = Allow()
+    assert "loopback" in (await target_refusal("http://127.0.0.1:9/hook", nothing) or "")
+    assert "localhost resolves to" in (await target_refusal("http://localhost:9/hook", nothing) or "")
+    assert "link-local" in (await target_refusal("http://169.254.169.254/latest/meta-data", nothing) or "")
+    assert "private" in (await target_refusal("http://10.1.2.3/hook", nothing) or "")
+    assert "loopback" in (await target_refusal("http://[::ffff:127.0.0.1]/hook", nothing) or "")
+    assert "scheme" in (await target_refusal("ftp://example.com/hook", nothing) or "")
+    assert await target_refusal("http://127.0.0.1:9/hook", Allow(["127.0.0.0/8"])) is None
+    assert await target_refusal("http://localhost:9/hook", Allow(["localhost"])) is None
+    assert await target_refusal("http://93.184.215.14/hook", nothing) is None  # a public address: no lookup needed
+
+
+async def test_progress_is_throttled_and_the_latest_wins(tmp_path):
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    first, *rest = done_log(steps=20)
+    with receiver() as rec:
+        target = WebhookTarget(url=rec.url, events=("progress", "completed"))
+        # The 20 are stored at once: all but the last are overtaken.
+        async with delivering(store, progress_every_s=1.0) as dispatcher:
+            store.append("a", [first.model_copy(update={"webhook": target}), *rest])
+            await until(lambda: any(r.payload["type"] == "job.done" for r in rec.got()), 30, "the done webhook")
+    steps = [p["data"]["event"]["step"] for p in _verified(rec) if p["type"] == "job.progress"]
+    assert steps[-1] == 20 and len(steps) < 20 and steps == sorted(steps)
+    assert dispatcher.outcomes["superseded"] == 20 - len(steps)
+    store.close()
