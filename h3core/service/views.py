@@ -114,6 +114,19 @@ class JobCreate(GenerationRequest):
     """A generation request, plus where it goes in the queue; what a new request may say is
     narrower than what a stored one holds (its prompt not blank, its uploads' ids as minted)."""
 
+    # The document says what the route refuses: a filter (not null) without a webhook to filter.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                *GenerationRequest.model_config["json_schema_extra"]["allOf"],  # type: ignore[index]
+                {
+                    "if": {"required": ["webhook_events_filter"], "properties": {"webhook_events_filter": {"type": "array"}}},
+                    "then": {"required": ["webhook"], "properties": {"webhook": {"type": "string"}}},
+                },
+            ]
+        }
+    )
+
     prompt: Prompt
     keyframes: KeyframesInput | None = None
     references: ReferencesInput | None = None

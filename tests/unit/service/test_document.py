@@ -113,3 +113,13 @@ def test_the_schema_page_loads_everything_from_the_service_itself(client):
 @pytest.mark.parametrize("name", ["swagger-editor-bundle.js", "index.css", "..%2F__init__.py", "LICENSE"])
 def test_only_the_pages_own_assets_are_served(client, name):
     assert client.get(f"/schema/assets/{name}").status_code == 404
+
+
+def test_a_webhook_filter_without_a_webhook_is_refused_by_the_document_as_by_the_server(document, client):
+    jobs = body_schema(document, "/v1/jobs")
+    job = {"prompt": "a fox", "width": 64, "height": 64, "frames": 24, "steps": 2}
+    assert valid(document, jobs, job) and valid(document, jobs, {**job, "webhook_events_filter": None})
+    assert not valid(document, jobs, {**job, "webhook_events_filter": ["completed"]})
+    assert not valid(document, jobs, {**job, "webhook": None, "webhook_events_filter": ["completed"]})
+    r = client.post("/v1/jobs", json={**job, "webhook_events_filter": ["completed"]})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "webhook_events_filter", r.text
