@@ -44,6 +44,7 @@ def routes(done_id: str, running_ids: list[str]) -> dict[str, Call]:
         "GET /v1/jobs/{id}/stream": lambda c: c.get(f"/v1/jobs/{done_id}/stream"),  # ends: the job is over
         "GET /v1/jobs/{id}/video": lambda c: c.get(f"/v1/jobs/{done_id}/video", headers={"Range": "bytes=0-9"}),
         "HEAD /v1/jobs/{id}/video": lambda c: c.head(f"/v1/jobs/{done_id}/video"),
+        "GET /v1/jobs/{id}/webhooks": lambda c: c.get(f"/v1/jobs/{done_id}/webhooks"),
         "POST /v1/jobs/{id}/cancel": lambda c: c.post(f"/v1/jobs/{running_ids.pop()}/cancel"),
         "POST /v1/uploads": lambda c: c.post("/v1/uploads", content=png(), headers={"Content-Type": "image/png"}),
         "GET /v1/ceilings": lambda c: c.get("/v1/ceilings"),
