@@ -94,6 +94,18 @@ class _Deadline:
     def _receiving(self) -> bool:
         return self._phase is not None
 
+    # Both of uvicorn's protocols: this mixin comes first in their bases, so `super()` is theirs.
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end()
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def shutdown(self) -> None:
+        if self._receiving():  # a client still sending does not hold the server's stop
+            self._end()
+            self.transport.close()
+            return
+        super().shutdown()  # type: ignore[misc]
+
 
 def protocol(limits: ReadLimits) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol (httptools where installed, as its "auto" picks, else h11) with read
@@ -130,17 +142,6 @@ def _httptools(limits: ReadLimits) -> type[asyncio.Protocol]:
             super().on_message_complete()
             self._end()
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._end()
-            super().connection_lost(exc)
-
-        def shutdown(self) -> None:
-            if self._receiving():  # a client still sending does not hold the server's stop
-                self._end()
-                self.transport.close()
-                return
-            super().shutdown()
-
     Protocol.limits = limits
     return Protocol
 
@@ -164,17 +165,6 @@ def _h11(limits: ReadLimits) -> type[asyncio.Protocol]:
                 self._begin("body")
             elif state not in (h11.IDLE, h11.SEND_BODY):
                 self._end()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._end()
-            super().connection_lost(exc)
-
-        def shutdown(self) -> None:
-            if self._receiving():
-                self._end()
-                self.transport.close()
-                return
-            super().shutdown()
 
     Protocol.limits = limits
     return Protocol
