@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -23,6 +23,7 @@ from h3core.adapters.store.sqlite import SchemaTooNew, SQLiteEventStore
 from h3core.domain.adoption import mismatch
 from h3core.domain.events import Artifact
 from h3core.domain.ids import is_job_id
+from h3core.domain.story import dur, short, ts  # noqa: F401 - the CLI's formatting, kept where its commands import it
 
 EXIT_DATA = 1  # the stored or given data is wrong
 EXIT_USAGE = 2  # the request is wrong: unknown job, missing store, bad value
@@ -121,31 +122,6 @@ def video_now(videos: LocalArtifactStore, artifact: Artifact, *, hashed: bool) -
     except OSError as exc:
         return VideoNow(problem=f"its video {artifact.path} cannot be read: {exc.strerror or exc}")
     return VideoNow(problem=mismatch(artifact, size, sha), missing=size is None)
-
-
-def ts(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
-
-
-def dur(seconds: float) -> str:
-    seconds = max(seconds, 0.0)
-    if seconds < 10:
-        return f"{seconds:.2f}s"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    m, s = divmod(int(round(seconds)), 60)
-    if m < 60:
-        return f"{m}m{s:02d}s"
-    h, m = divmod(m, 60)
-    if h < 48:
-        return f"{h}h{m:02d}m"
-    d, h = divmod(h, 24)
-    return f"{d}d{h:02d}h"
-
-
-def short(text: str, n: int = 80) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 TYPE_STYLE = {

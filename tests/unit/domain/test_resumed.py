@@ -8,10 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from h3core.cli.replay import _why, fields
 from h3core.domain.events import Admitted, Done, Event, Progress, Resumed, Running, body_from_json
 from h3core.domain.state import IllegalEvent, JobState
 from h3core.domain.state import extend as extend
+from h3core.domain.story import fields
+from h3core.domain.story import why as _why
 from tests.factories import artifact, submitted
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
