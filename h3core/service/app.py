@@ -16,6 +16,7 @@ from litestar.status_codes import HTTP_422_UNPROCESSABLE_ENTITY, HTTP_500_INTERN
 from h3core.runtime.settings import Settings
 from h3core.service.auth import bearer_guard
 from h3core.service.bodies import BodyLimits, ServiceRequest
+from h3core.service.console import console_router
 from h3core.service.context import Service, build_service
 from h3core.service.crosssite import CrossSiteGuard, CrossSitePolicy
 from h3core.service.methods import with_options
@@ -79,7 +80,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
     )
     cross_site = CrossSitePolicy.of(settings, listen_host=settings.host)
     app = Litestar(
-        route_handlers=[v1, *ops.handlers_for(settings), asset],
+        route_handlers=[v1, *ops.handlers_for(settings), asset, console_router()],
         dependencies={"svc": Provide(lambda: svc, sync_to_thread=False)},
         lifespan=[lifespan],
         plugins=[ModelStrictness()],

@@ -26,6 +26,8 @@ OPTIONAL = (
     "aiohttp",
     "swagger_ui",
     "standardwebhooks",
+    "jinja2",
+    "playwright",
 )
 
 

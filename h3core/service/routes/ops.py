@@ -34,13 +34,13 @@ def healthz() -> dict[str, str]:
     responses={503: ResponseSpec(data_container=ReadyView | ReadyStatus, description="not ready, and why")},
 )
 async def readyz(svc: Service, request: Request) -> Response[ReadyView | ReadyStatus]:
-    answer = await _readiness(svc)
+    answer = await readiness(svc)
     if svc.settings.api_tokens and not bearer_matches(request.headers.get("authorization"), svc.settings.api_tokens):
         return Response(ReadyStatus(status=answer.content.status), status_code=answer.status_code)
     return answer
 
 
-async def _readiness(svc: Service) -> Response[ReadyView]:
+async def readiness(svc: Service) -> Response[ReadyView]:
     # The store and the runner lock through `svc.readiness` (reused for H3_READY_CACHE seconds:
     # service/readiness.py); everything else from memory, on every request.
     checks: dict[str, str] = {}

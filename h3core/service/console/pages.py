@@ -1,0 +1,301 @@
+"""/console: the operator's pages, rendered here from the same reads the API makes; the pages'
+script only follows changes and calls /v1 (service/console/static/console.js). Every asset is in
+the package: a GPU box is often offline."""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from functools import cache
+from typing import Annotated
+from urllib.parse import urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from litestar import Request, Response, Router, get, post
+from litestar.exceptions import HTTPException, NotFoundException
+from litestar.params import Parameter
+from litestar.response import Redirect, ServerSentEvent
+from litestar.response.sse import ServerSentEventMessage
+
+from h3core.domain.story import why
+from h3core.service.auth import SESSION_COOKIE, SESSION_SECONDS, bearer_matches, session_matches, session_value, token_matches
+from h3core.service.console.live import changes
+from h3core.service.console.queue import SINCE, STATUS_CHOICES, Filter, page, rows
+from h3core.service.console.timeline import event_rows, timeline
+from h3core.service.context import Service
+from h3core.service.crosssite import OWN_CONTENT_TYPES_OPT
+from h3core.service.routes.ops import readiness
+from h3core.service.submission import in_thread, job_state
+from h3core.service.views import ceilings_view
+
+__all__ = ["CONSOLE_PATH", "console_router"]
+
+CONSOLE_PATH = "/console"
+PAGE_SIZE = 50
+RUNNING_SHOWN = 200  # the running jobs the first page lists (more: the status filter pages them)
+QUEUED_SHOWN = 50
+# What a console page may load and run: its own files only (no inline script, no other origin).
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; media-src 'self'; "
+    "connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+)
+STATIC = {"console.css": "text/css", "console.js": "text/javascript", "icon.svg": "image/svg+xml"}
+MODES = ("t2va", "fl2va", "ref2va")
+
+
+@cache
+def _templates() -> Environment:
+    env = Environment(loader=PackageLoader("h3core.service.console"), autoescape=select_autoescape(default=True))
+    env.globals.update(base=CONSOLE_PATH, modes=MODES, statuses=STATUS_CHOICES, since_choices=tuple(SINCE))
+    return env
+
+
+def _html(template: str, status_code: int = 200, **context) -> Response[str]:
+    body = _templates().get_template(template).render(**context)
+    return Response(body, status_code=status_code, media_type="text/html; charset=utf-8", headers=_page_headers())
+
+
+def _page_headers() -> dict[str, str]:
+    return {"Content-Security-Policy": CSP, "Cache-Control": "no-store", "Referrer-Policy": "same-origin"}
+
+
+def _signed_in(svc: Service, request: Request) -> bool:
+    tokens = svc.settings.api_tokens
+    if not tokens:
+        return True
+    return bearer_matches(request.headers.get("authorization"), tokens) or session_matches(
+        request.cookies.get(SESSION_COOKIE), tokens
+    )
+
+
+def _to_signin(request: Request) -> Redirect:
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return Redirect(f"{CONSOLE_PATH}/signin?{urlencode({'next': here})}", status_code=303)
+
+
+def _safe_next(given: str | None) -> str:
+    """Where to go after signing in: a console page of this service only (no open redirect)."""
+    if given and given.startswith(CONSOLE_PATH) and not given.startswith("//") and "\\" not in given:
+        return given
+    return CONSOLE_PATH
+
+
+def _common(svc: Service) -> dict:
+    return {"signed": bool(svc.settings.api_tokens)}
+
+
+# -- the queue ------------------------------------------------------------------------------------
+
+
+Cursor = Annotated[int | None, Parameter(ge=0, le=2**63 - 1)]
+
+
+def _queue_context(svc: Service, wanted: Filter, before: int | None, after: int | None) -> dict:
+    """Every read the queue page makes, in one worker thread."""
+    now = datetime.now(UTC)
+    store = svc.store
+    counts = store.counts()
+    counts["queued"] = counts.get("queued", 0) + counts.pop("submitted", 0)
+    paged = before is not None or after is not None
+    # The first page without a status filter: the running and the queued first, then what ended.
+    split = wanted.status is None and not paged
+    running = queued = None
+    if split:
+        only = lambda status: Filter(status=status, mode=wanted.mode, text=wanted.text, since=wanted.since)  # noqa: E731
+        running = rows(page(store, only("running"), now, limit=RUNNING_SHOWN).jobs, now)
+        queued_page = page(store, only("queued"), now, limit=QUEUED_SHOWN)
+        queued = rows(reversed(queued_page.jobs), now)  # in the order they will start (priority aside)
+        listed = page(store, Filter("ended", wanted.mode, wanted.text, wanted.since), now, limit=PAGE_SIZE)
+    else:
+        listed = page(store, wanted, now, limit=PAGE_SIZE, before=before, after=after)
+    query = wanted.query()
+    return {
+        "filter": wanted,
+        "counts": counts,
+        "running": running,
+        "queued": queued,
+        "jobs": rows(listed.jobs, now),
+        "listed_title": "Ended" if split else "Jobs",
+        "newer": f"?{urlencode({**query, 'after': listed.newer})}" if listed.newer is not None else None,
+        "older": f"?{urlencode({**query, 'before': listed.older})}" if listed.older is not None else None,
+        "cut_short": listed.cut_short,
+        "scanned": listed.scanned,
+        "now": now,
+    }
+
+
+@get("/", include_in_schema=False)
+async def queue_page(
+    svc: Service,
+    request: Request,
+    status: str | None = None,
+    mode: str | None = None,
+    q: str | None = None,
+    since: str | None = None,
+    before: Cursor = None,
+    after: Cursor = None,
+    fragment: bool = False,
+) -> Response:
+    if not _signed_in(svc, request):
+        return _to_signin(request)
+    wanted = Filter.of(status, mode, q, since)
+
+    def render() -> Response:
+        context = _queue_context(svc, wanted, before, after)
+        return _html("queue_body.html" if fragment else "queue.html", page="queue", **_common(svc), **context)
+
+    return await in_thread(render)
+
+
+# -- a job ----------------------------------------------------------------------------------------
+
+
+@get("/jobs/{job_id:str}", include_in_schema=False)
+async def job_page(svc: Service, request: Request, job_id: str, fragment: bool = False) -> Response:
+    if not _signed_in(svc, request):
+        return _to_signin(request)
+    state = job_state(svc, job_id)  # 404 naming the job
+
+    def render() -> Response:
+        events = svc.store.events(job_id)
+        now = datetime.now(UTC)
+        request_fields = state.request.model_dump(exclude_none=True)
+        deleted = None
+        if state.artifact is not None:
+            try:
+                deleted = svc.artifacts.deleted_at(state.artifact.path)
+            except ValueError:
+                deleted = None
+        context = {
+            "job": state,
+            "row": rows([state], now)[0],
+            "params": request_fields,
+            "why": why(state, events, now),
+            "timeline": timeline(events, now),
+            "events": event_rows(events),
+            "video": state.artifact is not None and deleted is None,
+            "deleted_at": deleted,
+        }
+        return _html("job_body.html" if fragment else "job.html", page="job", **_common(svc), **context)
+
+    return await in_thread(render)
+
+
+# -- submit and the box ---------------------------------------------------------------------------
+
+
+@get("/submit", include_in_schema=False)
+async def submit_page(svc: Service, request: Request) -> Response:
+    if not _signed_in(svc, request):
+        return _to_signin(request)
+    return _html("submit.html", page="submit", **_common(svc))
+
+
+@get("/box", include_in_schema=False)
+async def box_page(svc: Service, request: Request) -> Response:
+    if not _signed_in(svc, request):
+        return _to_signin(request)
+    ready = (await readiness(svc)).content
+    ceilings = ceilings_view(svc.contract.current())
+    return _html(
+        "box.html",
+        page="box",
+        ready=ready,
+        ceilings=ceilings,
+        settings=svc.settings,
+        started=svc.started,
+        role=svc.settings.role,
+        **_common(svc),
+    )
+
+
+# -- signing in -----------------------------------------------------------------------------------
+
+
+@get("/signin", include_in_schema=False)
+async def signin_page(svc: Service, next: str | None = None) -> Response:  # noqa: A002 - the query's name
+    return _html("signin.html", page="signin", next=_safe_next(next), error=None, tokens=bool(svc.settings.api_tokens))
+
+
+@post(
+    "/signin",
+    include_in_schema=False,
+    status_code=303,
+    # A form, which the cross-site rules refuse on every other route: this one reads only its own
+    # type, and a post from another site's page is still refused by its Origin before it gets here.
+    opt={OWN_CONTENT_TYPES_OPT: True},
+)
+async def signin(svc: Service, request: Request) -> Response:
+    if request.content_type[0].lower() != "application/x-www-form-urlencoded":
+        raise HTTPException(status_code=415, detail="sign in with the form: Content-Type application/x-www-form-urlencoded")
+    form = await request.form()
+    target = _safe_next(form.get("next"))
+    tokens = svc.settings.api_tokens
+    if not tokens:
+        return Redirect(target, status_code=303)
+    if not token_matches(str(form.get("token") or ""), tokens):
+        return _html(
+            "signin.html",
+            status_code=401,
+            page="signin",
+            next=target,
+            error="That token is not one this service accepts.",
+            tokens=True,
+        )
+    response = Redirect(target, status_code=303)
+    response.set_cookie(
+        SESSION_COOKIE,
+        session_value(str(form.get("token")).strip()),
+        max_age=SESSION_SECONDS,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@post("/signout", include_in_schema=False, status_code=303, opt={OWN_CONTENT_TYPES_OPT: True})
+async def signout() -> Response:
+    response = Redirect(f"{CONSOLE_PATH}/signin", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+# -- live, and the files --------------------------------------------------------------------------
+
+
+@get("/stream", include_in_schema=False)
+async def stream(svc: Service, request: Request) -> Response:
+    """The ids of jobs that changed, at most 4 times a second (Server-Sent Events, `changed`)."""
+    if not _signed_in(svc, request):
+        raise HTTPException(status_code=401, detail="sign in first (or send Authorization: Bearer <token>)")
+
+    async def messages() -> AsyncIterator[ServerSentEventMessage]:
+        yield ServerSentEventMessage(event="hello", data="{}", retry_duration=2000)
+        async for ids in changes(svc.bus, stopping=lambda: svc.stopping):
+            if ids is None:
+                yield ServerSentEventMessage(comment="keep-alive", data=None)
+            else:
+                yield ServerSentEventMessage(event="changed", data=json.dumps({"jobs": ids}))
+
+    return ServerSentEvent(messages())
+
+
+@get("/static/{name:str}", include_in_schema=False, sync_to_thread=False)
+def static(name: str) -> Response[bytes]:
+    if name not in STATIC:
+        raise NotFoundException(f"no console file {name!r}")
+    body = (importlib.resources.files("h3core.service.console") / "static" / name).read_bytes()
+    return Response(body, media_type=STATIC[name], headers={"Cache-Control": "no-cache"})
+
+
+def console_router() -> Router:
+    """/console. Its pages check the session themselves: a page sends one to sign in rather than
+    answering 401."""
+    return Router(
+        path=CONSOLE_PATH,
+        route_handlers=[queue_page, job_page, submit_page, box_page, signin_page, signin, signout, stream, static],
+    )

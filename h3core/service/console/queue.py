@@ -1,0 +1,236 @@
+"""The console's queue: which jobs a filter picks, a page of them by the store's list cursors, and
+what a row shows (progress, elapsed, an ETA from the steps measured so far). Pure but for the
+store reads in `page`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal, Protocol
+
+from h3core.domain.state import JobState
+from h3core.domain.story import dur
+
+__all__ = [
+    "ENDED",
+    "SINCE",
+    "STATUS_CHOICES",
+    "Filter",
+    "Page",
+    "Row",
+    "page",
+    "row",
+]
+
+ENDED = ("done", "failed", "cancelled")
+# The status filter's choices: one status, or "ended" (done, failed and cancelled together).
+STATUS_CHOICES = ("queued", "running", "done", "failed", "cancelled", "ended")
+SINCE = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
+SCAN_BATCH = 200
+# Rows one page request reads at most while looking for matches of a narrow filter: the page then
+# ends early with a cursor to go on from, so that no filter makes one request read the whole store.
+SCAN_BUDGET = 5000
+
+
+class JobLister(Protocol):
+    def list_jobs(
+        self, *, status=None, limit: int = 50, before: int | None = None, after: int | None = None, oldest_first: bool = False
+    ) -> list[tuple[int, JobState]]: ...
+
+
+@dataclass(frozen=True)
+class Filter:
+    """What the queue page's filter form asks for; every field optional."""
+
+    status: str | None = None  # one of STATUS_CHOICES
+    mode: str | None = None
+    text: str = ""  # in the prompt, or the start of the job id
+    since: str | None = None  # a key of SINCE: created within that long
+
+    @classmethod
+    def of(cls, status: str | None, mode: str | None, text: str | None, since: str | None) -> Filter:
+        """From the form's query parameters; unknown choices are ignored rather than refused (a
+        page link from an older console must still open)."""
+        return cls(
+            status=status if status in STATUS_CHOICES else None,
+            mode=mode if mode in ("t2va", "fl2va", "ref2va") else None,
+            text=(text or "").strip()[:200],
+            since=since if since in SINCE else None,
+        )
+
+    @property
+    def store_status(self) -> str | None:
+        """The status the store can select on (its index), when the filter names exactly one."""
+        return self.status if self.status in ("queued", "running", "done", "failed", "cancelled") else None
+
+    @property
+    def needs_scan(self) -> bool:
+        """Whether rows must be read and judged here: the store selects on one status only."""
+        return bool(self.mode or self.text or self.since or (self.status and not self.store_status))
+
+    def statuses(self) -> tuple[str, ...] | None:
+        if self.status == "ended":
+            return ENDED
+        if self.status == "queued":
+            return ("submitted", "queued")
+        return (self.status,) if self.status else None
+
+    def matches(self, state: JobState, now: datetime) -> bool:
+        wanted = self.statuses()
+        if wanted is not None and state.status not in wanted:
+            return False
+        if self.mode is not None and state.request.mode != self.mode:
+            return False
+        if self.text:
+            needle = self.text.lower()
+            if not state.job_id.lower().startswith(needle) and needle not in state.request.prompt.lower():
+                return False
+        return self.since is None or state.created_at >= now - SINCE[self.since]
+
+    def too_old(self, state: JobState, now: datetime) -> bool:
+        """Past the `since` window; the list is in submission order, so every later row is too."""
+        return self.since is not None and state.created_at < now - SINCE[self.since]
+
+    def query(self) -> dict[str, str]:
+        """The filter as query parameters (for the pager's links)."""
+        out = {"status": self.status, "mode": self.mode, "q": self.text, "since": self.since}
+        return {k: v for k, v in out.items() if v}
+
+
+@dataclass
+class Page:
+    """A page of matching jobs, newest first, and cursors to the newer (`after`) and older (`before`) ones."""
+
+    jobs: list[JobState] = field(default_factory=list)
+    newer: int | None = None
+    older: int | None = None
+    scanned: int = 0
+    cut_short: bool = False  # the scan budget ran out before the page was full
+
+
+def page(
+    store: JobLister,
+    wanted: Filter,
+    now: datetime,
+    *,
+    limit: int = 50,
+    before: int | None = None,
+    after: int | None = None,
+    budget: int = SCAN_BUDGET,
+) -> Page:
+    """Up to `limit` jobs matching `wanted`, newest first: older than cursor `before`, or newer than
+    cursor `after` (the store's `queue_order`); at most `budget` rows read."""
+    backwards = after is not None and before is None
+    # A filter the store's index answers alone reads one row past the page; others read batches.
+    size = SCAN_BATCH if wanted.needs_scan else limit + 1
+    found: list[tuple[int, JobState]] = []
+    cursor = after if backwards else before
+    scanned, cut_short = 0, False
+    while True:
+        if scanned >= budget:
+            cut_short = True
+            break
+        where = {"after": cursor, "oldest_first": True} if backwards else {"before": cursor}
+        asked = min(size, budget - scanned)
+        batch = store.list_jobs(status=wanted.store_status, limit=asked, **where)
+        scanned += len(batch)
+        past_window = False
+        for order, state in batch:
+            if not backwards and wanted.too_old(state, now):
+                past_window = True
+                break
+            cursor = order
+            if wanted.matches(state, now):
+                found.append((order, state))
+                if len(found) > limit:
+                    break
+        if past_window or len(found) > limit or len(batch) < asked:
+            break
+    more = len(found) > limit or cut_short
+    found = found[:limit]
+    if backwards:
+        found.reverse()
+    result = Page(jobs=[s for _, s in found], scanned=scanned, cut_short=cut_short)
+    newest, oldest = (found[0][0], found[-1][0]) if found else (cursor, cursor)
+    if backwards:
+        result.newer = newest if more else None
+        result.older = oldest if found else after
+    else:
+        result.newer = newest if before is not None and found else before
+        result.older = oldest if more and found else (cursor if cut_short else None)
+    return result
+
+
+Phase = Literal["queued", "running", "done", "failed", "cancelled"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One job as a queue row shows it."""
+
+    id: str
+    status: Phase
+    mode: str
+    size: str
+    frames: int
+    prompt: str
+    created: datetime
+    step: int | None
+    total: int
+    percent: int
+    elapsed: str
+    eta: str | None  # None: nothing measured yet to base one on
+    error_kind: str | None
+    cancel_requested: bool
+    attempt: int
+
+    @property
+    def cancellable(self) -> bool:
+        return self.status in ("queued", "running") and not self.cancel_requested
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED
+
+
+def eta_seconds(state: JobState) -> float | None:
+    """Seconds left at the pace measured so far in this attempt: the time from its start to its last
+    reported step, per step, times the steps left. None before the first step (no pace yet)."""
+    if state.status != "running" or not state.step or state.attempt_started_at is None or state.total is None:
+        return None
+    spent = (state.updated_at - state.attempt_started_at).total_seconds()
+    if spent <= 0:
+        return None
+    return spent / state.step * max(state.total - state.step, 0)
+
+
+def row(state: JobState, now: datetime) -> Row:
+    status: Phase = "queued" if state.status == "submitted" else state.status  # type: ignore[assignment]
+    total = state.total or state.request.steps
+    step = state.step if status == "running" else (total if status == "done" else state.step)
+    start = state.started_at
+    elapsed = ((state.finished_at or now) - start).total_seconds() if start else (now - state.created_at).total_seconds()
+    eta = eta_seconds(state)
+    r = state.request
+    return Row(
+        id=state.job_id,
+        status=status,
+        mode=r.mode,
+        size=f"{r.width}x{r.height}",
+        frames=r.frames,
+        prompt=r.prompt,
+        created=state.created_at,
+        step=step,
+        total=total,
+        percent=int(100 * (step or 0) / total) if total else 0,
+        elapsed=dur(max(elapsed, 0.0)),
+        eta=dur(eta) if eta is not None else None,
+        error_kind=state.error.kind if state.error else None,
+        cancel_requested=state.cancel_requested,
+        attempt=state.attempt,
+    )
+
+
+def rows(states: Iterable[JobState], now: datetime) -> list[Row]:
+    return [row(s, now) for s in states]

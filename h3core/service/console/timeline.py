@@ -1,0 +1,135 @@
+"""A job's life as bars on one time axis, drawn from its log: the waits in the queue, each attempt
+with its progress, kernel and device group, how it ended, and the marks between (resumed after a
+restart, cancel asked, recovered). Pure: the events in, positions in percent out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from h3core.domain.events import AttemptFailed, Cancelled, CancelRequested, Done, Event, Failed, Recovered, Running
+from h3core.domain.story import dur, fields, tries, ts
+
+__all__ = ["Bar", "EventRow", "Mark", "Timeline", "event_rows", "timeline"]
+
+# What a Running event's `info` may say about where the attempt ran, by the executors' keys.
+KERNEL_KEYS = ("kernel", "attention")
+GROUP_KEYS = ("group", "groups", "device_group", "device")
+
+
+@dataclass(frozen=True)
+class Bar:
+    kind: str  # "queue" or "attempt"
+    label: str
+    left: float  # percent of the axis
+    width: float
+    outcome: str  # queue: "waited" / "waiting"; attempt: "running", "done", "retried", "failed", "cancelled"
+    detail: str = ""  # the failure's kind and message, where it failed
+    percent: int | None = None  # an attempt's progress
+    kernel: str | None = None
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class Mark:
+    label: str
+    at: float  # percent of the axis
+    when: str
+
+
+@dataclass
+class Timeline:
+    start: str
+    span: str
+    bars: list[Bar] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """A line of the event table: what `h3core replay` prints for the event."""
+
+    seq: int
+    at: str
+    delta: str
+    type: str
+    fields: str
+
+
+def event_rows(events: Sequence[Event]) -> list[EventRow]:
+    out, previous = [], None
+    for e in events:
+        delta = "" if previous is None else "+" + dur((e.at - previous.at).total_seconds())
+        out.append(EventRow(e.seq, ts(e.at), delta, e.type, fields(e)))
+        previous = e
+    return out
+
+
+def _first(info: dict[str, str], keys: Sequence[str]) -> str | None:
+    return next((info[k] for k in keys if info.get(k)), None)
+
+
+def timeline(events: Sequence[Event], now: datetime) -> Timeline:
+    if not events:
+        return Timeline(start="", span="")
+    t0 = events[0].at
+    terminal = events[-1].terminal
+    end = events[-1].at if terminal else max(now, events[-1].at)
+    span = max((end - t0).total_seconds(), 1e-3)
+
+    def pos(at: datetime) -> float:
+        return round(100 * min(max((at - t0).total_seconds(), 0.0), span) / span, 2)
+
+    def bar(kind: str, label: str, a: datetime, b: datetime, outcome: str, **kw) -> Bar:
+        return Bar(kind, label, pos(a), max(round(pos(b) - pos(a), 2), 0.4), outcome, **kw)
+
+    infos = {e.body.attempt: e.body.info for e in events if isinstance(e.body, Running)}
+    line = Timeline(start=ts(t0), span=dur(span))
+    waiting_since: datetime | None = t0
+    for t in tries(events):
+        if waiting_since is not None:
+            line.bars.append(
+                bar("queue", f"queued {dur((t.started - waiting_since).total_seconds())}", waiting_since, t.started, "waited")
+            )
+        info = infos.get(t.number, {})
+        o = t.outcome
+        outcome = {AttemptFailed: "retried", Failed: "failed", Done: "done", Cancelled: "cancelled"}.get(type(o), "running")
+        detail = f"{o.kind}: {o.message}" if isinstance(o, AttemptFailed | Failed) else ""
+        stop = t.ended or end
+        step = f" step {t.step}/{t.total}" if t.step is not None else ""
+        line.bars.append(
+            bar(
+                "attempt",
+                f"attempt {t.number} on {t.executor} {outcome} after {dur((stop - t.started).total_seconds())}{step}",
+                t.started,
+                stop,
+                outcome,
+                detail=detail,
+                percent=int(100 * (t.step or 0) / t.total) if t.total else (100 if outcome == "done" else 0),
+                kernel=_first(info, KERNEL_KEYS),
+                group=_first(info, GROUP_KEYS),
+            )
+        )
+        waiting_since = t.ended if isinstance(o, AttemptFailed) else None
+    if waiting_since is not None:  # queued still, or ended while queued
+        last = events[-1]
+        stop = last.at if terminal else end
+        failed = last.body if isinstance(last.body, Failed) else None  # failed while queued (not_started, ...)
+        outcome = "failed" if failed else ("waited" if terminal else "waiting")
+        detail = f"{failed.kind}: {failed.message}" if failed else ""
+        label = f"queued {dur((stop - waiting_since).total_seconds())}"
+        line.bars.append(bar("queue", label, waiting_since, stop, outcome, detail=detail))
+    for e in events:
+        b = e.body
+        label = {"resumed": "resumed", "detached": "detached", "cancel_requested": "cancel asked", "recovered": "recovered"}.get(
+            e.type
+        )
+        if label is None:
+            continue
+        if isinstance(b, Recovered):
+            label = f"recovered attempt {b.attempt}'s committed video"
+        elif isinstance(b, CancelRequested) and b.reason:
+            label = f"cancel asked: {b.reason}"
+        line.marks.append(Mark(label, pos(e.at), ts(e.at)))
+    return line

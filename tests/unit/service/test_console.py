@@ -1,0 +1,214 @@
+"""The console's pure parts (queue pages and filters, ETAs, the timeline, the debounced change
+feed, session cookies) and its pages in process: sign-in, the cookie on /v1, cross-site refusals."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+
+from h3core.domain.events import Admitted, AttemptFailed, Event, Failed, Progress, Resumed, Running
+from h3core.domain.state import extend
+from h3core.domain.story import fields
+from h3core.runtime.bus import EventBus
+from h3core.service.auth import SESSION_COOKIE, session_matches, session_value
+from h3core.service.console.live import changes
+from h3core.service.console.queue import Filter, eta_seconds, page
+from h3core.service.console.timeline import event_rows, timeline
+from tests.factories import done_log, submitted
+from tests.unit.service.conftest import QUICK
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+TOKEN = "token-number-one-0123"
+
+
+def _fill(store, n: int, prompt=lambda i: f"fox {i}") -> list[str]:
+    ids = []
+    for i in range(n):
+        job_id = f"job{i:04d}"
+        store.append(job_id, [submitted(prompt=prompt(i)), Admitted()])
+        ids.append(job_id)
+    return ids
+
+
+def _walk(store, wanted: Filter, *, limit: int, budget: int = 5000) -> list[str]:
+    """Every job the pages show, following `older` from the first page."""
+    seen, before = [], None
+    for _ in range(100):
+        p = page(store, wanted, datetime.now(UTC), limit=limit, before=before, budget=budget)
+        seen += [s.job_id for s in p.jobs]
+        if p.older is None:
+            return seen
+        before = p.older
+    raise AssertionError("the pages never ended")
+
+
+def test_the_pages_show_every_job_once_newest_first(store):
+    ids = _fill(store, 23)
+    assert _walk(store, Filter(), limit=5) == ids[::-1]
+
+
+def test_newer_goes_back_to_the_page_before(store):
+    _fill(store, 12)
+    now = datetime.now(UTC)
+    first = page(store, Filter(), now, limit=5)
+    second = page(store, Filter(), now, limit=5, before=first.older)
+    assert first.newer is None and second.newer is not None
+    back = page(store, Filter(), now, limit=5, after=second.newer)
+    assert [s.job_id for s in back.jobs] == [s.job_id for s in first.jobs]
+    assert back.newer is None
+
+
+def test_a_narrow_filter_stops_at_its_budget_and_goes_on_from_there(store):
+    ids = _fill(store, 60, prompt=lambda i: "a rare owl" if i % 20 == 0 else f"fox {i}")
+    first = page(store, Filter(text="owl"), datetime.now(UTC), limit=5, budget=10)
+    assert first.cut_short and first.older is not None
+    assert _walk(store, Filter(text="OWL"), limit=5, budget=10) == [ids[40], ids[20], ids[0]]
+
+
+def test_filters_by_status_mode_and_id_prefix(store):
+    _fill(store, 3)
+    store.append("job0001", [Running(attempt=1, executor="fake")])
+    now = datetime.now(UTC)
+    assert [s.job_id for s in page(store, Filter(status="running"), now).jobs] == ["job0001"]
+    assert [s.job_id for s in page(store, Filter(status="queued"), now).jobs] == ["job0002", "job0000"]
+    assert page(store, Filter(mode="fl2va"), now).jobs == []
+    assert [s.job_id for s in page(store, Filter(text="job0002"), now).jobs] == ["job0002"]
+    assert Filter.of("nonsense", "x", None, "2y") == Filter()
+
+
+def test_the_eta_is_the_measured_pace_times_the_steps_left():
+    state, _ = extend(None, "j", [submitted(steps=10), Admitted(), Running(attempt=1, executor="fake")], T0)
+    assert eta_seconds(state) is None  # no step yet: no pace to tell
+    state, _ = extend(state, "j", [Progress(step=2, total=10)], T0 + timedelta(seconds=4))
+    assert eta_seconds(state) == pytest.approx(16.0)
+
+
+def _log(bodies, gaps) -> list[Event]:
+    out, at = [], T0
+    for seq, (body, gap) in enumerate(zip(bodies, gaps, strict=True), 1):
+        at += timedelta(seconds=gap)
+        out.append(Event(job_id="j", seq=seq, at=at, body=body))
+    return out
+
+
+def test_the_timeline_draws_the_waits_each_attempt_and_its_failure():
+    events = _log(
+        [
+            submitted(),
+            Admitted(),
+            Running(attempt=1, executor="fake", info={"kernel": "sage-fp16", "groups": "2+2"}),
+            Progress(step=1, total=4),
+            AttemptFailed(attempt=1, kind="executor_lost", message="the worker went away"),
+            Running(attempt=2, executor="fake", executor_ref="p-2"),
+            Resumed(attempt=2, executor_ref="p-2", after_s=3.0),
+            Progress(step=2, total=4),
+            Failed(kind="oom", message="out of memory at step 3"),
+        ],
+        [0, 0, 2, 1, 1, 4, 1, 1, 1],
+    )
+    line = timeline(events, T0 + timedelta(days=1))
+    assert [(b.kind, b.outcome) for b in line.bars] == [
+        ("queue", "waited"),
+        ("attempt", "retried"),
+        ("queue", "waited"),
+        ("attempt", "failed"),
+    ]
+    first, last = line.bars[1], line.bars[3]
+    assert (first.kernel, first.group, first.detail) == ("sage-fp16", "2+2", "executor_lost: the worker went away")
+    assert last.detail == "oom: out of memory at step 3" and last.percent == 50
+    assert last.left + last.width == pytest.approx(100, abs=0.01)  # the axis ends where the log does
+    assert [m.label for m in line.marks] == ["resumed"]
+
+
+def test_a_job_failed_while_queued_shows_its_reason_on_the_wait():
+    events = _log([submitted(), Admitted(), Failed(kind="not_started", message="no slot")], [0, 0, 5])
+    (bar,) = timeline(events, T0).bars
+    assert (bar.kind, bar.outcome, bar.detail) == ("queue", "failed", "not_started: no slot")
+
+
+def test_the_event_table_says_what_replay_prints():
+    events = _log(done_log(), [0, 1, 1, 1, 1, 1, 1])
+    rows = event_rows(events)
+    assert [r.fields for r in rows] == [fields(e) for e in events]
+    assert rows[1].delta == "+1.00s" and rows[0].delta == ""
+
+
+@pytest.mark.anyio
+async def test_changes_come_at_most_once_per_interval_however_many_events():
+    bus, seen, times = EventBus(buffer=100_000), [], []
+    clock = anyio.current_time
+
+    async def publish() -> None:
+        for i in range(40):
+            bus.publish([Event(job_id=f"j{n}", seq=i + 1, at=T0, body=Progress(step=i, total=40)) for n in range(200)])
+            await anyio.sleep(0.01)
+
+    async with anyio.create_task_group() as tg:
+
+        async def read() -> None:
+            async for ids in changes(bus, interval_s=0.1, keepalive_s=5, clock=clock):
+                assert ids is not None
+                times.append(clock())
+                seen.extend(ids)
+                if len(times) >= 3:
+                    tg.cancel_scope.cancel()
+
+        tg.start_soon(read)
+        await anyio.sleep(0)
+        tg.start_soon(publish)
+    assert all(b - a >= 0.1 for a, b in zip(times, times[1:], strict=False)), times
+    assert {f"j{n}" for n in range(200)} <= set(seen)
+
+
+def test_a_session_cookie_holds_no_token_and_expires():
+    value = session_value("s3cret", now=1000)
+    assert "s3cret" not in value
+    assert session_matches(value, ["other", "s3cret"], now=1001)
+    assert not session_matches(value, ["other"], now=1001)
+    assert not session_matches(value, ["s3cret"], now=1000 + 13 * 3600)
+    assert not session_matches("123.abc", ["s3cret"], now=0) and not session_matches("", ["s3cret"], now=0)
+
+
+# -- the pages, in process ---------------------------------------------------------------------
+
+
+def test_without_tokens_every_page_answers(make_client):
+    with make_client() as client:
+        job = client.post("/v1/jobs", json=QUICK).json()["id"]
+        for path in ("/console", "/console/submit", "/console/box", f"/console/jobs/{job}", "/console?status=ended&q=fox"):
+            r = client.get(path)
+            assert r.status_code == 200, (path, r.text)
+            assert "default-src 'self'" in r.headers["content-security-policy"]
+        assert client.get("/console/jobs/nope").status_code == 404
+        assert client.get("/console/static/console.js").headers["content-type"].startswith("text/javascript")
+        assert client.get("/console/static/../app.py").status_code == 404
+
+
+def test_signing_in_sets_a_strict_cookie_that_the_api_accepts(make_client):
+    with make_client(api_tokens=[TOKEN]) as client:
+        r = client.get("/console/box", follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/console/signin?next=%2Fconsole%2Fbox"
+        assert client.get("/v1/jobs").status_code == 401
+        bad = client.post("/console/signin", data={"token": "nope", "next": "/console/box"}, follow_redirects=False)
+        assert bad.status_code == 401 and SESSION_COOKIE not in bad.cookies
+        ok = client.post("/console/signin", data={"token": TOKEN, "next": "https://evil.example/"}, follow_redirects=False)
+        assert ok.status_code == 303 and ok.headers["location"] == "/console"  # never off this site
+        cookie = ok.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie and TOKEN not in cookie
+        assert client.get("/console/box").status_code == 200
+        assert client.get("/v1/jobs").status_code == 200
+        client.post("/console/signout")
+        assert client.get("/v1/jobs").status_code == 401
+
+
+def test_a_form_from_another_site_is_refused(make_client):
+    with make_client(api_tokens=[TOKEN]) as client:
+        client.post("/console/signin", data={"token": TOKEN})
+        other = {"Origin": "https://evil.example"}
+        assert client.post("/console/signin", data={"token": TOKEN}, headers=other).status_code == 403
+        assert client.post("/v1/jobs", data={"prompt": "x"}, headers=other).status_code == 403
+        # Same site, but a form: the API takes JSON only (a cookie does not make a form a request).
+        assert client.post("/v1/jobs", data={"prompt": "x"}).status_code == 415
+        assert client.get("/v1/jobs").json()["items"] == []
