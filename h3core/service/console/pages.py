@@ -30,7 +30,7 @@ from h3core.service.routes.ops import readiness
 from h3core.service.submission import in_thread, job_state
 from h3core.service.views import ceilings_view
 
-__all__ = ["CONSOLE_PATH", "console_router"]
+__all__ = ["CONSOLE_PATH", "console_router", "render_queue"]
 
 CONSOLE_PATH = "/console"
 PAGE_SIZE = 50
@@ -141,12 +141,14 @@ async def queue_page(
     if not _signed_in(svc, request):
         return _to_signin(request)
     wanted = Filter.of(status, mode, q, since)
+    return await in_thread(render_queue, svc, wanted, before, after, fragment)
 
-    def render() -> Response:
-        context = _queue_context(svc, wanted, before, after)
-        return _html("queue_body.html" if fragment else "queue.html", page="queue", **_common(svc), **context)
 
-    return await in_thread(render)
+def render_queue(svc: Service, wanted: Filter, before: int | None, after: int | None, fragment: bool) -> Response[str]:
+    """The queue page (or, with `fragment`, the part live updates replace): its reads and its
+    rendering, on the calling thread (bench/bench_console.py times this)."""
+    context = _queue_context(svc, wanted, before, after)
+    return _html("queue_body.html" if fragment else "queue.html", page="queue", **_common(svc), **context)
 
 
 # -- a job ----------------------------------------------------------------------------------------

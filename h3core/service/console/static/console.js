@@ -114,15 +114,19 @@ function queuePage() {
       const r = await retryJob(button.dataset.job);
       say(note(), r.error || `retried as ${r.id}`, !!r.error);
       refresh();
-    } else if (button.id === "cancel-selected" || button.id === "retry-selected") {
+    }
+  });
+  // The selection's buttons sit outside the part of the page that live updates replace.
+  for (const id of ["cancel-selected", "retry-selected"]) {
+    document.getElementById(id).addEventListener("click", async () => {
       const ids = picked();
-      const cancel = button.id === "cancel-selected";
-      const results = await Promise.all(ids.map((id) => cancel ? cancelJob(id) : retryJob(id).then((r) => r.error || null)));
+      const cancel = id === "cancel-selected";
+      const results = await Promise.all(ids.map((job) => cancel ? cancelJob(job) : retryJob(job).then((r) => r.error || null)));
       const failed = results.filter(Boolean);
       say(note(), failed.length ? failed.join("; ") : `${cancel ? "cancel asked for" : "retried"} ${ids.length} job(s)`, failed.length > 0);
       refresh();
-    }
-  });
+    });
+  }
   follow(`${BASE}/stream`, ["changed"], refresh);
 }
 

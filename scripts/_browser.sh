@@ -1,0 +1,25 @@
+# Sourced by scripts/test: a Chromium for the console's browser tests (tests/integration/console),
+# Debian's chromium-headless-shell, installed with apt when missing (CI runs as root). Playwright
+# drives it through its executable path; `playwright install` (a browser download) is never used.
+browser_found() {
+    for candidate in "${H3_CHROMIUM:-}" /usr/bin/chromium-headless-shell /usr/lib/chromium/chromium-headless-shell /usr/bin/chromium; do
+        if [ -n "$candidate" ] && [ -x "$candidate" ]; then
+            return 0
+        fi
+    done
+    return 1
+}
+if ! browser_found; then
+    if command -v apt-get >/dev/null 2>&1; then
+        as_root=()
+        if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then
+            as_root=(sudo)
+        fi
+        echo "installing chromium-headless-shell for the console's browser tests" >&2
+        "${as_root[@]}" apt-get install -y chromium-headless-shell \
+            || { "${as_root[@]}" apt-get update && "${as_root[@]}" apt-get install -y chromium-headless-shell; } \
+            || echo "could not install chromium-headless-shell: the browser tests skip here, and fail under CI" >&2
+    else
+        echo "no apt-get: install Chromium and set H3_CHROMIUM; the browser tests skip here, and fail under CI" >&2
+    fi
+fi

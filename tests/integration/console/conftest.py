@@ -1,0 +1,81 @@
+"""The console in a real browser: Debian's chromium-headless-shell driven by Playwright (never
+`playwright install`: no browser is downloaded), against `h3core serve` in a subprocess.
+
+The browser is found at H3_CHROMIUM, else where the Debian packages put it; `./scripts/test`
+installs `chromium-headless-shell` when it is missing. Without one the tests skip on a developer's
+machine, and fail in CI (`CI` set), where a skipped browser test would hide a missing browser."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.service.conftest import Server, Servers
+
+CANDIDATES = (
+    "/usr/bin/chromium-headless-shell",
+    "/usr/lib/chromium/chromium-headless-shell",
+    "/usr/bin/chromium",
+)
+SCREENSHOTS_ENV = "H3_CONSOLE_SCREENSHOTS"  # a folder to write the screenshots to as well (scripts/console-screenshots)
+PROFILE = "4x2080ti-sage-fp16"  # the deployment's ceilings, applied to the fake executor
+
+
+def chromium() -> str | None:
+    given = os.environ.get("H3_CHROMIUM")
+    if given:
+        return given
+    return next((p for p in CANDIDATES if Path(p).is_file()), None) or shutil.which("chromium-headless-shell")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the test extra)")
+    path = chromium()
+    if path is None:
+        why = "no Chromium: apt-get install chromium-headless-shell (./scripts/test does), or set H3_CHROMIUM"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=path, args=["--autoplay-policy=no-user-gesture-required"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def console_server(tmp_path_factory, name: str, env: dict[str, str] | None = None) -> Iterator[Server]:
+    s = Servers(tmp_path_factory.mktemp(name))
+    server = s.start({"H3_CAPACITY_PROFILE": PROFILE, "H3_SLOTS": "4", **(env or {})})
+    try:
+        yield server
+        server.stop()
+    finally:
+        s.kill_all()
+
+
+class Screens:
+    """Screenshots of each screen: under the test's temporary folder, and in H3_CONSOLE_SCREENSHOTS when set."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        extra = os.environ.get(SCREENSHOTS_ENV)
+        self.extra = Path(extra) if extra else None
+
+    def take(self, page, name: str) -> Path:
+        path = self.folder / f"{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        if self.extra is not None:
+            self.extra.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, self.extra / path.name)
+        return path
+
+
+@pytest.fixture(scope="module")
+def screens(tmp_path_factory) -> Screens:
+    return Screens(tmp_path_factory.mktemp("screens"))
