@@ -276,7 +276,7 @@ async def stream(svc: Service, request: Request) -> Response:
         raise HTTPException(status_code=401, detail="sign in first (or send Authorization: Bearer <token>)")
 
     async def messages() -> AsyncIterator[ServerSentEventMessage]:
-        yield ServerSentEventMessage(event="hello", data="{}", retry_duration=2000)
+        yield ServerSentEventMessage(event="hello", data="{}", retry=2000)
         async for ids in changes(svc.bus, stopping=lambda: svc.stopping):
             if ids is None:
                 yield ServerSentEventMessage(comment="keep-alive", data=None)

@@ -122,8 +122,9 @@ def page(
     """Up to `limit` jobs matching `wanted`, newest first: older than cursor `before`, or newer than
     cursor `after` (the store's `queue_order`); at most `budget` rows read."""
     backwards = after is not None and before is None
-    # A filter the store's index answers alone reads one row past the page; others read batches.
-    size = SCAN_BATCH if wanted.needs_scan else limit + 1
+    # A filter the store's index answers alone reads one row past the page; others read batches
+    # from that size up, doubling: most pages fill from the first (every row is read and parsed).
+    size = limit + 1
     found: list[tuple[int, JobState]] = []
     cursor = after if backwards else before
     scanned, cut_short = 0, False
@@ -147,6 +148,7 @@ def page(
                     break
         if past_window or len(found) > limit or len(batch) < asked:
             break
+        size = min(size * 2, SCAN_BATCH) if wanted.needs_scan else size
     more = len(found) > limit or cut_short
     found = found[:limit]
     if backwards:

@@ -84,6 +84,10 @@ def test_cancel_a_running_job_from_the_queue(page, api, screens):
         page.goto("/console")
         row = page.locator(f"tr[data-job='{job_id}']")
         row.locator("progress").wait_for(timeout=WAIT_MS)
+        # Live: the bar moves on its own (the page follows /console/stream; the test reloads nothing).
+        first = int(row.locator("progress").get_attribute("value"))
+        poll(lambda: int(row.locator("progress").get_attribute("value")) > first, 30, "the progress bar to move on")
+        assert page.locator("#live").inner_text() == "live"
         screens.take(page, "queue")
         row.get_by_role("button", name="Cancel").click()
         # Live: the row moves to the ended list as cancelled, the page not reloaded by the test.
