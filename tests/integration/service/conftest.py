@@ -70,7 +70,7 @@ class Server:
 
     # -- process --------------------------------------------------------------------------
 
-    def start(self, timeout: float = 20) -> Server:
+    def start(self, timeout: float = 90) -> Server:
         """Start and wait for /healthz; retries with another port if this one was taken meanwhile."""
         for _ in range(3):
             self.launch()
@@ -252,7 +252,7 @@ def wait_job(
     client: httpx.Client,
     job_id: str,
     until: Callable[[dict], bool] | tuple[str, ...] = TERMINAL,
-    timeout: float = 20,
+    timeout: float = 60,
     what: str | None = None,
 ) -> dict:
     """Poll GET /v1/jobs/{id} until `until` (a predicate, or a tuple of statuses) holds."""

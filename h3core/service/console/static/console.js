@@ -65,11 +65,15 @@ function showLive(on) {
   if (el) { el.hidden = false; el.textContent = on ? "live" : "reconnecting…"; el.classList.toggle("off", !on); }
 }
 
-async function swap(container, url) {
+// `keep` runs just before the swap and returns what to restore after it: state read any earlier
+// (before the fetch) would lose a box ticked while the fragment was on its way.
+async function swap(container, url, keep = () => () => {}) {
   const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } });
   if (!response.ok) return false;
   const html = await response.text();
+  const restore = keep();
   container.innerHTML = html;
+  restore();
   container.dispatchEvent(new CustomEvent("swapped", { bubbles: true }));
   return true;
 }
@@ -90,14 +94,20 @@ function queuePage() {
     document.getElementById("cancel-selected").disabled = n === 0;
     document.getElementById("retry-selected").disabled = n === 0;
   };
-  const refresh = throttle(async () => {
+  const keepPicks = () => {
     const keep = new Set(picked());
-    const focused = document.activeElement && body.contains(document.activeElement) ? document.activeElement.id : null;
-    if (await swap(body, fragmentUrl(BASE))) {
+    // The focused control, found again in the new rows by its job (a box) or its id.
+    const active = document.activeElement && body.contains(document.activeElement) ? document.activeElement : null;
+    const again = active?.matches("input.pick") ? `input.pick[value="${active.value}"]`
+      : active?.matches("button[data-job]") ? `button.${active.classList[0]}[data-job="${active.dataset.job}"]`
+      : active?.id ? `#${CSS.escape(active.id)}` : null;
+    return () => {
       body.querySelectorAll("input.pick").forEach((i) => { i.checked = keep.has(i.value); });
-      if (focused) document.getElementById(focused)?.focus();
-      syncBulk();
-    }
+      if (again) body.querySelector(again)?.focus();
+    };
+  };
+  const refresh = throttle(async () => {
+    if (await swap(body, fragmentUrl(BASE), keepPicks)) syncBulk();
     body.dataset.updates = String(Number(body.dataset.updates || 0) + 1);
   });
   body.addEventListener("change", (e) => { if (e.target.matches("input.pick")) syncBulk(); });
