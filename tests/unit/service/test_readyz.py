@@ -15,7 +15,7 @@ import pytest
 from h3core.runtime.settings import Settings
 from h3core.service.context import Service, build_service
 from h3core.service.readiness import Recent
-from h3core.service.routes.ops import _readiness
+from h3core.service.routes.ops import readiness
 from tests.factories import request
 from tests.waiting import until
 
@@ -100,7 +100,7 @@ async def test_readyz_answers_while_writers_hold_the_store_and_says_it_is_writab
         try:
             held.wait()
             with anyio.fail_after(30):  # the old path waited here until `release`
-                answer = await _readiness(svc)
+                answer = await readiness(svc)
         finally:
             release.set()
             thread.join()
@@ -110,10 +110,10 @@ async def test_readyz_answers_while_writers_hold_the_store_and_says_it_is_writab
 
 async def test_a_stopped_runner_is_not_ready_at_once_whatever_the_cache_and_0_looks_every_time(tmp_path):
     async with serving(tmp_path, ready_cache=60) as svc:
-        assert (await _readiness(svc)).status_code == 200
+        assert (await readiness(svc)).status_code == 200
         svc.begin_shutdown()
         await until(lambda: not svc.runner.accepting, what="the runner to stop")
-        answer = await _readiness(svc)  # the store's answer is still fresh: the runner's is not cached
+        answer = await readiness(svc)  # the store's answer is still fresh: the runner's is not cached
         assert answer.status_code == 503 and answer.content.runner == "not accepting", answer.content
 
     async with serving(tmp_path, ready_cache=0) as svc:
@@ -121,12 +121,12 @@ async def test_a_stopped_runner_is_not_ready_at_once_whatever_the_cache_and_0_lo
         real = svc.store.ping
         svc.store.ping = lambda: pings.append(1) or real()  # type: ignore[method-assign]
         for _ in range(3):
-            assert (await _readiness(svc)).status_code == 200
+            assert (await readiness(svc)).status_code == 200
         assert len(pings) == 3, "ready_cache 0: the write lock on every request, as before"
 
         def broken() -> None:
             raise sqlite3.OperationalError("disk I/O error")
 
         svc.store.ping = broken  # type: ignore[method-assign]
-        answer = await _readiness(svc)
+        answer = await readiness(svc)
         assert answer.status_code == 503 and answer.content.store == "not writable: disk I/O error"
