@@ -48,7 +48,10 @@ class _Deadline:
     _phase: Phase = None
     _due: float = 0.0
     _cap: float | None = None
+    # One timer per connection, moved only earlier: a request's phases move the deadline later
+    # (which the timer finds when it fires and follows), so a request costs no timer of its own.
     _timer: asyncio.TimerHandle | None = None
+    _timer_at: float = 0.0
 
     def _begin(self, phase: Literal["headers", "body"]) -> None:
         now = self.loop.time()
@@ -57,7 +60,8 @@ class _Deadline:
         else:
             self._due, self._cap = now + self.limits.body_s, None
         self._phase = phase
-        self._schedule()
+        if self._timer is None or self._timer_at > self._due:
+            self._schedule()
 
     def _received(self, n: int) -> None:
         if self._phase is not None:
@@ -66,6 +70,9 @@ class _Deadline:
                 self._due = min(self._due, self._cap)
 
     def _end(self) -> None:
+        self._phase = None  # the timer stays: it finds no request being read and stops
+
+    def _stop_timer(self) -> None:
         self._phase = None
         if self._timer is not None:
             self._timer.cancel()
@@ -74,6 +81,7 @@ class _Deadline:
     def _schedule(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        self._timer_at = self._due
         self._timer = self.loop.call_at(self._due, self._check)
 
     def _check(self) -> None:
@@ -96,12 +104,12 @@ class _Deadline:
 
     # Both of uvicorn's protocols: this mixin comes first in their bases, so `super()` is theirs.
     def connection_lost(self, exc: Exception | None) -> None:
-        self._end()
+        self._stop_timer()
         super().connection_lost(exc)  # type: ignore[misc]
 
     def shutdown(self) -> None:
         if self._receiving():  # a client still sending does not hold the server's stop
-            self._end()
+            self._stop_timer()
             self.transport.close()
             return
         super().shutdown()  # type: ignore[misc]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from datetime import datetime
 from typing import Annotated, Literal
@@ -95,6 +96,11 @@ def sides_refusal(sides: tuple[int, ...]) -> str | None:
     )
 
 
+@functools.cache  # per class, once: `model_fields` costs on every look, and every body checks
+def _int_fields(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(name for name, f in model.model_fields.items() if f.annotation is int)
+
+
 class KeyframesInput(Keyframes):
     """fl2va's first and/or last frame, as ids POST /v1/uploads gave."""
 
@@ -142,7 +148,9 @@ class JobCreate(GenerationRequest):
         Strings stay refused: strictness is about types, and "24" is text."""
         if not isinstance(json_object(data, cls), dict):
             return data
-        ints = {name for name, f in cls.model_fields.items() if f.annotation is int}
+        ints = _int_fields(cls)
+        if not any(isinstance(data.get(k), float) for k in ints):
+            return data  # nearly every body: nothing to convert, nothing copied
         return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in data.items()}
 
     @field_validator("width", "height", mode="wrap")

@@ -116,3 +116,19 @@ def test_a_kept_alive_connection_gets_a_new_deadline_per_request(server):
         time.sleep(0.3)  # idle between requests, within uvicorn's keep-alive
     conn.sendall(b"GET / HTTP/1.1\r\n")  # then a request that stops mid-headers
     assert read_all(conn).startswith(b"HTTP/1.1 408 ")
+
+
+def test_requests_on_a_kept_alive_connection_share_one_timer(server, monkeypatch):
+    """A request's phases move its deadline later, which the connection's one timer follows when
+    it fires: no timer is made (and cancelled) per request and phase, a cost every request paid."""
+    from h3core.service import deadlines
+
+    scheduled = []
+    schedule = deadlines._Deadline._schedule
+    monkeypatch.setattr(deadlines._Deadline, "_schedule", lambda self: scheduled.append(1) or schedule(self))
+    conn = socket.create_connection(server)
+    for _ in range(20):
+        conn.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab")
+        assert read_response(conn).startswith(b"HTTP/1.1 200 ")
+    conn.close()
+    assert len(scheduled) <= 2, f"{len(scheduled)} timers for 20 requests on one connection"
