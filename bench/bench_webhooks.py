@@ -30,10 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Timer, console, print_load_at_end, print_machine, show, table  # noqa: E402
 
 from h3core import FakeExecutor, FakePlan, GenerationRequest, JobSpec, LocalArtifactStore, Runner, RunnerConfig, SQLiteEventStore  # noqa: E402
-from h3core.adapters.webhooks import WebhookSender  # noqa: E402
 from h3core.domain.state import TERMINAL  # noqa: E402
-from h3core.domain.webhooks import Allow, WebhookTarget  # noqa: E402
-from h3core.runtime.webhooks import WebhookDispatcher  # noqa: E402
+from h3core.domain.webhooks import WebhookTarget  # noqa: E402
+from h3core.runtime.delivery_process import DeliveryConfig, DeliveryProcess  # noqa: E402
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -83,7 +82,7 @@ async def one_run(workdir: Path, tag: str, jobs: int, url: str | None) -> dict:
     try:
         async with anyio.create_task_group() as tg:
             if url:
-                dispatcher = WebhookDispatcher(store, runner.bus, WebhookSender(SECRET, Allow(["127.0.0.1"])), resync_s=0.05)
+                dispatcher = DeliveryProcess(DeliveryConfig(db=str(db), allow=["127.0.0.1"], resync_s=0.05), [SECRET])
                 await tg.start(dispatcher.run)
             with Timer() as t_run:
                 await tg.start(runner.run)

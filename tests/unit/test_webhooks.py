@@ -18,6 +18,7 @@ from h3core.cli import app
 from h3core.domain.events import Submitted
 from h3core.domain.webhooks import Allow, WebhookTarget
 from h3core.runtime.bus import EventBus
+from h3core.runtime.delivery_process import DeliveryConfig, DeliveryProcess
 from h3core.runtime.webhooks import SUBSCRIPTION, WebhookDispatcher
 from h3core.testing.factories import done_log
 from tests.receiver import Receiver, receiver
@@ -177,4 +178,24 @@ async def test_progress_is_throttled_and_the_latest_wins(tmp_path):
     steps = [p["data"]["event"]["step"] for p in _verified(rec) if p["type"] == "job.progress"]
     assert steps[-1] == 20 and len(steps) < 20 and steps == sorted(steps)
     assert dispatcher.outcomes["superseded"] == 20 - len(steps)
+    store.close()
+
+
+async def test_the_delivering_process_delivers_and_stops_with_its_position_saved_when_its_stdin_ends(tmp_path):
+    """The child a runner's process starts: it follows the log by reading the store (no bus crosses
+    processes), reports its counts, and when its lifeline (stdin) ends, as when the parent dies,
+    it saves its position and exits."""
+    db = tmp_path / "h3.db"
+    store = SQLiteEventStore(db)
+    with receiver() as rec:
+        delivery = DeliveryProcess(DeliveryConfig(db=str(db), allow=["127.0.0.1"], resync_s=0.05), [SECRET])
+        async with anyio.create_task_group() as tg:
+            await tg.start(delivery.run)
+            store.append("a", _log(rec.url))
+            await until(lambda: delivery.outcomes["delivered"] == 3, 30, "the counts the child reports")
+            tg.cancel_scope.cancel()  # closes the child's stdin, waits for it
+    # The two progress events came at once: the first is overtaken by the second (throttled).
+    assert [p["type"] for p in _verified(rec)] == ["job.running", "job.progress", "job.done"]
+    assert delivery.outcomes["superseded"] == 1
+    assert store.position(SUBSCRIPTION) == store.cursor() and delivery.starts == 1
     store.close()

@@ -21,13 +21,15 @@ def test_a_job_s_webhooks_arrive_in_order_and_verify(make_client):
         job_id = created.json()["id"]
         poll(lambda: any(r.payload["type"] == "job.done" for r in rec.got()), 30, "the done webhook", lambda: str(rec.got()))
         events = client.get(f"/v1/jobs/{job_id}/events").json()
-        metrics = client.get("/metrics").text
 
         def saved() -> list[dict]:  # every record, once the done event's is saved too
             d = client.get(f"/v1/jobs/{job_id}/webhooks").json()
             return d if any(r["event_type"] == "done" for r in d) and all(r["outcome"] == "delivered" for r in d) else []
 
         records = poll(saved, 30, "the delivery records")
+        delivered = f'h3core_webhook_deliveries_total{{outcome="delivered"}} {len(records)}.0'
+        # The delivering process reports its counts every 0.25 s: /metrics has them soon after.
+        metrics = poll(lambda: m if delivered in (m := client.get("/metrics").text) else None, 30, "the counts in /metrics")
     payloads = [Webhook(SECRET).verify(r.body, r.headers) for r in rec.got()]
     wanted = [(f"job.{e['body']['type']}", e["seq"]) for e in events if e["body"]["type"] in ("running", "progress", "done")]
     sent = [(p["type"], p["data"]["seq"]) for p in payloads]
