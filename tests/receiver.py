@@ -42,7 +42,7 @@ class Receiver:
 
 
 @contextmanager
-def receiver(fail_first: int = 0) -> Iterator[Receiver]:
+def receiver(fail_first: int = 0, host: str = "127.0.0.1", port: int = 0) -> Iterator[Receiver]:
     box: list[Receiver] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -59,8 +59,8 @@ def receiver(fail_first: int = 0) -> Iterator[Receiver]:
         def log_message(self, *args) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    box.append(Receiver(f"http://127.0.0.1:{server.server_address[1]}/hook", fail_first))
+    server = ThreadingHTTPServer((host, port), Handler)
+    box.append(Receiver(f"http://{host}:{server.server_address[1]}/hook", fail_first))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

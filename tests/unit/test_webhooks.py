@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import urlsplit
 
 import anyio
 import pytest
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 
 from h3core.adapters.backoff import Backoff
 from h3core.adapters.store.sqlite import SQLiteEventStore
-from h3core.adapters.webhooks import WebhookSender, target_refusal
+from h3core.adapters.webhooks import DeliveryFailed, WebhookSender, pinned, target_refusal
 from h3core.cli import app
 from h3core.domain.events import Submitted
 from h3core.domain.webhooks import Allow, WebhookTarget
@@ -199,3 +200,56 @@ async def test_the_delivering_process_delivers_and_stops_with_its_position_saved
     assert delivery.outcomes["superseded"] == 1
     assert store.position(SUBSCRIPTION) == store.cursor() and delivery.starts == 1
     store.close()
+
+
+async def test_a_send_connects_to_the_address_it_checked_and_never_looks_the_name_up_again():
+    """DNS rebinding: the check and the connection must be one lookup. The stub resolver says
+    `localhost` is 127.0.0.2 (allowed here, standing for a public address) while the system's says
+    127.0.0.1; a receiver listens on each, same port: only the checked one may be reached. Then a
+    name that answers the check with the allowed address and the next look with a refused one."""
+    with receiver(host="127.0.0.2") as checked:
+        port = urlsplit(checked.url).port
+        with receiver(port=port) as other:  # 127.0.0.1: where a second, system lookup of localhost leads
+            looks: list[str] = []
+
+            async def stub(host: str, port: int) -> list[str]:
+                looks.append(host)
+                return ["127.0.0.2"] if len(looks) == 1 else ["127.0.0.1"]
+
+            sender = WebhookSender(SECRET, Allow(["127.0.0.2/32"]), resolve=stub, resolve_ttl_s=0)
+            url = f"http://localhost:{port}/hook"
+            await sender.send(url, "msg_1", "{}")
+            with pytest.raises(DeliveryFailed, match="localhost resolves to 127.0.0.1, a loopback address"):
+                await sender.send(url, "msg_2", "{}")
+            await sender.aclose()
+    assert [r.headers["webhook-id"] for r in checked.got()] == ["msg_1"] and other.got() == []
+    assert checked.got()[0].headers["host"] == f"localhost:{port}"  # the name, as the URL says it
+    assert looks == ["localhost", "localhost"]
+
+
+async def test_a_host_s_addresses_are_looked_up_once_per_ttl():
+    with receiver(host="127.0.0.2") as rec:
+        looks: list[str] = []
+
+        async def stub(host: str, port: int) -> list[str]:
+            looks.append(host)
+            return ["127.0.0.2"]
+
+        sender = WebhookSender(SECRET, Allow(["127.0.0.2/32"]), resolve=stub, resolve_ttl_s=60)
+        for n in range(3):
+            await sender.send(f"http://hooks.example:{urlsplit(rec.url).port}/hook", f"msg_{n}", "{}")
+        await sender.aclose()
+    assert len(rec.got()) == 3 and looks == ["hooks.example"]
+
+
+def test_a_pinned_https_request_names_the_host_for_tls_and_in_host():
+    assert pinned("https://hooks.example:8443/a?b=1", "93.184.215.14") == (
+        "https://93.184.215.14:8443/a?b=1",
+        {"host": "hooks.example:8443"},
+        {"sni_hostname": "hooks.example"},
+    )
+    assert (
+        pinned("http://hooks.example/a", "2606:2800:21f:cb07:6820:80da:af6b:8b2c")[0]
+        == "http://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]/a"
+    )
+    assert pinned("http://127.0.0.1/a", None) == ("http://127.0.0.1/a", {}, {})
