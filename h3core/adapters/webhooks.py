@@ -148,8 +148,8 @@ class WebhookSender:
         resolve_ttl_s: float = RESOLVE_TTL_S,
     ) -> None:
         """`secrets`: one, or several while one is rotated out (each delivery is signed with every
-        one, so a receiver that knows either verifies it). `resolve`: the resolver (tests stub it);
-        its answers are kept `resolve_ttl_s`, per host and port."""
+        one, so a receiver that knows either verifies it); none: only endpoints with their own.
+        `resolve`: the resolver (tests stub it); its answers are kept `resolve_ttl_s`, per host and port."""
         self._default = self._signers_of(secrets)
         self.allow = allow
         self._resolve = resolve
@@ -164,8 +164,6 @@ class WebhookSender:
     @staticmethod
     def _signers_of(secrets: str | Sequence[str]) -> list[Webhook]:
         secrets = [secrets] if isinstance(secrets, str) else list(secrets)
-        if not secrets:
-            raise ValueError("a webhook sender needs a secret")
         for secret in secrets:
             check_secret(secret)
         return [Webhook(secret) for secret in secrets]
@@ -192,7 +190,9 @@ class WebhookSender:
             "content-type": "application/json",
             "webhook-id": msg_id,
             "webhook-timestamp": str(int(at.timestamp())),
-            "webhook-signature": " ".join(signer.sign(msg_id, at, body) for signer in signers or self._default),
+            "webhook-signature": " ".join(
+                signer.sign(msg_id, at, body) for signer in (self._default if signers is None else signers)
+            ),
         }
 
     async def _lookup(self, host: str, port: int) -> list[str]:
@@ -217,7 +217,9 @@ class WebhookSender:
         if vetted.refusal is not None:
             raise DeliveryFailed(f"refused target: {vetted.refusal}", retryable=False)
         target, host, extensions = pinned(url, vetted.address)
-        signers = self._signers(secrets) if secrets else None
+        signers = self._signers(secrets) if secrets else self._default
+        if not signers:  # never sent unsigned
+            raise DeliveryFailed("no secret to sign with: H3_WEBHOOK_SECRET is not set", retryable=False)
         client = await self._client_for(url, vetted.address)
         try:
             answer = await client.post(

@@ -239,7 +239,7 @@ def worker(
                 f"slots {runner.slot_count()}; stop with SIGTERM or Ctrl-C"
             )
             beside = []
-            if settings.webhook_secret is not None:  # this process runs the jobs: it delivers their webhooks
+            if settings.webhook_secret is not None or settings.webhook_endpoints:  # it runs the jobs: it delivers their webhooks
                 require_extra("service", "httpx", "standardwebhooks")
                 from h3core.runtime.delivery_process import delivery_for
 

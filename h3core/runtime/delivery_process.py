@@ -31,7 +31,7 @@ from pydantic import BaseModel, SecretStr
 
 from h3core.domain.webhooks import Endpoint
 from h3core.runtime.logs import configure
-from h3core.runtime.settings import Settings, secret_list
+from h3core.runtime.settings import Settings, endpoint_secrets, secret_list
 
 __all__ = ["DeliveryConfig", "DeliveryProcess", "delivery_for", "main"]
 
@@ -57,8 +57,7 @@ class DeliveryProcess:
     """Starts and keeps the delivering child process; `outcomes` adds up what it reports."""
 
     def __init__(self, config: DeliveryConfig, secrets: Sequence[str], *, restart_s: float = 1.0) -> None:
-        if not secrets:
-            raise ValueError("a delivery process needs a webhook secret")
+        """`secrets`: the deployment's (none: only endpoints with their own are sent to)."""
         self.config = config
         self.secrets = list(secrets)
         self.restart_s = restart_s
@@ -117,9 +116,9 @@ class DeliveryProcess:
 
 def delivery_for(settings: Settings) -> DeliveryProcess | None:
     """The delivering process a process that runs jobs starts beside its runner; None without
-    H3_WEBHOOK_SECRET. Raises SettingsError for endpoints it cannot sign for."""
+    H3_WEBHOOK_SECRET and endpoints. Raises SettingsError for endpoints it cannot sign for."""
     endpoints = settings.endpoints()
-    if settings.webhook_secret is None:
+    if settings.webhook_secret is None and not endpoints:
         return None
     config = DeliveryConfig(
         db=str(settings.db),
@@ -129,7 +128,7 @@ def delivery_for(settings: Settings) -> DeliveryProcess | None:
         log_format=settings.log_format,
         log_level=settings.log_level,
     )
-    return DeliveryProcess(config, secret_list(settings.webhook_secret))
+    return DeliveryProcess(config, secret_list(settings.webhook_secret) if settings.webhook_secret is not None else [])
 
 
 async def _stop(process: Process) -> None:
@@ -156,7 +155,14 @@ async def _deliver(config: DeliveryConfig) -> None:
     bus = EventBus()
     bus.close()  # nobody publishes in this process: the subscription reads the store every resync_s
     sender = WebhookSender(secrets, Allow(config.allow))
-    dispatcher = WebhookDispatcher(store, bus, sender, endpoints=config.endpoints, resync_s=config.resync_s)
+    dispatcher = WebhookDispatcher(
+        store,
+        bus,
+        sender,
+        endpoints=config.endpoints,
+        endpoint_secrets=endpoint_secrets(config.endpoints),
+        resync_s=config.resync_s,
+    )
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(dispatcher.run)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -44,7 +44,7 @@ from h3core.adapters.webhooks import DeliveryFailed, WebhookSender
 from h3core.domain.events import Event, Submitted
 from h3core.domain.webhooks import Allow, Delivery, Endpoint, WebhookTarget, event_kind, webhook_id
 from h3core.runtime.bus import EventBus
-from h3core.runtime.settings import Settings, secret_list
+from h3core.runtime.settings import Settings, endpoint_secrets, secret_list
 from h3core.runtime.subscription import Subscription
 
 __all__ = ["DELIVERY_BACKOFF", "SUBSCRIPTION", "WebhookDispatcher", "dispatcher_for"]
@@ -73,6 +73,7 @@ class WebhookDispatcher:
         sender: WebhookSender,
         *,
         endpoints: Sequence[Endpoint] = (),
+        endpoint_secrets: Mapping[str, Sequence[str]] | None = None,
         backoff: Backoff = DELIVERY_BACKOFF,
         concurrency: int = 16,
         window: int = 1000,
@@ -83,6 +84,7 @@ class WebhookDispatcher:
         self.store = store
         self.sender = sender
         self.endpoints = tuple(endpoints)  # the deployment's, for every job besides its own webhook
+        self.endpoint_secrets = dict(endpoint_secrets or {})  # their own secrets, by `Endpoint.secret_env`
         self.backoff = backoff
         self.subscription = Subscription(store, bus, SUBSCRIPTION, batch=500, resync_s=resync_s)
         self.sends = anyio.CapacityLimiter(concurrency)
@@ -189,6 +191,7 @@ class WebhookDispatcher:
 
     async def _deliver(self, d: _Delivery) -> None:
         msg_id = webhook_id(d.event)
+        secrets = self.endpoint_secrets[d.endpoint.secret_env] if d.endpoint.secret_env else None
         body = json.dumps(d.endpoint.body(d.event), separators=(",", ":"))
 
         record = Delivery(
@@ -210,7 +213,7 @@ class WebhookDispatcher:
         async def once() -> None:
             async with self.sends:
                 try:
-                    await self.sender.send(d.endpoint.url, msg_id, body)
+                    await self.sender.send(d.endpoint.url, msg_id, body, secrets=secrets)
                 except DeliveryFailed as exc:
                     self.outcomes["failed"] += 1
                     note(tries=record.tries + 1, last_error=str(exc))
@@ -276,11 +279,14 @@ class WebhookDispatcher:
 
 
 def dispatcher_for(settings: Settings, store: EventStore, bus: EventBus) -> WebhookDispatcher | None:
-    """The dispatcher a process that runs jobs (`serve`, roles all and runner; `worker`) runs
-    beside its runner; None without H3_WEBHOOK_SECRET. Raises SettingsError for endpoints
-    without a secret."""
+    """A dispatcher in this process (a library's; a service's runs in a process of its own:
+    `h3core.runtime.delivery_process`); None with no secret to sign with. Raises SettingsError
+    for endpoints without a secret."""
     endpoints = settings.endpoints()
-    if settings.webhook_secret is None:
+    if settings.webhook_secret is None and not endpoints:
         return None
-    sender = WebhookSender(secret_list(settings.webhook_secret), Allow(settings.webhooks_allow))
-    return WebhookDispatcher(store, bus, sender, endpoints=endpoints, resync_s=settings.poll_interval)
+    secrets = secret_list(settings.webhook_secret) if settings.webhook_secret is not None else []
+    sender = WebhookSender(secrets, Allow(settings.webhooks_allow))
+    return WebhookDispatcher(
+        store, bus, sender, endpoints=endpoints, endpoint_secrets=endpoint_secrets(endpoints), resync_s=settings.poll_interval
+    )
