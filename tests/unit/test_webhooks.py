@@ -3,6 +3,7 @@ signed, in order, retried, given up, and delivered after a restart that came bef
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
@@ -253,3 +254,44 @@ def test_a_pinned_https_request_names_the_host_for_tls_and_in_host():
         == "http://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]/a"
     )
     assert pinned("http://127.0.0.1/a", None) == ("http://127.0.0.1/a", {}, {})
+
+
+async def test_a_receiver_that_never_answers_takes_none_of_another_receiver_s_sends(tmp_path):
+    """One send at a time per receiver (concurrency=1): the hung receiver holds its own slot (its
+    read timeout is 15 s), the live one is sent to meanwhile; before, one slot for all."""
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    with socket.socket() as hung, receiver() as alive:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(8)  # connections complete in the backlog; nothing ever answers
+        hung_url = f"http://127.0.0.1:{hung.getsockname()[1]}/hook"
+        async with delivering(store, concurrency=1) as dispatcher:
+            store.append("hung", _log(hung_url, events=("completed",)))
+            store.append("alive", _log(alive.url, events=("completed",)))
+            await until(lambda: len(alive.got()) == 1, 30, "the live receiver's delivery")
+            assert dispatcher.outcomes["failed"] == 0  # the hung receiver's first try has not even ended
+    store.close()
+
+
+async def test_a_dead_receiver_s_backlog_is_deferred_not_held_and_delivered_in_order_when_it_is_back(tmp_path):
+    """A target holds at most `target_window` deliveries in memory; the rest are deferred (read
+    back from the store when it has room), so its backlog never stops the reading for others. When
+    it answers again, every one arrives, a job's in log order, and the position reaches the end."""
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    with receiver() as dead, receiver() as alive:
+        dead.down = True
+        backoff = Backoff(first_s=0.02, longest_s=0.05, limit_s=120)
+        async with delivering(store, target_window=2, window=3, backoff=backoff) as dispatcher:
+            for n in range(4):
+                store.append(f"d{n}", _log(dead.url, events=("completed",)))
+            store.append("alive", _log(alive.url, events=("start", "completed")))
+            await until(lambda: len(alive.answered()) == 2, 30, "the live receiver's deliveries")
+            assert {r.headers["webhook-id"] for r in dead.got()} <= {"msg_d0_6", "msg_d1_6"}  # d2, d3: deferred
+            assert store.position(SUBSCRIPTION) < store.cursor()
+            dead.down = False
+            await until(lambda: len(dead.answered()) == 4, 30, "the backlog")
+            store.append("e", _log(dead.url))  # 4 deliveries at once: 2 held, 2 deferred behind them
+            await until(lambda: store.position(SUBSCRIPTION) == store.cursor(), 30, "the position to reach the end")
+    assert sorted(r.headers["webhook-id"] for r in dead.answered()[:4]) == [f"msg_d{n}_6" for n in range(4)]
+    assert [r.headers["webhook-id"] for r in dead.answered()[4:]] == [f"msg_e_{seq}" for seq in (3, 4, 5, 6)]
+    assert dispatcher.outcomes["given_up"] == 0
+    store.close()
