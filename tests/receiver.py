@@ -5,6 +5,7 @@ to the rest."""
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,7 +43,9 @@ class Receiver:
 
 
 @contextmanager
-def receiver(fail_first: int = 0, host: str = "127.0.0.1", port: int = 0) -> Iterator[Receiver]:
+def receiver(
+    fail_first: int = 0, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None
+) -> Iterator[Receiver]:
     box: list[Receiver] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -60,7 +63,9 @@ def receiver(fail_first: int = 0, host: str = "127.0.0.1", port: int = 0) -> Ite
             pass
 
     server = ThreadingHTTPServer((host, port), Handler)
-    box.append(Receiver(f"http://{host}:{server.server_address[1]}/hook", fail_first))
+    if tls is not None:  # https, with the certificate `tls` holds
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    box.append(Receiver(f"{'https' if tls else 'http'}://{host}:{server.server_address[1]}/hook", fail_first))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

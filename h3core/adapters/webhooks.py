@@ -4,30 +4,30 @@
 delivery may not reach (`h3core.domain.webhooks.address_refusal`): a name that resolves to a
 private address is refused like the address itself. The check runs at submission (a 422 there)
 and again before every send, so a name re-pointed since is refused then too; and a send connects
-to the address it checked (`pinned`: the address in the URL, the name in `host` and TLS's SNI),
+to the address it checked (the name only in `host` and TLS's SNI: `h3core.adapters.http_post`),
 so a name that answers a public address to the check and a private one a moment later (DNS
 rebinding) cannot reach the private one. Answers are kept 30 s per host (`RESOLVE_TTL_S`).
 
 `WebhookSender.send` POSTs one signed body: `webhook-id`, `webhook-timestamp` (now: receivers
 refuse old timestamps, and a retry is sent later than the first try) and `webhook-signature`,
 signed with the `standardwebhooks` package; connect and read timeouts; no redirect followed (a
-3xx is a failure, as is every answer but 2xx). Needs the `service` extra (httpx, standardwebhooks).
+3xx is a failure, as is every answer but 2xx). Needs the `service` extra (h11, standardwebhooks).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
-from collections import OrderedDict
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import anyio
-import httpx
 from standardwebhooks import Webhook
 
+from h3core.adapters.http_post import HttpPostClient, PostFailed
 from h3core.domain.webhooks import Allow, address_refusal, url_refusal
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
     "Vetted",
     "WebhookSender",
     "check_secret",
-    "pinned",
     "system_resolve",
     "target_refusal",
     "vet",
@@ -46,7 +45,6 @@ ALLOW_NOTE = "H3_WEBHOOKS_ALLOW lists the hosts and ranges allowed anyway"
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 15.0
 RESOLVE_TTL_S = 30.0
-MAX_TLS_POOLS = 256  # https host names with a pool of their own; past it, the least recently used is closed
 MAX_RESOLVED = 10_000  # host names whose answers are kept; past it, the expired are dropped
 
 
@@ -119,25 +117,8 @@ async def target_refusal(url: str, allow: Allow, resolve: Resolve = system_resol
     return (await vet(url, allow, resolve)).refusal
 
 
-def pinned(url: str, address: str | None) -> tuple[str, dict[str, str], dict[str, str]]:
-    """The request that reaches `url` at `address` and nowhere else: the URL with the address for
-    its host, the `host` header the URL names, and for https the name TLS checks the certificate
-    against (httpx's `sni_hostname`). With no address: the URL as it is."""
-    if address is None:
-        return url, {}, {}
-    parts = urlsplit(url)
-    literal = f"[{address}]" if ":" in address else address
-    netloc = literal if parts.port is None else f"{literal}:{parts.port}"
-    extensions = {"sni_hostname": parts.hostname or ""} if parts.scheme == "https" else {}
-    return urlunsplit(parts._replace(netloc=netloc)), {"host": parts.netloc}, extensions
-
-
-def _client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S), follow_redirects=False)
-
-
 class WebhookSender:
-    """Signs and POSTs webhook bodies, over one connection pool."""
+    """Signs and POSTs webhook bodies, over kept-alive connections (`HttpPostClient`)."""
 
     def __init__(
         self,
@@ -146,20 +127,19 @@ class WebhookSender:
         *,
         resolve: Resolve = system_resolve,
         resolve_ttl_s: float = RESOLVE_TTL_S,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """`secrets`: one, or several while one is rotated out (each delivery is signed with every
         one, so a receiver that knows either verifies it); none: only endpoints with their own.
-        `resolve`: the resolver (tests stub it); its answers are kept `resolve_ttl_s`, per host and port."""
+        `resolve`: the resolver (tests stub it); its answers are kept `resolve_ttl_s`, per host and
+        port. `ssl_context`: the CAs https targets are checked against (the system's)."""
         self._default = self._signers_of(secrets)
         self.allow = allow
         self._resolve = resolve
         self.resolve_ttl_s = resolve_ttl_s
         self._resolved: dict[tuple[str, int], tuple[float, list[str]]] = {}
         self._by_secrets: dict[tuple[str, ...], list[Webhook]] = {}  # endpoints' own secrets, signers made once
-        self._client = _client()
-        # https to a pinned address: a pool per host name, as a connection's TLS session is for
-        # one name and httpx pools by the URL's host, the address here, that two names may share.
-        self._tls: OrderedDict[str, httpx.AsyncClient] = OrderedDict()
+        self._http = HttpPostClient(connect_timeout_s=CONNECT_TIMEOUT_S, read_timeout_s=READ_TIMEOUT_S, ssl_context=ssl_context)
 
     @staticmethod
     def _signers_of(secrets: str | Sequence[str]) -> list[Webhook]:
@@ -169,21 +149,7 @@ class WebhookSender:
         return [Webhook(secret) for secret in secrets]
 
     async def aclose(self) -> None:
-        for client in [self._client, *self._tls.values()]:
-            await client.aclose()
-
-    async def _client_for(self, url: str, address: str | None) -> httpx.AsyncClient:
-        parts = urlsplit(url)
-        if address is None or parts.scheme != "https":
-            return self._client
-        name = parts.hostname or ""
-        client = self._tls.get(name)
-        if client is None:
-            client = self._tls[name] = _client()
-            if len(self._tls) > MAX_TLS_POOLS:
-                await self._tls.popitem(last=False)[1].aclose()
-        self._tls.move_to_end(name)
-        return client
+        await self._http.aclose()
 
     def headers(self, msg_id: str, body: str, at: datetime, signers: Sequence[Webhook] | None = None) -> dict[str, str]:
         return {
@@ -197,7 +163,7 @@ class WebhookSender:
 
     async def _lookup(self, host: str, port: int) -> list[str]:
         """The resolver's answer, reused for `resolve_ttl_s`: what is checked is still what is
-        connected to (the send pins the checked address), so reuse weakens no check."""
+        connected to (the send connects to the checked address), so reuse weakens no check."""
         now = anyio.current_time()
         hit = self._resolved.get((host, port))
         if hit is not None and hit[0] > now:
@@ -212,29 +178,38 @@ class WebhookSender:
         """One try; `DeliveryFailed` unless the receiver answered 2xx. The target is checked, and
         the request goes to the very address checked (never a second lookup: a name re-pointed
         between the check and the connection, DNS rebinding, reaches nothing it was not checked
-        for). `secrets`: the endpoint's own, instead of the sender's."""
+        for); the name is the `host` header and, for https, the name the certificate must bear.
+        `secrets`: the endpoint's own, instead of the sender's."""
         vetted = await vet(url, self.allow, self._lookup)
         if vetted.refusal is not None:
             raise DeliveryFailed(f"refused target: {vetted.refusal}", retryable=False)
-        target, host, extensions = pinned(url, vetted.address)
         signers = self._signers(secrets) if secrets else self._default
         if not signers:  # never sent unsigned
             raise DeliveryFailed("no secret to sign with: H3_WEBHOOK_SECRET is not set", retryable=False)
-        client = await self._client_for(url, vetted.address)
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
-            answer = await client.post(
-                target,
-                content=body.encode(),
-                headers={**self.headers(msg_id, body, datetime.now(UTC), signers), **host},
-                extensions=extensions,
-            )
-        except httpx.HTTPError as exc:
-            raise DeliveryFailed(f"{type(exc).__name__}: {exc}", retryable=True) from exc
-        if not answer.is_success:
-            raise DeliveryFailed(f"the receiver answered {answer.status_code}", retryable=True)
+            address = vetted.address or _literal(host) or (await self._lookup(host, port))[0]  # the last: allowed by name
+            headers = [("host", parts.netloc), *self.headers(msg_id, body, datetime.now(UTC), signers).items()]
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            status = await self._http.post(parts.scheme, host, address, port, target, headers, body.encode())
+        except (PostFailed, OSError, IndexError) as exc:  # OSError, IndexError: an allowed name that does not resolve
+            raise DeliveryFailed(str(exc) or type(exc).__name__, retryable=True) from exc
+        if not 200 <= status < 300:
+            raise DeliveryFailed(f"the receiver answered {status}", retryable=True)
 
     def _signers(self, secrets: Sequence[str]) -> list[Webhook]:
         key = tuple(secrets)
         if key not in self._by_secrets:
             self._by_secrets[key] = self._signers_of(secrets)
         return self._by_secrets[key]
+
+
+def _literal(host: str) -> str | None:
+    """`host` if it is an address already."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return host

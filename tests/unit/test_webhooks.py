@@ -4,6 +4,8 @@ signed, in order, retried, given up, and delivered after a restart that came bef
 from __future__ import annotations
 
 import socket
+import ssl
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
@@ -15,7 +17,7 @@ from typer.testing import CliRunner
 
 from h3core.adapters.backoff import Backoff
 from h3core.adapters.store.sqlite import SQLiteEventStore
-from h3core.adapters.webhooks import DeliveryFailed, WebhookSender, pinned, target_refusal
+from h3core.adapters.webhooks import DeliveryFailed, WebhookSender, target_refusal
 from h3core.cli import app
 from h3core.domain.events import Submitted
 from h3core.domain.webhooks import Allow, WebhookTarget
@@ -243,19 +245,6 @@ async def test_a_host_s_addresses_are_looked_up_once_per_ttl():
     assert len(rec.got()) == 3 and looks == ["hooks.example"]
 
 
-def test_a_pinned_https_request_names_the_host_for_tls_and_in_host():
-    assert pinned("https://hooks.example:8443/a?b=1", "93.184.215.14") == (
-        "https://93.184.215.14:8443/a?b=1",
-        {"host": "hooks.example:8443"},
-        {"sni_hostname": "hooks.example"},
-    )
-    assert (
-        pinned("http://hooks.example/a", "2606:2800:21f:cb07:6820:80da:af6b:8b2c")[0]
-        == "http://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]/a"
-    )
-    assert pinned("http://127.0.0.1/a", None) == ("http://127.0.0.1/a", {}, {})
-
-
 async def test_a_receiver_that_never_answers_takes_none_of_another_receiver_s_sends(tmp_path):
     """One send at a time per receiver (concurrency=1): the hung receiver holds its own slot (its
     read timeout is 15 s), the live one is sent to meanwhile; before, one slot for all."""
@@ -295,3 +284,41 @@ async def test_a_dead_receiver_s_backlog_is_deferred_not_held_and_delivered_in_o
     assert [r.headers["webhook-id"] for r in dead.answered()[4:]] == [f"msg_e_{seq}" for seq in (3, 4, 5, 6)]
     assert dispatcher.outcomes["given_up"] == 0
     store.close()
+
+
+@pytest.fixture
+def certificate(tmp_path):
+    """A self-signed certificate for hooks.example (openssl): (its file, its key's file)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=hooks.example", "-addext", "subjectAltName=DNS:hooks.example", "-keyout", key, "-out", cert],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+async def test_https_goes_to_the_checked_address_and_the_certificate_is_checked_against_the_name(certificate):
+    """The stub resolver says both names are 127.0.0.2; the certificate is hooks.example's only:
+    a send to hooks.example arrives (SNI and the check use the name, not the address), a send to
+    another name at that address fails the certificate check."""
+    cert, key = certificate
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    with receiver(host="127.0.0.2", tls=server_tls) as rec:
+        port = urlsplit(rec.url).port
+
+        async def stub(host: str, port: int) -> list[str]:
+            return ["127.0.0.2"]
+
+        sender = WebhookSender(SECRET, Allow(["127.0.0.2/32"]), resolve=stub, ssl_context=ssl.create_default_context(cafile=cert))
+        await sender.send(f"https://hooks.example:{port}/hook", "msg_1", "{}")
+        await sender.send(f"https://hooks.example:{port}/hook", "msg_2", "{}")  # on the kept connection
+        with pytest.raises(DeliveryFailed, match="CERTIFICATE_VERIFY_FAILED|certificate"):
+            await sender.send(f"https://other.example:{port}/hook", "msg_3", "{}")
+        await sender.aclose()
+    assert [(r.headers["webhook-id"], r.headers["host"]) for r in rec.got()] == [
+        ("msg_1", f"hooks.example:{port}"),
+        ("msg_2", f"hooks.example:{port}"),
+    ]
