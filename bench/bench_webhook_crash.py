@@ -144,6 +144,12 @@ def _terminal_ids(db: Path) -> tuple[set[str], int]:
         store.close()
 
 
+def _tried(rec: Receiver) -> set[str]:
+    """The ids tried, answered or not; "any" once anything was."""
+    with rec.lock:
+        return {g[0] for g in rec.got} | ({"any"} if rec.got else set())
+
+
 def _all_ids(db: Path) -> set[str]:
     store = SQLiteEventStore(db)
     try:
@@ -162,9 +168,10 @@ def trial(n: int, work: Path, rng: random.Random, jobs: int, steps: int, step_s:
         anyio.run(_enqueue, db, jobs, steps, url)
         first = _worker(db, log, step_s)
         _wait_for(lambda: b"worker: ready" in log.read_bytes() or first.poll() is not None, 60)
-        # Killed once a job has ended (its terminal event is pending: odd trials, once its first try
-        # failed), at a random moment within the span the rest take to run.
-        _wait_for(lambda: bool((t := _terminal_ids(db)[0]) and (not rec.down or t & {g[0] for g in rec.got})), 60)
+        # Killed once a job has ended and the delivering process is at work (odd trials: a terminal
+        # event's first try failed, so it waits in backoff), at a random moment within the span the
+        # other jobs take to run.
+        _wait_for(lambda: bool((t := _terminal_ids(db)[0]) and (t if rec.down else {"any"}) & _tried(rec)), 60)
         time.sleep(rng.uniform(0.0, jobs * steps * step_s))
         children = _children(first.pid)  # the delivering process
         first.send_signal(signal.SIGKILL)
