@@ -8,13 +8,13 @@ Each trial, on a fresh store: jobs asking for `start` and `completed` webhooks a
 api process stores them), a worker (fake executor) runs them and delivers to a receiver on
 loopback in this process, and is killed with SIGKILL at a random moment (seeded) after it is
 ready and a job has ended. In odd trials the receiver is down (500) until the kill, so terminal
-events are pending in retry backoff when it dies; in even trials it answers, so the kill lands
-among sends. Then the
-receiver answers and a clean worker runs until every job's terminal event has been answered (or
-`--wait` runs out). Counted per trial: terminal events, those first answered after the restart,
-lost (never answered: must be 0), repeats (an id answered more than once: allowed, at least
-once), repeats whose body differs from the first (must be 0), ids no event of the log has (must
-be 0), and delivering processes alive 10 s after the kill (the child must die with its parent).
+events are pending in retry backoff when it dies; in even trials it answers after 0.3 s, so the
+kill lands among sends in flight. Then the receiver answers at once and a clean worker runs until
+every job's terminal event has been answered (or `--wait` runs out). Counted per trial: terminal
+events, those first answered after the restart, lost (never answered: must be 0), repeats (an id
+answered more than once: allowed, at least once), repeats whose body differs from the first (must
+be 0), ids no event of the log has (must be 0), and delivering processes alive 10 s after the
+kill (the child must die with its parent).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ class Receiver:
     """A loopback receiver: answers 500 while `down`, 204 otherwise; records (id, body, answered, when)."""
 
     down: bool = False
+    delay_s: float = 0.0  # before each answer
     got: list[tuple[str, str, bool, float]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -66,6 +67,7 @@ def _serve(rec: Receiver) -> tuple[ThreadingHTTPServer, str]:
 
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             body = self.rfile.read(int(self.headers.get("content-length", 0))).decode()
+            time.sleep(rec.delay_s)
             with rec.lock:
                 ok = not rec.down
                 rec.got.append((self.headers.get("webhook-id", ""), body, ok, time.monotonic()))
@@ -162,7 +164,7 @@ def trial(n: int, work: Path, rng: random.Random, jobs: int, steps: int, step_s:
     work.mkdir(parents=True)
     db = work / "h3.db"
     log = work / "worker.log"
-    rec = Receiver(down=n % 2 == 1)
+    rec = Receiver(down=n % 2 == 1, delay_s=0.0 if n % 2 else 0.3)
     server, url = _serve(rec)
     try:
         anyio.run(_enqueue, db, jobs, steps, url)
@@ -178,7 +180,7 @@ def trial(n: int, work: Path, rng: random.Random, jobs: int, steps: int, step_s:
         first.wait(30)
         killed_at = time.monotonic()
         orphans = sum(1 for pid in children if not _wait_for(lambda pid=pid: not _alive(pid), 10))
-        rec.down = False
+        rec.down, rec.delay_s = False, 0.0
         second = _worker(db, log, step_s)
         try:
             _wait_for(lambda: (t := _terminal_ids(db))[1] == 0 and t[0] <= {g[0] for g in rec.answered()}, wait_s)
