@@ -93,6 +93,7 @@ class HttpPostClient:
             if now - conn.idle_since < IDLE_S:
                 return conn
             self._expired.append(conn)
+        self._idle.pop(key, None)  # no list kept for a key with no connection
         return None
 
     async def _exchange(self, key: Key, conn: _Connection, request: list[h11.Event], *, reused: bool) -> int:
@@ -111,15 +112,19 @@ class HttpPostClient:
                             data = b""  # h11's word for the end: an answer that ends with the connection, or none
                         conn.http.receive_data(data)
                         continue
-                    answered = True
                     if isinstance(event, h11.Response):
+                        answered = True
                         status = event.status_code
                     elif isinstance(event, h11.Data):
                         read += len(event.data)
                         if read > MAX_BODY:
                             await _close(conn)
                             return status
-                    elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                    elif isinstance(event, h11.EndOfMessage):
+                        break
+                    elif isinstance(event, h11.ConnectionClosed):
+                        if not answered:
+                            raise anyio.BrokenResourceError("the connection closed before an answer")
                         break
         except (OSError, TimeoutError, anyio.BrokenResourceError, h11.ProtocolError) as exc:
             await _close(conn)

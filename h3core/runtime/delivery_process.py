@@ -102,9 +102,9 @@ class DeliveryProcess:
                     if report.get("ready") and not self._started:
                         self._started = True
                         task_status.started()
-                    if "outcomes" in report:
-                        self.outcomes.clear()
-                        self.outcomes.update(base + Counter(report["outcomes"]))
+                    if "outcomes" in report:  # each count only grows: set in place, never cleared (/metrics reads it)
+                        for outcome, n in (base + Counter(report["outcomes"])).items():
+                            self.outcomes[outcome] = n
             return f"exit status {await process.wait()}"
         finally:
             with anyio.CancelScope(shield=True):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import ssl
 import subprocess
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
@@ -322,3 +323,33 @@ async def test_https_goes_to_the_checked_address_and_the_certificate_is_checked_
         ("msg_1", f"hooks.example:{port}"),
         ("msg_2", f"hooks.example:{port}"),
     ]
+
+
+async def test_a_kept_connection_the_receiver_closed_meanwhile_is_replaced_and_the_send_succeeds():
+    """A receiver that closes each connection after its answer without saying so (no
+    `connection: close`): the next send finds the kept one dead before any answer and goes out
+    again on a fresh connection, instead of failing (a `start` is tried once)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    seen: list[bytes] = []
+
+    def serve() -> None:
+        for _ in range(2):
+            conn, _ = server.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                seen.append(data.split(b"\r\n", 1)[0])
+                conn.sendall(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    sender = WebhookSender(SECRET, Allow(["127.0.0.1"]))
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/hook"
+    await sender.send(url, "msg_1", "{}")
+    await until(lambda: len(seen) == 1, 30, "the first request")
+    await sender.send(url, "msg_2", "{}")
+    await sender.aclose()
+    thread.join(10)
+    server.close()
+    assert seen == [b"POST /hook HTTP/1.1"] * 2
