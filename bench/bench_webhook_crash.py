@@ -8,13 +8,17 @@ Each trial, on a fresh store: jobs asking for `start` and `completed` webhooks a
 api process stores them), a worker (fake executor) runs them and delivers to a receiver on
 loopback in this process, and is killed with SIGKILL at a random moment (seeded) after it is
 ready and a job has ended. In odd trials the receiver is down (500) until the kill, so terminal
-events are pending in retry backoff when it dies; in even trials it answers after 0.3 s, so the
-kill lands among sends in flight. Then the receiver answers at once and a clean worker runs until
-every job's terminal event has been answered (or `--wait` runs out). Counted per trial: terminal
-events, those first answered after the restart, lost (never answered: must be 0), repeats (an id
-answered more than once: allowed, at least once), repeats whose body differs from the first (must
-be 0), ids no event of the log has (must be 0), and delivering processes alive 10 s after the
-kill (the child must die with its parent).
+events are pending in retry backoff when it dies; in even trials it answers after 0.3 s and the
+kill, of the worker and its delivering process both, lands while a terminal event's send is in
+flight (its answer goes to a dead process: the receiver has it, the subscription's place does
+not, so it is sent again: a repeat, same id). In odd trials only the worker is killed: its
+delivering process must end by itself (stdin, its lifeline, ends), counted as orphans if not.
+Then the receiver answers at once and a clean worker runs until every job's terminal event has
+been answered (or `--wait` runs out). Counted per trial: terminal events, those first answered
+after the restart, lost (never answered: must be 0), repeats (an id answered more than once:
+allowed, at least once), repeats whose body differs from the first (must be 0), ids no event of
+the log has (must be 0), and delivering processes alive 10 s after the kill (the child must die
+with its parent).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class Receiver:
     down: bool = False
     delay_s: float = 0.0  # before each answer
     got: list[tuple[str, str, bool, float]] = field(default_factory=list)
+    arrived: set[str] = field(default_factory=set)  # ids whose request came in, answered yet or not
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def answered(self) -> list[tuple[str, str, bool, float]]:
@@ -67,6 +72,8 @@ def _serve(rec: Receiver) -> tuple[ThreadingHTTPServer, str]:
 
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             body = self.rfile.read(int(self.headers.get("content-length", 0))).decode()
+            with rec.lock:
+                rec.arrived.add(self.headers.get("webhook-id", ""))
             time.sleep(rec.delay_s)
             with rec.lock:
                 ok = not rec.down
@@ -147,9 +154,9 @@ def _terminal_ids(db: Path) -> tuple[set[str], int]:
 
 
 def _tried(rec: Receiver) -> set[str]:
-    """The ids tried, answered or not; "any" once anything was."""
+    """The ids tried and answered (500 while down)."""
     with rec.lock:
-        return {g[0] for g in rec.got} | ({"any"} if rec.got else set())
+        return {g[0] for g in rec.got}
 
 
 def _all_ids(db: Path) -> set[str]:
@@ -170,12 +177,15 @@ def trial(n: int, work: Path, rng: random.Random, jobs: int, steps: int, step_s:
         anyio.run(_enqueue, db, jobs, steps, url)
         first = _worker(db, log, step_s)
         _wait_for(lambda: b"worker: ready" in log.read_bytes() or first.poll() is not None, 60)
-        # Killed once a job has ended and the delivering process is at work (odd trials: a terminal
-        # event's first try failed, so it waits in backoff), at a random moment within the span the
-        # other jobs take to run.
-        _wait_for(lambda: bool((t := _terminal_ids(db)[0]) and (t if rec.down else {"any"}) & _tried(rec)), 60)
-        time.sleep(rng.uniform(0.0, jobs * steps * step_s))
+        # Odd trials: killed once a terminal event's first try failed (it waits in backoff), at a
+        # random moment within the span the other jobs take to run. Even: while a terminal event's
+        # send is in flight (the receiver holds it 0.3 s), so the worker dies before its answer.
+        _wait_for(lambda: bool(_terminal_ids(db)[0] & (_tried(rec) if rec.down else rec.arrived)), 60)
+        time.sleep(rng.uniform(0.0, jobs * steps * step_s if rec.down else rec.delay_s * 0.8))
         children = _children(first.pid)  # the delivering process
+        if not rec.down:  # even trials: the delivering process is killed too, mid-send (a machine's crash)
+            for pid in children:
+                os.kill(pid, signal.SIGKILL)
         first.send_signal(signal.SIGKILL)
         first.wait(30)
         killed_at = time.monotonic()
