@@ -69,16 +69,13 @@ class DeliveryProcess:
         return {**os.environ, SECRET_ENV: ",".join(self.secrets)}
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Keep a child delivering until cancelled. Started once the first child has read its
-        position, or has ended without (logged: a fault in delivery stops deliveries, not the
-        caller; the next child goes on where the log says)."""
+        """Keep a child delivering until cancelled; started once the first child is (not waiting
+        for its imports: the place it starts from is in the store, whenever it reads it). A fault
+        in delivery ends the child, logged, not the caller; the next goes on where the log says."""
         pause = self.restart_s
         while True:
             began = anyio.current_time()
             ended = await self._one(task_status)
-            if not self._started:
-                self._started = True
-                task_status.started()
             pause = self.restart_s if anyio.current_time() - began > 60 else min(2 * pause, 60.0)
             log.warning("the webhook delivery process ended (%s); starting another in %.1f s", ended, pause)
             await anyio.sleep(pause)
@@ -92,16 +89,19 @@ class DeliveryProcess:
         assert process.stdin is not None and process.stdout is not None
         base = self.outcomes.copy()
         try:
-            await process.stdin.send((self.config.model_dump_json() + "\n").encode())
+            if not self._started:
+                self._started = True
+                task_status.started()
+            try:
+                await process.stdin.send((self.config.model_dump_json() + "\n").encode())
+            except (anyio.BrokenResourceError, OSError):
+                return f"ended before its config was read: exit status {await process.wait()}"
             buffered = b""
             async for chunk in process.stdout:
                 buffered += chunk
                 *lines, buffered = buffered.split(b"\n")
                 for line in lines:
                     report = json.loads(line)
-                    if report.get("ready") and not self._started:
-                        self._started = True
-                        task_status.started()
                     if "outcomes" in report:  # each count only grows: set in place, never cleared (/metrics reads it)
                         for outcome, n in (base + Counter(report["outcomes"])).items():
                             self.outcomes[outcome] = n
@@ -166,7 +166,6 @@ async def _deliver(config: DeliveryConfig) -> None:
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(dispatcher.run)
-            _report({"ready": True})
 
             async def report() -> None:
                 last: dict[str, int] = {}
@@ -186,8 +185,11 @@ async def _deliver(config: DeliveryConfig) -> None:
 
 
 def _report(message: dict[str, object]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # the parent is gone (killed): nobody to tell
+        pass
 
 
 def main() -> None:
