@@ -47,6 +47,7 @@ from h3core.adapters.store.sqlite import SQLiteEventStore  # noqa: E402
 from h3core.domain.request import GenerationRequest  # noqa: E402
 from h3core.domain.webhooks import WebhookTarget  # noqa: E402
 from h3core.runtime.runner import Runner  # noqa: E402
+from h3core.runtime.webhooks import SUBSCRIPTION  # noqa: E402
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -153,6 +154,14 @@ def _terminal_ids(db: Path) -> tuple[set[str], int]:
         store.close()
 
 
+def _caught_up(db: Path) -> bool:
+    store = SQLiteEventStore(db)
+    try:
+        return store.position(SUBSCRIPTION) == store.cursor()
+    finally:
+        store.close()
+
+
 def _tried(rec: Receiver) -> set[str]:
     """The ids tried and answered (500 while down)."""
     with rec.lock:
@@ -193,7 +202,11 @@ def trial(n: int, work: Path, rng: random.Random, jobs: int, steps: int, step_s:
         rec.down, rec.delay_s = False, 0.0
         second = _worker(db, log, step_s)
         try:
-            _wait_for(lambda: (t := _terminal_ids(db))[1] == 0 and t[0] <= {g[0] for g in rec.answered()}, wait_s)
+            # Until every terminal event is answered and the restarted worker's subscription has
+            # moved past them all (so what it sends again, it has sent).
+            _wait_for(
+                lambda: (t := _terminal_ids(db))[1] == 0 and t[0] <= {g[0] for g in rec.answered()} and _caught_up(db), wait_s
+            )
         finally:
             second.send_signal(signal.SIGTERM)
             second.wait(30)
