@@ -168,10 +168,10 @@ class WebhookDispatcher:
             if not endpoint.wants(event):
                 continue
             self._pending[position] += 1
-            target = target_of(endpoint.url)
-            if self._deferred.get(target) or self._held[target] >= self.target_window:
+            to = target_of(endpoint.url)
+            if self._deferred.get(to) or self._held[to] >= self.target_window:
                 # Behind the target's other deferred ones, so a job's deliveries keep their order.
-                self._deferred.setdefault(target, deque()).append(_Deferred(position, event.job_id, event.seq, endpoint))
+                self._deferred.setdefault(to, deque()).append(_Deferred(position, event.job_id, event.seq, endpoint))
                 continue
             self._hold(_Delivery(position, event, endpoint))
 
