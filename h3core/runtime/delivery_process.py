@@ -63,6 +63,7 @@ class DeliveryProcess:
         self.restart_s = restart_s
         self.outcomes: Counter[str] = Counter()  # over every child this one started
         self.starts = 0
+        self.pid: int | None = None  # the child's, while one runs
         self._started = False
 
     def _env(self) -> dict[str, str]:
@@ -86,6 +87,7 @@ class DeliveryProcess:
             [sys.executable, "-m", "h3core.runtime.delivery_process"], stdin=PIPE, stdout=PIPE, stderr=None, env=self._env()
         )
         self.starts += 1
+        self.pid = process.pid
         assert process.stdin is not None and process.stdout is not None
         base = self.outcomes.copy()
         try:

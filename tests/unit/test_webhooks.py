@@ -3,6 +3,8 @@ signed, in order, retried, given up, and delivered after a restart that came bef
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -353,3 +355,23 @@ async def test_a_kept_connection_the_receiver_closed_meanwhile_is_replaced_and_t
     thread.join(10)
     server.close()
     assert seen == [b"POST /hook HTTP/1.1"] * 2
+
+
+async def test_a_delivering_process_that_dies_is_started_again_and_goes_on_from_its_place(tmp_path):
+    db = tmp_path / "h3.db"
+    store = SQLiteEventStore(db)
+    with receiver() as rec:
+        delivery = DeliveryProcess(DeliveryConfig(db=str(db), allow=["127.0.0.1"], resync_s=0.05), [SECRET], restart_s=0.05)
+        async with anyio.create_task_group() as tg:
+            await tg.start(delivery.run)
+            store.append("a", _log(rec.url, events=("completed",)))
+            await until(lambda: store.position(SUBSCRIPTION) == store.cursor(), 30, "a's delivery and the place past it")
+            first = delivery.pid
+            assert first is not None
+            os.kill(first, signal.SIGKILL)
+            store.append("b", _log(rec.url, events=("completed",)))
+            await until(lambda: len(rec.answered()) >= 2, 30, "b's delivery, by the next child")
+            tg.cancel_scope.cancel()
+    assert [r.headers["webhook-id"] for r in rec.answered()] == ["msg_a_6", "msg_b_6"]
+    assert delivery.starts == 2 and delivery.pid != first
+    store.close()
