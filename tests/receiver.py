@@ -5,6 +5,7 @@ to the rest."""
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,7 +43,9 @@ class Receiver:
 
 
 @contextmanager
-def receiver(fail_first: int = 0) -> Iterator[Receiver]:
+def receiver(
+    fail_first: int = 0, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None
+) -> Iterator[Receiver]:
     box: list[Receiver] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -59,8 +62,10 @@ def receiver(fail_first: int = 0) -> Iterator[Receiver]:
         def log_message(self, *args) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    box.append(Receiver(f"http://127.0.0.1:{server.server_address[1]}/hook", fail_first))
+    server = ThreadingHTTPServer((host, port), Handler)
+    if tls is not None:  # https, with the certificate `tls` holds
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    box.append(Receiver(f"{'https' if tls else 'http'}://{host}:{server.server_address[1]}/hook", fail_first))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

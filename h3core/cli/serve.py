@@ -185,7 +185,8 @@ def serve(
         str | None,
         _opt(
             "H3_WEBHOOK_ENDPOINTS",
-            "Endpoints sent every job's events, comma-separated: jobs=URL, jobs:start+progress=URL, openai=URL \\[none].",
+            "Endpoints sent every job's events, comma-separated: jobs=URL, jobs:start+progress=URL, openai=URL; "
+            "openai@ENV_NAME=URL: signed with the secret in ENV_NAME \\[none].",
         ),
     ] = None,
     webhooks_allow: Annotated[

@@ -239,15 +239,16 @@ def worker(
                 f"slots {runner.slot_count()}; stop with SIGTERM or Ctrl-C"
             )
             beside = []
-            if settings.webhook_secret is not None:  # this process runs the jobs: it delivers their webhooks
+            if settings.webhook_secret is not None or settings.webhook_endpoints:  # it runs the jobs: it delivers their webhooks
                 require_extra("service", "httpx", "standardwebhooks")
-                from h3core.runtime.webhooks import dispatcher_for
+                from h3core.runtime.delivery_process import delivery_for
 
                 try:
-                    dispatcher = dispatcher_for(settings, store, runner.bus)
+                    delivery = delivery_for(settings)
                 except SettingsError as exc:
                     fail(str(exc))
-                beside.append(dispatcher.run)
+                assert delivery is not None
+                beside.append(delivery.run)
             try:
                 how = anyio.run(functools.partial(serve_runner, runner, verbose=verbose, beside=beside))
             except StoreUnavailable as exc:

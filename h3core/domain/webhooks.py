@@ -19,6 +19,7 @@ IPv6 is judged as the IPv4 one.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -52,6 +53,7 @@ Shape = Literal["jobs", "openai"]
 EVENT_NAMES: tuple[WebhookEvent, ...] = ("start", "progress", "completed")
 DEFAULT_EVENTS: tuple[WebhookEvent, ...] = ("start", "completed")
 MAX_URL_CHARS = 2048
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -74,6 +76,9 @@ class Endpoint(BaseModel):
     url: str
     shape: Shape = "jobs"
     events: tuple[WebhookEvent, ...] = DEFAULT_EVENTS
+    # The environment variable holding this endpoint's own secret(s) (two, comma-separated, while
+    # one is rotated out); None: the deployment's H3_WEBHOOK_SECRET. A name, so no secret is a flag.
+    secret_env: str | None = None
 
     @classmethod
     def of(cls, target: WebhookTarget) -> Endpoint:
@@ -89,23 +94,33 @@ class Endpoint(BaseModel):
 
 
 def parse_endpoint(entry: str) -> Endpoint:
-    """`jobs=URL`, `jobs:start+progress+completed=URL` (a filter) or `openai=URL`; ValueError saying why not."""
+    """`jobs=URL`, `jobs:start+progress+completed=URL` (a filter) or `openai=URL`, each with
+    `@ENV_NAME` before the `=` for an endpoint with its own secret in that variable
+    (`openai@H3_OPENAI_HOOK_SECRET=URL`); ValueError saying why not."""
     head, sep, url = entry.strip().partition("=")
+    head, at, secret_env = head.strip().partition("@")
     shape, _, events = head.strip().partition(":")
     if not sep or shape not in ("jobs", "openai"):
-        raise ValueError(f"{entry!r} is not jobs=URL, jobs:start+progress+completed=URL or openai=URL")
+        raise ValueError(
+            f"{entry!r} is not jobs=URL, jobs:start+progress+completed=URL or openai=URL (each maybe with @ENV_NAME)"
+        )
+    if at and not ENV_NAME.fullmatch(secret_env):
+        raise ValueError(
+            f"{entry!r}: after '@' comes the name of the environment variable holding its secret, e.g. @H3_HOOK_SECRET"
+        )
     why = url_refusal(url.strip())
     if why is not None:
         raise ValueError(f"{entry!r}: {why}")
+    own = secret_env if at else None
     if shape == "openai":
         if events:
             raise ValueError(f"{entry!r}: an openai endpoint gets video.completed and video.failed, no filter")
-        return Endpoint(url=url.strip(), shape="openai", events=("completed",))
+        return Endpoint(url=url.strip(), shape="openai", events=("completed",), secret_env=own)
     names = tuple(e.strip() for e in events.split("+")) if events else DEFAULT_EVENTS
     unknown = [n for n in names if n not in EVENT_NAMES]
     if unknown:
         raise ValueError(f"{entry!r}: unknown event(s) {unknown}; known: {list(EVENT_NAMES)}")
-    return Endpoint(url=url.strip(), events=tuple(dict.fromkeys(names)))  # type: ignore[arg-type]
+    return Endpoint(url=url.strip(), events=tuple(dict.fromkeys(names)), secret_env=own)  # type: ignore[arg-type]
 
 
 class Delivery(BaseModel):

@@ -220,10 +220,14 @@ class Settings(BaseSettings):
         return entries
 
     def endpoints(self) -> list[Endpoint]:
-        """The deployment's webhook endpoints, parsed."""
-        if self.webhook_endpoints and self.webhook_secret is None:
-            raise SettingsError("H3_WEBHOOK_ENDPOINTS needs H3_WEBHOOK_SECRET to sign what is sent to them")
-        return [parse_endpoint(entry) for entry in self.webhook_endpoints]
+        """The deployment's webhook endpoints, parsed; SettingsError for one with no secret to sign with."""
+        endpoints = [parse_endpoint(entry) for entry in self.webhook_endpoints]
+        if any(e.secret_env is None for e in endpoints) and self.webhook_secret is None:
+            raise SettingsError(
+                "H3_WEBHOOK_ENDPOINTS needs H3_WEBHOOK_SECRET to sign what is sent to them (or @ENV_NAME on each: its own secret)"
+            )
+        endpoint_secrets(endpoints)  # SettingsError naming a variable that is unset or no secret
+        return endpoints
 
     @field_validator("cors_origins")
     @classmethod
@@ -283,6 +287,24 @@ class Settings(BaseSettings):
         raise SettingsError(
             f"refusing to listen on {self.host} without API tokens: set H3_API_TOKENS (comma-separated), or listen on 127.0.0.1"
         )
+
+
+def endpoint_secrets(endpoints: list[Endpoint]) -> dict[str, list[str]]:
+    """The endpoints' own secrets, by the environment variable each names (`@ENV_NAME`)."""
+    found: dict[str, list[str]] = {}
+    for endpoint in endpoints:
+        name = endpoint.secret_env
+        if name is None or name in found:
+            continue
+        value = os.environ.get(name)
+        if not value:
+            raise SettingsError(f"{name}, the secret of webhook endpoint {endpoint.url}, is not set")
+        try:
+            Settings._whsec(SecretStr(value))
+        except ValueError as exc:
+            raise SettingsError(f"{name}: {exc}") from None
+        found[name] = secret_list(SecretStr(value))
+    return found
 
 
 def secret_list(secret: SecretStr) -> list[str]:

@@ -5,7 +5,8 @@ stored, the first time: a store older than webhooks holds none to send, and noth
 between an upgrade and the first start is skipped). Each event that an endpoint wants (the job's
 own webhook, and each of the deployment's `endpoints`) becomes a delivery; one job's deliveries
 to one endpoint go one after another, in log order; the rest side by side, at most `concurrency`
-sends at once. The subscription's position advances only past events whose delivery has ended
+sends at once to one target (scheme, host, port): a target that hangs fills its own slots only.
+The subscription's position advances only past events whose delivery has ended
 (delivered, or given up), so a crash, a restart or a shutdown between an event and its delivery
 delivers it after the next start. Every delivery of one event carries the same `webhook-id`, so
 a receiver drops the repeats such a restart can send.
@@ -19,9 +20,12 @@ Replicate's): one that a later progress overtakes while it waits is not sent (th
 Each delivery's tries and outcome are kept in the store (`deliveries(job_id)`: the API's
 GET /v1/jobs/{id}/webhooks and `h3core replay`), saved with the position.
 
-The runner never waits for any of this: the dispatcher reads the store and the bus, and no
-more than `window` events are held in memory waiting for their delivery, so a dead receiver
-holds the position (and the events behind it) without slowing the runner or other receivers.
+The runner never waits for any of this: the dispatcher reads the store and the bus (a service
+runs it in a process of its own: `h3core.runtime.delivery_process`). At most `target_window`
+deliveries to one target are held in memory (with their events), `window` in all; a target's
+deliveries past its share are deferred, kept as (job, seq) only and read back from the store, in
+order, as it has room. So a dead receiver holds the position (a restart sends again what came
+after it) but never stops the reading, nor another receiver's deliveries.
 Needs the `service` extra (`h3core.adapters.webhooks`).
 """
 
@@ -30,10 +34,11 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -44,10 +49,10 @@ from h3core.adapters.webhooks import DeliveryFailed, WebhookSender
 from h3core.domain.events import Event, Submitted
 from h3core.domain.webhooks import Allow, Delivery, Endpoint, WebhookTarget, event_kind, webhook_id
 from h3core.runtime.bus import EventBus
-from h3core.runtime.settings import Settings, secret_list
+from h3core.runtime.settings import Settings, endpoint_secrets, secret_list
 from h3core.runtime.subscription import Subscription
 
-__all__ = ["DELIVERY_BACKOFF", "SUBSCRIPTION", "WebhookDispatcher", "dispatcher_for"]
+__all__ = ["DELIVERY_BACKOFF", "SUBSCRIPTION", "WebhookDispatcher", "dispatcher_for", "target_of"]
 
 log = logging.getLogger("h3core.webhooks")
 
@@ -62,7 +67,24 @@ class _Delivery:
     endpoint: Endpoint
 
 
+@dataclass(frozen=True)
+class _Deferred:
+    """A delivery to a target already holding its share: its event is read again from the store
+    when the target has room (so a dead receiver's backlog holds no events, nor anyone's place)."""
+
+    position: int
+    job_id: str
+    seq: int
+    endpoint: Endpoint
+
+
 Lane = tuple[str, str]  # (job id, endpoint url): one job's deliveries to one receiver, in order
+
+
+def target_of(url: str) -> str:
+    """The receiver a URL reaches (scheme, host, port): what slots and shares are counted by."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
 
 
 class WebhookDispatcher:
@@ -73,9 +95,11 @@ class WebhookDispatcher:
         sender: WebhookSender,
         *,
         endpoints: Sequence[Endpoint] = (),
+        endpoint_secrets: Mapping[str, Sequence[str]] | None = None,
         backoff: Backoff = DELIVERY_BACKOFF,
         concurrency: int = 16,
-        window: int = 1000,
+        window: int = 10_000,
+        target_window: int = 1000,
         save_every_s: float = 0.2,
         progress_every_s: float = 0.5,
         resync_s: float = 1.0,
@@ -83,10 +107,13 @@ class WebhookDispatcher:
         self.store = store
         self.sender = sender
         self.endpoints = tuple(endpoints)  # the deployment's, for every job besides its own webhook
+        self.endpoint_secrets = dict(endpoint_secrets or {})  # their own secrets, by `Endpoint.secret_env`
         self.backoff = backoff
         self.subscription = Subscription(store, bus, SUBSCRIPTION, batch=500, resync_s=resync_s)
-        self.sends = anyio.CapacityLimiter(concurrency)
-        self.window = window
+        self.concurrency = concurrency  # sends at once to one target (scheme, host, port)
+        self._sends: dict[str, anyio.CapacityLimiter] = {}  # per target: a slow one fills its own
+        self.window = window  # deliveries held in memory, in all
+        self.target_window = target_window  # ... to one target; past it, deferred (`_Deferred`)
         self.save_every_s = save_every_s
         self.progress_every_s = progress_every_s  # a job's progress is sent at most this often
         # delivered, failed (a try that did not reach a 2xx), retried, given_up, superseded (a
@@ -96,6 +123,9 @@ class WebhookDispatcher:
         self._lanes: dict[Lane, deque[_Delivery]] = {}  # deliveries waiting, in log order
         self._last_progress: dict[Lane, float] = {}  # when a lane's last progress was sent (jobs not ended)
         self._pending: Counter[int] = Counter()  # positions read, with their deliveries not yet ended
+        self._held: Counter[str] = Counter()  # deliveries held in memory (their events), per target
+        self._deferred: dict[str, deque[_Deferred]] = {}  # per target, in log order
+        self._tg: TaskGroup | None = None
         self._read_to = 0  # every event up to here is read
         self._saved = 0
         self._moved = anyio.Event()  # a delivery ended: the position may advance, the window has room
@@ -111,14 +141,15 @@ class WebhookDispatcher:
         self._read_to = self._saved = await self.subscription.position()
         try:
             async with anyio.create_task_group() as tg:
+                self._tg = tg
                 tg.start_soon(self._keep_position)
                 task_status.started()
                 async with aclosing(self.subscription.batches(self._read_to)) as batches:
                     async for rows in batches:
                         for position, event in rows:
-                            while len(self._pending) >= self.window:
+                            while self._held.total() >= self.window:
                                 await self._wait_moved()
-                            await self._take(tg, position, event)
+                            await self._take(position, event)
                             self._read_to = position
                         self._signal()
         finally:
@@ -126,7 +157,7 @@ class WebhookDispatcher:
                 await self._save()
                 await self.sender.aclose()
 
-    async def _take(self, tg: TaskGroup, position: int, event: Event) -> None:
+    async def _take(self, position: int, event: Event) -> None:
         target = await self._target(event)
         if event.terminal:
             self._targets.pop(event.job_id, None)
@@ -137,13 +168,36 @@ class WebhookDispatcher:
             if not endpoint.wants(event):
                 continue
             self._pending[position] += 1
-            key = (event.job_id, endpoint.url)
-            lane = self._lanes.get(key)
-            if lane is not None:  # its lane is delivering: this one waits its turn there
-                lane.append(_Delivery(position, event, endpoint))
+            to = target_of(endpoint.url)
+            if self._deferred.get(to) or self._held[to] >= self.target_window:
+                # Behind the target's other deferred ones, so a job's deliveries keep their order.
+                self._deferred.setdefault(to, deque()).append(_Deferred(position, event.job_id, event.seq, endpoint))
                 continue
-            self._lanes[key] = deque([_Delivery(position, event, endpoint)])
-            tg.start_soon(self._drain, key)
+            self._hold(_Delivery(position, event, endpoint))
+
+    def _hold(self, d: _Delivery) -> None:
+        assert self._tg is not None
+        self._held[target_of(d.endpoint.url)] += 1
+        key = (d.event.job_id, d.endpoint.url)
+        lane = self._lanes.get(key)
+        if lane is not None:  # its lane is delivering: this one waits its turn there
+            lane.append(d)
+            return
+        self._lanes[key] = deque([d])
+        self._tg.start_soon(self._drain, key)
+
+    async def _undefer(self, target: str) -> None:
+        """Hold the target's deferred deliveries again, oldest first, as it has room; their events
+        read back from the store. One of these per target at a time (it is the one that pops)."""
+        waiting = self._deferred.get(target)
+        while waiting and self._held[target] < self.target_window:
+            d = waiting[0]
+            events = await anyio.to_thread.run_sync(self.store.events, d.job_id, d.seq - 1)
+            waiting.popleft()
+            event = next(e for e in events if e.seq == d.seq)
+            self._hold(_Delivery(d.position, event, d.endpoint))
+        if not waiting:
+            self._deferred.pop(target, None)
 
     async def _target(self, event: Event) -> WebhookTarget | None:
         if isinstance(event.body, Submitted):
@@ -170,14 +224,23 @@ class WebhookDispatcher:
                         if job_id in self._targets:  # not ended (an ended job's entry would stay for good)
                             self._last_progress[key] = anyio.current_time()
                         await self._deliver(lane[0])
-                self._ended(lane.popleft().position)
+                self._ended(lane.popleft())
         finally:
             del self._lanes[key]
 
-    def _ended(self, position: int) -> None:
-        self._pending[position] -= 1
-        if self._pending[position] <= 0:
-            del self._pending[position]
+    def _ended(self, d: _Delivery) -> None:
+        self._pending[d.position] -= 1
+        if self._pending[d.position] <= 0:
+            del self._pending[d.position]
+        target = target_of(d.endpoint.url)
+        self._held[target] -= 1
+        if self._held[target] <= 0:
+            del self._held[target]
+            if target not in self._deferred:
+                self._sends.pop(target, None)
+        # Room again: the first delivery to end below the share starts the undeferring.
+        if self._deferred.get(target) and self._held[target] == self.target_window - 1 and self._tg is not None:
+            self._tg.start_soon(self._undefer, target)
         self._signal()
 
     def _overtaken(self, lane: deque[_Delivery]) -> bool:
@@ -189,6 +252,7 @@ class WebhookDispatcher:
 
     async def _deliver(self, d: _Delivery) -> None:
         msg_id = webhook_id(d.event)
+        secrets = self.endpoint_secrets[d.endpoint.secret_env] if d.endpoint.secret_env else None
         body = json.dumps(d.endpoint.body(d.event), separators=(",", ":"))
 
         record = Delivery(
@@ -207,10 +271,15 @@ class WebhookDispatcher:
             self._unsaved[(record.job_id, record.seq, record.url)] = record
             self._signal()
 
+        target = target_of(d.endpoint.url)
+
         async def once() -> None:
-            async with self.sends:
+            sends = self._sends.get(target)
+            if sends is None:
+                sends = self._sends[target] = anyio.CapacityLimiter(self.concurrency)
+            async with sends:
                 try:
-                    await self.sender.send(d.endpoint.url, msg_id, body)
+                    await self.sender.send(d.endpoint.url, msg_id, body, secrets=secrets)
                 except DeliveryFailed as exc:
                     self.outcomes["failed"] += 1
                     note(tries=record.tries + 1, last_error=str(exc))
@@ -276,11 +345,14 @@ class WebhookDispatcher:
 
 
 def dispatcher_for(settings: Settings, store: EventStore, bus: EventBus) -> WebhookDispatcher | None:
-    """The dispatcher a process that runs jobs (`serve`, roles all and runner; `worker`) runs
-    beside its runner; None without H3_WEBHOOK_SECRET. Raises SettingsError for endpoints
-    without a secret."""
+    """A dispatcher in this process (a library's; a service's runs in a process of its own:
+    `h3core.runtime.delivery_process`); None with no secret to sign with. Raises SettingsError
+    for endpoints without a secret."""
     endpoints = settings.endpoints()
-    if settings.webhook_secret is None:
+    if settings.webhook_secret is None and not endpoints:
         return None
-    sender = WebhookSender(secret_list(settings.webhook_secret), Allow(settings.webhooks_allow))
-    return WebhookDispatcher(store, bus, sender, endpoints=endpoints, resync_s=settings.poll_interval)
+    secrets = secret_list(settings.webhook_secret) if settings.webhook_secret is not None else []
+    sender = WebhookSender(secrets, Allow(settings.webhooks_allow))
+    return WebhookDispatcher(
+        store, bus, sender, endpoints=endpoints, endpoint_secrets=endpoint_secrets(endpoints), resync_s=settings.poll_interval
+    )

@@ -19,12 +19,12 @@ from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
 from h3core.domain.webhooks import Allow
 from h3core.runtime.bus import EventBus
 from h3core.runtime.contracts import CapabilityFile, LiveContract, capabilities_path
+from h3core.runtime.delivery_process import DeliveryProcess, delivery_for
 from h3core.runtime.executor_factory import make_executor
 from h3core.runtime.runner import Runner
 from h3core.runtime.settings import Settings
 from h3core.runtime.store_retry import StoreUnavailable
 from h3core.runtime.tail import StoreTail
-from h3core.runtime.webhooks import WebhookDispatcher, dispatcher_for
 from h3core.service.metrics import Metrics
 from h3core.service.readiness import Readiness
 
@@ -44,8 +44,9 @@ class Service:
     metrics: Metrics
     bus: EventBus  # every event this process learns of: the runner's, or the store tail's
     tail: StoreTail | None = None  # api role: what a runner process stores reaches `bus` through it
-    # Delivers jobs' webhooks where the runner runs (roles all and runner), with H3_WEBHOOK_SECRET set.
-    webhooks: WebhookDispatcher | None = None
+    # Delivers jobs' webhooks where the runner runs (roles all and runner), with H3_WEBHOOK_SECRET
+    # set: a child process of this one (h3core.runtime.delivery_process).
+    webhooks: DeliveryProcess | None = None
     started: datetime = field(default_factory=lambda: datetime.now(UTC))
     # Previews (thumbnails, spritesheets) decode video on worker threads: two at once at most, so
     # a burst of them cannot take every thread the service has.
@@ -132,7 +133,7 @@ def build_service(settings: Settings) -> Service:
     board = CapabilityFile(capabilities_path(settings.db))
     runner = Runner(store, executor, settings.runner_config(), admission=contract, board=board, artifacts=artifacts)
     metrics = Metrics(store, executor)
-    webhooks = dispatcher_for(settings, store, runner.bus)  # SettingsError: endpoints without a secret
+    webhooks = delivery_for(settings)  # SettingsError: endpoints without a secret
     if webhooks is not None:
         metrics.watch_webhooks(webhooks.outcomes)
     return Service(settings, store, artifacts, uploads, contract, runner, metrics, runner.bus, webhooks=webhooks)

@@ -3,8 +3,15 @@ signed, in order, retried, given up, and delivered after a restart that came bef
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import urlsplit
 
 import anyio
 import pytest
@@ -13,11 +20,12 @@ from typer.testing import CliRunner
 
 from h3core.adapters.backoff import Backoff
 from h3core.adapters.store.sqlite import SQLiteEventStore
-from h3core.adapters.webhooks import WebhookSender, target_refusal
+from h3core.adapters.webhooks import DeliveryFailed, WebhookSender, target_refusal
 from h3core.cli import app
 from h3core.domain.events import Submitted
 from h3core.domain.webhooks import Allow, WebhookTarget
 from h3core.runtime.bus import EventBus
+from h3core.runtime.delivery_process import DeliveryConfig, DeliveryProcess
 from h3core.runtime.webhooks import SUBSCRIPTION, WebhookDispatcher
 from h3core.testing.factories import done_log
 from tests.receiver import Receiver, receiver
@@ -177,4 +185,193 @@ async def test_progress_is_throttled_and_the_latest_wins(tmp_path):
     steps = [p["data"]["event"]["step"] for p in _verified(rec) if p["type"] == "job.progress"]
     assert steps[-1] == 20 and len(steps) < 20 and steps == sorted(steps)
     assert dispatcher.outcomes["superseded"] == 20 - len(steps)
+    store.close()
+
+
+async def test_the_delivering_process_delivers_and_stops_with_its_position_saved_when_its_stdin_ends(tmp_path):
+    """The child a runner's process starts: it follows the log by reading the store (no bus crosses
+    processes), reports its counts, and when its lifeline (stdin) ends, as when the parent dies,
+    it saves its position and exits."""
+    db = tmp_path / "h3.db"
+    store = SQLiteEventStore(db)
+    with receiver() as rec:
+        delivery = DeliveryProcess(DeliveryConfig(db=str(db), allow=["127.0.0.1"], resync_s=0.05), [SECRET])
+        async with anyio.create_task_group() as tg:
+            await tg.start(delivery.run)
+            store.append("a", _log(rec.url))
+            await until(lambda: delivery.outcomes["delivered"] == 3, 30, "the counts the child reports")
+            tg.cancel_scope.cancel()  # closes the child's stdin, waits for it
+    # The two progress events came at once: the first is overtaken by the second (throttled).
+    assert [p["type"] for p in _verified(rec)] == ["job.running", "job.progress", "job.done"]
+    assert delivery.outcomes["superseded"] == 1
+    assert store.position(SUBSCRIPTION) == store.cursor() and delivery.starts == 1
+    store.close()
+
+
+async def test_a_send_connects_to_the_address_it_checked_and_never_looks_the_name_up_again():
+    """DNS rebinding: the check and the connection must be one lookup. The stub resolver says
+    `localhost` is 127.0.0.2 (allowed here, standing for a public address) while the system's says
+    127.0.0.1; a receiver listens on each, same port: only the checked one may be reached. Then a
+    name that answers the check with the allowed address and the next look with a refused one."""
+    with receiver(host="127.0.0.2") as checked:
+        port = urlsplit(checked.url).port
+        with receiver(port=port) as other:  # 127.0.0.1: where a second, system lookup of localhost leads
+            looks: list[str] = []
+
+            async def stub(host: str, port: int) -> list[str]:
+                looks.append(host)
+                return ["127.0.0.2"] if len(looks) == 1 else ["127.0.0.1"]
+
+            sender = WebhookSender(SECRET, Allow(["127.0.0.2/32"]), resolve=stub, resolve_ttl_s=0)
+            url = f"http://localhost:{port}/hook"
+            await sender.send(url, "msg_1", "{}")
+            with pytest.raises(DeliveryFailed, match="localhost resolves to 127.0.0.1, a loopback address"):
+                await sender.send(url, "msg_2", "{}")
+            await sender.aclose()
+    assert [r.headers["webhook-id"] for r in checked.got()] == ["msg_1"] and other.got() == []
+    assert checked.got()[0].headers["host"] == f"localhost:{port}"  # the name, as the URL says it
+    assert looks == ["localhost", "localhost"]
+
+
+async def test_a_host_s_addresses_are_looked_up_once_per_ttl():
+    with receiver(host="127.0.0.2") as rec:
+        looks: list[str] = []
+
+        async def stub(host: str, port: int) -> list[str]:
+            looks.append(host)
+            return ["127.0.0.2"]
+
+        sender = WebhookSender(SECRET, Allow(["127.0.0.2/32"]), resolve=stub, resolve_ttl_s=60)
+        for n in range(3):
+            await sender.send(f"http://hooks.example:{urlsplit(rec.url).port}/hook", f"msg_{n}", "{}")
+        await sender.aclose()
+    assert len(rec.got()) == 3 and looks == ["hooks.example"]
+
+
+async def test_a_receiver_that_never_answers_takes_none_of_another_receiver_s_sends(tmp_path):
+    """One send at a time per receiver (concurrency=1): the hung receiver holds its own slot (its
+    read timeout is 15 s), the live one is sent to meanwhile; before, one slot for all."""
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    with socket.socket() as hung, receiver() as alive:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(8)  # connections complete in the backlog; nothing ever answers
+        hung_url = f"http://127.0.0.1:{hung.getsockname()[1]}/hook"
+        async with delivering(store, concurrency=1) as dispatcher:
+            store.append("hung", _log(hung_url, events=("completed",)))
+            store.append("alive", _log(alive.url, events=("completed",)))
+            await until(lambda: len(alive.got()) == 1, 30, "the live receiver's delivery")
+            assert dispatcher.outcomes["failed"] == 0  # the hung receiver's first try has not even ended
+    store.close()
+
+
+async def test_a_dead_receiver_s_backlog_is_deferred_not_held_and_delivered_in_order_when_it_is_back(tmp_path):
+    """A target holds at most `target_window` deliveries in memory; the rest are deferred (read
+    back from the store when it has room), so its backlog never stops the reading for others. When
+    it answers again, every one arrives, a job's in log order, and the position reaches the end."""
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    with receiver() as dead, receiver() as alive:
+        dead.down = True
+        backoff = Backoff(first_s=0.02, longest_s=0.05, limit_s=120)
+        async with delivering(store, target_window=2, window=3, backoff=backoff) as dispatcher:
+            for n in range(4):
+                store.append(f"d{n}", _log(dead.url, events=("completed",)))
+            store.append("alive", _log(alive.url, events=("start", "completed")))
+            await until(lambda: len(alive.answered()) == 2, 30, "the live receiver's deliveries")
+            assert {r.headers["webhook-id"] for r in dead.got()} <= {"msg_d0_6", "msg_d1_6"}  # d2, d3: deferred
+            assert store.position(SUBSCRIPTION) < store.cursor()
+            dead.down = False
+            await until(lambda: len(dead.answered()) == 4, 30, "the backlog")
+            store.append("e", _log(dead.url))  # 4 deliveries at once: 2 held, 2 deferred behind them
+            await until(lambda: store.position(SUBSCRIPTION) == store.cursor(), 30, "the position to reach the end")
+    assert sorted(r.headers["webhook-id"] for r in dead.answered()[:4]) == [f"msg_d{n}_6" for n in range(4)]
+    assert [r.headers["webhook-id"] for r in dead.answered()[4:]] == [f"msg_e_{seq}" for seq in (3, 4, 5, 6)]
+    assert dispatcher.outcomes["given_up"] == 0
+    store.close()
+
+
+@pytest.fixture
+def certificate(tmp_path):
+    """A self-signed certificate for hooks.example (openssl): (its file, its key's file)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=hooks.example", "-addext", "subjectAltName=DNS:hooks.example", "-keyout", key, "-out", cert],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+async def test_https_goes_to_the_checked_address_and_the_certificate_is_checked_against_the_name(certificate):
+    """The stub resolver says both names are 127.0.0.2; the certificate is hooks.example's only:
+    a send to hooks.example arrives (SNI and the check use the name, not the address), a send to
+    another name at that address fails the certificate check."""
+    cert, key = certificate
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    with receiver(host="127.0.0.2", tls=server_tls) as rec:
+        port = urlsplit(rec.url).port
+
+        async def stub(host: str, port: int) -> list[str]:
+            return ["127.0.0.2"]
+
+        sender = WebhookSender(SECRET, Allow(["127.0.0.2/32"]), resolve=stub, ssl_context=ssl.create_default_context(cafile=cert))
+        await sender.send(f"https://hooks.example:{port}/hook", "msg_1", "{}")
+        await sender.send(f"https://hooks.example:{port}/hook", "msg_2", "{}")  # on the kept connection
+        with pytest.raises(DeliveryFailed, match="CERTIFICATE_VERIFY_FAILED|certificate"):
+            await sender.send(f"https://other.example:{port}/hook", "msg_3", "{}")
+        await sender.aclose()
+    assert [(r.headers["webhook-id"], r.headers["host"]) for r in rec.got()] == [
+        ("msg_1", f"hooks.example:{port}"),
+        ("msg_2", f"hooks.example:{port}"),
+    ]
+
+
+async def test_a_kept_connection_the_receiver_closed_meanwhile_is_replaced_and_the_send_succeeds():
+    """A receiver that closes each connection after its answer without saying so (no
+    `connection: close`): the next send finds the kept one dead before any answer and goes out
+    again on a fresh connection, instead of failing (a `start` is tried once)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    seen: list[bytes] = []
+
+    def serve() -> None:
+        for _ in range(2):
+            conn, _ = server.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                seen.append(data.split(b"\r\n", 1)[0])
+                conn.sendall(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    sender = WebhookSender(SECRET, Allow(["127.0.0.1"]))
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/hook"
+    await sender.send(url, "msg_1", "{}")
+    await until(lambda: len(seen) == 1, 30, "the first request")
+    await sender.send(url, "msg_2", "{}")
+    await sender.aclose()
+    thread.join(10)
+    server.close()
+    assert seen == [b"POST /hook HTTP/1.1"] * 2
+
+
+async def test_a_delivering_process_that_dies_is_started_again_and_goes_on_from_its_place(tmp_path):
+    db = tmp_path / "h3.db"
+    store = SQLiteEventStore(db)
+    with receiver() as rec:
+        delivery = DeliveryProcess(DeliveryConfig(db=str(db), allow=["127.0.0.1"], resync_s=0.05), [SECRET], restart_s=0.05)
+        async with anyio.create_task_group() as tg:
+            await tg.start(delivery.run)
+            store.append("a", _log(rec.url, events=("completed",)))
+            await until(lambda: store.position(SUBSCRIPTION) == store.cursor(), 30, "a's delivery and the place past it")
+            first = delivery.pid
+            assert first is not None
+            os.kill(first, signal.SIGKILL)
+            store.append("b", _log(rec.url, events=("completed",)))
+            await until(lambda: len(rec.answered()) >= 2, 30, "b's delivery, by the next child")
+            tg.cancel_scope.cancel()
+    assert [r.headers["webhook-id"] for r in rec.answered()] == ["msg_a_6", "msg_b_6"]
+    assert delivery.starts == 2 and delivery.pid != first
     store.close()

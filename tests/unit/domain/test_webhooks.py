@@ -96,12 +96,20 @@ def test_deployment_endpoints_parse_with_their_shape_and_filter_or_say_why_not()
     )
     assert parse_endpoint(" jobs=https://b.example/h ").events == ("start", "completed")
     assert parse_endpoint("jobs:progress+completed=https://b.example/h").events == ("progress", "completed")
+    assert parse_endpoint("openai@H3_OPENAI_HOOK=https://a.example/h").secret_env == "H3_OPENAI_HOOK"  # its own secret
+    assert parse_endpoint("jobs:completed@S=https://a.example/h?k=v").model_dump(include={"events", "secret_env", "url"}) == {
+        "events": ("completed",),
+        "secret_env": "S",
+        "url": "https://a.example/h?k=v",
+    }
     for entry, why in [
         ("https://a.example/h", "is not jobs=URL"),
         ("slack=https://a.example/h", "is not jobs=URL"),
         ("jobs:output=https://a.example/h", "unknown event"),
         ("openai:start=https://a.example/h", "no filter"),
         ("openai=ftp://a.example/h", "scheme"),
+        ("openai@=https://a.example/h", "the name of the environment variable"),
+        ("openai@H3-X=https://a.example/h", "the name of the environment variable"),
     ]:
         with pytest.raises(ValueError, match=why):
             parse_endpoint(entry)

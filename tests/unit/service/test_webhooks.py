@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
 
 from tests.receiver import receiver
 from tests.unit.service.conftest import QUICK, finished_video
@@ -21,13 +22,15 @@ def test_a_job_s_webhooks_arrive_in_order_and_verify(make_client):
         job_id = created.json()["id"]
         poll(lambda: any(r.payload["type"] == "job.done" for r in rec.got()), 30, "the done webhook", lambda: str(rec.got()))
         events = client.get(f"/v1/jobs/{job_id}/events").json()
-        metrics = client.get("/metrics").text
 
         def saved() -> list[dict]:  # every record, once the done event's is saved too
             d = client.get(f"/v1/jobs/{job_id}/webhooks").json()
             return d if any(r["event_type"] == "done" for r in d) and all(r["outcome"] == "delivered" for r in d) else []
 
         records = poll(saved, 30, "the delivery records")
+        delivered = f'h3core_webhook_deliveries_total{{outcome="delivered"}} {len(records)}.0'
+        # The delivering process reports its counts every 0.25 s: /metrics has them soon after.
+        metrics = poll(lambda: m if delivered in (m := client.get("/metrics").text) else None, 30, "the counts in /metrics")
     payloads = [Webhook(SECRET).verify(r.body, r.headers) for r in rec.got()]
     wanted = [(f"job.{e['body']['type']}", e["seq"]) for e in events if e["body"]["type"] in ("running", "progress", "done")]
     sent = [(p["type"], p["data"]["seq"]) for p in payloads]
@@ -103,3 +106,37 @@ def test_while_a_secret_is_rotated_out_receivers_verify_with_either(make_client)
     [got] = rec.got()
     assert Webhook(new).verify(got.body, got.headers) == Webhook(old).verify(got.body, got.headers)
     assert len(got.headers["webhook-signature"].split()) == 2
+
+
+def test_an_endpoint_with_its_own_secret_signs_with_it_and_while_it_is_rotated_with_both(make_client, monkeypatch):
+    """`openai@VAR=URL`: that endpoint's deliveries are signed with VAR's secret(s), not the
+    deployment's; VAR holding two (rotation) signs with both, so a receiver with either verifies."""
+    new, old = "whsec_" + "bmV3LXNlY3JldC1vZi1tYW55LWJ5dGVz", "whsec_" + "b2xkLXNlY3JldC1vZi1tYW55LWJ5dGVz"
+    monkeypatch.setenv("H3_TEST_HOOK_SECRET", f"{new},{old}")
+    with (
+        receiver() as own,
+        receiver() as job_hook,
+        make_client(
+            webhook_secret=SECRET, webhooks_allow=["127.0.0.1"], webhook_endpoints=[f"openai@H3_TEST_HOOK_SECRET={own.url}"]
+        ) as client,
+    ):
+        client.post("/v1/jobs", json={**QUICK, "webhook": job_hook.url, "webhook_events_filter": ["completed"]})
+        poll(lambda: own.got() and job_hook.got(), 30, "both webhooks")
+    [got] = own.got()
+    assert Webhook(new).verify(got.body, got.headers) == Webhook(old).verify(got.body, got.headers)
+    assert len(got.headers["webhook-signature"].split()) == 2
+    with pytest.raises(WebhookVerificationError):
+        Webhook(SECRET).verify(got.body, got.headers)  # not the deployment's
+    [hook] = job_hook.got()
+    assert Webhook(SECRET).verify(hook.body, hook.headers)["type"] == "job.done"  # the job's own webhook: the deployment's
+
+
+def test_an_endpoint_naming_an_unset_secret_variable_stops_the_start(monkeypatch):
+    from h3core.runtime.settings import Settings, SettingsError
+
+    monkeypatch.delenv("H3_TEST_UNSET", raising=False)
+    with pytest.raises(SettingsError, match="H3_TEST_UNSET, the secret of webhook endpoint https://a.example/h, is not set"):
+        Settings(webhook_endpoints=["openai@H3_TEST_UNSET=https://a.example/h"]).endpoints()
+    monkeypatch.setenv("H3_TEST_UNSET", "not-a-secret")
+    with pytest.raises(SettingsError, match="H3_TEST_UNSET: a webhook secret is 'whsec_'"):
+        Settings(webhook_endpoints=["openai@H3_TEST_UNSET=https://a.example/h"]).endpoints()

@@ -1,0 +1,205 @@
+"""Webhooks delivered by a process of their own, beside the process that runs the jobs.
+
+The process that runs the jobs (roles `all` and `runner`, and `h3core worker`: the one holding
+the runner lock, so one per store) starts `DeliveryProcess`: a child Python process that runs
+the `WebhookDispatcher` over the same store, following the log by reading it every `resync_s`
+(no bus crosses processes). Delivery's CPU (HTTP, TLS, signing, JSON, reading the log) is then
+none of the runner's: a process of one thread cannot give an event loop's time to a hundred
+sends a second and lose nothing (bench_webhooks.py: 54 % of the runner's jobs/s in-process).
+
+The child's stdin is its lifeline: the parent never writes after the config line, and the child
+stops (its position saved) when stdin ends, as it does when the parent exits, however it exits
+(kill -9 included), so no delivering process outlives the runner that started it. The child
+prints its outcome counts as JSON lines; the parent adds them to `outcomes` (/metrics). A child
+that dies is started again after `restart_s`: it goes on from the saved position.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from subprocess import PIPE
+from typing import Literal
+
+import anyio
+from anyio.abc import Process, TaskStatus
+from pydantic import BaseModel, SecretStr
+
+from h3core.domain.webhooks import Endpoint
+from h3core.runtime.logs import configure
+from h3core.runtime.settings import Settings, endpoint_secrets, secret_list
+
+__all__ = ["DeliveryConfig", "DeliveryProcess", "delivery_for", "main"]
+
+log = logging.getLogger("h3core.webhooks")
+
+SECRET_ENV = "H3_WEBHOOK_SECRET"
+REPORT_EVERY_S = 0.25
+STOP_GRACE_S = 10.0
+
+
+class DeliveryConfig(BaseModel):
+    """What the delivering process needs, handed over on its stdin (secrets go in its environment)."""
+
+    db: str
+    endpoints: list[Endpoint] = []
+    allow: list[str] = []
+    resync_s: float = 0.05  # how often the log is read for new events
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class DeliveryProcess:
+    """Starts and keeps the delivering child process; `outcomes` adds up what it reports."""
+
+    def __init__(self, config: DeliveryConfig, secrets: Sequence[str], *, restart_s: float = 1.0) -> None:
+        """`secrets`: the deployment's (none: only endpoints with their own are sent to)."""
+        self.config = config
+        self.secrets = list(secrets)
+        self.restart_s = restart_s
+        self.outcomes: Counter[str] = Counter()  # over every child this one started
+        self.starts = 0
+        self.pid: int | None = None  # the child's, while one runs
+        self._started = False
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, SECRET_ENV: ",".join(self.secrets)}
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Keep a child delivering until cancelled; started once the first child is (not waiting
+        for its imports: the place it starts from is in the store, whenever it reads it). A fault
+        in delivery ends the child, logged, not the caller; the next goes on where the log says."""
+        pause = self.restart_s
+        while True:
+            began = anyio.current_time()
+            ended = await self._one(task_status)
+            pause = self.restart_s if anyio.current_time() - began > 60 else min(2 * pause, 60.0)
+            log.warning("the webhook delivery process ended (%s); starting another in %.1f s", ended, pause)
+            await anyio.sleep(pause)
+
+    async def _one(self, task_status: TaskStatus[None]) -> str:
+        """One child, until it ends (its exit status) or this is cancelled (the child stopped first)."""
+        process = await anyio.open_process(
+            [sys.executable, "-m", "h3core.runtime.delivery_process"], stdin=PIPE, stdout=PIPE, stderr=None, env=self._env()
+        )
+        self.starts += 1
+        self.pid = process.pid
+        assert process.stdin is not None and process.stdout is not None
+        base = self.outcomes.copy()
+        try:
+            if not self._started:
+                self._started = True
+                task_status.started()
+            try:
+                await process.stdin.send((self.config.model_dump_json() + "\n").encode())
+            except (anyio.BrokenResourceError, OSError):
+                return f"ended before its config was read: exit status {await process.wait()}"
+            buffered = b""
+            async for chunk in process.stdout:
+                buffered += chunk
+                *lines, buffered = buffered.split(b"\n")
+                for line in lines:
+                    report = json.loads(line)
+                    if "outcomes" in report:  # each count only grows: set in place, never cleared (/metrics reads it)
+                        for outcome, n in (base + Counter(report["outcomes"])).items():
+                            self.outcomes[outcome] = n
+            return f"exit status {await process.wait()}"
+        finally:
+            with anyio.CancelScope(shield=True):
+                await _stop(process)
+
+    def __repr__(self) -> str:
+        return f"DeliveryProcess(db={self.config.db!r}, starts={self.starts})"
+
+
+def delivery_for(settings: Settings) -> DeliveryProcess | None:
+    """The delivering process a process that runs jobs starts beside its runner; None without
+    H3_WEBHOOK_SECRET and endpoints. Raises SettingsError for endpoints it cannot sign for."""
+    endpoints = settings.endpoints()
+    if settings.webhook_secret is None and not endpoints:
+        return None
+    config = DeliveryConfig(
+        db=str(settings.db),
+        endpoints=endpoints,
+        allow=settings.webhooks_allow,
+        resync_s=settings.tail_interval,
+        log_format=settings.log_format,
+        log_level=settings.log_level,
+    )
+    return DeliveryProcess(config, secret_list(settings.webhook_secret) if settings.webhook_secret is not None else [])
+
+
+async def _stop(process: Process) -> None:
+    """End the child's stdin (it saves its position and exits); kill it if it takes too long."""
+    if process.returncode is None:
+        assert process.stdin is not None
+        await process.stdin.aclose()
+        with anyio.move_on_after(STOP_GRACE_S):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def _deliver(config: DeliveryConfig) -> None:
+    from h3core.adapters.store.sqlite import SQLiteEventStore
+    from h3core.adapters.webhooks import WebhookSender
+    from h3core.domain.webhooks import Allow
+    from h3core.runtime.bus import EventBus
+    from h3core.runtime.webhooks import WebhookDispatcher
+
+    secrets = secret_list(SecretStr(os.environ.get(SECRET_ENV, "")))
+    store = SQLiteEventStore(config.db)
+    bus = EventBus()
+    bus.close()  # nobody publishes in this process: the subscription reads the store every resync_s
+    sender = WebhookSender(secrets, Allow(config.allow))
+    dispatcher = WebhookDispatcher(
+        store,
+        bus,
+        sender,
+        endpoints=config.endpoints,
+        endpoint_secrets=endpoint_secrets(config.endpoints),
+        resync_s=config.resync_s,
+    )
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(dispatcher.run)
+
+            async def report() -> None:
+                last: dict[str, int] = {}
+                while True:
+                    if dict(dispatcher.outcomes) != last:
+                        last = dict(dispatcher.outcomes)
+                        _report({"outcomes": last})
+                    await anyio.sleep(REPORT_EVERY_S)
+
+            tg.start_soon(report)
+            # The lifeline: stdin ends when the parent closes it or exits (however it exits).
+            await anyio.to_thread.run_sync(sys.stdin.buffer.read, abandon_on_cancel=True)
+            tg.cancel_scope.cancel()
+        _report({"outcomes": dict(dispatcher.outcomes)})
+    finally:
+        store.close()
+
+
+def _report(message: dict[str, object]) -> None:
+    try:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # the parent is gone (killed): nobody to tell
+        pass
+
+
+def main() -> None:
+    """The child: read the config line from stdin, deliver until stdin ends."""
+    config = DeliveryConfig.model_validate_json(sys.stdin.buffer.readline())
+    configure(config.log_format, config.log_level)
+    anyio.run(_deliver, config)
+
+
+if __name__ == "__main__":
+    main()
