@@ -26,6 +26,8 @@ OPTIONAL = (
     "aiohttp",
     "swagger_ui",
     "standardwebhooks",
+    "psycopg",
+    "psycopg_pool",
 )
 
 
