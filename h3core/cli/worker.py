@@ -254,4 +254,5 @@ def worker(
                 fail(f"worker stopped, the store is unusable: {exc}", EXIT_DATA)
             console_err().print(f"worker: stopped ({how})")
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()

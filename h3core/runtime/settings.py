@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AfterValidator, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from h3core.adapters.store.location import is_postgres_url
 from h3core.adapters.uploads import DEFAULT_MAX_PIXELS
 from h3core.domain.capabilities import MODES
 from h3core.domain.failures import unknown_kinds
@@ -30,6 +31,15 @@ ExecutorName = Literal["fake", "comfyui", "pipeline"]
 # all: HTTP and the runner in one process. api: HTTP only, following the store for what a runner
 # process writes. runner: the runner only (no HTTP), for an api process on the same store.
 Role = Literal["all", "api", "runner"]
+
+
+def _postgres_url(value: str) -> str:
+    if not is_postgres_url(value):
+        raise ValueError("not a postgresql:// URL")
+    return value
+
+
+PostgresUrl = Annotated[str, AfterValidator(_postgres_url)]
 
 
 class SettingsError(ValueError):
@@ -69,7 +79,8 @@ class Settings(BaseSettings):
     tail_interval: float = Field(default=0.05, gt=0, le=10)  # api role: how often it looks for new events
     host: str = "127.0.0.1"
     port: int = Field(default=8100, ge=0, le=65535)
-    db: Path = Path("h3core.db")
+    # A SQLite file, or a postgresql:// URL (several runner and API nodes on one store).
+    db: Annotated[PostgresUrl | Path, Field(union_mode="left_to_right")] = Path("h3core.db")
     artifacts: Path = Path("artifacts")
     uploads: Path = Path("uploads")
     executor: ExecutorName = "pipeline"

@@ -12,8 +12,8 @@ import anyio
 import anyio.abc
 
 from h3core.adapters.artifacts import LocalArtifactStore
-from h3core.adapters.lock import runner_lock_path
 from h3core.adapters.profiles import builtin_profiles, load_profile_ref
+from h3core.adapters.store.location import open_store_at, runner_lock_for
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
 from h3core.domain.webhooks import Allow
@@ -59,7 +59,7 @@ class Service:
     readiness: Readiness = field(init=False)  # /readyz's looks at the disk, reused for `ready_cache` seconds
 
     def __post_init__(self) -> None:
-        runner_lock = runner_lock_path(self.settings.db) if self.tail is not None else None  # api role: another process
+        runner_lock = runner_lock_for(self.settings.db) if self.tail is not None else None  # api role: another process
         self.readiness = Readiness(self.store, runner_lock, self.settings.ready_cache)
 
     @property
@@ -109,7 +109,7 @@ class Service:
 
 
 def build_service(settings: Settings) -> Service:
-    store = SQLiteEventStore(settings.db)
+    store = open_store_at(settings.db)
     artifacts = LocalArtifactStore(settings.artifacts)
     uploads = LocalUploadStore(
         settings.uploads,

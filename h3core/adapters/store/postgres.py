@@ -41,14 +41,7 @@ from h3core.domain.webhooks import Delivery
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PostgresEventStore", "is_postgres_url"]
-
-_TEXT = 25  # oid of `text`, for the arrays `unnest` takes
-
-
-def is_postgres_url(db: object) -> bool:
-    """A `--db`/`H3_DB` value that names a PostgreSQL store rather than a SQLite file."""
-    return isinstance(db, str) and db.startswith(("postgresql://", "postgres://"))
+__all__ = ["PostgresEventStore"]
 
 
 def _v1(cur: psycopg.Cursor) -> None:
@@ -109,8 +102,12 @@ class PostgresEventStore:
         connect_timeout_s: float = 30.0,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
+        import psycopg
         from psycopg_pool import ConnectionPool
 
+        # Once, directly: an unreachable server or a refused login fails here at once, where the
+        # pool would retry it for its whole timeout.
+        psycopg.connect(url, connect_timeout=max(1, int(connect_timeout_s))).close()
         self.url = url
         self.path = url  # what messages name the store by (as SQLite's path)
         self._clock = clock
@@ -378,6 +375,11 @@ class PostgresEventStore:
             for r in rows:
                 yield _event(r)
             last_order, last_seq = rows[-1][4], rows[-1][1]
+
+    def orphans(self) -> list[str]:
+        """Job ids with events but no `jobs` row (invisible to the store API): what `verify` reports."""
+        rows = self._read("SELECT DISTINCT job_id FROM events WHERE job_id NOT IN (SELECT job_id FROM jobs) ORDER BY job_id")
+        return [j for (j,) in rows]
 
     def cursor(self) -> int:
         return self._read("SELECT coalesce(max(id), 0) FROM events")[0][0]
