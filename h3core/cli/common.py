@@ -74,14 +74,14 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 
 @contextmanager
-def open_store(db: StoreLocation, *, create: bool = False) -> Iterator[SQLiteEventStore]:
+def open_store(db: StoreLocation, *, create: bool = False, **options: object) -> Iterator[SQLiteEventStore]:
     """Open the store, turning the ways that can fail into one clear line (no traceback)."""
     if not create and not is_postgres_url(db) and not Path(db).exists():
         fail(f"no store at {db} (pass --db or set H3_DB)")
     if is_postgres_url(db):
         require_extra("postgres", "psycopg", "psycopg_pool")
     try:
-        store = open_store_at(db)
+        store = open_store_at(db, **options)
     except SchemaTooNew as exc:
         fail(str(exc))
     except sqlite3.DatabaseError as exc:

@@ -221,7 +221,7 @@ def worker(
     explicit = profile_named(settings.capacity_profile)
     lock = take_runner_lock(settings.db)  # before the executor: loading a model takes a while
     try:
-        with open_store(settings.db, create=True) as store:
+        with open_store(settings.db, create=True, **settings.store_options()) as store:
             try:
                 artifact_store = LocalArtifactStore(settings.artifacts)
                 uploads = LocalUploadStore(settings.uploads)

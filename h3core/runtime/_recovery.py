@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.base import EventStore
+from h3core.adapters.store.nodes import NodeLeases
 from h3core.domain.admission import AdmissionPolicy, Refuse
 from h3core.domain.adoption import Adopt, Discard, adoption, judge
 from h3core.domain.events import (
@@ -43,45 +44,68 @@ async def recover(
     the executor re-attaches to its work."""
     # Load fully, then write (docs/design.md §2.3): the list is materialised before any append.
     unfinished = await journal.read(journal.store.unfinished)
+    # On a store shared by runner nodes, another node's running attempts are its own (or, once
+    # its lease expires, whichever node takes the lease over: h3core.runtime._nodes).
+    store = journal.store
+    others = {}
+    if isinstance(store, NodeLeases) and store.node_id is not None:
+        others = {j: n for j, n in (await journal.read(store.lease_holders)).items() if n != store.node_id}
     # Read before this process writes anything: when the previous runner was last seen writing.
     last_write = await journal.read(_runner_last_write, journal.store)
     resumable = []
     now = datetime.now(UTC)
     for state in unfinished:
-        verdict = None
-        if state.status == "running" and artifacts is not None:
-            found = await journal.read(artifacts.committed, state.job_id, state.attempt)
-            verdict = judge(state, found)
-        if isinstance(verdict, Adopt):  # finished before the crash: its Done, not a rerun
-            await journal.append(state.job_id, adoption(state, verdict), expected_seq=state.last_seq)
-        elif state.status == "running" and can_resume(executor, state):
-            assert state.executor_ref is not None
-            events = await journal.read(journal.store.events, state.job_id)
-            away = max(0.0, (now - unfollowed_since(events, state.attempt, last_write)).total_seconds())
-            resumed = Resumed(attempt=state.attempt, executor_ref=state.executor_ref, after_s=round(away, 3))
-            resumable.append(await journal.append(state.job_id, [resumed], expected_seq=state.last_seq))
-        elif state.status == "running":
-            message = f"h3core stopped while attempt {state.attempt} was running"
-            if isinstance(verdict, Discard):
-                message += f"; {verdict.reason}"
-            # What the dead attempt left (partial or unverified) goes, once the log says what it was.
-            left = await journal.read(artifacts.attempt_files, state.job_id, state.attempt) if artifacts is not None else []
-            if state.cancel_requested:
-                reason = "cancel was requested; h3core stopped before the executor confirmed"
-                body: Body = Cancelled(reason="; ".join(filter(None, (reason, _discarded(left)))))
-            else:
-                body = failure_event(state, "interrupted", message, _discarded(left))
-            await journal.append(state.job_id, [body], expected_seq=state.last_seq)
-            if artifacts is not None:
-                await journal.read(artifacts.discard, state.job_id, state.attempt)
+        if state.status == "running" and state.job_id in others:
+            continue
+        if state.status == "running" and can_resume(executor, state):
+            # Re-attach to the work, unless it committed its video before the crash (adopted below).
+            if not isinstance(await _verdict(journal, artifacts, state), Adopt):
+                assert state.executor_ref is not None
+                events = await journal.read(journal.store.events, state.job_id)
+                away = max(0.0, (now - unfollowed_since(events, state.attempt, last_write)).total_seconds())
+                resumed = Resumed(attempt=state.attempt, executor_ref=state.executor_ref, after_s=round(away, 3))
+                resumable.append(await journal.append(state.job_id, [resumed], expected_seq=state.last_seq))
+                continue
+        if state.status == "running":
+            await end_dead_attempt(journal, artifacts, state, f"h3core stopped while attempt {state.attempt} was running")
         elif state.status == "submitted":  # a log imported without its admission
             decision = admission.decide(state.request)
             if isinstance(decision, Refuse):
-                body = Failed(kind="invalid", message=f"refused at recovery: {decision.detail}")
+                body: Body = Failed(kind="invalid", message=f"refused at recovery: {decision.detail}")
             else:
                 body = Admitted(tokens=decision.tokens)
             await journal.append(state.job_id, [body], expected_seq=state.last_seq)
     return resumable
+
+
+async def _verdict(journal: Journal, artifacts: ArtifactStore | None, state: JobState) -> Adopt | Discard | None:
+    """What the artifact store holds of the running attempt: a video to adopt, one to discard, or nothing."""
+    if artifacts is None:
+        return None
+    found = await journal.read(artifacts.committed, state.job_id, state.attempt)
+    return judge(state, found)
+
+
+async def end_dead_attempt(journal: Journal, artifacts: ArtifactStore | None, state: JobState, message: str) -> JobState:
+    """End a running attempt no process follows any more (its process died or stopped, or its
+    node lost its lease): adopt the video it committed, else end it cancelled (a cancel was
+    asked) or interrupted (the retry policy decides whether it runs again), clearing what it left."""
+    verdict = await _verdict(journal, artifacts, state)
+    if isinstance(verdict, Adopt):  # finished before the crash: its Done, not a rerun
+        return await journal.append(state.job_id, adoption(state, verdict), expected_seq=state.last_seq)
+    if isinstance(verdict, Discard):
+        message += f"; {verdict.reason}"
+    # What the dead attempt left (partial or unverified) goes, once the log says what it was.
+    left = await journal.read(artifacts.attempt_files, state.job_id, state.attempt) if artifacts is not None else []
+    if state.cancel_requested:
+        reason = "cancel was requested; h3core stopped before the executor confirmed"
+        body: Body = Cancelled(reason="; ".join(filter(None, (reason, _discarded(left)))))
+    else:
+        body = failure_event(state, "interrupted", message, _discarded(left))
+    ended = await journal.append(state.job_id, [body], expected_seq=state.last_seq)
+    if artifacts is not None:
+        await journal.read(artifacts.discard, state.job_id, state.attempt)
+    return ended
 
 
 # What only a runner writes (an API process on the same store writes submits and cancels): the

@@ -10,6 +10,7 @@ import base64
 import binascii
 import ipaddress
 import os
+import socket
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -144,6 +145,10 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
     store_retry: float = Field(default=30.0, gt=0)  # seconds a failing store is retried before the process exits
+    # PostgreSQL store: this runner node's id (unset: the host name) and how long its lease on what
+    # it runs lasts without a heartbeat before another node takes the attempt over.
+    node: str | None = Field(default=None, min_length=1, max_length=200)
+    lease: float = Field(default=30.0, ge=1, le=3600)
     # Seconds /readyz reuses its look at the store (and the runner process); 0: it looks on every request.
     ready_cache: float = Field(default=1.0, ge=0, le=60)
     # Signs webhooks (Standard Webhooks, `whsec_...`; two, comma-separated, while rotating one out);
@@ -284,8 +289,15 @@ class Settings(BaseSettings):
             queue_timeout_s=self.queue_timeout,
             cancel_grace_s=self.cancel_grace,
             store_retry_s=self.store_retry,
+            lease_s=self.lease,
             retry=RetryPolicy(max_attempts=self.max_attempts, retry_on=tuple(self.retry_on)),
         )
+
+    def store_options(self) -> dict[str, Any]:
+        """How this process opens its store: on PostgreSQL a process that runs jobs is a node."""
+        if not is_postgres_url(self.db) or self.role == "api":
+            return {}
+        return {"node": self.node or socket.gethostname()}
 
     def check_exposure(self) -> None:
         """Refuse to listen beyond loopback without tokens (docs/design.md §2.7)."""

@@ -109,7 +109,7 @@ class Service:
 
 
 def build_service(settings: Settings) -> Service:
-    store = open_store_at(settings.db)
+    store = open_store_at(settings.db, **settings.store_options())
     artifacts = LocalArtifactStore(settings.artifacts)
     uploads = LocalUploadStore(
         settings.uploads,

@@ -26,6 +26,8 @@ connection's `search_path` schema: one database can hold several stores.
 from __future__ import annotations
 
 import functools
+import json
+import os
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -33,8 +35,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
+from h3core.adapters.store.nodes import Expired, LeaseLost, NodeInfo, NodeRow, NodeTaken
 from h3core.adapters.store.sqlite import SchemaTooNew, _event, _fold_fingerprint
-from h3core.domain.events import Body, Event, Submitted, body_from_json
+from h3core.domain.events import Body, CancelRequested, Event, Resumed, Running, Submitted, body_from_json
 from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend, fold
 from h3core.domain.webhooks import Delivery
 
@@ -75,8 +78,21 @@ def _v1(cur: psycopg.Cursor) -> None:
     cur.execute("CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events EXECUTE FUNCTION events_append_only()")
 
 
+def _v2(cur: psycopg.Cursor) -> None:
+    # Runner nodes and the lease each holds on a running attempt (h3core.adapters.store.nodes).
+    cur.execute(
+        "CREATE TABLE nodes (node_id text PRIMARY KEY, info text NOT NULL, lease_s real NOT NULL, "
+        "started_at timestamptz NOT NULL, beat_at timestamptz NOT NULL, left_at timestamptz)"
+    )
+    cur.execute(
+        "CREATE TABLE leases (job_id text PRIMARY KEY, attempt integer NOT NULL, node_id text NOT NULL, "
+        "renewed_at timestamptz NOT NULL)"
+    )
+    cur.execute("CREATE INDEX leases_node ON leases (node_id)")
+
+
 # Index i migrates schema version i to i + 1. Add a function here, never edit an old one.
-MIGRATIONS: tuple[Callable[[psycopg.Cursor], None], ...] = (_v1,)
+MIGRATIONS: tuple[Callable[[psycopg.Cursor], None], ...] = (_v1, _v2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _UPSERT_JOBS = (
@@ -101,7 +117,10 @@ class PostgresEventStore:
         pool_size: int = 8,
         connect_timeout_s: float = 30.0,
         clock: Callable[[], datetime] = utc_now,
+        node: str | None = None,
     ) -> None:
+        """`node`: this process's node id when it runs jobs beside other nodes: its writes are
+        fenced by leases and its `running` events take one (h3core.adapters.store.nodes)."""
         import psycopg
         from psycopg_pool import ConnectionPool
 
@@ -110,6 +129,7 @@ class PostgresEventStore:
         psycopg.connect(url, connect_timeout=max(1, int(connect_timeout_s))).close()
         self.url = url
         self.path = url  # what messages name the store by (as SQLite's path)
+        self.node_id = node
         self._clock = clock
         self._committed_at = -float("inf")
         self._pool = ConnectionPool(
@@ -212,11 +232,12 @@ class PostgresEventStore:
         return self._write(lambda conn: self._append_in(conn, items))
 
     def _append_in(self, conn: psycopg.Connection, items: Sequence[AppendRequest]) -> list[AppendOutcome]:
-        """Every item folded in memory onto the states read once, then written in two statements.
+        """Every item folded in memory onto the states read once, then written in a few statements.
         A refused item writes nothing (it is checked whole before anything is written)."""
         states = _states(conn, {job_id for job_id, _, _ in items})
         keys = [b.idempotency_key for _, bodies, _ in items for b in bodies[:1] if isinstance(b, Submitted) and b.idempotency_key]
         taken = set(_key_owners(conn, keys))
+        leases = _leases(conn, [j for j, s in states.items() if s is not None and s.status == "running"])
         at = self._clock()
         outcomes: list[AppendOutcome] = []
         written: list[Event] = []
@@ -224,6 +245,7 @@ class PostgresEventStore:
             try:
                 state = states.get(job_id)
                 precheck(state, job_id, bodies, expected_seq)
+                self._fence(state, bodies, leases.get(job_id))
                 new_state, events = extend(state, job_id, bodies, at)
                 if state is None and new_state.idempotency_key is not None:
                     if new_state.idempotency_key in taken:
@@ -235,9 +257,23 @@ class PostgresEventStore:
             states[job_id] = new_state
             written.extend(events)
             outcomes.append((new_state, events))
+            if new_state.status != "running":
+                leases[job_id] = None
+            elif self.node_id is not None and any(isinstance(b, Running | Resumed) for b in bodies):
+                leases[job_id] = (self.node_id, new_state.attempt)
         if written:
             _store(conn, written, {s.job_id: s for s in states.values() if s is not None})
+            touched = {e.job_id for e in written}
+            _set_leases(conn, {j: lease for j, lease in leases.items() if j in touched})
         return outcomes
+
+    def _fence(self, state: JobState | None, bodies: Sequence[Body], lease: tuple[str, int] | None) -> None:
+        """A node writes onto a running attempt only while it holds its lease (a cancel request
+        comes from anywhere)."""
+        if self.node_id is None or state is None or state.status != "running" or lease is None:
+            return
+        if lease != (self.node_id, state.attempt) and not all(isinstance(b, CancelRequested) for b in bodies):
+            raise LeaseLost(f"job {state.job_id}: attempt {state.attempt} is leased to node {lease[0]}, not {self.node_id}")
 
     def import_events(self, events: Sequence[Event]) -> int:
         by_job: dict[str, list[Event]] = {}
@@ -417,6 +453,90 @@ class PostgresEventStore:
         rows = self._read('SELECT record FROM deliveries WHERE job_id = %s ORDER BY seq, url COLLATE "C"', (job_id,))
         return [Delivery.model_validate_json(r) for (r,) in rows]
 
+    # -- nodes and leases (h3core.adapters.store.nodes) ----------------------------------
+
+    def _me(self) -> str:
+        if self.node_id is None:
+            raise RuntimeError("this store was opened without a node id")
+        return self.node_id
+
+    def join(self, info: NodeInfo, lease_s: float) -> None:
+        me = self._me()
+
+        def join(conn: psycopg.Connection) -> None:
+            row = conn.execute(
+                "SELECT info, extract(epoch FROM now() - beat_at), left_at FROM nodes WHERE node_id = %s FOR UPDATE", (me,)
+            ).fetchone()
+            if row is not None and row[2] is None and row[1] <= lease_s:
+                was = NodeInfo.model_validate_json(row[0])
+                if (was.host, was.pid) != (info.host, info.pid) and not (was.host == info.host and not _pid_alive(was.pid)):
+                    raise NodeTaken(
+                        f"node {me} is alive: process {was.pid} on {was.host} beat {row[1]:.1f}s ago; "
+                        f"give this one another id (H3_NODE) or wait {lease_s - row[1]:.0f}s"
+                    )
+            conn.execute(
+                "INSERT INTO nodes (node_id, info, lease_s, started_at, beat_at) VALUES (%s, %s, %s, now(), now()) "
+                "ON CONFLICT (node_id) DO UPDATE SET info = excluded.info, lease_s = excluded.lease_s, "
+                "started_at = now(), beat_at = now(), left_at = NULL",
+                (me, info.model_dump_json(), lease_s),
+            )
+
+        self._write(join, events=False)
+
+    def beat(self, info: NodeInfo) -> set[str]:
+        me = self._me()
+
+        def beat(conn: psycopg.Connection) -> set[str]:
+            conn.execute("UPDATE nodes SET beat_at = now(), info = %s WHERE node_id = %s", (info.model_dump_json(), me))
+            rows = conn.execute("UPDATE leases SET renewed_at = now() WHERE node_id = %s RETURNING job_id", (me,)).fetchall()
+            return {j for (j,) in rows}
+
+        # Not behind this process's write lock: a beat must not wait for a group commit.
+        with self._pool.connection() as conn, conn.transaction():
+            return beat(conn)
+
+    def leave(self) -> None:
+        self._write(lambda conn: conn.execute("UPDATE nodes SET left_at = now() WHERE node_id = %s", (self._me(),)), events=False)
+
+    def nodes(self) -> list[NodeRow]:
+        rows = self._read(
+            "SELECT n.info, n.started_at, n.beat_at, extract(epoch FROM now() - n.beat_at)::float8, n.left_at, n.lease_s, "
+            "(SELECT count(*) FROM leases l WHERE l.node_id = n.node_id) FROM nodes n ORDER BY n.node_id"
+        )
+        return [
+            NodeRow(
+                **json.loads(info),
+                started_at=started,
+                beat_at=beat,
+                beat_age_s=age,
+                left_at=left,
+                lease_s=lease_s,
+                leases=leases,
+            )
+            for info, started, beat, age, left, lease_s, leases in rows
+        ]
+
+    def lease_holders(self) -> dict[str, str]:
+        return dict(self._read("SELECT job_id, node_id FROM leases"))
+
+    def expired(self, lease_s: float) -> list[Expired]:
+        rows = self._read(
+            "SELECT job_id, attempt, node_id, extract(epoch FROM now() - renewed_at)::float8 FROM leases "
+            "WHERE renewed_at < now() - make_interval(secs => %s) AND node_id IS DISTINCT FROM %s ORDER BY renewed_at",
+            (lease_s, self.node_id),
+        )
+        return [Expired(job_id=j, attempt=a, node_id=n, age_s=age) for j, a, n, age in rows]
+
+    def take_lease(self, lease: Expired, lease_s: float) -> bool:
+        me = self._me()
+        with self._pool.connection() as conn:
+            moved = conn.execute(
+                "UPDATE leases SET node_id = %s, renewed_at = now() WHERE job_id = %s AND attempt = %s AND node_id = %s "
+                "AND renewed_at < now() - make_interval(secs => %s)",
+                (me, lease.job_id, lease.attempt, lease.node_id, lease_s),
+            ).rowcount
+        return moved == 1
+
     def close(self) -> None:
         self._pool.close()
 
@@ -424,6 +544,38 @@ class PostgresEventStore:
 def _states(conn: psycopg.Connection, job_ids: Collection[str]) -> dict[str, JobState | None]:
     rows = conn.execute("SELECT job_id, state FROM jobs WHERE job_id = ANY(%s)", (list(job_ids),)).fetchall()
     return {job_id: JobState.model_validate_json(s) for job_id, s in rows}
+
+
+def _leases(conn: psycopg.Connection, job_ids: Sequence[str]) -> dict[str, tuple[str, int] | None]:
+    if not job_ids:
+        return {}
+    rows = conn.execute("SELECT job_id, node_id, attempt FROM leases WHERE job_id = ANY(%s)", (list(job_ids),)).fetchall()
+    return {job_id: (node, attempt) for job_id, node, attempt in rows}
+
+
+def _set_leases(conn: psycopg.Connection, leases: dict[str, tuple[str, int] | None]) -> None:
+    """Take the leases given as (node, attempt), drop those given as None."""
+    gone = [j for j, lease in leases.items() if lease is None]
+    held = {j: lease for j, lease in leases.items() if lease is not None}
+    if gone:
+        conn.execute("DELETE FROM leases WHERE job_id = ANY(%s)", (gone,))
+    if held:
+        conn.execute(
+            "INSERT INTO leases (job_id, node_id, attempt, renewed_at) SELECT j, n, a, now() "
+            "FROM unnest(%s::text[], %s::text[], %s::int[]) AS x(j, n, a) "
+            "ON CONFLICT (job_id) DO UPDATE SET node_id = excluded.node_id, attempt = excluded.attempt, renewed_at = now()",
+            (list(held), [n for n, _ in held.values()], [a for _, a in held.values()]),
+        )
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _key_owners(conn: psycopg.Connection, keys: Sequence[str]) -> dict[str, str]:
