@@ -276,6 +276,7 @@ class PostgresEventStore:
             raise LeaseLost(f"job {state.job_id}: attempt {state.attempt} is leased to node {lease[0]}, not {self.node_id}")
 
     def import_events(self, events: Sequence[Event]) -> int:
+        """As the contract says; the new events take positions in the order given."""
         by_job: dict[str, list[Event]] = {}
         for e in events:
             by_job.setdefault(e.job_id, []).append(e)
@@ -302,6 +303,8 @@ class PostgresEventStore:
                     fresh.append(e)
                 states[job_id] = state
             if fresh:
+                order = {id(e): i for i, e in enumerate(events)}
+                fresh.sort(key=lambda e: order[id(e)])  # stored in the order given (a migration keeps the source's)
                 new = {e.job_id: states[e.job_id] for e in fresh if isinstance(e.body, Submitted)}
                 keys = {s.idempotency_key: s.job_id for s in new.values() if s is not None and s.idempotency_key}
                 for key, owner in _key_owners(conn, list(keys)).items():
@@ -427,6 +430,15 @@ class PostgresEventStore:
     def position(self, name: str) -> int | None:
         rows = self._read("SELECT position FROM positions WHERE name = %s", (name,))
         return rows[0][0] if rows else None
+
+    def positions(self) -> dict[str, int]:
+        """Every saved position, by name."""
+        return dict(self._read("SELECT name, position FROM positions ORDER BY name"))
+
+    def position_of(self, job_id: str, seq: int) -> int:
+        """The position of the job's event #seq (0 if absent)."""
+        rows = self._read("SELECT id FROM events WHERE job_id = %s AND seq = %s", (job_id, seq))
+        return rows[0][0] if rows else 0
 
     def save_position(self, name: str, position: int) -> None:
         self._write(

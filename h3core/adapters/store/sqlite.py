@@ -459,6 +459,15 @@ class SQLiteEventStore:
         rows = self._point("SELECT position FROM positions WHERE name = ?", (name,))
         return rows[0][0] if rows else None
 
+    def positions(self) -> dict[str, int]:
+        """Every saved position, by name (what `h3core migrate` carries over)."""
+        return dict(self._read("SELECT name, position FROM positions ORDER BY name"))
+
+    def event_at_or_before(self, position: int) -> tuple[str, int] | None:
+        """(job_id, seq) of the newest event at or before `position`; None if there is none."""
+        rows = self._point("SELECT job_id, seq FROM events WHERE id <= ? ORDER BY id DESC LIMIT 1", (position,))
+        return rows[0] if rows else None
+
     def save_position(self, name: str, position: int) -> None:
         with self._write() as conn:
             conn.execute(
