@@ -184,6 +184,10 @@ class Runner:
 
         Raises `StoreUnavailable` once the store has failed for `store_retry_s`: every running
         attempt is stopped first (their ends cannot be written: the next start records them)."""
+        nodes = self._node_store()
+        if nodes is not None:  # before any task group: `NodeTaken` reaches the caller as it is
+            info = node_info(nodes, self.executor, self.slot_count(), "runner")
+            await anyio.to_thread.run_sync(nodes.join, info, self.config.lease_s)
         try:
             async with self.executor.running():
                 await self._writing(functools.partial(self._run_jobs, task_status))
@@ -230,7 +234,6 @@ class Runner:
             await self._run_node(task_status, None)
             return
         info = functools.partial(node_info, nodes, self.executor, self.slot_count(), "runner")
-        await self._journal.read(nodes.join, info(), self.config.lease_s)  # NodeTaken: another process has this id
         heartbeat = Heartbeat(nodes, info(), self.config.lease_s / 3)
         heartbeat.start()
         self.heartbeat = heartbeat

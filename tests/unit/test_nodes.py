@@ -140,3 +140,21 @@ def test_the_heartbeat_goes_on_while_the_executor_blocks_the_event_loop(pg_url, 
     assert isinstance(store, NodeLeases) and [e.type for e in store.events(job.job_id)].count("attempt_failed") == 0
     store.close()
     watcher.close()
+
+
+async def test_a_second_process_under_a_live_nodes_id_is_refused(pg_url, tmp_path):
+    from h3core.adapters.store.nodes import NodeTaken
+
+    live = PostgresEventStore(pg_url, node="gpu")
+    live.join(a_info().model_copy(update={"node_id": "gpu", "host": "elsewhere", "pid": 7}), 30)
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    store = PostgresEventStore(pg_url, node="gpu")
+    runner = Runner(store, FakeExecutor(artifacts), config(), artifacts=artifacts)
+    with pytest.raises(NodeTaken, match="node gpu is alive: process 7 on elsewhere"):
+        await runner.run()
+    live.leave()  # a graceful stop: the id is free again
+    async with anyio.create_task_group() as tg:
+        await tg.start(runner.run)
+        tg.cancel_scope.cancel()
+    store.close()
+    live.close()

@@ -477,7 +477,8 @@ class PostgresEventStore:
 
         def join(conn: psycopg.Connection) -> None:
             row = conn.execute(
-                "SELECT info, extract(epoch FROM now() - beat_at), left_at FROM nodes WHERE node_id = %s FOR UPDATE", (me,)
+                "SELECT info, extract(epoch FROM now() - beat_at)::float8, left_at FROM nodes WHERE node_id = %s FOR UPDATE",
+                (me,),
             ).fetchone()
             if row is not None and row[2] is None and row[1] <= lease_s:
                 was = NodeInfo.model_validate_json(row[0])
