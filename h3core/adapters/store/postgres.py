@@ -142,7 +142,11 @@ class PostgresEventStore:
             name="h3core",
         )
         self._pool.open(wait=True, timeout=connect_timeout_s)
+        self._listener: psycopg.Connection | None = None  # LISTENs for other writers' commits
+        self._listen_lock = threading.Lock()
         try:
+            # Commits of events are announced on a channel of this store's schema (one database may hold several).
+            self._channel = "h3core_events." + self._read("SELECT current_schema()")[0][0]
             self._migrate()
             self._refold()
         except BaseException:
@@ -263,6 +267,7 @@ class PostgresEventStore:
                 leases[job_id] = (self.node_id, new_state.attempt)
         if written:
             _store(conn, written, {s.job_id: s for s in states.values() if s is not None})
+            conn.execute("SELECT pg_notify(%s, '')", (self._channel,))  # delivered at commit, to `wait_for_events`
             touched = {e.job_id for e in written}
             _set_leases(conn, {j: lease for j, lease in leases.items() if j in touched})
         return outcomes
@@ -311,6 +316,7 @@ class PostgresEventStore:
                     if owner != keys[key]:
                         raise Conflict(f"idempotency key {key!r} is already in use")
                 _store(conn, fresh, {e.job_id: states[e.job_id] for e in fresh})  # type: ignore[misc]
+                conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
             return len(fresh)
 
         return self._write(imported)
@@ -414,6 +420,21 @@ class PostgresEventStore:
             for r in rows:
                 yield _event(r)
             last_order, last_seq = rows[-1][4], rows[-1][1]
+
+    def wait_for_events(self, timeout_s: float) -> bool:
+        """Block until a transaction (of any process) stores events, or `timeout_s` passes: True
+        when woken (LISTEN/NOTIFY; the followers' wake-up, `h3core.runtime.tail`). The first call
+        returns True at once: what committed before it listened is read, not waited for."""
+        import psycopg
+
+        with self._listen_lock:
+            if self._listener is None or self._listener.closed:
+                self._listener = psycopg.connect(self.url, autocommit=True)
+                self._listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self._channel)))
+                return True
+            for _ in self._listener.notifies(timeout=timeout_s, stop_after=1):
+                return True
+            return False
 
     def orphans(self) -> list[str]:
         """Job ids with events but no `jobs` row (invisible to the store API): what `verify` reports."""
@@ -551,6 +572,9 @@ class PostgresEventStore:
         return moved == 1
 
     def close(self) -> None:
+        with self._listen_lock:
+            if self._listener is not None:
+                self._listener.close()
         self._pool.close()
 
 

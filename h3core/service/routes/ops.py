@@ -52,7 +52,7 @@ async def _readiness(svc: Service) -> Response[ReadyView]:
     servable = caps.runnable_modes
     executor = f"ready for {', '.join(servable)}" if servable else "not ready: " + "; ".join(problems)
     groups = None
-    if svc.tail is not None:  # api role: the jobs run in the process holding the runner lock
+    if svc.settings.role == "api":  # the jobs run in another process: the runner lock's holder, or the nodes
         holder = await svc.readiness.runner()
         if holder:
             runs = f"{holder} run the jobs" if holder.startswith("node ") else f"process {holder} runs the jobs"
@@ -67,7 +67,7 @@ async def _readiness(svc: Service) -> Response[ReadyView]:
         ok = checks["store"] == "ok" and bool(servable) and svc.runner.accepting
         health = svc.runner.executor.health()
         groups = [GroupView.model_validate(h, from_attributes=True) for h in health] if health is not None else None
-    attention = _attention(svc.runner.executor) if svc.tail is None else None
+    attention = _attention(svc.runner.executor) if svc.settings.role != "api" else None
     rows = await svc.readiness.nodes()
     nodes = [NodeView(**n.model_dump(), alive=n.alive()) for n in rows] if rows else None
     view = ReadyView(

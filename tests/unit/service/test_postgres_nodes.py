@@ -4,6 +4,7 @@ runner node."""
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 
 from litestar.testing import TestClient
@@ -35,3 +36,36 @@ def test_an_api_node_and_a_runner_node_share_the_queue_and_report_the_nodes(pg_u
         poll(lambda: api.get(f"/v1/jobs/{job}").json()["status"] == "done", 30, "the runner node to run the job")
         metrics = runner.get("/metrics").text
         assert 'h3core_node_up{node="gpu-1"} 1.0' in metrics and 'h3core_node_slots{node="gpu-1"} 2.0' in metrics
+
+
+def test_a_job_running_on_one_node_streams_from_another_and_a_cancel_there_reaches_it(pg_url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    hang = {**QUICK, "prompt": "a fox [fake step=0.02 hang_at=2]", "steps": 4}
+    with (
+        node(pg_url, tmp_path / "a", node="a", poll_interval=0.05) as a,
+        node(pg_url, tmp_path / "b", node="b", poll_interval=0.05) as b,
+    ):
+        job = a.post("/v1/jobs", json=hang).json()["id"]
+        running = poll(
+            lambda: [e for e in a.get(f"/v1/jobs/{job}/events").json() if e["body"]["type"] == "running"],
+            30,
+            "the job to start",
+        )
+        runs_on = running[0]["body"]["info"]["node"]
+        other = b if runs_on == "a" else a  # streams and cancels where the job does not run
+        seen: list[str] = []
+        last = len(other.get(f"/v1/jobs/{job}/events").json())
+
+        def stream() -> None:
+            with other.stream("GET", f"/v1/jobs/{job}/stream", headers={"Last-Event-ID": str(last)}) as events:
+                for line in events.iter_lines():
+                    if line.startswith("event: "):
+                        seen.append(line.removeprefix("event: "))
+
+        reader = threading.Thread(target=stream)
+        reader.start()
+        assert other.post(f"/v1/jobs/{job}/cancel").status_code in (200, 202)
+        reader.join(timeout=60)
+        assert not reader.is_alive(), f"the stream did not end: {seen}"
+        assert seen[0] == "cancel_requested" and seen[-1] == "cancelled", seen
+        assert other.get(f"/v1/jobs/{job}").json()["status"] == "cancelled"
