@@ -142,6 +142,11 @@ def serve(
     store_retry: Annotated[
         float | None, _opt("H3_STORE_RETRY", "Seconds a failing store is retried before the process exits non-zero \\[30].")
     ] = None,
+    node: Annotated[str | None, _opt("H3_NODE", "PostgreSQL store: this runner node's id \\[the host name].")] = None,
+    lease: Annotated[
+        float | None,
+        _opt("H3_LEASE", "PostgreSQL store: seconds without a heartbeat before others take a node's jobs over \\[30]."),
+    ] = None,
     max_body_bytes: Annotated[int | None, _opt("H3_MAX_BODY_BYTES", "Largest JSON request body, in bytes \\[1048576].")] = None,
     max_upload_bytes: Annotated[
         int | None, _opt("H3_MAX_UPLOAD_BYTES", "Largest upload in bytes (each kind has a lower bound of its own) \\[524288000].")
