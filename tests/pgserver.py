@@ -103,6 +103,9 @@ def _as(user: pwd.struct_passwd | None):
     return drop
 
 
+COMPLETE = "h3core-template-complete"
+
+
 def _template(bin_: Path, user: pwd.struct_passwd | None, name: str) -> Path:
     """An initdb'd data folder, made once per machine and user (initdb takes seconds on a busy box;
     a copy takes a fraction of one): servers start from copies of it."""
@@ -113,9 +116,9 @@ def _template(bin_: Path, user: pwd.struct_passwd | None, name: str) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     template = cache / f"pgdata-{version}-{name}"
     with FileLock(cache / f"pgdata-{version}-{name}.lock"):
-        if (template / "PG_VERSION").exists():
+        if (template / COMPLETE).exists():
             return template
-        folder = Path(tempfile.mkdtemp(prefix="h3pg-initdb-"))
+        folder = Path(tempfile.mkdtemp(prefix="h3pg-initdb-"))  # where the server's user can reach (not under /root)
         try:
             if user is not None:
                 os.chown(folder, user.pw_uid, user.pw_gid)
@@ -142,7 +145,8 @@ def _template(bin_: Path, user: pwd.struct_passwd | None, name: str) -> Path:
             if done.returncode:
                 raise NoPostgres(f"initdb failed: {done.stderr.strip() or done.stdout.strip()}")
             shutil.rmtree(template, ignore_errors=True)
-            shutil.move(folder / "data", template)  # complete or absent: PG_VERSION is the mark
+            shutil.move(folder / "data", template)  # a copy across filesystems: the mark comes last
+            (template / COMPLETE).touch()
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     return template

@@ -10,8 +10,8 @@ positions are drawn in commit order, and `id > cursor` never skips one. Readers 
 handful of statements for a whole group commit (`append_batch`: one read of the states, one
 insert of the events, one upsert of the projection), so the turn is short. The lock also makes
 each write see the states it folds onto as of its turn: no `SELECT ... FOR UPDATE`, no deadlock
-between batches that touch the same jobs in different orders, and claims (`claim`) that read the
-queue and start its head in one turn can never hand one job to two nodes.
+between batches that touch the same jobs in different orders, and a claim's `running` (written
+with the job's last seq expected, checked in the turn) can never hand one job to two nodes.
 
 A commit's effects are visible before its locks are released (PostgreSQL ends the transaction in
 the proc array first), so a reader that sees position n sees every position below it.
