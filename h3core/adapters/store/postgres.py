@@ -25,7 +25,6 @@ connection's `search_path` schema: one database can hold several stores.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import threading
@@ -142,12 +141,14 @@ class PostgresEventStore:
             name="h3core",
         )
         self._pool.open(wait=True, timeout=connect_timeout_s)
+        # One write transaction of this store at a time: they would only queue for the table lock.
+        self._write_lock = threading.Lock()
         self._listener: psycopg.Connection | None = None  # LISTENs for other writers' commits
         self._listen_lock = threading.Lock()
         try:
+            self._migrate()
             # Commits of events are announced on a channel of this store's schema (one database may hold several).
             self._channel = "h3core_events." + self._read("SELECT current_schema()")[0][0]
-            self._migrate()
             self._refold()
         except BaseException:
             self._pool.close()
@@ -158,11 +159,6 @@ class PostgresEventStore:
     def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
         with self._pool.connection() as conn:
             return conn.execute(sql, params).fetchall()
-
-    @functools.cached_property
-    def _write_lock(self) -> threading.Lock:
-        # One write transaction per process at a time: they would only queue for the table lock.
-        return threading.Lock()
 
     def _write(self, fn: Callable[[psycopg.Connection], Any], *, events: bool = True) -> Any:
         """`fn(conn)` in one transaction; with `events`, holding the events table lock (the module
