@@ -15,6 +15,9 @@ runs on a worker thread, so none blocks the caller's event loop.
 
 from __future__ import annotations
 
+import functools
+import os
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -121,7 +124,10 @@ class Jobs:
                 lock.acquire()  # LockHeld: another runner (a serve, a worker, a Jobs) has this store
         try:
             if owned:
-                store: EventStore = await anyio.to_thread.run_sync(open_store_at, where)
+                # On PostgreSQL this process is a runner node among any others (its own id: a
+                # restart's attempts are taken over after the lease, by it or another node).
+                node = {"node": f"{socket.gethostname()}-{os.getpid()}"} if lock_path is None else {}
+                store: EventStore = await anyio.to_thread.run_sync(functools.partial(open_store_at, where, **node))
             else:
                 store = self._store_arg if self._store_arg is not None else MemoryEventStore()  # type: ignore[assignment]
             try:
