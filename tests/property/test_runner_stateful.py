@@ -229,5 +229,6 @@ class PostgresRunnerMachine(RunnerMachine):
         return PostgresEventStore(_servers[0].fresh_schema())
 
 
-PostgresRunnerMachine.TestCase.settings = RunnerMachine.TestCase.settings
+# Fewer examples than SQLite's: every step waits on server round trips (the same model, the same rules).
+PostgresRunnerMachine.TestCase.settings = settings(max_examples=examples(6), stateful_step_count=25)
 TestRunnerStatefulPostgres = pytest.mark.usefixtures("_postgres")(PostgresRunnerMachine.TestCase)

@@ -15,7 +15,7 @@ from h3core.domain.events import Admitted, Progress, Running
 from tests.factories import submitted
 
 WRITERS = 4
-APPENDS = 280  # per writer, in jobs of 8 appends (15 events): 2,100 events
+APPENDS = 175  # per writer, in jobs of 5 appends (15 events): 2,100 events
 
 
 def test_a_follower_sees_every_event_once_while_several_writers_commit_at_once(pg_url):
@@ -31,14 +31,14 @@ def test_a_follower_sees_every_event_once_while_several_writers_commit_at_once(p
         try:
             store = stores[w]
             for i in range(APPENDS):
-                job = f"w{w}-{i // 8}"
-                if i % 8 == 0:
+                job = f"w{w}-{i // 5}"
+                if i % 5 == 0:
                     store.append(job, [submitted(), Admitted()])
-                elif i % 8 == 1:
+                elif i % 5 == 1:
                     store.append_batch([(job, [Running(attempt=1, executor="x")], None)])
                 else:
-                    step = 2 * (i % 8 - 1)
-                    store.append(job, [Progress(step=step - 1, total=12), Progress(step=step, total=12)])
+                    step = 4 * (i % 5 - 2)
+                    store.append(job, [Progress(step=step + k, total=12) for k in range(1, 5)])
         except BaseException as exc:
             errors.append(exc)
 
@@ -63,7 +63,7 @@ def test_a_follower_sees_every_event_once_while_several_writers_commit_at_once(p
     reader.join()
     assert not errors, errors
     everything = [(p, e.job_id, e.seq) for p, e in follower.events_after(0, limit=100_000)]
-    assert len(everything) == WRITERS * APPENDS // 8 * 15
+    assert len(everything) == WRITERS * APPENDS // 5 * 15
     assert len(set(seen)) == len(seen), "an event was followed twice"
     missed = sorted(set(everything) - set(seen))
     assert not missed, f"the follower skipped {len(missed)} events, first {missed[:5]}"
