@@ -93,8 +93,8 @@ async def take_over_expired(journal: Journal, artifacts: ArtifactStore | None, l
             f"{lease.age_s:.1f}s old (lease {lease_s:g}s); ended by node {store.node_id}"
         )
         log.warning("job %s: %s", lease.job_id, message, extra={"job_id": lease.job_id, "node": lease.node_id})
-        await end_dead_attempt(journal, artifacts, state, message)
-        ended += 1
+        if await end_dead_attempt(journal, artifacts, state, message) is not None:
+            ended += 1
     return ended
 
 

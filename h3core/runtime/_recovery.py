@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 from h3core.adapters.artifacts import ArtifactStore
-from h3core.adapters.store.base import EventStore
+from h3core.adapters.store.base import Conflict, EventStore
 from h3core.adapters.store.nodes import NodeLeases
 from h3core.domain.admission import AdmissionPolicy, Refuse
 from h3core.domain.adoption import Adopt, Discard, adoption, judge
@@ -42,14 +42,15 @@ async def recover(
 ) -> list[JobState]:
     """End what a dead or stopped process left running, or return it, marked `Resumed`, where
     the executor re-attaches to its work."""
-    # Load fully, then write (docs/design.md §2.3): the list is materialised before any append.
-    unfinished = await journal.read(journal.store.unfinished)
     # On a store shared by runner nodes, another node's running attempts are its own (or, once
-    # its lease expires, whichever node takes the lease over: h3core.runtime._nodes).
+    # its lease expires, whichever node takes the lease over: h3core.runtime._nodes). Read before
+    # the jobs: one claimed in between is refused to us at the write (`end_dead_attempt`).
     store = journal.store
     others = {}
     if isinstance(store, NodeLeases) and store.node_id is not None:
         others = {j: n for j, n in (await journal.read(store.lease_holders)).items() if n != store.node_id}
+    # Load fully, then write (docs/design.md §2.3): the list is materialised before any append.
+    unfinished = await journal.read(journal.store.unfinished)
     # Read before this process writes anything: when the previous runner was last seen writing.
     last_write = await journal.read(_runner_last_write, journal.store)
     resumable = []
@@ -86,10 +87,36 @@ async def _verdict(journal: Journal, artifacts: ArtifactStore | None, state: Job
     return judge(state, found)
 
 
-async def end_dead_attempt(journal: Journal, artifacts: ArtifactStore | None, state: JobState, message: str) -> JobState:
+async def end_dead_attempt(journal: Journal, artifacts: ArtifactStore | None, state: JobState, message: str) -> JobState | None:
     """End a running attempt no process follows any more (its process died or stopped, or its
     node lost its lease): adopt the video it committed, else end it cancelled (a cancel was
-    asked) or interrupted (the retry policy decides whether it runs again), clearing what it left."""
+    asked) or interrupted (the retry policy decides whether it runs again), clearing what it left.
+
+    Another write may come first (a cancel request from an API node, another node's claim after
+    the job ended): then the job is read again and ended only if the same attempt still runs and
+    no other node holds it. Returns the ended state, or None when it was not this one's to end."""
+    attempt = state.attempt
+    while True:
+        try:
+            return await _end_dead_attempt(journal, artifacts, state, message)
+        except Conflict:  # LeaseLost included
+            current = await journal.read(journal.store.get, state.job_id)
+            if current is None or not await _still_dead(journal, current, attempt):
+                return None
+            state = current
+
+
+async def _still_dead(journal: Journal, state: JobState, attempt: int) -> bool:
+    """Is `attempt` still running, unfollowed, with no other node holding it?"""
+    if state.status != "running" or state.attempt != attempt:
+        return False
+    store = journal.store
+    if isinstance(store, NodeLeases) and store.node_id is not None:
+        return (await journal.read(store.lease_holders)).get(state.job_id) in (None, store.node_id)
+    return True
+
+
+async def _end_dead_attempt(journal: Journal, artifacts: ArtifactStore | None, state: JobState, message: str) -> JobState:
     verdict = await _verdict(journal, artifacts, state)
     if isinstance(verdict, Adopt):  # finished before the crash: its Done, not a rerun
         return await journal.append(state.job_id, adoption(state, verdict), expected_seq=state.last_seq)

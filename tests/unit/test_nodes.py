@@ -158,3 +158,34 @@ async def test_a_second_process_under_a_live_nodes_id_is_refused(pg_url, tmp_pat
         tg.cancel_scope.cancel()
     store.close()
     live.close()
+
+
+async def test_ending_a_dead_attempt_reads_again_after_a_conflict_and_leaves_another_nodes_claim(pg_url):
+    """What a restarted node or a taker meets: a cancel request stored since it read the job (it
+    ends the attempt as cancelled), or the job claimed by a live node since (it writes nothing)."""
+    from h3core.adapters.store.nodes import Expired
+    from h3core.runtime._journal import Journal
+    from h3core.runtime._recovery import end_dead_attempt
+    from h3core.runtime.bus import EventBus
+
+    dead, me, b = (PostgresEventStore(pg_url, node=n) for n in ("dead", "me", "b"))
+    for job in ("j", "k"):
+        dead.append(job, [submitted(), Admitted()])
+        dead.append(job, [Running(attempt=1, executor="x")])
+    stale_j, stale_k = dead.get("j"), dead.get("k")
+    me.append("j", [CancelRequested(reason="from an API node")])  # after the taker read the job
+    for lease in poll(lambda: (e := me.expired(0.05)) and len(e) == 2 and e, 10, "both leases to age"):
+        holder = me if lease.job_id == "j" else b
+        assert holder.take_lease(Expired(**{**lease.model_dump(), "node_id": "dead"}), 0.05)
+    b.append("k", [AttemptFailed(kind="interrupted", message="b took it over", attempt=1)])
+    b.append("k", [Running(attempt=2, executor="x")])  # and runs it again, live
+    journal = Journal(me, EventBus(), retry_s=5)
+    async with anyio.create_task_group() as tg:
+        await tg.start(journal.writer.run)
+        ended = await end_dead_attempt(journal, None, stale_j, "dead stopped")
+        assert ended is not None and ended.status == "cancelled"
+        assert await end_dead_attempt(journal, None, stale_k, "dead stopped") is None
+        journal.writer.close()
+    assert [e.type for e in me.events("k")][-2:] == ["attempt_failed", "running"]
+    for s in (dead, me, b):
+        s.close()
