@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
 from h3core.adapters.store.nodes import Expired, LeaseLost, NodeInfo, NodeRow, NodeTaken
-from h3core.adapters.store.sqlite import SchemaTooNew, _event, _fold_fingerprint
+from h3core.adapters.store.sqlite import COUNTS, QUEUE_POSITION, UNFINISHED, SchemaTooNew, _event, _fold_fingerprint
 from h3core.domain.events import Body, CancelRequested, Event, Resumed, Running, Submitted, body_from_json
 from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend, fold
 from h3core.domain.webhooks import Delivery
@@ -372,21 +372,14 @@ class PostgresEventStore:
         return [JobState.model_validate_json(s) for (s,) in rows]
 
     def unfinished(self) -> list[JobState]:
-        rows = self._read(
-            "SELECT state FROM jobs WHERE status IN ('submitted', 'queued', 'running') ORDER BY priority DESC, queue_order"
-        )
+        rows = self._read(UNFINISHED)
         return [JobState.model_validate_json(s) for (s,) in rows]
 
     def counts(self) -> dict[str, int]:
-        return dict(self._read("SELECT status, count(*) FROM jobs GROUP BY status"))
+        return dict(self._read(COUNTS))
 
     def queue_position(self, job_id: str) -> int | None:
-        rows = self._read(
-            "SELECT (SELECT count(*) FROM jobs o WHERE o.status = 'queued' AND "
-            "(o.priority > j.priority OR (o.priority = j.priority AND o.queue_order <= j.queue_order))) "
-            "FROM jobs j WHERE j.job_id = %s AND j.status = 'queued'",
-            (job_id,),
-        )
+        rows = self._read(QUEUE_POSITION.replace("?", "%s"), (job_id,))
         return rows[0][0] if rows else None
 
     def ping(self) -> None:

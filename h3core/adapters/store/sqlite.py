@@ -109,6 +109,15 @@ def _fold_fingerprint() -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
+# Queries the PostgreSQL store shares (its placeholders are `%s`: `.replace("?", "%s")`).
+UNFINISHED = "SELECT state FROM jobs WHERE status IN ('submitted', 'queued', 'running') ORDER BY priority DESC, queue_order"
+COUNTS = "SELECT status, count(*) FROM jobs GROUP BY status"
+QUEUE_POSITION = (
+    "SELECT (SELECT count(*) FROM jobs o WHERE o.status = 'queued' AND "
+    "(o.priority > j.priority OR (o.priority = j.priority AND o.queue_order <= j.queue_order))) "
+    "FROM jobs j WHERE j.job_id = ? AND j.status = 'queued'"
+)
+
 _UPDATE_JOB = "UPDATE jobs SET status = ?, updated_at = ?, last_seq = ?, state = ? WHERE job_id = ?"
 
 
@@ -400,21 +409,14 @@ class SQLiteEventStore:
         return [JobState.model_validate_json(s) for (s,) in rows]
 
     def unfinished(self) -> list[JobState]:
-        rows = self._read(
-            "SELECT state FROM jobs WHERE status IN ('submitted', 'queued', 'running') ORDER BY priority DESC, queue_order"
-        )
+        rows = self._read(UNFINISHED)
         return [JobState.model_validate_json(s) for (s,) in rows]
 
     def counts(self) -> dict[str, int]:
-        return dict(self._read("SELECT status, count(*) FROM jobs GROUP BY status"))
+        return dict(self._read(COUNTS))
 
     def queue_position(self, job_id: str) -> int | None:
-        rows = self._point(
-            "SELECT (SELECT count(*) FROM jobs o WHERE o.status = 'queued' AND "
-            "(o.priority > j.priority OR (o.priority = j.priority AND o.queue_order <= j.queue_order))) "
-            "FROM jobs j WHERE j.job_id = ? AND j.status = 'queued'",
-            (job_id,),
-        )
+        rows = self._point(QUEUE_POSITION, (job_id,))
         return rows[0][0] if rows else None
 
     def ping(self) -> None:
