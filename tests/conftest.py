@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -8,12 +9,40 @@ from filelock import FileLock
 
 import tests.profiles  # noqa: F401 - registers and loads the Hypothesis profiles
 from h3core.adapters.store import MemoryEventStore, SQLiteEventStore
+from tests.pgserver import PgServer, running_server
+
+STORE_KINDS = ["sqlite", "memory", "postgres"]
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """This worker's own throwaway PostgreSQL (tests/pgserver.py), started on first use (about a
+    second). No PostgreSQL on the machine fails the test: the Postgres cases never skip."""
+    with running_server() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> str:
+    """A fresh, empty schema on the worker's server, as a store URL."""
+    return pg_server.fresh_schema()
+
+
+def open_kind(kind: str, request: pytest.FixtureRequest, tmp_path: Path):
+    """A fresh, empty store of `kind` (one of `STORE_KINDS`)."""
+    if kind == "sqlite":
+        return SQLiteEventStore(tmp_path / "h3.db", durable=False)
+    if kind == "postgres":
+        from h3core.adapters.store.postgres import PostgresEventStore
+
+        return PostgresEventStore(request.getfixturevalue("pg_url"))
+    return MemoryEventStore()
+
+
+@pytest.fixture(params=STORE_KINDS)
 def store(request, tmp_path):
     """Every store implementation, so one contract test covers them all."""
-    s = SQLiteEventStore(tmp_path / "h3.db", durable=False) if request.param == "sqlite" else MemoryEventStore()
+    s = open_kind(request.param, request, tmp_path)
     yield s
     s.close()
 

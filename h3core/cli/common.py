@@ -18,7 +18,8 @@ from rich.console import Console
 from rich.text import Text
 
 from h3core.adapters.artifacts import LocalArtifactStore
-from h3core.adapters.lock import LockHeld, RunnerLock, runner_lock_path
+from h3core.adapters.lock import LockHeld, RunnerLock
+from h3core.adapters.store.location import StoreLocation, is_postgres_url, open_store_at, parse_location, runner_lock_for
 from h3core.adapters.store.sqlite import SchemaTooNew, SQLiteEventStore
 from h3core.domain.adoption import mismatch
 from h3core.domain.events import Artifact
@@ -31,7 +32,13 @@ EXIT_LOCKED = 3  # another worker holds the store
 
 DbOption = Annotated[
     Path,
-    typer.Option("--db", envvar="H3_DB", help="The SQLite store.", show_default=True),
+    typer.Option(
+        "--db",
+        envvar="H3_DB",
+        help="The store: a SQLite file, or a postgresql:// URL.",
+        show_default=True,
+        parser=parse_location,  # a URL stays whole (a Path would fold its `//`)
+    ),
 ]
 
 ArtifactsOption = Annotated[
@@ -68,16 +75,22 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 
 @contextmanager
-def open_store(db: Path, *, create: bool = False) -> Iterator[SQLiteEventStore]:
+def open_store(db: StoreLocation, *, create: bool = False, **options: object) -> Iterator[SQLiteEventStore]:
     """Open the store, turning the ways that can fail into one clear line (no traceback)."""
-    if not create and not db.exists():
+    if not create and not is_postgres_url(db) and not Path(db).exists():
         fail(f"no store at {db} (pass --db or set H3_DB)")
+    if is_postgres_url(db):
+        require_extra("postgres", "psycopg", "psycopg_pool")
     try:
-        store = SQLiteEventStore(db)
+        store = open_store_at(db, **options)
     except SchemaTooNew as exc:
         fail(str(exc))
     except sqlite3.DatabaseError as exc:
         fail(f"{db} is not a usable h3core store: {exc}")
+    except Exception as exc:
+        if type(exc).__module__.startswith(("psycopg", "psycopg_pool")):  # the server refused or is unreachable
+            fail(f"cannot open the store at {db}: {exc}")
+        raise
     try:
         yield store
     finally:
@@ -173,10 +186,13 @@ def require_extra(extra: str, *modules: str) -> None:
         fail(f"this command needs the {extra} extra ({', '.join(missing)} not installed): pip install 'h3core[{extra}]'")
 
 
-def take_runner_lock(db: Path) -> RunnerLock:
-    """One store takes one runner (`serve` or `worker`): a second would fight the first over
-    its running jobs. Exits 3 naming the holder if the store is taken."""
-    lock_path = runner_lock_path(db)
+def take_runner_lock(db: StoreLocation) -> RunnerLock | None:
+    """One SQLite store takes one runner (`serve` or `worker`): a second would fight the first over
+    its running jobs. Exits 3 naming the holder if the store is taken. None for PostgreSQL, where
+    runner nodes share the queue (claims and leases keep them apart)."""
+    lock_path = runner_lock_for(db)
+    if lock_path is None:
+        return None
     try:
         lock = RunnerLock(lock_path)
         lock.acquire()

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.store.base import Conflict
+from h3core.adapters.store.location import is_postgres_url
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.adapters.uploads import LocalUploadStore
 from h3core.cli.app import app
@@ -128,7 +129,7 @@ def verify(
                     deleted.append((job_id, state.artifact.path, now.deleted_at))
             if problem:
                 broken.append((job_id, problem))
-        for job_id in _orphans(db):
+        for job_id in store.orphans() if is_postgres_url(db) else _orphans(db):
             broken.append((job_id, "it has events but no jobs row"))
 
     summary = ", ".join(f"{status} {n}" for status, n in sorted(statuses.items())) or "no jobs"
@@ -314,6 +315,8 @@ def backup(
     """Copy the store while it is in use (SQLite's online backup: a consistent snapshot)."""
     if destination.exists():
         fail(f"{destination} already exists; choose a new file")
+    if is_postgres_url(db):
+        fail("backup copies a SQLite store; back a PostgreSQL store up with pg_dump (docs/operations.md)")
     with open_store(db):  # refuses a missing or foreign file with a clear message
         pass
     source = sqlite3.connect(db, timeout=30)

@@ -34,7 +34,7 @@ def serve(
     ] = None,
     host: Annotated[str | None, _opt("H3_HOST", "Address to listen on \\[127.0.0.1].")] = None,
     port: Annotated[int | None, _opt("H3_PORT", "Port \\[8100].")] = None,
-    db: Annotated[Path | None, _opt("H3_DB", "SQLite store \\[h3core.db].")] = None,
+    db: Annotated[str | None, _opt("H3_DB", "The store: a SQLite file or a postgresql:// URL \\[h3core.db].")] = None,
     artifacts: Annotated[Path | None, _opt("H3_ARTIFACTS", "Folder for videos \\[artifacts].")] = None,
     uploads: Annotated[Path | None, _opt("H3_UPLOADS", "Folder for keyframes and references \\[uploads].")] = None,
     executor: Annotated[str | None, _opt("H3_EXECUTOR", "pipeline, comfyui or fake \\[pipeline].")] = None,
@@ -142,6 +142,11 @@ def serve(
     store_retry: Annotated[
         float | None, _opt("H3_STORE_RETRY", "Seconds a failing store is retried before the process exits non-zero \\[30].")
     ] = None,
+    node: Annotated[str | None, _opt("H3_NODE", "PostgreSQL store: this runner node's id \\[the host name].")] = None,
+    lease: Annotated[
+        float | None,
+        _opt("H3_LEASE", "PostgreSQL store: seconds without a heartbeat before others take a node's jobs over \\[30]."),
+    ] = None,
     max_body_bytes: Annotated[int | None, _opt("H3_MAX_BODY_BYTES", "Largest JSON request body, in bytes \\[1048576].")] = None,
     max_upload_bytes: Annotated[
         int | None, _opt("H3_MAX_UPLOAD_BYTES", "Largest upload in bytes (each kind has a lower bound of its own) \\[524288000].")
@@ -227,12 +232,13 @@ def serve(
         try:
             _run_jobs(service)
         finally:
-            lock.release()
+            if lock is not None:
+                lock.release()
         return
     auth = f"{len(settings.api_tokens)} API token(s)" if settings.api_tokens else "no authentication (loopback only)"
     console_err().print(
         f"h3core: http://{settings.host}:{settings.port}  store {settings.db}  "
-        f"{'runner in another process' if lock is None else f'executor {settings.executor}'}  {auth}  "
+        f"{'runner in another process' if settings.role == 'api' else f'executor {settings.executor}'}  {auth}  "
         f"({_server_impl()})"
         + (
             f"  metrics http://{settings.metrics_host}:{settings.metrics_port}/metrics"

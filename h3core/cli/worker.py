@@ -20,11 +20,13 @@ from pydantic import ValidationError
 
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.profiles import builtin_profiles
+from h3core.adapters.store.nodes import NodeTaken
 from h3core.adapters.uploads import LocalUploadStore
 from h3core.cli.app import app
 from h3core.cli.capacity import ProfileOption, admission, profile_named
 from h3core.cli.common import (
     EXIT_DATA,
+    EXIT_LOCKED,
     DbOption,
     console_err,
     fail,
@@ -221,7 +223,7 @@ def worker(
     explicit = profile_named(settings.capacity_profile)
     lock = take_runner_lock(settings.db)  # before the executor: loading a model takes a while
     try:
-        with open_store(settings.db, create=True) as store:
+        with open_store(settings.db, create=True, **settings.store_options()) as store:
             try:
                 artifact_store = LocalArtifactStore(settings.artifacts)
                 uploads = LocalUploadStore(settings.uploads)
@@ -253,6 +255,9 @@ def worker(
                 how = anyio.run(functools.partial(serve_runner, runner, verbose=verbose, beside=beside))
             except StoreUnavailable as exc:
                 fail(f"worker stopped, the store is unusable: {exc}", EXIT_DATA)
+            except NodeTaken as exc:  # PostgreSQL: a live process already runs under this node id
+                fail(str(exc), EXIT_LOCKED)
             console_err().print(f"worker: stopped ({how})")
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()

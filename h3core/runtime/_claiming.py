@@ -31,6 +31,9 @@ class Claimer:
         self.config = config
         self.busy = busy
         self._wake = anyio.Event()
+        # On a store shared by runner nodes, each attempt's `running` event names its node.
+        node = getattr(journal.store, "node_id", None)
+        self._node = {"node": node} if node is not None else {}
 
     def poke(self) -> None:
         """There may be work (a submit, a slot freed): look at the queue now, not at the next poll."""
@@ -94,7 +97,7 @@ class Claimer:
                 attempt=spec.attempt,
                 executor=self.executor.name,
                 executor_ref=self.executor.reference(spec),
-                info={**caps.identity(), **self.executor.info(spec)},
+                info={**caps.identity(), **self._node, **self.executor.info(spec)},
             )
         except Exception as exc:  # the executor cannot even describe this job: end it, go on
             kind, message, detail = classify(exc)

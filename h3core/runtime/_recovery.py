@@ -7,7 +7,8 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 from h3core.adapters.artifacts import ArtifactStore
-from h3core.adapters.store.base import EventStore
+from h3core.adapters.store.base import Conflict, EventStore
+from h3core.adapters.store.nodes import NodeLeases
 from h3core.domain.admission import AdmissionPolicy, Refuse
 from h3core.domain.adoption import Adopt, Discard, adoption, judge
 from h3core.domain.events import (
@@ -41,6 +42,13 @@ async def recover(
 ) -> list[JobState]:
     """End what a dead or stopped process left running, or return it, marked `Resumed`, where
     the executor re-attaches to its work."""
+    # On a store shared by runner nodes, another node's running attempts are its own (or, once
+    # its lease expires, whichever node takes the lease over: h3core.runtime._nodes). Read before
+    # the jobs: one claimed in between is refused to us at the write (`end_dead_attempt`).
+    store = journal.store
+    others = {}
+    if isinstance(store, NodeLeases) and store.node_id is not None:
+        others = {j: n for j, n in (await journal.read(store.lease_holders)).items() if n != store.node_id}
     # Load fully, then write (docs/design.md §2.3): the list is materialised before any append.
     unfinished = await journal.read(journal.store.unfinished)
     # Read before this process writes anything: when the previous runner was last seen writing.
@@ -48,40 +56,83 @@ async def recover(
     resumable = []
     now = datetime.now(UTC)
     for state in unfinished:
-        verdict = None
-        if state.status == "running" and artifacts is not None:
-            found = await journal.read(artifacts.committed, state.job_id, state.attempt)
-            verdict = judge(state, found)
-        if isinstance(verdict, Adopt):  # finished before the crash: its Done, not a rerun
-            await journal.append(state.job_id, adoption(state, verdict), expected_seq=state.last_seq)
-        elif state.status == "running" and can_resume(executor, state):
-            assert state.executor_ref is not None
-            events = await journal.read(journal.store.events, state.job_id)
-            away = max(0.0, (now - unfollowed_since(events, state.attempt, last_write)).total_seconds())
-            resumed = Resumed(attempt=state.attempt, executor_ref=state.executor_ref, after_s=round(away, 3))
-            resumable.append(await journal.append(state.job_id, [resumed], expected_seq=state.last_seq))
-        elif state.status == "running":
-            message = f"h3core stopped while attempt {state.attempt} was running"
-            if isinstance(verdict, Discard):
-                message += f"; {verdict.reason}"
-            # What the dead attempt left (partial or unverified) goes, once the log says what it was.
-            left = await journal.read(artifacts.attempt_files, state.job_id, state.attempt) if artifacts is not None else []
-            if state.cancel_requested:
-                reason = "cancel was requested; h3core stopped before the executor confirmed"
-                body: Body = Cancelled(reason="; ".join(filter(None, (reason, _discarded(left)))))
-            else:
-                body = failure_event(state, "interrupted", message, _discarded(left))
-            await journal.append(state.job_id, [body], expected_seq=state.last_seq)
-            if artifacts is not None:
-                await journal.read(artifacts.discard, state.job_id, state.attempt)
+        if state.status == "running" and state.job_id in others:
+            continue
+        if state.status == "running" and can_resume(executor, state):
+            # Re-attach to the work, unless it committed its video before the crash (adopted below).
+            if not isinstance(await _verdict(journal, artifacts, state), Adopt):
+                assert state.executor_ref is not None
+                events = await journal.read(journal.store.events, state.job_id)
+                away = max(0.0, (now - unfollowed_since(events, state.attempt, last_write)).total_seconds())
+                resumed = Resumed(attempt=state.attempt, executor_ref=state.executor_ref, after_s=round(away, 3))
+                resumable.append(await journal.append(state.job_id, [resumed], expected_seq=state.last_seq))
+                continue
+        if state.status == "running":
+            await end_dead_attempt(journal, artifacts, state, f"h3core stopped while attempt {state.attempt} was running")
         elif state.status == "submitted":  # a log imported without its admission
             decision = admission.decide(state.request)
             if isinstance(decision, Refuse):
-                body = Failed(kind="invalid", message=f"refused at recovery: {decision.detail}")
+                body: Body = Failed(kind="invalid", message=f"refused at recovery: {decision.detail}")
             else:
                 body = Admitted(tokens=decision.tokens)
             await journal.append(state.job_id, [body], expected_seq=state.last_seq)
     return resumable
+
+
+async def _verdict(journal: Journal, artifacts: ArtifactStore | None, state: JobState) -> Adopt | Discard | None:
+    """What the artifact store holds of the running attempt: a video to adopt, one to discard, or nothing."""
+    if artifacts is None:
+        return None
+    found = await journal.read(artifacts.committed, state.job_id, state.attempt)
+    return judge(state, found)
+
+
+async def end_dead_attempt(journal: Journal, artifacts: ArtifactStore | None, state: JobState, message: str) -> JobState | None:
+    """End a running attempt no process follows any more (its process died or stopped, or its
+    node lost its lease): adopt the video it committed, else end it cancelled (a cancel was
+    asked) or interrupted (the retry policy decides whether it runs again), clearing what it left.
+
+    Another write may come first (a cancel request from an API node, another node's claim after
+    the job ended): then the job is read again and ended only if the same attempt still runs and
+    no other node holds it. Returns the ended state, or None when it was not this one's to end."""
+    attempt = state.attempt
+    while True:
+        try:
+            return await _end_dead_attempt(journal, artifacts, state, message)
+        except Conflict:  # LeaseLost included
+            current = await journal.read(journal.store.get, state.job_id)
+            if current is None or not await _still_dead(journal, current, attempt):
+                return None
+            state = current
+
+
+async def _still_dead(journal: Journal, state: JobState, attempt: int) -> bool:
+    """Is `attempt` still running, unfollowed, with no other node holding it?"""
+    if state.status != "running" or state.attempt != attempt:
+        return False
+    store = journal.store
+    if isinstance(store, NodeLeases) and store.node_id is not None:
+        return (await journal.read(store.lease_holders)).get(state.job_id) in (None, store.node_id)
+    return True
+
+
+async def _end_dead_attempt(journal: Journal, artifacts: ArtifactStore | None, state: JobState, message: str) -> JobState:
+    verdict = await _verdict(journal, artifacts, state)
+    if isinstance(verdict, Adopt):  # finished before the crash: its Done, not a rerun
+        return await journal.append(state.job_id, adoption(state, verdict), expected_seq=state.last_seq)
+    if isinstance(verdict, Discard):
+        message += f"; {verdict.reason}"
+    # What the dead attempt left (partial or unverified) goes, once the log says what it was.
+    left = await journal.read(artifacts.attempt_files, state.job_id, state.attempt) if artifacts is not None else []
+    if state.cancel_requested:
+        reason = "cancel was requested; h3core stopped before the executor confirmed"
+        body: Body = Cancelled(reason="; ".join(filter(None, (reason, _discarded(left)))))
+    else:
+        body = failure_event(state, "interrupted", message, _discarded(left))
+    ended = await journal.append(state.job_id, [body], expected_seq=state.last_seq)
+    if artifacts is not None:
+        await journal.read(artifacts.discard, state.job_id, state.attempt)
+    return ended
 
 
 # What only a runner writes (an API process on the same store writes submits and cancels): the

@@ -17,6 +17,7 @@ import anyio
 import anyio.abc
 
 from h3core.adapters.store.base import Conflict
+from h3core.adapters.store.nodes import LeaseLost
 from h3core.domain.events import Artifact, Body, Progress
 from h3core.domain.state import JobState
 from h3core.executors.base import Executor, FinishedBeforeStop, Heartbeat, JobSpec, Result, Resumable, classify
@@ -227,6 +228,10 @@ class Supervisor:
         while True:
             try:
                 a.state = await self.journal.append(a.state.job_id, [body], expected_seq=a.state.last_seq)
+                return
+            except LeaseLost as exc:
+                # Another node took the attempt over (this node had stopped beating): its end is written.
+                log.warning("job %s: %s; its end here is not written", a.state.job_id, exc, extra={"job_id": a.state.job_id})
                 return
             except Conflict:
                 # Someone appended meanwhile (a cancel request): reload and decide again.

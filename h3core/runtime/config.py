@@ -24,3 +24,7 @@ class RunnerConfig(BaseModel):
     # A store write or read failing (locked, I/O error) is retried this long; past it the store is
     # unusable: `run` stops its jobs and raises `StoreUnavailable`.
     store_retry_s: float = Field(default=30.0, gt=0)
+    # On a store shared by several runner nodes (PostgreSQL): how long a node's lease on what it
+    # runs lasts without a heartbeat (beats come every third of it); past it another node ends the
+    # attempt as interrupted and the retry policy decides what follows.
+    lease_s: float = Field(default=30.0, gt=0)

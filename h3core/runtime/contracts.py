@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from h3core.adapters.store.location import is_postgres_url, local_dir
 from h3core.domain.admission import Contract, Decision
 from h3core.domain.capabilities import MODES, Capabilities, ModeReadiness
 from h3core.domain.capacity import CapacityProfile, applicable
@@ -65,7 +66,10 @@ class LiveContract:
 
 
 def capabilities_path(db: Path | str) -> Path:
-    """Where a runner process publishes its executor's capabilities for an API process."""
+    """Where a runner process publishes its executor's capabilities for an API process on the same
+    machine: beside a SQLite store; for PostgreSQL, in the working folder."""
+    if is_postgres_url(db):
+        return local_dir(db) / "h3core-postgres.capabilities.json"
     return Path(f"{db}.capabilities.json")
 
 

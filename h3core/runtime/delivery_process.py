@@ -146,14 +146,14 @@ async def _stop(process: Process) -> None:
 
 
 async def _deliver(config: DeliveryConfig) -> None:
-    from h3core.adapters.store.sqlite import SQLiteEventStore
+    from h3core.adapters.store.location import open_store_at, parse_location
     from h3core.adapters.webhooks import WebhookSender
     from h3core.domain.webhooks import Allow
     from h3core.runtime.bus import EventBus
     from h3core.runtime.webhooks import WebhookDispatcher
 
     secrets = secret_list(SecretStr(os.environ.get(SECRET_ENV, "")))
-    store = SQLiteEventStore(config.db)
+    store = open_store_at(parse_location(config.db))  # the SQLite file, or the PostgreSQL server
     bus = EventBus()
     bus.close()  # nobody publishes in this process: the subscription reads the store every resync_s
     sender = WebhookSender(secrets, Allow(config.allow))

@@ -8,6 +8,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from h3core.adapters.artifacts import LocalArtifactStore
+from h3core.adapters.store.location import is_postgres_url, local_dir
 from h3core.adapters.uploads import LocalUploadStore
 from h3core.domain.capabilities import MODES
 from h3core.domain.topology import rank_device_problem
@@ -35,7 +36,8 @@ def make_executor(settings: Settings, artifacts: LocalArtifactStore, uploads: Lo
             setting = "comfyui_template" if settings.comfyui_template else "comfyui_templates"
             raise SettingsError(f"{setting}: {exc}") from exc
         # One client id per store: a restarted h3core takes its socket (and its prompts' progress) back.
-        client_id = "h3core-" + uuid.uuid5(uuid.NAMESPACE_URL, str(settings.db.resolve())).hex[:16]
+        store = settings.db if is_postgres_url(settings.db) else settings.db.resolve()
+        client_id = "h3core-" + uuid.uuid5(uuid.NAMESPACE_URL, str(store)).hex[:16]
         comfy = ComfyUISettings(
             url=settings.comfyui_url,
             client_id=client_id,
@@ -68,12 +70,12 @@ def _upload_path(uploads: LocalUploadStore):
 
 def tiny_model_dir(settings: Settings) -> Path:
     """Where the pipeline's tiny demo model lives when no weights are configured: beside the store."""
-    return settings.db.resolve().parent / "h3-tiny-model"
+    return local_dir(settings.db) / "h3-tiny-model"
 
 
 def attention_cache_path(settings: Settings) -> Path:
     """Where the measured attention decision is kept between starts: beside the store."""
-    return settings.db.resolve().parent / "h3-attention-cache.json"
+    return local_dir(settings.db) / "h3-attention-cache.json"
 
 
 def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalUploadStore) -> Executor:

@@ -15,6 +15,9 @@ runs on a worker thread, so none blocks the caller's event loop.
 
 from __future__ import annotations
 
+import functools
+import os
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -24,10 +27,10 @@ from typing import Any, TypeVar
 import anyio
 
 from h3core.adapters.artifacts import ArtifactStore
-from h3core.adapters.lock import RunnerLock, runner_lock_path
+from h3core.adapters.lock import RunnerLock
 from h3core.adapters.store.base import EventStore, UnknownJob
+from h3core.adapters.store.location import open_store_at, parse_location, runner_lock_for
 from h3core.adapters.store.memory import MemoryEventStore
-from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.domain.admission import AdmissionPolicy
 from h3core.domain.events import Event
 from h3core.domain.request import GenerationRequest
@@ -80,7 +83,7 @@ class Jobs:
         config: RunnerConfig | None = None,
         admission: AdmissionPolicy | None = None,
     ) -> None:
-        """`store`: a SQLite file (opened and closed here), an open `EventStore` (left open), or
+        """`store`: a SQLite file or a postgresql:// URL (opened and closed here), an open `EventStore` (left open), or
         None (in memory, gone at exit). `artifacts`: where the executor commits videos, so that a
         restart adopts a video committed before a crash; `admission`: by default, what the
         executor says it can run."""
@@ -114,12 +117,17 @@ class Jobs:
         lock: RunnerLock | None = None
         owned = isinstance(self._store_arg, str | Path)
         if owned:
-            path = Path(self._store_arg)  # type: ignore[arg-type]
-            lock = RunnerLock(runner_lock_path(path))
-            lock.acquire()  # LockHeld: another runner (a serve, a worker, a Jobs) has this store
+            where = parse_location(self._store_arg)  # type: ignore[arg-type]
+            lock_path = runner_lock_for(where)  # None for PostgreSQL: runner nodes share its queue
+            if lock_path is not None:
+                lock = RunnerLock(lock_path)
+                lock.acquire()  # LockHeld: another runner (a serve, a worker, a Jobs) has this store
         try:
             if owned:
-                store: EventStore = await anyio.to_thread.run_sync(SQLiteEventStore, path)
+                # On PostgreSQL this process is a runner node among any others (its own id: a
+                # restart's attempts are taken over after the lease, by it or another node).
+                node = {"node": f"{socket.gethostname()}-{os.getpid()}"} if lock_path is None else {}
+                store: EventStore = await anyio.to_thread.run_sync(functools.partial(open_store_at, where, **node))
             else:
                 store = self._store_arg if self._store_arg is not None else MemoryEventStore()  # type: ignore[assignment]
             try:

@@ -33,6 +33,7 @@ from anyio.abc import TaskStatus
 
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.base import EventStore
+from h3core.adapters.store.nodes import NodeLeases
 from h3core.domain.admission import AdmissionPolicy, AdmitAll
 from h3core.domain.geometry import Media
 from h3core.domain.request import GenerationRequest
@@ -42,6 +43,7 @@ from h3core.executors.base import Executor
 from h3core.runtime._claiming import Claimer
 from h3core.runtime._intake import Intake
 from h3core.runtime._journal import Journal
+from h3core.runtime._nodes import Heartbeat, node_info, watch_nodes
 from h3core.runtime._queue_deadline import expire_queued
 from h3core.runtime._recovery import recover
 from h3core.runtime._supervisor import Supervisor
@@ -93,6 +95,7 @@ class Runner:
         self._claimer = Claimer(self._journal, executor, self.config, self._supervisor.busy)
         self._accepting = False
         self.started = False
+        self.heartbeat: Heartbeat | None = None  # on a store shared by runner nodes, while running
 
     @property
     def admission(self) -> AdmissionPolicy:
@@ -181,6 +184,10 @@ class Runner:
 
         Raises `StoreUnavailable` once the store has failed for `store_retry_s`: every running
         attempt is stopped first (their ends cannot be written: the next start records them)."""
+        nodes = self._node_store()
+        if nodes is not None:  # before any task group: `NodeTaken` reaches the caller as it is
+            info = node_info(nodes, self.executor, self.slot_count(), "runner")
+            await anyio.to_thread.run_sync(nodes.join, info, self.config.lease_s)
         try:
             async with self.executor.running():
                 await self._writing(functools.partial(self._run_jobs, task_status))
@@ -216,10 +223,34 @@ class Runner:
         except* StoreUnavailable as group:
             raise self._journal.lost or StoreUnavailable.within(group) from None
 
+    def _node_store(self) -> NodeLeases | None:
+        """The store as one node among several (PostgreSQL opened with a node id), or None."""
+        store = self.store
+        return store if isinstance(store, NodeLeases) and store.node_id is not None else None
+
     async def _run_jobs(self, task_status: TaskStatus[None]) -> None:
+        nodes = self._node_store()
+        if nodes is None:
+            await self._run_node(task_status, None)
+            return
+        info = functools.partial(node_info, nodes, self.executor, self.slot_count(), "runner")
+        heartbeat = Heartbeat(nodes, info(), self.config.lease_s / 3)
+        heartbeat.start()
+        self.heartbeat = heartbeat
+        try:
+            await self._run_node(task_status, heartbeat, info)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(heartbeat.stop)
+                if self._journal.lost is None:
+                    await self._journal.read(nodes.leave)
+
+    async def _run_node(self, task_status: TaskStatus[None], heartbeat: Heartbeat | None, info=None) -> None:
         resumable = await recover(self._journal, self.executor, self.admission, self.artifacts)
         slots = anyio.Semaphore(self.slot_count())
         async with anyio.create_task_group() as tg:
+            if heartbeat is not None:  # other nodes' dead attempts: taken over, ended, retried
+                tg.start_soon(watch_nodes, self._journal, heartbeat, info, self.artifacts, self.config.lease_s)
             for state in resumable:  # re-attach first: their work is already running
                 await slots.acquire()
                 tg.start_soon(functools.partial(self._supervisor.job, state, slots, resume=True))

@@ -10,14 +10,16 @@ import base64
 import binascii
 import ipaddress
 import os
+import socket
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AfterValidator, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from h3core.adapters.store.location import is_postgres_url
 from h3core.adapters.uploads import DEFAULT_MAX_PIXELS
 from h3core.domain.capabilities import MODES
 from h3core.domain.failures import unknown_kinds
@@ -30,6 +32,15 @@ ExecutorName = Literal["fake", "comfyui", "pipeline"]
 # all: HTTP and the runner in one process. api: HTTP only, following the store for what a runner
 # process writes. runner: the runner only (no HTTP), for an api process on the same store.
 Role = Literal["all", "api", "runner"]
+
+
+def _postgres_url(value: str) -> str:
+    if not is_postgres_url(value):
+        raise ValueError("not a postgresql:// URL")
+    return value
+
+
+PostgresUrl = Annotated[str, AfterValidator(_postgres_url)]
 
 
 class SettingsError(ValueError):
@@ -69,7 +80,8 @@ class Settings(BaseSettings):
     tail_interval: float = Field(default=0.05, gt=0, le=10)  # api role: how often it looks for new events
     host: str = "127.0.0.1"
     port: int = Field(default=8100, ge=0, le=65535)
-    db: Path = Path("h3core.db")
+    # A SQLite file, or a postgresql:// URL (several runner and API nodes on one store).
+    db: Annotated[PostgresUrl | Path, Field(union_mode="left_to_right")] = Path("h3core.db")
     artifacts: Path = Path("artifacts")
     uploads: Path = Path("uploads")
     executor: ExecutorName = "pipeline"
@@ -133,6 +145,10 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
     store_retry: float = Field(default=30.0, gt=0)  # seconds a failing store is retried before the process exits
+    # PostgreSQL store: this runner node's id (unset: the host name) and how long its lease on what
+    # it runs lasts without a heartbeat before another node takes the attempt over.
+    node: str | None = Field(default=None, min_length=1, max_length=200)
+    lease: float = Field(default=30.0, ge=1, le=3600)
     # Seconds /readyz reuses its look at the store (and the runner process); 0: it looks on every request.
     ready_cache: float = Field(default=1.0, ge=0, le=60)
     # Signs webhooks (Standard Webhooks, `whsec_...`; two, comma-separated, while rotating one out);
@@ -277,8 +293,15 @@ class Settings(BaseSettings):
             queue_timeout_s=self.queue_timeout,
             cancel_grace_s=self.cancel_grace,
             store_retry_s=self.store_retry,
+            lease_s=self.lease,
             retry=RetryPolicy(max_attempts=self.max_attempts, retry_on=tuple(self.retry_on)),
         )
+
+    def store_options(self) -> dict[str, Any]:
+        """How this process opens its store: on PostgreSQL a process that runs jobs is a node."""
+        if not is_postgres_url(self.db) or self.role == "api":
+            return {}
+        return {"node": self.node or socket.gethostname()}
 
     def check_exposure(self) -> None:
         """Refuse to listen beyond loopback without tokens (docs/design.md §2.7)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import sys
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -41,8 +42,11 @@ class StoreUnavailable(RuntimeError):
 
 
 def transient(exc: BaseException) -> bool:
-    """A failure of the database itself (locked, I/O), which a later try may not meet. Integrity
-    and programming errors are the caller's and would fail the same way again."""
+    """A failure of the database itself (locked, I/O, a lost server connection), which a later try
+    may not meet. Integrity and programming errors are the caller's and would fail the same way again."""
+    psycopg = sys.modules.get("psycopg")  # loaded only where a PostgreSQL store is in use
+    if psycopg is not None and isinstance(exc, psycopg.OperationalError):  # the pool's timeout included
+        return True
     return isinstance(exc, sqlite3.DatabaseError) and not isinstance(
         exc, (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.NotSupportedError, sqlite3.DataError)
     )

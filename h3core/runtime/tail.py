@@ -3,16 +3,24 @@
 An API process that runs no runner of its own (`H3_ROLE=api`) sees the jobs a runner process
 runs this way: live streams and metrics read the bus as they would beside an in-process runner.
 The store is the only channel between the processes, so neither depends on the other being up:
-a tail started late, or one that fell behind, reads what it missed from the store.
+a tail started late, or one that fell behind, reads what it missed from the store. On PostgreSQL
+the store's LISTEN/NOTIFY wakes the tail when another node commits (a poll every `interval_s`
+stays as the fallback); other stores are polled.
 """
 
 from __future__ import annotations
+
+import logging
 
 import anyio
 from anyio.abc import TaskStatus
 
 from h3core.adapters.store.base import EventStore
 from h3core.runtime.bus import EventBus
+
+log = logging.getLogger("h3core.tail")
+
+WAIT_SLICE_S = 1.0
 
 
 class StoreTail:
@@ -34,4 +42,22 @@ class StoreTail:
                 self.position = rows[-1][0]
                 self.bus.publish(e for _, e in rows)
             if len(rows) < self.batch:  # caught up: wait; behind: read on at once
-                await anyio.sleep(self.interval_s)
+                await self._wait()
+
+    async def _wait(self) -> None:
+        """Until new events may be there: a store that announces commits (PostgreSQL's
+        LISTEN/NOTIFY) wakes the tail at once, polled every `interval_s` besides in case a
+        notification is lost (the listening connection dropped); others are polled."""
+        wait = getattr(self.store, "wait_for_events", None)
+        if wait is None:
+            await anyio.sleep(self.interval_s)
+            return
+        try:
+            # In slices of at most a second: a thread blocked in the wait holds a stop up that long.
+            deadline = anyio.current_time() + self.interval_s
+            while (left := deadline - anyio.current_time()) > 0:
+                if await anyio.to_thread.run_sync(wait, min(left, WAIT_SLICE_S)):
+                    return
+        except Exception as exc:  # the listener is away: poll this once, listen again next time
+            log.warning("store tail: waiting for notifications failed (%s); polling every %gs", exc, self.interval_s)
+            await anyio.sleep(self.interval_s)

@@ -12,8 +12,8 @@ import anyio
 import anyio.abc
 
 from h3core.adapters.artifacts import LocalArtifactStore
-from h3core.adapters.lock import runner_lock_path
 from h3core.adapters.profiles import builtin_profiles, load_profile_ref
+from h3core.adapters.store.location import open_store_at, runner_lock_for
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
 from h3core.domain.webhooks import Allow
@@ -43,7 +43,8 @@ class Service:
     runner: Runner  # in the api role, only for submitting and cancelling: its jobs run elsewhere
     metrics: Metrics
     bus: EventBus  # every event this process learns of: the runner's, or the store tail's
-    tail: StoreTail | None = None  # api role: what a runner process stores reaches `bus` through it
+    # What other processes store reaches `bus` through it: the api role's, and a PostgreSQL node's.
+    tail: StoreTail | None = None
     # Delivers jobs' webhooks where the runner runs (roles all and runner), with H3_WEBHOOK_SECRET
     # set: a child process of this one (h3core.runtime.delivery_process).
     webhooks: DeliveryProcess | None = None
@@ -60,7 +61,7 @@ class Service:
     readiness: Readiness = field(init=False)  # /readyz's looks at the disk, reused for `ready_cache` seconds
 
     def __post_init__(self) -> None:
-        runner_lock = runner_lock_path(self.settings.db) if self.tail is not None else None  # api role: another process
+        runner_lock = runner_lock_for(self.settings.db) if self.settings.role == "api" else None  # another process
         self.readiness = Readiness(self.store, runner_lock, self.settings.ready_cache)
 
     @property
@@ -93,12 +94,14 @@ class Service:
         try:
             with anyio.CancelScope() as scope:
                 self._runner_scope = scope
-                if self.tail is None:
-                    await self.runner.run(task_status=task_status)
-                else:
-                    async with anyio.create_task_group() as tg:
+                async with anyio.create_task_group() as tg:
+                    if self.tail is not None:
                         await tg.start(self.tail.run)
+                    if self.settings.role == "api":
                         await self.runner.admit_only(task_status=task_status)
+                    else:
+                        await self.runner.run(task_status=task_status)
+                    tg.cancel_scope.cancel()  # the tail, once the runner has stopped
         except* StoreUnavailable as group:
             if not self.runner.started:
                 raise  # at start-up: the service does not start
@@ -110,7 +113,7 @@ class Service:
 
 
 def build_service(settings: Settings) -> Service:
-    store = SQLiteEventStore(settings.db)
+    store = open_store_at(settings.db, **settings.store_options())
     artifacts = LocalArtifactStore(settings.artifacts)
     uploads = LocalUploadStore(
         settings.uploads,
@@ -136,4 +139,10 @@ def build_service(settings: Settings) -> Service:
     webhooks = delivery_for(settings)  # SettingsError: endpoints without a secret
     if webhooks is not None:
         metrics.watch_webhooks(webhooks.outcomes)
-    return Service(settings, store, artifacts, uploads, contract, runner, metrics, runner.bus, webhooks=webhooks)
+    if not settings.store_options():
+        return Service(settings, store, artifacts, uploads, contract, runner, metrics, runner.bus, webhooks=webhooks)
+    # One node among several: its live streams and metrics follow the store (every node's events,
+    # each once, in store order), woken by the store's notifications, not this runner's bus alone.
+    bus = EventBus()
+    tail = StoreTail(store, bus, interval_s=settings.tail_interval)
+    return Service(settings, store, artifacts, uploads, contract, runner, metrics, bus, tail, webhooks=webhooks)

@@ -6,7 +6,8 @@ and on a free worker thread: under 8 submitters and 32 readers, p99 1.24 s and m
 
 - the store is writable if this process committed a write within the last `max_age` seconds
   (under load it always has: no lock, no thread); otherwise it takes the write lock once, as before;
-- that answer, and the api role's look at who holds the runner lock, are reused for `max_age`
+- that answer, and the api role's look at who holds the runner lock (on PostgreSQL: which runner
+  nodes beat within their lease), are reused for `max_age`
   seconds, one check in flight at a time whatever the number of probes;
 - what lives in memory (the runner accepting, the executor's modes, its groups) is read on every
   request, so a runner that stops or an executor that goes down is reported at once.
@@ -24,6 +25,7 @@ from typing import Generic, TypeVar
 import anyio
 
 from h3core.adapters.lock import RunnerLock
+from h3core.adapters.store.nodes import NodeLeases, NodeRow
 from h3core.adapters.store.sqlite import SQLiteEventStore
 
 __all__ = ["Readiness", "Recent"]
@@ -72,6 +74,7 @@ class Readiness:
         self.max_age = max_age
         self._store = Recent(self._writable, max_age)
         self._holder = Recent(self._runner, max_age)
+        self._nodes = Recent(self._read_nodes, max_age)
 
     async def store(self) -> str:
         """ "ok", or why the store cannot be written."""
@@ -91,6 +94,18 @@ class Readiness:
             return f"not writable: {exc}"
 
     async def _runner(self) -> str | None:
+        if isinstance(self._db, NodeLeases):  # PostgreSQL: runner nodes beat in the store
+            alive = [n for n in await self.nodes() if n.alive()]
+            return ", ".join(f"node {n.node_id} ({n.slots} slots)" for n in alive) or None
         if self.runner_lock is None:
             return None
         return await anyio.to_thread.run_sync(RunnerLock.holder, self.runner_lock)
+
+    async def nodes(self) -> list[NodeRow]:
+        """The store's runner nodes ([] for a store without nodes)."""
+        return await self._nodes.get()
+
+    async def _read_nodes(self) -> list[NodeRow]:
+        if not isinstance(self._db, NodeLeases):
+            return []
+        return await anyio.to_thread.run_sync(self._db.nodes)

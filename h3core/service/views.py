@@ -267,6 +267,20 @@ class AttentionRowView(BaseModel):
         return value if value is None or math.isfinite(value) else None
 
 
+class NodeView(BaseModel):
+    """A runner node of a store shared by several (PostgreSQL)."""
+
+    node_id: str
+    host: str
+    pid: int
+    slots: int
+    leases: int  # attempts it runs now
+    modes: list[str]  # what its executor can start now
+    beat_age_s: float  # seconds since its last heartbeat, by the store's clock
+    lease_s: float
+    alive: bool  # beat within its lease and not stopped
+
+
 class ReadyView(BaseModel):
     status: Literal["ready", "not ready"]
     store: str
@@ -276,6 +290,8 @@ class ReadyView(BaseModel):
     problems: list[str]  # every reason a mode cannot run now, none left out
     groups: list[GroupView] | None = None  # device groups, when the pipeline runs on them
     attention: list[AttentionRowView] | None = None  # the pipeline's attention probe: the chosen kernel and the others
+    node: str | None = None  # this process's node id, on a store shared by runner nodes
+    nodes: list[NodeView] | None = None  # every runner node of such a store
 
 
 class ReadyStatus(BaseModel):

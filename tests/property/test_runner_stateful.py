@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import anyio
+import pytest
 from anyio.from_thread import start_blocking_portal
 from hypothesis import event, settings
 from hypothesis import strategies as st
@@ -33,6 +34,7 @@ from h3core import (
 from h3core.adapters.store.memory import MemoryEventStore
 from h3core.domain.state import fold
 from tests.factories import request
+from tests.pgserver import PgServer
 from tests.profiles import examples
 
 plans = st.one_of(
@@ -105,7 +107,7 @@ class RunnerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.tmp = tempfile.TemporaryDirectory()
-        self.real = SQLiteEventStore(Path(self.tmp.name) / "h3.db", durable=False)
+        self.real = self.open_store()
         self.artifacts = LocalArtifactStore(Path(self.tmp.name) / "artifacts")
         self.plans: dict[str, FakePlan] = {}
         self.jobs: list[str] = []
@@ -114,6 +116,9 @@ class RunnerMachine(RuleBasedStateMachine):
         self.baseline_tasks = self.portal.call(_task_count)
         self.future: concurrent.futures.Future | None = None
         self._start()
+
+    def open_store(self):
+        return SQLiteEventStore(Path(self.tmp.name) / "h3.db", durable=False)
 
     def _start(self) -> None:
         self.store = CrashableStore(self.real)
@@ -203,3 +208,27 @@ class RunnerMachine(RuleBasedStateMachine):
 
 RunnerMachine.TestCase.settings = settings(max_examples=examples(15), stateful_step_count=25)
 TestRunnerStateful = RunnerMachine.TestCase
+
+_servers: list[PgServer] = []
+
+
+@pytest.fixture(scope="module")
+def _postgres(pg_server):
+    """The worker's PostgreSQL, where a state machine (which takes no fixtures) finds it."""
+    _servers.append(pg_server)
+    yield
+    _servers.remove(pg_server)
+
+
+class PostgresRunnerMachine(RunnerMachine):
+    """The same model on the PostgreSQL store, a fresh schema per example."""
+
+    def open_store(self):
+        from h3core.adapters.store.postgres import PostgresEventStore
+
+        return PostgresEventStore(_servers[0].fresh_schema())
+
+
+# Fewer examples than SQLite's: every step waits on server round trips (the same model, the same rules).
+PostgresRunnerMachine.TestCase.settings = settings(max_examples=examples(6), stateful_step_count=25)
+TestRunnerStatefulPostgres = pytest.mark.usefixtures("_postgres")(PostgresRunnerMachine.TestCase)

@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from h3core.adapters.store import (
@@ -16,19 +16,39 @@ from h3core.adapters.store import (
     UnknownJob,
 )
 from h3core.domain.state import IllegalEvent, fold
+from tests.conftest import STORE_KINDS, open_kind
+from tests.pgserver import PgServer
 from tests.profiles import examples
 from tests.strategies import bodies_for
 
 
-def _stores():
-    d = tempfile.mkdtemp()
-    return [SQLiteEventStore(Path(d) / "h3.db", durable=False), MemoryEventStore()]
+@pytest.fixture(scope="module")
+def pg_store(pg_server):
+    """One PostgreSQL store for the module, emptied for each example (a schema per example costs more)."""
+    from h3core.adapters.store.postgres import PostgresEventStore
+
+    url = pg_server.fresh_schema()
+    s = PostgresEventStore(url)
+    s.close = lambda: PgServer.empty(url)  # each example's end empties it for the next
+    yield s
+    PostgresEventStore.close(s)
 
 
 @settings(max_examples=examples(25))
 @given(st.data())
 def test_store_keeps_exactly_the_legal_events_and_its_projection_equals_replay(data):
-    stores = _stores()
+    _keeps_exactly_the_legal_events(SQLiteEventStore(Path(tempfile.mkdtemp()) / "h3.db", durable=False), data)
+
+
+# Fewer examples: each costs a server round trip per statement (the same property, the same drawing).
+@settings(max_examples=examples(10), suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_the_postgres_store_keeps_exactly_the_legal_events_and_its_projection_equals_replay(pg_store, data):
+    _keeps_exactly_the_legal_events(pg_store, data)
+
+
+def _keeps_exactly_the_legal_events(real, data) -> None:
+    stores = [real, MemoryEventStore()]
     jobs = ["a", "b", "c"]
     for _ in range(data.draw(st.integers(10, 50))):
         job = data.draw(st.sampled_from(jobs))
@@ -61,15 +81,15 @@ def test_store_keeps_exactly_the_legal_events_and_its_projection_equals_replay(d
         s.close()
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "memory"])
-def test_import_of_exported_logs_reproduces_the_store(kind, tmp_path):
+@pytest.mark.parametrize("kind", STORE_KINDS)
+def test_import_of_exported_logs_reproduces_the_store(kind, request, tmp_path):
     from tests.factories import done_log
 
     src = SQLiteEventStore(tmp_path / "src.db", durable=False)
     for i in range(5):
         src.append(f"j{i}", done_log(steps=i + 1))
     events = list(src.all_events())
-    dst = SQLiteEventStore(tmp_path / "dst.db", durable=False) if kind == "sqlite" else MemoryEventStore()
+    dst = open_kind(kind, request, tmp_path)
     assert dst.import_events(events) == len(events)
     assert dst.import_events(events) == 0  # idempotent
     assert list(dst.all_events()) == events

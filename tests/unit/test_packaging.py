@@ -28,6 +28,8 @@ OPTIONAL = (
     "standardwebhooks",
     "jinja2",
     "playwright",
+    "psycopg",
+    "psycopg_pool",
 )
 
 

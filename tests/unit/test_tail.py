@@ -36,3 +36,36 @@ async def test_events_another_connection_stores_are_published_in_order_once(tmp_
             everything.receive_nowait()
         assert tail.position == theirs.cursor()
         tg.cancel_scope.cancel()
+
+
+async def test_on_postgres_a_commit_by_another_node_wakes_the_tail_without_its_poll(pg_url):
+    from h3core.adapters.store.postgres import PostgresEventStore
+
+    mine, theirs = PostgresEventStore(pg_url), PostgresEventStore(pg_url)
+    bus = EventBus()
+    tail = StoreTail(mine, bus, interval_s=3600)  # its poll never comes round: only NOTIFY wakes it
+    async with bus.subscribe() as everything, anyio.create_task_group() as tg:
+        await tg.start(tail.run)
+        for n in range(3):  # the first waits may return at once (listening starts): after that only commits wake it
+            theirs.append(f"j{n}", [submitted()])
+            with anyio.fail_after(30):
+                assert (await everything.receive()).job_id == f"j{n}"
+        tg.cancel_scope.cancel()
+    mine.close()
+    theirs.close()
+
+
+async def test_a_tail_whose_notifications_fail_falls_back_to_polling(tmp_path):
+    class Deaf(SQLiteEventStore):
+        def wait_for_events(self, timeout_s):
+            raise ConnectionError("the listening connection is gone")
+
+    path = tmp_path / "h3.db"
+    mine, theirs = Deaf(path, durable=False), SQLiteEventStore(path, durable=False)
+    bus = EventBus()
+    async with bus.subscribe() as everything, anyio.create_task_group() as tg:
+        await tg.start(StoreTail(mine, bus, interval_s=0.01).run)
+        theirs.append("a", [submitted()])
+        with anyio.fail_after(30):
+            assert (await everything.receive()).job_id == "a"
+        tg.cancel_scope.cancel()

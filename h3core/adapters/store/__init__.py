@@ -1,8 +1,10 @@
-"""Event stores: the contract (`base`: the log and the projections), SQLite (the real one) and
-memory (the fake)."""
+"""Event stores: the contract (`base`: the log and the projections), SQLite (the real one, one
+node), PostgreSQL (several nodes; the `postgres` extra, loaded when a store is opened) and memory
+(the fake)."""
 
 from h3core.adapters.store.base import Conflict, EventLog, EventStore, JobProjections, UnknownJob, precheck
 from h3core.adapters.store.memory import MemoryEventStore
+from h3core.adapters.store.postgres import PostgresEventStore
 from h3core.adapters.store.sqlite import SchemaTooNew, SQLiteEventStore
 
 __all__ = [
@@ -11,6 +13,7 @@ __all__ = [
     "EventStore",
     "JobProjections",
     "MemoryEventStore",
+    "PostgresEventStore",
     "SQLiteEventStore",
     "SchemaTooNew",
     "UnknownJob",

@@ -109,6 +109,15 @@ def _fold_fingerprint() -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
+# Queries the PostgreSQL store shares (its placeholders are `%s`: `.replace("?", "%s")`).
+UNFINISHED = "SELECT state FROM jobs WHERE status IN ('submitted', 'queued', 'running') ORDER BY priority DESC, queue_order"
+COUNTS = "SELECT status, count(*) FROM jobs GROUP BY status"
+QUEUE_POSITION = (
+    "SELECT (SELECT count(*) FROM jobs o WHERE o.status = 'queued' AND "
+    "(o.priority > j.priority OR (o.priority = j.priority AND o.queue_order <= j.queue_order))) "
+    "FROM jobs j WHERE j.job_id = ? AND j.status = 'queued'"
+)
+
 _UPDATE_JOB = "UPDATE jobs SET status = ?, updated_at = ?, last_seq = ?, state = ? WHERE job_id = ?"
 
 
@@ -400,21 +409,14 @@ class SQLiteEventStore:
         return [JobState.model_validate_json(s) for (s,) in rows]
 
     def unfinished(self) -> list[JobState]:
-        rows = self._read(
-            "SELECT state FROM jobs WHERE status IN ('submitted', 'queued', 'running') ORDER BY priority DESC, queue_order"
-        )
+        rows = self._read(UNFINISHED)
         return [JobState.model_validate_json(s) for (s,) in rows]
 
     def counts(self) -> dict[str, int]:
-        return dict(self._read("SELECT status, count(*) FROM jobs GROUP BY status"))
+        return dict(self._read(COUNTS))
 
     def queue_position(self, job_id: str) -> int | None:
-        rows = self._point(
-            "SELECT (SELECT count(*) FROM jobs o WHERE o.status = 'queued' AND "
-            "(o.priority > j.priority OR (o.priority = j.priority AND o.queue_order <= j.queue_order))) "
-            "FROM jobs j WHERE j.job_id = ? AND j.status = 'queued'",
-            (job_id,),
-        )
+        rows = self._point(QUEUE_POSITION, (job_id,))
         return rows[0][0] if rows else None
 
     def ping(self) -> None:
@@ -458,6 +460,15 @@ class SQLiteEventStore:
     def position(self, name: str) -> int | None:
         rows = self._point("SELECT position FROM positions WHERE name = ?", (name,))
         return rows[0][0] if rows else None
+
+    def positions(self) -> dict[str, int]:
+        """Every saved position, by name (what `h3core migrate` carries over)."""
+        return dict(self._read("SELECT name, position FROM positions ORDER BY name"))
+
+    def event_at_or_before(self, position: int) -> tuple[str, int] | None:
+        """(job_id, seq) of the newest event at or before `position`; None if there is none."""
+        rows = self._point("SELECT job_id, seq FROM events WHERE id <= ? ORDER BY id DESC LIMIT 1", (position,))
+        return rows[0] if rows else None
 
     def save_position(self, name: str, position: int) -> None:
         with self._write() as conn:

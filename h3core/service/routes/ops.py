@@ -15,6 +15,7 @@ from h3core.service.views import (
     CeilingsView,
     GroupView,
     ModeView,
+    NodeView,
     ReadyStatus,
     ReadyView,
     ceilings_view,
@@ -51,21 +52,27 @@ async def readiness(svc: Service) -> Response[ReadyView]:
     servable = caps.runnable_modes
     executor = f"ready for {', '.join(servable)}" if servable else "not ready: " + "; ".join(problems)
     groups = None
-    if svc.tail is not None:  # api role: the jobs run in the process holding the runner lock
+    if svc.settings.role == "api":  # the jobs run in another process: the runner lock's holder, or the nodes
         holder = await svc.readiness.runner()
-        checks["runner"] = (
-            (f"process {holder} runs the jobs" if holder else f"no runner process (nothing holds {svc.readiness.runner_lock})")
-            if svc.runner.accepting
-            else "not accepting"
-        )
+        if holder:
+            runs = f"{holder} run the jobs" if holder.startswith("node ") else f"process {holder} runs the jobs"
+        elif svc.readiness.runner_lock is None:
+            runs = "no runner node alive (none beat within its lease: `h3core nodes`)"
+        else:
+            runs = f"no runner process (nothing holds {svc.readiness.runner_lock})"
+        checks["runner"] = runs if svc.runner.accepting else "not accepting"
         ok = checks["store"] == "ok" and holder is not None and svc.runner.accepting and bool(servable)
     else:
         checks["runner"] = "accepting" if svc.runner.accepting else "not accepting"
         ok = checks["store"] == "ok" and bool(servable) and svc.runner.accepting
         health = svc.runner.executor.health()
         groups = [GroupView.model_validate(h, from_attributes=True) for h in health] if health is not None else None
-    attention = _attention(svc.runner.executor) if svc.tail is None else None
+    attention = _attention(svc.runner.executor) if svc.settings.role != "api" else None
+    rows = await svc.readiness.nodes()
+    nodes = [NodeView(**n.model_dump(), alive=n.alive()) for n in rows] if rows else None
     view = ReadyView(
+        node=getattr(svc.store, "node_id", None),
+        nodes=nodes,
         status="ready" if ok else "not ready",
         executor=executor,
         modes=modes,

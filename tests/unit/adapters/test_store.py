@@ -28,6 +28,16 @@ class TestMemoryEventStore(EventStoreContract):
         return MemoryEventStore()
 
 
+class TestPostgresEventStore(EventStoreContract):
+    @pytest.fixture
+    def store(self, pg_url):
+        from h3core.adapters.store.postgres import PostgresEventStore
+
+        s = PostgresEventStore(pg_url)
+        yield s
+        s.close()
+
+
 # -- SQLite specifics ---------------------------------------------------------------------
 
 

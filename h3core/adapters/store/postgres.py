@@ -1,0 +1,651 @@
+"""The PostgreSQL event store: the SQLite store's tables on a server, so several nodes share one
+durable queue (the `postgres` extra: psycopg 3 and its pool; bench/README.md says why that driver).
+
+**Followable without gaps.** A sequence's values are not commit order in PostgreSQL: a writer can
+take position 10, another 11 and commit first, and a follower that read 11 would move past 10
+for good. So every transaction that writes events takes `LOCK TABLE events IN EXCLUSIVE MODE`
+first (as eventsourcing's recorder does) and holds it to its commit: writers of events take turns,
+positions are drawn in commit order, and `id > cursor` never skips one. Readers are not blocked
+(EXCLUSIVE does not conflict with the ACCESS SHARE a SELECT takes), and a write transaction is a
+handful of statements for a whole group commit (`append_batch`: one read of the states, one
+insert of the events, one upsert of the projection), so the turn is short. The lock also makes
+each write see the states it folds onto as of its turn: no `SELECT ... FOR UPDATE`, no deadlock
+between batches that touch the same jobs in different orders, and a claim's `running` (written
+with the job's last seq expected, checked in the turn) can never hand one job to two nodes.
+
+A commit's effects are visible before its locks are released (PostgreSQL ends the transaction in
+the proc array first), so a reader that sees position n sees every position below it.
+
+Positions, deliveries and nodes' heartbeats are written without the events lock: they write no event.
+
+The schema is versioned as SQLite's is (`MIGRATIONS`; the version in `schema_version`), migrated
+under an advisory lock so nodes starting together migrate once. Everything lives in the
+connection's `search_path` schema: one database can hold several stores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
+from h3core.adapters.store.nodes import Expired, LeaseLost, NodeInfo, NodeRow, NodeTaken
+from h3core.adapters.store.sqlite import COUNTS, QUEUE_POSITION, UNFINISHED, SchemaTooNew, _event, _fold_fingerprint
+from h3core.domain.events import Body, CancelRequested, Event, Resumed, Running, Submitted, body_from_json
+from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend, fold
+from h3core.domain.webhooks import Delivery
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["PostgresEventStore"]
+
+
+def _v1(cur: psycopg.Cursor) -> None:
+    cur.execute(
+        "CREATE TABLE events (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, job_id text NOT NULL, "
+        "seq integer NOT NULL, type text NOT NULL, at text NOT NULL, body text NOT NULL)"
+    )
+    cur.execute("CREATE UNIQUE INDEX events_job_seq ON events (job_id, seq)")
+    cur.execute(
+        "CREATE TABLE jobs (job_id text PRIMARY KEY, queue_order bigint NOT NULL UNIQUE, status text NOT NULL, "
+        "priority integer NOT NULL, mode text NOT NULL, created_at text NOT NULL, updated_at text NOT NULL, "
+        "last_seq integer NOT NULL, idempotency_key text UNIQUE, state text NOT NULL)"
+    )
+    # queued(): the queue's head without a sort; listings by status, newest first.
+    cur.execute("CREATE INDEX jobs_queue ON jobs (priority DESC, queue_order) WHERE status = 'queued'")
+    cur.execute("CREATE INDEX jobs_status_order ON jobs (status, queue_order)")
+    cur.execute("CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL)")
+    cur.execute("CREATE TABLE positions (name text PRIMARY KEY, position bigint NOT NULL, saved_at text NOT NULL)")
+    cur.execute(
+        "CREATE TABLE deliveries (job_id text NOT NULL, seq integer NOT NULL, url text NOT NULL, record text NOT NULL, "
+        "PRIMARY KEY (job_id, seq, url))"
+    )
+    # Append-only, enforced by the database itself rather than by convention.
+    cur.execute(
+        "CREATE FUNCTION events_append_only() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'events are append-only: % refused', TG_OP; END $$"
+    )
+    cur.execute(
+        "CREATE TRIGGER events_no_change BEFORE UPDATE OR DELETE ON events FOR EACH ROW EXECUTE FUNCTION events_append_only()"
+    )
+    cur.execute("CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events EXECUTE FUNCTION events_append_only()")
+
+
+def _v2(cur: psycopg.Cursor) -> None:
+    # Runner nodes and the lease each holds on a running attempt (h3core.adapters.store.nodes).
+    cur.execute(
+        "CREATE TABLE nodes (node_id text PRIMARY KEY, info text NOT NULL, lease_s real NOT NULL, "
+        "started_at timestamptz NOT NULL, beat_at timestamptz NOT NULL, left_at timestamptz)"
+    )
+    cur.execute(
+        "CREATE TABLE leases (job_id text PRIMARY KEY, attempt integer NOT NULL, node_id text NOT NULL, "
+        "renewed_at timestamptz NOT NULL)"
+    )
+    cur.execute("CREATE INDEX leases_node ON leases (node_id)")
+
+
+# Index i migrates schema version i to i + 1. Add a function here, never edit an old one.
+MIGRATIONS: tuple[Callable[[psycopg.Cursor], None], ...] = (_v1, _v2)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_UPSERT_JOBS = (
+    "INSERT INTO jobs (job_id, queue_order, status, priority, mode, created_at, updated_at, last_seq, idempotency_key, state) "
+    "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::int[], %s::text[], %s::text[], %s::text[], %s::int[], "
+    "%s::text[], %s::text[]) "
+    "ON CONFLICT (job_id) DO UPDATE SET status = excluded.status, updated_at = excluded.updated_at, "
+    "last_seq = excluded.last_seq, state = excluded.state"
+)
+_INSERT_EVENTS = (
+    "INSERT INTO events (job_id, seq, type, at, body) "
+    "SELECT j, s, t, a, b FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::text[]) "
+    "WITH ORDINALITY AS x(j, s, t, a, b, n) ORDER BY n RETURNING id, job_id, seq"
+)
+
+
+class PostgresEventStore:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 8,
+        connect_timeout_s: float = 30.0,
+        clock: Callable[[], datetime] = utc_now,
+        node: str | None = None,
+    ) -> None:
+        """`node`: this process's node id when it runs jobs beside other nodes: its writes are
+        fenced by leases and its `running` events take one (h3core.adapters.store.nodes)."""
+        import psycopg
+        from psycopg_pool import ConnectionPool
+
+        # Once, directly: an unreachable server or a refused login fails here at once, where the
+        # pool would retry it for its whole timeout.
+        psycopg.connect(url, connect_timeout=max(1, int(connect_timeout_s))).close()
+        self.url = url
+        self.path = url  # what messages name the store by (as SQLite's path)
+        self.node_id = node
+        self._clock = clock
+        self._committed_at = -float("inf")
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True},
+            timeout=connect_timeout_s,
+            open=False,
+            name="h3core",
+        )
+        self._pool.open(wait=True, timeout=connect_timeout_s)
+        # One write transaction of this store at a time: they would only queue for the table lock.
+        self._write_lock = threading.Lock()
+        self._listener: psycopg.Connection | None = None  # LISTENs for other writers' commits
+        self._listen_lock = threading.Lock()
+        try:
+            self._migrate()
+            # Commits of events are announced on a channel of this store's schema (one database may hold several).
+            self._channel = "h3core_events." + self._read("SELECT current_schema()")[0][0]
+            self._refold()
+        except BaseException:
+            self._pool.close()
+            raise
+
+    # -- connections ----------------------------------------------------------------------
+
+    def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+        with self._pool.connection() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def _write(self, fn: Callable[[psycopg.Connection], Any], *, events: bool = True) -> Any:
+        """`fn(conn)` in one transaction; with `events`, holding the events table lock (the module
+        docstring: positions drawn in commit order)."""
+        with self._write_lock, self._pool.connection() as conn:
+            with conn.transaction():
+                if events:
+                    conn.execute("LOCK TABLE events IN EXCLUSIVE MODE")
+                out = fn(conn)
+            self._committed_at = time.monotonic()
+            return out
+
+    # -- schema ---------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        return self._read("SELECT version FROM schema_version")[0][0]
+
+    def _migrate(self) -> None:
+        with self._pool.connection() as conn, conn.transaction():
+            # Nodes starting together: one migrates, the others wait and find it done.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.h3core.migrate'))")
+            if conn.execute("SELECT current_schema()").fetchone()[0] is None:
+                raise RuntimeError(f"{self.url}: no schema to create the store in (its search_path names none that exists)")
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
+            row = conn.execute("SELECT version FROM schema_version").fetchone()
+            version = row[0] if row else 0
+            if version > len(MIGRATIONS):
+                raise SchemaTooNew(
+                    f"{self.url} has schema version {version}; this h3core knows up to {len(MIGRATIONS)}. Upgrade h3core."
+                )
+            with conn.cursor() as cur:
+                for i in range(version, len(MIGRATIONS)):
+                    MIGRATIONS[i](cur)
+            if row is None:
+                conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (len(MIGRATIONS),))
+            else:
+                conn.execute("UPDATE schema_version SET version = %s", (len(MIGRATIONS),))
+
+    def _refold(self) -> None:
+        """The `jobs` projection is derived: folded by other code (an upgrade), fold it again."""
+        fingerprint = _fold_fingerprint()
+        if self._read("SELECT value FROM meta WHERE key = 'fold'") == [(fingerprint,)]:
+            return
+
+        def refold(conn: psycopg.Connection) -> None:
+            states = []
+            for (job_id,) in conn.execute("SELECT job_id FROM jobs").fetchall():
+                rows = conn.execute("SELECT job_id, seq, at, body FROM events WHERE job_id = %s ORDER BY seq", (job_id,))
+                state = fold(_event(r) for r in rows.fetchall())
+                assert state is not None  # a jobs row is written with its Submitted event
+                states.append(state)
+            _upsert(conn, states, {})
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('fold', %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (fingerprint,),
+            )
+
+        self._write(refold)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def append(
+        self, job_id: str, bodies: Sequence[Body], *, expected_seq: int | None = None
+    ) -> tuple[JobState, tuple[Event, ...]]:
+        (outcome,) = self.append_batch([(job_id, bodies, expected_seq)])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def append_batch(self, items: Sequence[AppendRequest]) -> list[AppendOutcome]:
+        return self._write(lambda conn: self._append_in(conn, items))
+
+    def _append_in(self, conn: psycopg.Connection, items: Sequence[AppendRequest]) -> list[AppendOutcome]:
+        """Every item folded in memory onto the states read once, then written in a few statements.
+        A refused item writes nothing (it is checked whole before anything is written)."""
+        states = _states(conn, {job_id for job_id, _, _ in items})
+        keys = [b.idempotency_key for _, bodies, _ in items for b in bodies[:1] if isinstance(b, Submitted) and b.idempotency_key]
+        taken = set(_key_owners(conn, keys))
+        leases = _leases(conn, [j for j, s in states.items() if s is not None and s.status == "running"])
+        at = self._clock()
+        outcomes: list[AppendOutcome] = []
+        written: list[Event] = []
+        for job_id, bodies, expected_seq in items:
+            try:
+                state = states.get(job_id)
+                precheck(state, job_id, bodies, expected_seq)
+                self._fence(state, bodies, leases.get(job_id))
+                new_state, events = extend(state, job_id, bodies, at)
+                if state is None and new_state.idempotency_key is not None:
+                    if new_state.idempotency_key in taken:
+                        raise Conflict(f"idempotency key {new_state.idempotency_key!r} is already in use")
+                    taken.add(new_state.idempotency_key)
+            except (IllegalEvent, Conflict, UnknownJob, ValueError) as exc:
+                outcomes.append(exc)
+                continue
+            states[job_id] = new_state
+            written.extend(events)
+            outcomes.append((new_state, events))
+            if new_state.status != "running":
+                leases[job_id] = None
+            elif self.node_id is not None and any(isinstance(b, Running | Resumed) for b in bodies):
+                leases[job_id] = (self.node_id, new_state.attempt)
+        if written:
+            _store(conn, written, {s.job_id: s for s in states.values() if s is not None})
+            conn.execute("SELECT pg_notify(%s, '')", (self._channel,))  # delivered at commit, to `wait_for_events`
+            touched = {e.job_id for e in written}
+            _set_leases(conn, {j: lease for j, lease in leases.items() if j in touched})
+        return outcomes
+
+    def _fence(self, state: JobState | None, bodies: Sequence[Body], lease: tuple[str, int] | None) -> None:
+        """A node writes onto a running attempt only while it holds its lease (a cancel request
+        comes from anywhere)."""
+        if self.node_id is None or state is None or state.status != "running" or lease is None:
+            return
+        if lease != (self.node_id, state.attempt) and not all(isinstance(b, CancelRequested) for b in bodies):
+            raise LeaseLost(f"job {state.job_id}: attempt {state.attempt} is leased to node {lease[0]}, not {self.node_id}")
+
+    def import_events(self, events: Sequence[Event]) -> int:
+        """As the contract says; the new events take positions in the order given."""
+        by_job: dict[str, list[Event]] = {}
+        for e in events:
+            by_job.setdefault(e.job_id, []).append(e)
+
+        def imported(conn: psycopg.Connection) -> int:
+            states = _states(conn, set(by_job))
+            fresh: list[Event] = []
+            for job_id, evs in by_job.items():
+                state = states.get(job_id)
+                have = state.last_seq if state else 0
+                stored = dict(
+                    conn.execute(
+                        "SELECT seq, body FROM events WHERE job_id = %s AND seq <= %s",
+                        (job_id, min(have, max(e.seq for e in evs))),
+                    ).fetchall()
+                )
+                for e in sorted(evs, key=lambda e: e.seq):
+                    if e.seq <= have:
+                        # Compared as bodies, not text: the stored one may predate versions (no `v`).
+                        if e.seq not in stored or body_from_json(stored[e.seq]) != e.body:
+                            raise Conflict(f"job {job_id} event #{e.seq} differs from the stored one")
+                        continue
+                    state = apply(state, e)
+                    fresh.append(e)
+                states[job_id] = state
+            if fresh:
+                order = {id(e): i for i, e in enumerate(events)}
+                fresh.sort(key=lambda e: order[id(e)])  # stored in the order given (a migration keeps the source's)
+                new = {e.job_id: states[e.job_id] for e in fresh if isinstance(e.body, Submitted)}
+                keys = {s.idempotency_key: s.job_id for s in new.values() if s is not None and s.idempotency_key}
+                for key, owner in _key_owners(conn, list(keys)).items():
+                    if owner != keys[key]:
+                        raise Conflict(f"idempotency key {key!r} is already in use")
+                _store(conn, fresh, {e.job_id: states[e.job_id] for e in fresh})  # type: ignore[misc]
+                conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+            return len(fresh)
+
+        return self._write(imported)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> JobState | None:
+        rows = self._read("SELECT state FROM jobs WHERE job_id = %s", (job_id,))
+        return JobState.model_validate_json(rows[0][0]) if rows else None
+
+    def events(self, job_id: str, after_seq: int = 0) -> list[Event]:
+        rows = self._read(
+            "SELECT job_id, seq, at, body FROM events WHERE job_id = %s AND seq > %s ORDER BY seq", (job_id, after_seq)
+        )
+        return [_event(r) for r in rows]
+
+    def ids_starting(self, prefix: str, limit: int = 10) -> list[str]:
+        """Up to `limit` job ids that start with `prefix`, in id order."""
+        rows = self._read(
+            'SELECT job_id FROM jobs WHERE job_id >= %s AND job_id < %s ORDER BY job_id COLLATE "C" LIMIT %s',
+            (prefix, prefix + "\x7f", limit),
+        )
+        return [j for (j,) in rows]
+
+    def by_idempotency_key(self, key: str) -> JobState | None:
+        rows = self._read("SELECT state FROM jobs WHERE idempotency_key = %s", (key,))
+        return JobState.model_validate_json(rows[0][0]) if rows else None
+
+    def list_jobs(
+        self,
+        *,
+        status: Status | None = None,
+        limit: int = 50,
+        before: int | None = None,
+        after: int | None = None,
+        oldest_first: bool = False,
+    ) -> list[tuple[int, JobState]]:
+        where, params = [], []
+        for clause, value in (("status = %s", status), ("queue_order < %s", before), ("queue_order > %s", after)):
+            if value is not None:
+                where.append(clause)
+                params.append(value)
+        sql = "SELECT queue_order, state FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+        rows = self._read(sql + f" ORDER BY queue_order {'ASC' if oldest_first else 'DESC'} LIMIT %s", (*params, limit))
+        return [(order, JobState.model_validate_json(s)) for order, s in rows]
+
+    def cursor_of(self, job_id: str) -> int | None:
+        rows = self._read("SELECT queue_order FROM jobs WHERE job_id = %s", (job_id,))
+        return rows[0][0] if rows else None
+
+    def queued(self, limit: int = 100, exclude: Collection[str] = (), modes: Collection[str] | None = None) -> list[JobState]:
+        rows = self._read(
+            "SELECT state FROM jobs WHERE status = 'queued' AND NOT job_id = ANY(%s) AND (%s::text[] IS NULL OR mode = ANY(%s)) "
+            "ORDER BY priority DESC, queue_order LIMIT %s",
+            (list(exclude), None if modes is None else list(modes), None if modes is None else list(modes), limit),
+        )
+        return [JobState.model_validate_json(s) for (s,) in rows]
+
+    def unfinished(self) -> list[JobState]:
+        rows = self._read(UNFINISHED)
+        return [JobState.model_validate_json(s) for (s,) in rows]
+
+    def counts(self) -> dict[str, int]:
+        return dict(self._read(COUNTS))
+
+    def queue_position(self, job_id: str) -> int | None:
+        rows = self._read(QUEUE_POSITION.replace("?", "%s"), (job_id,))
+        return rows[0][0] if rows else None
+
+    def ping(self) -> None:
+        """Raise unless the server answers and takes writes (a standby does not)."""
+        if self._read("SHOW transaction_read_only") != [("off",)]:
+            raise RuntimeError(f"{self.url} is read-only (a standby?)")
+        self._committed_at = time.monotonic()
+
+    def committed_within(self, seconds: float) -> bool:
+        """Did this store commit (or ping) within the last `seconds`? (/readyz, as SQLite's.)"""
+        return time.monotonic() - self._committed_at < seconds
+
+    def job_ids(self) -> list[str]:
+        return [j for (j,) in self._read("SELECT job_id FROM jobs ORDER BY queue_order")]
+
+    def all_events(self, batch: int = 10_000) -> Iterator[Event]:
+        # Keyset pagination over (queue_order, seq): no cursor stays open between batches.
+        last_order, last_seq = -1, 0
+        while True:
+            rows = self._read(
+                "SELECT e.job_id, e.seq, e.at, e.body, j.queue_order FROM events e JOIN jobs j ON j.job_id = e.job_id "
+                "WHERE (j.queue_order, e.seq) > (%s, %s) ORDER BY j.queue_order, e.seq LIMIT %s",
+                (last_order, last_seq, batch),
+            )
+            if not rows:
+                return
+            for r in rows:
+                yield _event(r)
+            last_order, last_seq = rows[-1][4], rows[-1][1]
+
+    def wait_for_events(self, timeout_s: float) -> bool:
+        """Block until a transaction (of any process) stores events, or `timeout_s` passes: True
+        when woken (LISTEN/NOTIFY; the followers' wake-up, `h3core.runtime.tail`). The first call
+        returns True at once: what committed before it listened is read, not waited for."""
+        import psycopg
+
+        with self._listen_lock:
+            if self._listener is None or self._listener.closed:
+                self._listener = psycopg.connect(self.url, autocommit=True)
+                self._listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self._channel)))
+                return True
+            for _ in self._listener.notifies(timeout=timeout_s, stop_after=1):
+                return True
+            return False
+
+    def orphans(self) -> list[str]:
+        """Job ids with events but no `jobs` row (invisible to the store API): what `verify` reports."""
+        rows = self._read("SELECT DISTINCT job_id FROM events WHERE job_id NOT IN (SELECT job_id FROM jobs) ORDER BY job_id")
+        return [j for (j,) in rows]
+
+    def cursor(self) -> int:
+        return self._read("SELECT coalesce(max(id), 0) FROM events")[0][0]
+
+    def events_after(self, cursor: int, limit: int = 1000) -> list[tuple[int, Event]]:
+        rows = self._read("SELECT job_id, seq, at, body, id FROM events WHERE id > %s ORDER BY id LIMIT %s", (cursor, limit))
+        return [(r[4], _event(r)) for r in rows]
+
+    def position(self, name: str) -> int | None:
+        rows = self._read("SELECT position FROM positions WHERE name = %s", (name,))
+        return rows[0][0] if rows else None
+
+    def positions(self) -> dict[str, int]:
+        """Every saved position, by name."""
+        return dict(self._read("SELECT name, position FROM positions ORDER BY name"))
+
+    def position_of(self, job_id: str, seq: int) -> int:
+        """The position of the job's event #seq (0 if absent)."""
+        rows = self._read("SELECT id FROM events WHERE job_id = %s AND seq = %s", (job_id, seq))
+        return rows[0][0] if rows else 0
+
+    def save_position(self, name: str, position: int) -> None:
+        self._write(
+            lambda conn: conn.execute(
+                "INSERT INTO positions (name, position, saved_at) VALUES (%s, %s, %s) "
+                "ON CONFLICT (name) DO UPDATE SET position = excluded.position, saved_at = excluded.saved_at",
+                (name, position, self._clock().isoformat()),
+            ),
+            events=False,
+        )
+
+    def save_deliveries(self, records: Sequence[Delivery]) -> None:
+        def save(conn: psycopg.Connection) -> None:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO deliveries (job_id, seq, url, record) VALUES (%s, %s, %s, %s) "
+                    "ON CONFLICT (job_id, seq, url) DO UPDATE SET record = excluded.record",
+                    [(r.job_id, r.seq, r.url, r.model_dump_json()) for r in records],
+                )
+
+        self._write(save, events=False)
+
+    def deliveries(self, job_id: str) -> list[Delivery]:
+        rows = self._read('SELECT record FROM deliveries WHERE job_id = %s ORDER BY seq, url COLLATE "C"', (job_id,))
+        return [Delivery.model_validate_json(r) for (r,) in rows]
+
+    # -- nodes and leases (h3core.adapters.store.nodes) ----------------------------------
+
+    def _me(self) -> str:
+        if self.node_id is None:
+            raise RuntimeError("this store was opened without a node id")
+        return self.node_id
+
+    def join(self, info: NodeInfo, lease_s: float) -> None:
+        me = self._me()
+
+        def join(conn: psycopg.Connection) -> None:
+            row = conn.execute(
+                "SELECT info, extract(epoch FROM now() - beat_at)::float8, left_at FROM nodes WHERE node_id = %s FOR UPDATE",
+                (me,),
+            ).fetchone()
+            if row is not None and row[2] is None and row[1] <= lease_s:
+                was = NodeInfo.model_validate_json(row[0])
+                if (was.host, was.pid) != (info.host, info.pid) and not (was.host == info.host and not _pid_alive(was.pid)):
+                    raise NodeTaken(
+                        f"node {me} is alive: process {was.pid} on {was.host} beat {row[1]:.1f}s ago; "
+                        f"give this one another id (H3_NODE) or wait {lease_s - row[1]:.0f}s"
+                    )
+            conn.execute(
+                "INSERT INTO nodes (node_id, info, lease_s, started_at, beat_at) VALUES (%s, %s, %s, now(), now()) "
+                "ON CONFLICT (node_id) DO UPDATE SET info = excluded.info, lease_s = excluded.lease_s, "
+                "started_at = now(), beat_at = now(), left_at = NULL",
+                (me, info.model_dump_json(), lease_s),
+            )
+
+        self._write(join, events=False)
+
+    def beat(self, info: NodeInfo) -> set[str]:
+        me = self._me()
+
+        def beat(conn: psycopg.Connection) -> set[str]:
+            conn.execute("UPDATE nodes SET beat_at = now(), info = %s WHERE node_id = %s", (info.model_dump_json(), me))
+            rows = conn.execute("UPDATE leases SET renewed_at = now() WHERE node_id = %s RETURNING job_id", (me,)).fetchall()
+            return {j for (j,) in rows}
+
+        # Not behind this process's write lock: a beat must not wait for a group commit.
+        with self._pool.connection() as conn, conn.transaction():
+            return beat(conn)
+
+    def leave(self) -> None:
+        self._write(lambda conn: conn.execute("UPDATE nodes SET left_at = now() WHERE node_id = %s", (self._me(),)), events=False)
+
+    def nodes(self) -> list[NodeRow]:
+        rows = self._read(
+            "SELECT n.info, n.started_at, n.beat_at, extract(epoch FROM now() - n.beat_at)::float8, n.left_at, n.lease_s, "
+            "(SELECT count(*) FROM leases l WHERE l.node_id = n.node_id) FROM nodes n ORDER BY n.node_id"
+        )
+        return [
+            NodeRow(
+                **json.loads(info),
+                started_at=started,
+                beat_at=beat,
+                beat_age_s=age,
+                left_at=left,
+                lease_s=lease_s,
+                leases=leases,
+            )
+            for info, started, beat, age, left, lease_s, leases in rows
+        ]
+
+    def lease_holders(self) -> dict[str, str]:
+        return dict(self._read("SELECT job_id, node_id FROM leases"))
+
+    def expired(self, lease_s: float) -> list[Expired]:
+        rows = self._read(
+            "SELECT job_id, attempt, node_id, extract(epoch FROM now() - renewed_at)::float8 FROM leases "
+            "WHERE renewed_at < now() - make_interval(secs => %s) AND node_id IS DISTINCT FROM %s ORDER BY renewed_at",
+            (lease_s, self.node_id),
+        )
+        return [Expired(job_id=j, attempt=a, node_id=n, age_s=age) for j, a, n, age in rows]
+
+    def take_lease(self, lease: Expired, lease_s: float) -> bool:
+        me = self._me()
+        with self._pool.connection() as conn:
+            moved = conn.execute(
+                "UPDATE leases SET node_id = %s, renewed_at = now() WHERE job_id = %s AND attempt = %s AND node_id = %s "
+                "AND renewed_at < now() - make_interval(secs => %s)",
+                (me, lease.job_id, lease.attempt, lease.node_id, lease_s),
+            ).rowcount
+        return moved == 1
+
+    def close(self) -> None:
+        with self._listen_lock:
+            if self._listener is not None:
+                self._listener.close()
+        self._pool.close()
+
+
+def _states(conn: psycopg.Connection, job_ids: Collection[str]) -> dict[str, JobState | None]:
+    rows = conn.execute("SELECT job_id, state FROM jobs WHERE job_id = ANY(%s)", (list(job_ids),)).fetchall()
+    return {job_id: JobState.model_validate_json(s) for job_id, s in rows}
+
+
+def _leases(conn: psycopg.Connection, job_ids: Sequence[str]) -> dict[str, tuple[str, int] | None]:
+    if not job_ids:
+        return {}
+    rows = conn.execute("SELECT job_id, node_id, attempt FROM leases WHERE job_id = ANY(%s)", (list(job_ids),)).fetchall()
+    return {job_id: (node, attempt) for job_id, node, attempt in rows}
+
+
+def _set_leases(conn: psycopg.Connection, leases: dict[str, tuple[str, int] | None]) -> None:
+    """Take the leases given as (node, attempt), drop those given as None."""
+    gone = [j for j, lease in leases.items() if lease is None]
+    held = {j: lease for j, lease in leases.items() if lease is not None}
+    if gone:
+        conn.execute("DELETE FROM leases WHERE job_id = ANY(%s)", (gone,))
+    if held:
+        conn.execute(
+            "INSERT INTO leases (job_id, node_id, attempt, renewed_at) SELECT j, n, a, now() "
+            "FROM unnest(%s::text[], %s::text[], %s::int[]) AS x(j, n, a) "
+            "ON CONFLICT (job_id) DO UPDATE SET node_id = excluded.node_id, attempt = excluded.attempt, renewed_at = now()",
+            (list(held), [n for n, _ in held.values()], [a for _, a in held.values()]),
+        )
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _key_owners(conn: psycopg.Connection, keys: Sequence[str]) -> dict[str, str]:
+    if not keys:
+        return {}
+    return dict(
+        conn.execute("SELECT idempotency_key, job_id FROM jobs WHERE idempotency_key = ANY(%s)", (list(keys),)).fetchall()
+    )
+
+
+def _store(conn: psycopg.Connection, events: Sequence[Event], states: dict[str, JobState]) -> None:
+    """Insert `events` in order (positions drawn in that order) and bring the jobs they belong to
+    to `states`; a new job's queue order is its `Submitted` event's position."""
+    rows = conn.execute(
+        _INSERT_EVENTS,
+        (
+            [e.job_id for e in events],
+            [e.seq for e in events],
+            [e.type for e in events],
+            [e.at.isoformat() for e in events],
+            [e.body.model_dump_json() for e in events],
+        ),
+    ).fetchall()
+    submitted_at = {job_id: pos for pos, job_id, seq in rows if seq == 1}
+    touched = list(dict.fromkeys(e.job_id for e in events))
+    _upsert(conn, [states[j] for j in touched], submitted_at)
+
+
+def _upsert(conn: psycopg.Connection, states: Sequence[JobState], queue_order: dict[str, int]) -> None:
+    """Each state's `jobs` row: inserted for a new job (at `queue_order[job_id]`), else updated."""
+    if not states:
+        return
+    conn.execute(
+        _UPSERT_JOBS,
+        (
+            [s.job_id for s in states],
+            [queue_order.get(s.job_id, 0) for s in states],
+            [s.status for s in states],
+            [s.priority for s in states],
+            [s.request.mode for s in states],
+            [s.created_at.isoformat() for s in states],
+            [s.updated_at.isoformat() for s in states],
+            [s.last_seq for s in states],
+            [s.idempotency_key for s in states],
+            [s.model_dump_json() for s in states],
+        ),
+    )

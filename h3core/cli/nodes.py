@@ -1,0 +1,99 @@
+"""Commands for a store shared by runner nodes: `nodes` (who runs, with how many slots, last
+beat) and `migrate` (a SQLite store into PostgreSQL, every log intact)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from h3core.adapters.store.location import is_postgres_url, parse_location
+from h3core.adapters.store.nodes import NodeLeases
+from h3core.cli.app import app
+from h3core.cli.common import EXIT_DATA, DbOption, console, fail, open_store
+
+
+@app.command()
+def nodes(
+    db: DbOption = Path("h3core.db"),
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per node instead of a table.")] = False,
+) -> None:
+    """The runner nodes of a PostgreSQL store: id, host and pid, slots, attempts leased now,
+    what their executor can start, and their last heartbeat (alive, stale past the lease, or left)."""
+    if not is_postgres_url(db):
+        fail(f"{db} is a SQLite store: one runner, no nodes (its runner holds {db}.runner.lock)")
+    with open_store(db) as store:
+        assert isinstance(store, NodeLeases)
+        rows = store.nodes()
+    if as_json:
+        for n in rows:
+            typer.echo(json.dumps({**n.model_dump(mode="json"), "alive": n.alive()}))
+        return
+    table = Table(title=f"runner nodes of {db}", title_justify="left")
+    for column in ("node", "host", "pid", "slots", "running", "modes", "last beat", "state"):
+        table.add_column(column, no_wrap=True, justify="right" if column in ("pid", "slots", "running") else "left")
+    for n in rows:
+        state = "left" if n.left_at is not None else ("alive" if n.alive() else f"stale (lease {n.lease_s:g}s)")
+        style = {"alive": "green", "left": "dim"}.get(state, "red")
+        table.add_row(
+            n.node_id,
+            n.host,
+            str(n.pid),
+            str(n.slots),
+            str(n.leases),
+            ",".join(n.modes) or "-",
+            f"{n.beat_age_s:.1f}s ago",
+            Text(state, style=style),
+        )
+    out = console()
+    if not rows:
+        out.print(f"no runner node has joined {db}")
+        return
+    out.print(table)
+
+
+@app.command()
+def migrate(
+    db: DbOption = Path("h3core.db"),
+    to: Annotated[str, typer.Option("--to", help="The PostgreSQL store to copy into (postgresql://...).")] = "",
+    batch: Annotated[int, typer.Option("--batch", min=1, help="Events per transaction.")] = 5000,
+) -> None:
+    """Copy a SQLite store into PostgreSQL: every event in the order it was stored (so positions
+    keep their order), subscriptions' saved positions translated, webhook delivery records; then
+    compare every job's log and state on both sides. Stop the SQLite store's runner first. Run
+    again after an interruption: what is already there is skipped. Check with `h3core verify --db URL`."""
+    target = parse_location(to)
+    if not is_postgres_url(target):
+        fail("--to must be a postgresql:// URL")
+    if is_postgres_url(db):
+        fail(f"--db must be the SQLite store to copy from, not {db}")
+    with open_store(db) as source, open_store(target, create=True) as dest:
+        copied, cursor = 0, 0
+        while rows := source.events_after(cursor, batch):
+            copied += dest.import_events([e for _, e in rows])
+            cursor = rows[-1][0]
+        saved = source.positions()
+        for name, position in saved.items():
+            dest.save_position(name, _translated(source, dest, position))
+        job_ids = source.job_ids()
+        records = [r for job_id in job_ids for r in source.deliveries(job_id)]
+        if records:
+            dest.save_deliveries(records)
+        different = [j for j in job_ids if source.events(j) != dest.events(j) or source.get(j) != dest.get(j)]
+        if different:
+            fail(f"{len(different)} jobs differ after the copy (first: {different[0]}); the target is left as it is", EXIT_DATA)
+    console().print(
+        f"migrated {db} to {target}: {len(job_ids)} jobs, {copied} events copied (the rest were there), "
+        f"{len(saved)} positions, {len(records)} delivery records; every job's log and state match"
+    )
+
+
+def _translated(source, dest, position: int) -> int:
+    """The target's position of the source's newest event at or before `position`: the same place
+    in the log, as the events keep their order (0: before every event)."""
+    at = source.event_at_or_before(position)
+    return dest.position_of(*at) if at is not None else 0

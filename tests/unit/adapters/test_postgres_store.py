@@ -1,0 +1,93 @@
+"""What only the PostgreSQL store promises beyond the contract (tests/unit/adapters/test_store.py
+runs the contract on it): a follower misses nothing while several writers commit at once, the
+schema is versioned, and the log is append-only in the database itself."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+
+from h3core.adapters.store import SchemaTooNew
+from h3core.adapters.store.postgres import SCHEMA_VERSION, PostgresEventStore
+from h3core.domain.events import Admitted, Progress, Running
+from tests.factories import submitted
+
+WRITERS = 4
+APPENDS = 175  # per writer, in jobs of 5 appends (15 events): 2,100 events
+
+
+def test_a_follower_sees_every_event_once_while_several_writers_commit_at_once(pg_url):
+    """Positions are commit order (the events lock): a follower that moves its cursor to the
+    highest position it has read never skips an event that commits later with a lower one."""
+    stores = [PostgresEventStore(pg_url) for _ in range(WRITERS)]
+    follower = PostgresEventStore(pg_url)
+    done = threading.Event()
+    seen: list[tuple[int, str, int]] = []
+    errors: list[BaseException] = []
+
+    def write(w: int) -> None:
+        try:
+            store = stores[w]
+            for i in range(APPENDS):
+                job = f"w{w}-{i // 5}"
+                if i % 5 == 0:
+                    store.append(job, [submitted(), Admitted()])
+                elif i % 5 == 1:
+                    store.append_batch([(job, [Running(attempt=1, executor="x")], None)])
+                else:
+                    step = 4 * (i % 5 - 2)
+                    store.append(job, [Progress(step=step + k, total=12) for k in range(1, 5)])
+        except BaseException as exc:
+            errors.append(exc)
+
+    def follow() -> None:
+        cursor = 0
+        while True:
+            last = done.is_set()  # read after the writers ended: this pass sees everything
+            for position, event in follower.events_after(cursor, limit=500):
+                seen.append((position, event.job_id, event.seq))
+                cursor = position
+            if last:
+                return
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(WRITERS)]
+    reader = threading.Thread(target=follow)
+    reader.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    reader.join()
+    assert not errors, errors
+    everything = [(p, e.job_id, e.seq) for p, e in follower.events_after(0, limit=100_000)]
+    assert len(everything) == WRITERS * APPENDS // 5 * 15
+    assert len(set(seen)) == len(seen), "an event was followed twice"
+    missed = sorted(set(everything) - set(seen))
+    assert not missed, f"the follower skipped {len(missed)} events, first {missed[:5]}"
+    assert seen == everything  # in position order, each job's events in seq order
+    for s in [*stores, follower]:
+        s.close()
+
+
+def test_the_schema_is_versioned_and_a_newer_one_is_refused(pg_url):
+    store = PostgresEventStore(pg_url)
+    assert store.schema_version() == SCHEMA_VERSION
+    store.close()
+    PostgresEventStore(pg_url).close()  # opening again migrates nothing
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE schema_version SET version = version + 1")
+    with pytest.raises(SchemaTooNew, match="schema version"):
+        PostgresEventStore(pg_url)
+
+
+def test_the_database_refuses_update_delete_and_truncate_of_events(pg_url):
+    store = PostgresEventStore(pg_url)
+    store.append("j", [submitted()])
+    store.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for sql in ("UPDATE events SET type = 'done'", "DELETE FROM events", "TRUNCATE events"):
+            with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+                conn.execute(sql)

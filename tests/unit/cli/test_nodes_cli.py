@@ -1,0 +1,66 @@
+"""`h3core migrate` (a SQLite store into PostgreSQL, every log intact) and `h3core nodes`."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from typer.testing import CliRunner
+
+from h3core.adapters.store.nodes import NodeInfo
+from h3core.adapters.store.postgres import PostgresEventStore
+from h3core.adapters.store.sqlite import SQLiteEventStore
+from h3core.cli import app
+from h3core.domain.events import Admitted, Progress, Running
+from h3core.domain.webhooks import Delivery
+from tests.factories import done_log, submitted
+
+
+def test_migrate_copies_every_log_in_order_with_positions_and_deliveries_and_verify_passes(pg_url, tmp_path):
+    src = SQLiteEventStore(tmp_path / "h3.db")
+    src.append("a", [submitted(), Admitted()])
+    src.append("b", done_log(steps=2))
+    src.append("a", [Running(attempt=1, executor="x")])
+    src.save_position("hooks", src.cursor())  # a subscription caught up to here
+    src.append("a", [Progress(step=1, total=3)])
+    src.append("c", [submitted().model_copy(update={"idempotency_key": "k"})])
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    record = Delivery(
+        job_id="b", seq=6, event_type="done", url="https://x", webhook_id="m", outcome="delivered", tries=1, updated_at=at
+    )
+    src.save_deliveries([record])
+    cli = CliRunner()
+    moved = cli.invoke(app, ["migrate", "--db", str(tmp_path / "h3.db"), "--to", pg_url])
+    assert moved.exit_code == 0, moved.output
+    assert "3 jobs, 11 events copied" in moved.output and "1 positions, 1 delivery records" in moved.output
+    dest = PostgresEventStore(pg_url)
+    assert [(e.job_id, e.seq) for _, e in dest.events_after(0)] == [(e.job_id, e.seq) for _, e in src.events_after(0)]
+    assert [e for _, e in dest.events_after(dest.position("hooks"))] == [e for _, e in src.events_after(src.position("hooks"))]
+    assert dest.deliveries("b") == [record] and dest.by_idempotency_key("k").job_id == "c"
+    assert cli.invoke(app, ["verify", "--db", pg_url, "--logs-only"]).exit_code == 0
+    again = cli.invoke(app, ["migrate", "--db", str(tmp_path / "h3.db"), "--to", pg_url])
+    assert again.exit_code == 0 and "0 events copied" in again.output, again.output
+    dest.close()
+    src.close()
+
+
+def test_migrate_refuses_a_target_that_is_not_postgres(tmp_path):
+    SQLiteEventStore(tmp_path / "h3.db").close()
+    result = CliRunner().invoke(app, ["migrate", "--db", str(tmp_path / "h3.db"), "--to", str(tmp_path / "b.db")])
+    assert result.exit_code == 2 and "--to must be a postgresql:// URL" in result.output
+
+
+def test_nodes_lists_each_node_with_its_slots_and_last_beat(pg_url, tmp_path):
+    store = PostgresEventStore(pg_url, node="gpu-1")
+    store.join(NodeInfo(node_id="gpu-1", host="box1", pid=42, role="runner", slots=4, executor="pipeline", modes=["t2va"]), 30)
+    cli = CliRunner()
+    shown = cli.invoke(app, ["nodes", "--db", pg_url])
+    assert shown.exit_code == 0, shown.output
+    assert "gpu-1" in shown.output and "box1" in shown.output and "alive" in shown.output
+    (row,) = [json.loads(line) for line in cli.invoke(app, ["nodes", "--db", pg_url, "--json"]).output.splitlines()]
+    assert (row["node_id"], row["slots"], row["leases"], row["alive"]) == ("gpu-1", 4, 0, True)
+    store.leave()
+    assert "left" in cli.invoke(app, ["nodes", "--db", pg_url]).output
+    store.close()
+    sqlite = cli.invoke(app, ["nodes", "--db", str(tmp_path / "h3.db")])
+    assert sqlite.exit_code == 2 and "SQLite store" in sqlite.output

@@ -1,0 +1,71 @@
+"""The service on a PostgreSQL store: a runner node and an API node share it; /readyz says which
+nodes run the jobs and /metrics reports each node; a job submitted to the API node is run by the
+runner node."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+
+from litestar.testing import TestClient
+
+from h3core.runtime.settings import Settings
+from h3core.service.app import create_app
+from tests.unit.service.conftest import QUICK
+from tests.waiting import poll
+
+
+@contextmanager
+def node(pg_url, root, **settings):
+    config = Settings(db=pg_url, artifacts=root / "artifacts", uploads=root / "uploads", executor="fake", **settings)
+    with TestClient(create_app(config), base_url="http://127.0.0.1:8100", timeout=30) as client:
+        yield client
+
+
+def test_an_api_node_and_a_runner_node_share_the_queue_and_report_the_nodes(pg_url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a PostgreSQL deployment's capability board lives (one machine here)
+    with node(pg_url, tmp_path, node="gpu-1", slots=2) as runner, node(pg_url, tmp_path, role="api") as api:
+        ready = runner.get("/readyz").json()
+        assert ready["status"] == "ready" and ready["node"] == "gpu-1"
+        assert [(n["node_id"], n["slots"], n["alive"]) for n in ready["nodes"]] == [("gpu-1", 2, True)]
+        ready = poll(lambda: (r := api.get("/readyz")).status_code == 200 and r.json(), 30, "the api node to be ready")
+        assert ready["runner"] == "node gpu-1 (2 slots) run the jobs" and ready["node"] is None
+        created = api.post("/v1/jobs", json=QUICK)
+        assert created.status_code == 201, created.text
+        job = created.json()["id"]
+        poll(lambda: api.get(f"/v1/jobs/{job}").json()["status"] == "done", 30, "the runner node to run the job")
+        metrics = runner.get("/metrics").text
+        assert 'h3core_node_up{node="gpu-1"} 1.0' in metrics and 'h3core_node_slots{node="gpu-1"} 2.0' in metrics
+
+
+def test_a_job_running_on_one_node_streams_from_another_and_a_cancel_there_reaches_it(pg_url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    hang = {**QUICK, "prompt": "a fox [fake step=0.02 hang_at=2]", "steps": 4}
+    with (
+        node(pg_url, tmp_path / "a", node="a", poll_interval=0.05) as a,
+        node(pg_url, tmp_path / "b", node="b", poll_interval=0.05) as b,
+    ):
+        job = a.post("/v1/jobs", json=hang).json()["id"]
+        running = poll(
+            lambda: [e for e in a.get(f"/v1/jobs/{job}/events").json() if e["body"]["type"] == "running"],
+            30,
+            "the job to start",
+        )
+        runs_on = running[0]["body"]["info"]["node"]
+        other = b if runs_on == "a" else a  # streams and cancels where the job does not run
+        seen: list[str] = []
+        last = len(other.get(f"/v1/jobs/{job}/events").json())
+
+        def stream() -> None:
+            with other.stream("GET", f"/v1/jobs/{job}/stream", headers={"Last-Event-ID": str(last)}) as events:
+                for line in events.iter_lines():
+                    if line.startswith("event: "):
+                        seen.append(line.removeprefix("event: "))
+
+        reader = threading.Thread(target=stream)
+        reader.start()
+        assert other.post(f"/v1/jobs/{job}/cancel").status_code in (200, 202)
+        reader.join(timeout=60)
+        assert not reader.is_alive(), f"the stream did not end: {seen}"
+        assert seen[-2:] == ["cancel_requested", "cancelled"] and set(seen[:-2]) <= {"progress"}, seen
+        assert other.get(f"/v1/jobs/{job}").json()["status"] == "cancelled"

@@ -1,0 +1,191 @@
+"""Several runner nodes on one PostgreSQL store: claims never hand one job to two nodes, a dead
+node's attempts are taken over and retried, a node that lost its lease cannot write onto the
+attempt, and the heartbeat goes on while the executor blocks the event loop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from anyio.from_thread import start_blocking_portal
+
+from h3core import FakeExecutor, FakePlan, LocalArtifactStore, RetryPolicy, Runner, RunnerConfig
+from h3core.adapters.store.nodes import LeaseLost, NodeLeases
+from h3core.adapters.store.postgres import PostgresEventStore
+from h3core.domain.events import Admitted, AttemptFailed, CancelRequested, Progress, Running
+from h3core.executors.base import Heartbeat as Beat
+from h3core.executors.base import Progress as Step
+from tests.factories import request, submitted
+from tests.waiting import poll, until
+
+pytestmark = pytest.mark.anyio
+
+
+def config(**kw) -> RunnerConfig:
+    base = {"stall_timeout_s": 30.0, "cancel_grace_s": 2.0, "poll_interval_s": 0.05, "lease_s": 1.0}
+    return RunnerConfig(retry=RetryPolicy(max_attempts=2, retry_on=("interrupted",)), **{**base, **kw})
+
+
+@asynccontextmanager
+async def nodes(url: str, tmp_path, names: list[str], plan: FakePlan, **kw) -> AsyncIterator[list[Runner]]:
+    """Runner nodes on one store (each its own store object, pool and node id), one artifact folder."""
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    stores = [PostgresEventStore(url, node=name) for name in names]
+    runners = [Runner(s, FakeExecutor(artifacts, default=plan), config(**kw), artifacts=artifacts) for s in stores]
+    try:
+        async with anyio.create_task_group() as tg:
+            for r in runners:
+                await tg.start(r.run)
+            yield runners
+            tg.cancel_scope.cancel()
+    finally:
+        for s in stores:
+            s.close()
+
+
+def runs(store, job_id) -> list[tuple[int, str]]:
+    """(attempt, node) of each `running` event of the job."""
+    return [(e.body.attempt, e.body.info.get("node")) for e in store.events(job_id) if isinstance(e.body, Running)]
+
+
+async def test_two_nodes_share_one_queue_and_no_job_is_claimed_twice(pg_url, tmp_path):
+    async with nodes(pg_url, tmp_path, ["a", "b"], FakePlan(step_seconds=0.01), slots=2) as (a, b):
+        jobs = [await (a if i % 2 else b).submit(request(steps=2)) for i in range(24)]
+        await until(lambda: all(a.store.get(j.job_id).terminal for j in jobs), 60, "every job to end")
+        assert {a.store.get(j.job_id).status for j in jobs} == {"done"}
+        for j in jobs:
+            (attempt, node), *more = runs(a.store, j.job_id)
+            assert not more and attempt == 1 and node in ("a", "b"), runs(a.store, j.job_id)
+        assert {n.node_id: (n.slots, n.executor, n.alive()) for n in a.store.nodes()} == {
+            "a": (2, "fake", True),
+            "b": (2, "fake", True),
+        }
+
+
+async def test_a_dead_nodes_attempt_is_ended_by_another_node_naming_it_and_retried(pg_url, tmp_path):
+    dead = PostgresEventStore(pg_url, node="dead")
+    dead.append("j", [submitted(retry=RetryPolicy(max_attempts=2, retry_on=("interrupted",)), steps=2), Admitted()])
+    dead.append("j", [Running(attempt=1, executor="fake", info={"node": "dead"})])  # takes the lease; never beats
+    async with nodes(pg_url, tmp_path, ["b"], FakePlan()) as (b,):
+        await until(lambda: b.store.get("j").status == "done", 30, "the job to be retried and done")
+    failed = [e.body for e in dead.events("j") if isinstance(e.body, AttemptFailed)]
+    assert len(failed) == 1 and failed[0].kind == "interrupted"
+    assert "node dead stopped heartbeating" in failed[0].message and "ended by node b" in failed[0].message
+    assert runs(dead, "j") == [(1, "dead"), (2, "b")]
+    dead.close()
+
+
+def test_a_node_that_lost_its_lease_cannot_write_onto_the_attempt(pg_url):
+    a, b = PostgresEventStore(pg_url, node="a"), PostgresEventStore(pg_url, node="b")
+    a.append("j", [submitted(steps=4), Admitted()])
+    a.append("j", [Running(attempt=1, executor="x")])
+    a.append("j", [Progress(step=1, total=4)])  # a holds the lease: its writes pass
+    with pytest.raises(LeaseLost):
+        b.append("j", [Progress(step=2, total=4)])
+    (lease,) = poll(lambda: b.expired(0.05), 10, "a's lease to age past 0.05 s")
+    assert (lease.job_id, lease.node_id) == ("j", "a") and lease.age_s >= 0.05
+    assert b.take_lease(lease, 0.05) and not a.take_lease(lease, 0.05)  # one wins
+    state = b.append("j", [AttemptFailed(kind="interrupted", message="a stopped beating", attempt=1)])[0]
+    state = b.append("j", [Running(attempt=2, executor="x")], expected_seq=state.last_seq)[0]
+    assert a.beat(a_info()) == set()  # a comes back: it renews nothing
+    with pytest.raises(LeaseLost, match="leased to node b"):
+        a.append("j", [Progress(step=2, total=4)])
+    with pytest.raises(LeaseLost):
+        a.append("j", [AttemptFailed(kind="executor_error", message="late", attempt=1)], expected_seq=state.last_seq)
+    a.append("j", [CancelRequested(reason="anyone may ask")])  # a cancel comes from any node
+    assert [e.type for e in a.events("j")][-3:] == ["attempt_failed", "running", "cancel_requested"]
+    a.close()
+    b.close()
+
+
+def a_info():
+    from h3core.adapters.store.nodes import NodeInfo
+
+    return NodeInfo(node_id="a", host="h", pid=1, role="runner", slots=1, executor="x", modes=["t2va"])
+
+
+class BlockingExecutor(FakeExecutor):
+    """A step that blocks the event loop (a GPU call made without a worker thread)."""
+
+    block_s = 2.5
+
+    async def run(self, job):
+        yield Beat("loaded")
+        time.sleep(self.block_s)  # noqa: ASYNC251 - blocking on purpose
+        async for update in super().run(job):
+            if not isinstance(update, Beat | Step):
+                yield update
+
+
+def test_the_heartbeat_goes_on_while_the_executor_blocks_the_event_loop(pg_url, tmp_path):
+    store = PostgresEventStore(pg_url, node="busy")
+    watcher = PostgresEventStore(pg_url, node="watcher")
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    runner = Runner(store, BlockingExecutor(artifacts), config(lease_s=1.0), artifacts=artifacts)
+    with start_blocking_portal("asyncio") as portal:
+        future, _ = portal.start_task(runner.run)
+        job = portal.call(lambda: runner.submit(request(steps=1)))
+        poll(lambda: store.get(job.job_id).status == "running", 30, "the job to start")
+        beats = runner.heartbeat.beats
+        deadline = time.monotonic() + BlockingExecutor.block_s
+        while time.monotonic() < deadline and store.get(job.job_id).status == "running":
+            assert watcher.expired(1.0) == [], "the lease expired while the node was alive"
+            time.sleep(0.1)
+        assert runner.heartbeat.beats > beats, "no beat while the event loop was blocked"
+        poll(lambda: store.get(job.job_id).status == "done", 30, "the job to finish")
+        future.cancel()
+    assert isinstance(store, NodeLeases) and [e.type for e in store.events(job.job_id)].count("attempt_failed") == 0
+    store.close()
+    watcher.close()
+
+
+async def test_a_second_process_under_a_live_nodes_id_is_refused(pg_url, tmp_path):
+    from h3core.adapters.store.nodes import NodeTaken
+
+    live = PostgresEventStore(pg_url, node="gpu")
+    live.join(a_info().model_copy(update={"node_id": "gpu", "host": "elsewhere", "pid": 7}), 30)
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    store = PostgresEventStore(pg_url, node="gpu")
+    runner = Runner(store, FakeExecutor(artifacts), config(), artifacts=artifacts)
+    with pytest.raises(NodeTaken, match="node gpu is alive: process 7 on elsewhere"):
+        await runner.run()
+    live.leave()  # a graceful stop: the id is free again
+    async with anyio.create_task_group() as tg:
+        await tg.start(runner.run)
+        tg.cancel_scope.cancel()
+    store.close()
+    live.close()
+
+
+async def test_ending_a_dead_attempt_reads_again_after_a_conflict_and_leaves_another_nodes_claim(pg_url):
+    """What a restarted node or a taker meets: a cancel request stored since it read the job (it
+    ends the attempt as cancelled), or the job claimed by a live node since (it writes nothing)."""
+    from h3core.adapters.store.nodes import Expired
+    from h3core.runtime._journal import Journal
+    from h3core.runtime._recovery import end_dead_attempt
+    from h3core.runtime.bus import EventBus
+
+    dead, me, b = (PostgresEventStore(pg_url, node=n) for n in ("dead", "me", "b"))
+    for job in ("j", "k"):
+        dead.append(job, [submitted(), Admitted()])
+        dead.append(job, [Running(attempt=1, executor="x")])
+    stale_j, stale_k = dead.get("j"), dead.get("k")
+    me.append("j", [CancelRequested(reason="from an API node")])  # after the taker read the job
+    for lease in poll(lambda: (e := me.expired(0.05)) and len(e) == 2 and e, 10, "both leases to age"):
+        holder = me if lease.job_id == "j" else b
+        assert holder.take_lease(Expired(**{**lease.model_dump(), "node_id": "dead"}), 0.05)
+    b.append("k", [AttemptFailed(kind="interrupted", message="b took it over", attempt=1)])
+    b.append("k", [Running(attempt=2, executor="x")])  # and runs it again, live
+    journal = Journal(me, EventBus(), retry_s=5)
+    async with anyio.create_task_group() as tg:
+        await tg.start(journal.writer.run)
+        ended = await end_dead_attempt(journal, None, stale_j, "dead stopped")
+        assert ended is not None and ended.status == "cancelled"
+        assert await end_dead_attempt(journal, None, stale_k, "dead stopped") is None
+        journal.writer.close()
+    assert [e.type for e in me.events("k")][-2:] == ["attempt_failed", "running"]
+    for s in (dead, me, b):
+        s.close()
