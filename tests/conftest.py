@@ -75,13 +75,12 @@ def tiny_model(request, tmp_path_factory) -> Path:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: two workers more than the cores (at most 8), or H3_TEST_WORKERS. One of them
-    spends most of the run on Ray's tests, which mostly wait; of the rest, a worker often waits
-    too (on a server, a subprocess, a timer), so one more than the cores keeps them busy; more
+    """`-n auto`: one worker more than the cores (at most 8), or H3_TEST_WORKERS. A worker often
+    waits (on a server, a subprocess, a timer), so one more than the cores keeps them busy; more
     than that costs more than it gains here (each worker imports torch and collects the suite),
-    measured on 2 cores without Ray: 3 workers 5:00, 4 workers 6:00 for the same tests."""
+    measured on 2 cores: 3 workers 5:00, 4 workers 6:00 for the same tests."""
     asked = os.environ.get("H3_TEST_WORKERS")
-    return int(asked) if asked else min(8, (os.cpu_count() or 1) + 2)
+    return int(asked) if asked else min(8, (os.cpu_count() or 1) + 1)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -110,7 +109,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # venv is made once per run, not once per worker that happens to get one of its tests.
         elif "integration" in item.path.parts and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.path.name))
-    # Ray's group first: it is the longest and mostly waits (group builds, collectives), so its
-    # worker starts it at once while the others share the CPU-bound rest (a stable sort keeps
-    # each module's own order).
-    items.sort(key=lambda item: item.get_closest_marker("ray") is None)

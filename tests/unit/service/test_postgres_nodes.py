@@ -36,6 +36,9 @@ def test_an_api_node_and_a_runner_node_share_the_queue_and_report_the_nodes(pg_u
         poll(lambda: api.get(f"/v1/jobs/{job}").json()["status"] == "done", 30, "the runner node to run the job")
         metrics = runner.get("/metrics").text
         assert 'h3core_node_up{node="gpu-1"} 1.0' in metrics and 'h3core_node_slots{node="gpu-1"} 2.0' in metrics
+        # The console's box page lists the nodes too, from either node.
+        box = api.get("/console/box").text
+        assert "Runner nodes" in box and '<tr data-node="gpu-1"><td>gpu-1</td>' in box and "1 of 1 alive" in box
 
 
 def test_a_job_running_on_one_node_streams_from_another_and_a_cancel_there_reaches_it(pg_url, tmp_path, monkeypatch):
