@@ -183,3 +183,18 @@ def test_the_box_and_a_phone_in_the_dark(browser, server, screens):
         screens.take(p, "queue-phone-dark")
     finally:
         context.close()
+
+
+def test_what_a_cancel_said_stays_through_the_live_update_it_causes(page, api):
+    # A 4 s cleanup after the cancel: the page's update for `cancel_requested` (which replaces the
+    # part the note sits in) comes well before the job ends.
+    job_id = submit(api, prompt="a slow fox [fake step=0.2 cleanup=4]", steps=200, **SIZE)["id"]
+    try:
+        wait_job(api, job_id, ("running",))
+        page.goto(f"/console/jobs/{job_id}")
+        page.get_by_role("button", name="Cancel").click()
+        page.wait_for_selector(".timeline .mark:has-text('cancel asked')", timeout=WAIT_MS)
+        assert page.locator("#action-note").inner_text() == "cancel asked"
+        assert api.get(f"/v1/jobs/{job_id}").json()["status"] == "running"  # the update came before the end
+    finally:
+        cancel_quietly(api, job_id)

@@ -157,6 +157,11 @@ function jobPage() {
   const body = document.getElementById("job-body");
   const id = body.dataset.job;
   const note = () => document.getElementById("action-note");
+  // What an action said stays through the live updates that replace the part it sits in.
+  const keepNote = () => {
+    const { textContent: text, className } = note() || {};
+    return () => { const n = note(); if (n && text) { n.textContent = text; n.className = className; } };
+  };
   body.addEventListener("click", async (e) => {
     const button = e.target.closest("button");
     if (!button) return;
@@ -174,7 +179,7 @@ function jobPage() {
   let ended = false;
   const refresh = throttle(async () => {
     if (ended) { location.reload(); return; } // the whole page: its video, once there is one
-    await swap(body, fragmentUrl(body.dataset.fragment));
+    await swap(body, fragmentUrl(body.dataset.fragment), keepNote);
   });
   const source = follow(`/v1/jobs/${encodeURIComponent(id)}/stream`, EVENT_TYPES, (_, type) => {
     if (TERMINAL.has(type)) { ended = true; source.close(); }
