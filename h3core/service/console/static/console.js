@@ -167,6 +167,7 @@ function jobPage() {
     if (!button) return;
     button.disabled = true;
     if (button.matches(".cancel")) {
+      say(note(), "cancelling…"); // at once: the answer waits until the executor has stopped
       const error = await cancelJob(id);
       say(note(), error || "cancel asked", !!error);
     } else if (button.matches(".retry")) {
