@@ -199,3 +199,25 @@ def test_what_a_cancel_said_stays_through_the_live_update_it_causes(page, api):
         assert api.get(f"/v1/jobs/{job_id}").json()["status"] == "running"  # the update came before the end
     finally:
         cancel_quietly(api, job_id)
+
+
+@pytest.mark.parametrize("mode, field", [("fl2va", "#first"), ("ref2va", "#ref-images")])
+def test_a_job_with_uploaded_images_is_submitted_through_the_form(page, api, tmp_path, mode, field):
+    from PIL import Image
+
+    image = tmp_path / "frame.png"
+    Image.new("RGB", (832, 480), (200, 60, 20)).save(image)
+    page.goto("/console/submit")
+    page.wait_for_selector("#frames option", state="attached")
+    page.get_by_label("Mode").select_option(mode)
+    page.set_input_files(field, str(image))
+    page.get_by_label("Prompt", exact=True).fill(f"a fox from an image ({mode}) [fake step=0]")
+    page.get_by_label("Steps").fill("2")
+    page.get_by_role("button", name="Submit").click()
+    page.wait_for_url("**/console/jobs/*", timeout=WAIT_MS)
+    job = wait_job(api, page.url.rsplit("/", 1)[1])
+    assert job["status"] == "done", job
+    request = job["request"]
+    assert request["mode"] == mode
+    uploads = [request["keyframes"]["first"]] if mode == "fl2va" else list(request["references"]["images"])
+    assert len(uploads) == 1 and all(u.startswith("u_") for u in uploads), request
