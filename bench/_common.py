@@ -173,3 +173,13 @@ class Timer:
     def __exit__(self, *exc: object) -> None:
         self.s = time.perf_counter() - self.t0
         self.cpu = time.process_time() - self.cpu0
+
+
+def wait_for(predicate, timeout: float) -> bool:
+    """Poll `predicate` every 20 ms until it holds (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False

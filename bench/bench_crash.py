@@ -39,7 +39,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import console, print_load_at_end, print_machine, show, table  # noqa: E402
+from _common import console, print_load_at_end, print_machine, show, table, wait_for  # noqa: E402
 
 from h3core.adapters.artifacts import LocalArtifactStore  # noqa: E402
 from h3core.adapters.store.sqlite import SQLiteEventStore  # noqa: E402
@@ -84,15 +84,6 @@ def _worker(db: Path, artifacts: Path, log: Path, *, crash_at: str | None = None
         return subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, env=_env(), cwd=db.parent)
 
 
-def _wait_for(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 async def _enqueue(db: Path, jobs: int, steps: int) -> list[str]:
     store = SQLiteEventStore(db)
     try:
@@ -106,7 +97,7 @@ async def _enqueue(db: Path, jobs: int, steps: int) -> list[str]:
 
 
 def _kill_at_random(proc: subprocess.Popen, log: Path, rng: random.Random, window: float) -> None:
-    _wait_for(lambda: b"worker: ready" in log.read_bytes() or proc.poll() is not None, 60)
+    wait_for(lambda: b"worker: ready" in log.read_bytes() or proc.poll() is not None, 60)
     deadline = time.monotonic() + rng.uniform(0.0, window)
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.005)
@@ -151,7 +142,7 @@ def trial(kind: str, work: Path, rng: random.Random, jobs: int, steps: int) -> d
             unrecorded[state.job_id] = (state.attempt, verdict.artifact.sha256)
 
     final = _worker(db, artifacts, log)
-    _wait_for(lambda: all(s is not None and s.terminal for s in map(store.get, ids)), 120)
+    wait_for(lambda: all(s is not None and s.terminal for s in map(store.get, ids)), 120)
     final.send_signal(signal.SIGTERM)
     final.wait(30)
 

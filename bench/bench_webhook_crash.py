@@ -41,7 +41,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import console, print_load_at_end, print_machine, show, table  # noqa: E402
+from _common import console, print_load_at_end, print_machine, show, table, wait_for  # noqa: E402
 
 from h3core.adapters.store.sqlite import SQLiteEventStore  # noqa: E402
 from h3core.domain.request import GenerationRequest  # noqa: E402
@@ -101,15 +101,6 @@ def _worker(db: Path, log: Path, step: float) -> subprocess.Popen:
     cmd += ["--executor", "fake", "--poll-interval", "0.05", "--fake-step-seconds", step]
     with open(log, "ab") as out:
         return subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, env=_env(), cwd=db.parent)
-
-
-def _wait_for(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def _children(pid: int) -> list[int]:
@@ -185,11 +176,11 @@ def trial(n: int, work: Path, rng: random.Random, jobs: int, steps: int, step_s:
     try:
         anyio.run(_enqueue, db, jobs, steps, url)
         first = _worker(db, log, step_s)
-        _wait_for(lambda: b"worker: ready" in log.read_bytes() or first.poll() is not None, 60)
+        wait_for(lambda: b"worker: ready" in log.read_bytes() or first.poll() is not None, 60)
         # Odd trials: killed once a terminal event's first try failed (it waits in backoff), at a
         # random moment within the span the other jobs take to run. Even: while a terminal event's
         # send is in flight (the receiver holds it 0.3 s), so the worker dies before its answer.
-        _wait_for(lambda: bool(_terminal_ids(db)[0] & (_tried(rec) if rec.down else rec.arrived)), 60)
+        wait_for(lambda: bool(_terminal_ids(db)[0] & (_tried(rec) if rec.down else rec.arrived)), 60)
         time.sleep(rng.uniform(0.0, jobs * steps * step_s if rec.down else rec.delay_s * 0.8))
         children = _children(first.pid)  # the delivering process
         if not rec.down:  # even trials: the delivering process is killed too, mid-send (a machine's crash)
@@ -198,13 +189,13 @@ def trial(n: int, work: Path, rng: random.Random, jobs: int, steps: int, step_s:
         first.send_signal(signal.SIGKILL)
         first.wait(30)
         killed_at = time.monotonic()
-        orphans = sum(1 for pid in children if not _wait_for(lambda pid=pid: not _alive(pid), 10))
+        orphans = sum(1 for pid in children if not wait_for(lambda pid=pid: not _alive(pid), 10))
         rec.down, rec.delay_s = False, 0.0
         second = _worker(db, log, step_s)
         try:
             # Until every terminal event is answered and the restarted worker's subscription has
             # moved past them all (so what it sends again, it has sent).
-            _wait_for(
+            wait_for(
                 lambda: (t := _terminal_ids(db))[1] == 0 and t[0] <= {g[0] for g in rec.answered()} and _caught_up(db), wait_s
             )
         finally:
