@@ -36,6 +36,7 @@ log = logging.getLogger("h3core.nodes")
 def node_info(store: NodeLeases, executor: Executor, slots: int, role: str) -> NodeInfo:
     """What this node says of itself (asked on the event loop: the executor's capabilities)."""
     assert store.node_id is not None
+    caps = executor.capabilities()
     return NodeInfo(
         node_id=store.node_id,
         host=socket.gethostname(),
@@ -43,7 +44,8 @@ def node_info(store: NodeLeases, executor: Executor, slots: int, role: str) -> N
         role=role,
         slots=slots,
         executor=executor.name,
-        modes=list(executor.capabilities().runnable_modes),
+        modes=list(caps.runnable_modes),
+        capabilities=caps,
     )
 
 
