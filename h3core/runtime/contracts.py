@@ -15,7 +15,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
@@ -30,6 +30,23 @@ if TYPE_CHECKING:
     from h3core.executors.base import Executor
 
 CapabilitySource = Callable[[], Capabilities]
+
+
+class ServiceContract(Protocol):
+    """What the service asks of its admission contract: `LiveContract` (one executor) or
+    `h3core.runtime.fleet.FleetContract` (every live node of a shared store)."""
+
+    def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision: ...
+
+    def current(self) -> Contract:
+        """The contract that describes the deployment."""
+        ...
+
+    def ceilings(self) -> list[CeilingRow]: ...
+
+    def source(self) -> Capabilities:
+        """What can run now (readiness, the waiting reasons of queued jobs)."""
+        ...
 
 
 def contract_for(caps: Capabilities, profiles: Sequence[CapacityProfile], explicit: CapacityProfile | None) -> Contract:
