@@ -30,9 +30,9 @@ from h3core.runtime.store_retry import StoreUnavailable
 
 log = logging.getLogger("h3core.runner")
 
-# Past this many jobs left to other nodes, judge again from the queue's head rather than send
-# the store an ever longer list (each is judged once more; those that ended are gone).
-FORGET_AT = 2000
+# Past this many jobs left to other nodes (most of them ended elsewhere since), forget them
+# rather than send the store an ever longer list: the next claim judges the rest once more.
+FORGET_AT = 10_000
 
 # Runs one claimed job in its slot, releasing the slot when it ends.
 StartJob = Callable[[JobState, anyio.Semaphore], Awaitable[None]]
@@ -117,17 +117,18 @@ class Claimer:
                     # executor (now failed). Look again at once, unless the log itself refused them all.
                     if not all(isinstance(o, IllegalEvent) for o in outcomes):
                         continue
+            if len(self.not_here) > FORGET_AT:  # only between claims: a claim's walk down the queue always ends
+                self.not_here.clear()
             with anyio.move_on_after(self.config.poll_interval_s):
                 await wake.wait()
 
     def _mine(self) -> Contract | None:
         """This node's contract now (None: the store has no other node); a change of what it can
-        run forgets which jobs it could not (so does a long list: most of them ended elsewhere)."""
+        run forgets which jobs it could not."""
         if self._contract is None:
             return None
         contract = self._contract()
-        changed = contract is not self._judged_by and (self._judged_by is None or contract.caps != self._judged_by.caps)
-        if changed or len(self.not_here) > FORGET_AT:
+        if contract is not self._judged_by and (self._judged_by is None or contract.caps != self._judged_by.caps):
             self.not_here.clear()
         self._judged_by = contract
         return contract

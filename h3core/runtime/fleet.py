@@ -10,6 +10,7 @@ last statements of the known nodes are used with no mode ready: the jobs are adm
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 import anyio
@@ -25,6 +26,8 @@ from h3core.domain.request import GenerationRequest
 from h3core.runtime.contracts import LiveContract, contract_for, unknown
 
 __all__ = ["FleetContract"]
+
+log = logging.getLogger("h3core.nodes")
 
 
 class FleetContract:
@@ -77,12 +80,19 @@ class FleetContract:
         self._others, self._fallback, self._built = others, fallback, built
 
     async def watch(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Keep the other nodes' statements fresh, until cancelled (read once before it starts)."""
-        await anyio.to_thread.run_sync(self.refresh)
+        """Keep the other nodes' statements fresh, until cancelled (read once before it starts).
+        A read that fails keeps what was read before: the store's own watchers report it away."""
+        await self._read()
         task_status.started()
         while True:
             await anyio.sleep(self.interval_s)
+            await self._read()
+
+    async def _read(self) -> None:
+        try:
             await anyio.to_thread.run_sync(self.refresh)
+        except Exception as exc:
+            log.warning("could not read the nodes' capabilities: %s", exc, extra={"error": str(exc)})
 
     # -- judging ----------------------------------------------------------------------------
 

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import anyio
+import pytest
+
 from h3core.adapters.store.nodes import NodeRow
 from h3core.domain.capabilities import Capabilities, FrameWindow
 from h3core.domain.request import GenerationRequest
 from h3core.runtime.contracts import LiveContract
 from h3core.runtime.fleet import FleetContract
+from tests.waiting import until
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -93,3 +97,24 @@ def test_with_no_live_node_the_last_statements_admit_jobs_to_wait():
     store.rows = [*store.rows, row("c", 5.0)]  # a node came up: only live nodes judge
     fleet.refresh()
     assert not fleet.decide(req(240)).admitted and fleet.source().runnable_modes == ("t2va", "fl2va", "ref2va")
+
+
+@pytest.mark.anyio
+async def test_a_failed_read_of_the_nodes_keeps_the_last_statements_and_the_watch_goes_on():
+    store = Store(None, [row("big", 20.0)])
+    fleet = FleetContract(store, interval_s=0.01)
+    reads = []
+
+    def away() -> list[NodeRow]:
+        reads.append(1)
+        if len(reads) > 1:
+            raise ConnectionError("the database went away")
+        return store.rows
+
+    store.nodes = away
+    async with anyio.create_task_group() as tg:
+        await tg.start(fleet.watch)
+        assert fleet.decide(req(240)).admitted  # the first read
+        await until(lambda: len(reads) >= 5, 10, "reads that fail, the watch living on")
+        assert fleet.decide(req(240)).admitted and not fleet.decide(req(1000)).admitted  # big's statement kept
+        tg.cancel_scope.cancel()
