@@ -82,13 +82,14 @@ class FleetContract:
     async def watch(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep the other nodes' statements fresh, until cancelled (read once before it starts).
         A read that fails keeps what was read before: the store's own watchers report it away."""
-        await self._read()
+        await self.read()
         task_status.started()
         while True:
             await anyio.sleep(self.interval_s)
-            await self._read()
+            await self.read()
 
-    async def _read(self) -> None:
+    async def read(self) -> None:
+        """`refresh` in a worker thread; a failure is logged and the last statements kept."""
         try:
             await anyio.to_thread.run_sync(self.refresh)
         except Exception as exc:

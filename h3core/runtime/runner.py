@@ -264,6 +264,8 @@ class Runner:
                     await self._journal.read(nodes.leave)
 
     async def _run_node(self, task_status: TaskStatus[None], heartbeat: Heartbeat | None, info=None) -> None:
+        if isinstance(self.admission, FleetContract):  # recovery admits imported logs by what every node can run
+            await self.admission.read()
         resumable = await recover(self._journal, self.executor, self.admission, self.artifacts)
         slots = anyio.Semaphore(self.slot_count())
         async with anyio.create_task_group() as tg:
