@@ -88,6 +88,25 @@ class CeilingRow(BaseModel):
     why: str  # the binding limit in words
 
 
+class QueueFilter(BaseModel):
+    """A necessary condition for a queued job to run on a node, cheap enough for a store to apply
+    to its stored states (a claim's pre-filter): a job it drops, the node's `Contract` would refuse.
+    The exact judgement stays `Contract.why_not`; this only keeps unrunnable rows out of the read."""
+
+    model_config = ConfigDict(frozen=True)
+
+    min_frames: int = 1
+    max_frames: int | None = None
+    max_tokens: int | None = None  # a job whose count was not stored passes
+
+    def passes(self, frames: int, tokens: int | None) -> bool:
+        return (
+            self.min_frames <= frames
+            and (self.max_frames is None or frames <= self.max_frames)
+            and (self.max_tokens is None or tokens is None or tokens <= self.max_tokens)
+        )
+
+
 class _Limit(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -177,12 +196,14 @@ class Contract:
         caps = [c.max_frames for c in self.profile.quality_caps if (c.width, c.height) == (shape.width, shape.height)]
         return min(caps) if caps else None
 
+    def _largest_group(self) -> GroupBudget:
+        return max(self.caps.groups, key=lambda g: (g.tokens is None, g.tokens or 0))  # no budget at all is the largest
+
     def _budget(self, shape: Shape) -> GroupBudget | None:
         """The budget a request of this shape is held to: the largest group's (a job may go to
         any group it fits). None: such requests are refused outright (references, where the
         profile rejects them)."""
-        groups = self.caps.groups
-        best = max(groups, key=lambda g: (g.tokens is None, g.tokens or 0))  # no budget at all is the largest
+        best = self._largest_group()
         if shape.has_references and self.profile is not None:
             refs = self.profile.references
             if refs.policy == "reject":
@@ -194,6 +215,25 @@ class Contract:
         return best
 
     # -- what callers see --------------------------------------------------------------------
+
+    def why_not(self, request: GenerationRequest, tokens: int | None = None) -> str | None:
+        """Can a job of `request` run here? None if so, else the limit it breaks. `tokens`: the
+        count its admission stored (None: counted here, without what is known of its uploads)."""
+        if tokens is None:
+            tokens = count_tokens(request, {}).total
+        limit = self._judge(request, {}, tokens)
+        return None if limit is None else f"{limit.reason}: {limit.why}"
+
+    def queue_filter(self) -> QueueFilter:
+        """What every job `why_not` admits satisfies: its requested frames inside the window's
+        range and the API cap (`FrameWindow.admits(f)` iff `min_frames <= f <= max_frames`), its
+        tokens within the kernel's limit and the largest group's budget (what binds any shape)."""
+        window = self.caps.window
+        top = self.api_max_frames if window is None or window.max_frames is None else min(self.api_max_frames, window.max_frames)
+        bounds = [t for t in (self.caps.max_tokens, self._largest_group().tokens) if t is not None]
+        return QueueFilter(
+            min_frames=window.min_frames if window is not None else 1, max_frames=top, max_tokens=min(bounds) if bounds else None
+        )
 
     def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
         media = media or {}

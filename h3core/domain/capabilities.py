@@ -188,6 +188,13 @@ class Capabilities(_Data):
         by_mode.update({m.mode: m for m in updates})
         return self.model_copy(update={"modes": tuple(by_mode[m] for m in MODES if m in by_mode)})
 
+    def not_ready(self, why: str) -> Capabilities:
+        """The same statement with no mode ready now (its jobs are admitted and wait): what is said
+        of an executor that stopped, or a node that stopped beating."""
+        return self.with_modes(
+            ModeReadiness(mode=m.mode, served=m.served, ready=False, reason=why if m.served else m.reason) for m in self.modes
+        )
+
     def with_budgets(self, budgets: Mapping[int, GroupBudget]) -> Capabilities:
         """Fill the groups that have no budget of their own from `budgets` (by size)."""
         groups = tuple(g if g.tokens is not None or g.size not in budgets else budgets[g.size] for g in self.groups)

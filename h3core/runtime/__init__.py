@@ -10,6 +10,7 @@ from h3core.runtime.bus import EventBus
 from h3core.runtime.config import RunnerConfig
 from h3core.runtime.contracts import CapabilityFile, LiveContract
 from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
+from h3core.runtime.fleet import FleetContract
 from h3core.runtime.jobs import JobCancelled, JobFailed, JobNotDone, Jobs
 from h3core.runtime.runner import Runner
 from h3core.runtime.store_retry import StoreUnavailable
@@ -18,6 +19,7 @@ from h3core.runtime.subscription import Subscription
 __all__ = [
     "CapabilityFile",
     "EventBus",
+    "FleetContract",
     "IdempotencyMismatch",
     "JobCancelled",
     "JobFailed",

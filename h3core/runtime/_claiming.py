@@ -2,15 +2,24 @@
 
 Every slot free at once is filled from one read of the queue and one group commit of `Running`
 events; only jobs in a mode the executor can start now are taken, the others wait in order.
+
+On a store shared by runner nodes, a node takes only the jobs its own contract admits (modes,
+uploads, window, caps, kernel limit, budget: `Contract.why_not`, with the tokens admission stored);
+the others stay queued for a node that can run them. The store drops most of those itself
+(`Contract.queue_filter`, a necessary condition, in SQL); the ones it lets through are judged here
+once and remembered as not for this node until its capabilities change. On a store of one runner
+there is no other node: a job its executor refuses is failed `invalid`, as ever.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 import anyio
 import anyio.abc
 
+from h3core.domain.admission import Contract
 from h3core.domain.capabilities import MODES, Capabilities
 from h3core.domain.events import Body, Failed, Running
 from h3core.domain.state import IllegalEvent, JobState
@@ -19,13 +28,27 @@ from h3core.runtime._journal import Journal, log_written
 from h3core.runtime.config import RunnerConfig
 from h3core.runtime.store_retry import StoreUnavailable
 
+log = logging.getLogger("h3core.runner")
+
+# Past this many jobs left to other nodes (most of them ended elsewhere since), forget them
+# rather than send the store an ever longer list: the next claim judges the rest once more.
+FORGET_AT = 10_000
+
 # Runs one claimed job in its slot, releasing the slot when it ends.
 StartJob = Callable[[JobState, anyio.Semaphore], Awaitable[None]]
 
 
 class Claimer:
-    def __init__(self, journal: Journal, executor: Executor, config: RunnerConfig, busy: set[str]) -> None:
-        """`busy`: the ids of jobs whose task is alive here (a retry is queued while its task ends)."""
+    def __init__(
+        self,
+        journal: Journal,
+        executor: Executor,
+        config: RunnerConfig,
+        busy: set[str],
+        contract: Callable[[], Contract] | None = None,
+    ) -> None:
+        """`busy`: the ids of jobs whose task is alive here (a retry is queued while its task ends).
+        `contract`: what this node can run now, by which a node on a shared store picks its jobs."""
         self.journal = journal
         self.executor = executor
         self.config = config
@@ -34,6 +57,9 @@ class Claimer:
         # On a store shared by runner nodes, each attempt's `running` event names its node.
         node = getattr(journal.store, "node_id", None)
         self._node = {"node": node} if node is not None else {}
+        self._contract = contract if node is not None else None
+        self._judged_by: Contract | None = None  # the contract `not_here` was judged by
+        self.not_here: set[str] = set()  # queued jobs this node cannot run: left to the other nodes
 
     def poke(self) -> None:
         """There may be work (a submit, a slot freed): look at the queue now, not at the next poll."""
@@ -60,7 +86,8 @@ class Claimer:
 
     async def _claim(self, wanted: int) -> list[JobState]:
         """Mark up to `wanted` queued jobs running (at least one: waits for work). Only jobs in a
-        mode the executor can start now are taken; the others wait in the queue, in order."""
+        mode the executor can start now are taken (on a shared store, only jobs this node can run);
+        the others wait in the queue, in order."""
         while True:
             wake = self._wake
             caps = self.executor.capabilities()
@@ -68,9 +95,15 @@ class Claimer:
             if runnable:
                 modes = None if set(runnable) >= set(MODES) else frozenset(runnable)
                 # Our own jobs can be queued while their task ends (a retry): skip those.
-                queued = await self.journal.read(self.journal.store.queued, wanted, frozenset(self.busy), modes)
-                if queued:
-                    starts = [(s.job_id, [self._start(s, caps)], s.last_seq) for s in queued]
+                skip, mine = frozenset(self.busy), self._mine()
+                if mine is not None:  # and jobs it found it cannot run; most others the store drops
+                    skip |= self.not_here
+                fits = (mine.queue_filter(),) if mine is not None else ()
+                queued = await self.journal.read(self.journal.store.queued, wanted, skip, modes, *fits)
+                starts = [(s.job_id, [body], s.last_seq) for s in queued if (body := self._start(s, caps, mine)) is not None]
+                if queued and not starts:
+                    continue  # none of them for this node: further down the queue
+                if starts:
                     outcomes = await self.journal.writer.append_many(starts)
                     for (_, bodies, _), outcome in zip(starts, outcomes, strict=True):
                         if isinstance(outcome, StoreUnavailable):
@@ -84,13 +117,29 @@ class Claimer:
                     # executor (now failed). Look again at once, unless the log itself refused them all.
                     if not all(isinstance(o, IllegalEvent) for o in outcomes):
                         continue
+            if len(self.not_here) > FORGET_AT:  # only between claims: a claim's walk down the queue always ends
+                self.not_here.clear()
             with anyio.move_on_after(self.config.poll_interval_s):
                 await wake.wait()
 
-    def _start(self, state: JobState, caps: Capabilities) -> Body:
+    def _mine(self) -> Contract | None:
+        """This node's contract now (None: the store has no other node); a change of what it can
+        run forgets which jobs it could not."""
+        if self._contract is None:
+            return None
+        contract = self._contract()
+        if contract is not self._judged_by and (self._judged_by is None or contract.caps != self._judged_by.caps):
+            self.not_here.clear()
+        self._judged_by = contract
+        return contract
+
+    def _start(self, state: JobState, caps: Capabilities, mine: Contract | None) -> Body | None:
         """The event that starts a queued job's next attempt, or fails it if the executor refuses.
-        It records where the attempt runs (`caps.identity()`) beside what the executor chose."""
+        It records where the attempt runs (`caps.identity()`) beside what the executor chose.
+        None: on a shared store, a job this node cannot run (another node may): it stays queued."""
         spec = JobSpec(state.job_id, state.attempt + 1, state.request, state.tokens)
+        if mine is not None and (why := mine.why_not(state.request, state.tokens)) is not None:
+            return self._not_mine(state, why)
         try:
             self.executor.check(spec)
             return Running(
@@ -101,4 +150,18 @@ class Claimer:
             )
         except Exception as exc:  # the executor cannot even describe this job: end it, go on
             kind, message, detail = classify(exc)
+            if mine is not None:
+                return self._not_mine(state, f"the executor refused it: {message}")
             return Failed(kind="invalid", message=f"the executor refused the job: {message}", detail=detail)
+
+    def _not_mine(self, state: JobState, why: str) -> None:
+        self.not_here.add(state.job_id)
+        node = self._node["node"]
+        log.info(
+            "job %s left queued for another node: node %s cannot run it (%s)",
+            state.job_id,
+            node,
+            why,
+            extra={"job_id": state.job_id, "node": node},
+        )
+        return None

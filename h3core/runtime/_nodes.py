@@ -2,8 +2,9 @@
 
 The heartbeat runs in a thread of its own, with its own connection from the store's pool: an
 executor that blocks the event loop (a GPU step called without a worker thread) or a long group
-commit does not stop it, so a busy node keeps its leases. What it beats with (slots, the modes the
-executor can start now) is refreshed from the event loop, which is where the executor is asked.
+commit does not stop it, so a busy node keeps its leases. What it beats with (slots, the executor's
+capabilities: what admission on every node judges by) is refreshed from the event loop, which is
+where the executor is asked.
 
 Every node looks for leases older than `lease_s` (their node stopped beating: killed, frozen, cut
 off from the store). It takes each over (`take_lease`: one wins), and ends the attempt as recovery
@@ -36,6 +37,7 @@ log = logging.getLogger("h3core.nodes")
 def node_info(store: NodeLeases, executor: Executor, slots: int, role: str) -> NodeInfo:
     """What this node says of itself (asked on the event loop: the executor's capabilities)."""
     assert store.node_id is not None
+    caps = executor.capabilities()
     return NodeInfo(
         node_id=store.node_id,
         host=socket.gethostname(),
@@ -43,7 +45,8 @@ def node_info(store: NodeLeases, executor: Executor, slots: int, role: str) -> N
         role=role,
         slots=slots,
         executor=executor.name,
-        modes=list(executor.capabilities().runnable_modes),
+        modes=list(caps.runnable_modes),
+        capabilities=caps,
     )
 
 

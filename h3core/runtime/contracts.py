@@ -15,12 +15,12 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
 from h3core.adapters.store.location import is_postgres_url, local_dir
-from h3core.domain.admission import Contract, Decision
+from h3core.domain.admission import CeilingRow, Contract, Decision
 from h3core.domain.capabilities import MODES, Capabilities, ModeReadiness
 from h3core.domain.capacity import CapacityProfile, applicable
 from h3core.domain.geometry import Media
@@ -30,6 +30,33 @@ if TYPE_CHECKING:
     from h3core.executors.base import Executor
 
 CapabilitySource = Callable[[], Capabilities]
+
+
+class ServiceContract(Protocol):
+    """What the service asks of its admission contract: `LiveContract` (one executor) or
+    `h3core.runtime.fleet.FleetContract` (every live node of a shared store)."""
+
+    def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision: ...
+
+    def current(self) -> Contract:
+        """The contract that describes the deployment."""
+        ...
+
+    def ceilings(self) -> list[CeilingRow]: ...
+
+    def source(self) -> Capabilities:
+        """What can run now (readiness, the waiting reasons of queued jobs)."""
+        ...
+
+
+def contract_for(caps: Capabilities, profiles: Sequence[CapacityProfile], explicit: CapacityProfile | None) -> Contract:
+    """The contract of `caps`: the first of `profiles` that describes them gives the budgets;
+    `explicit`, the operator's choice, applies whatever the hardware says."""
+    if explicit is not None:
+        profile, effective = applicable([explicit.model_copy(update={"match": ()})], caps)
+    else:
+        profile, effective = applicable(profiles, caps)
+    return Contract(effective, profile)
 
 
 class LiveContract:
@@ -53,16 +80,16 @@ class LiveContract:
         with self._lock:
             if self._cached is not None and (self._cached[0] is caps or self._cached[0] == caps):
                 return self._cached[1]
-            if self.explicit is not None:
-                profile, effective = applicable([self.explicit.model_copy(update={"match": ()})], caps)
-            else:
-                profile, effective = applicable(self.profiles, caps)
-            contract = Contract(effective, profile)
+            contract = contract_for(caps, self.profiles, self.explicit)
             self._cached = (caps, contract)
             return contract
 
     def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
         return self.current().decide(request, media)
+
+    def ceilings(self) -> list[CeilingRow]:
+        """/v1/ceilings' rows."""
+        return self.current().ceilings()
 
 
 def capabilities_path(db: Path | str) -> Path:
@@ -144,8 +171,4 @@ async def publish_capabilities(executor: Executor, board: CapabilityFile, *, int
             await anyio.sleep(interval_s)
     finally:
         if last is not None:
-            why = "the runner process stopped"
-            stopped = last.with_modes(
-                ModeReadiness(mode=m.mode, served=m.served, ready=False, reason=why if m.served else m.reason) for m in last.modes
-            )
-            board.publish(stopped)
+            board.publish(last.not_ready("the runner process stopped"))

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import aclosing
 
 import anyio
+import anyio.abc
 from anyio.abc import TaskStatus
 
 from h3core.adapters.artifacts import ArtifactStore
@@ -52,6 +53,7 @@ from h3core.runtime.bus import EventBus
 from h3core.runtime.config import RunnerConfig
 from h3core.runtime.contracts import CapabilityFile, LiveContract, publish_capabilities
 from h3core.runtime.errors import ShuttingDown
+from h3core.runtime.fleet import FleetContract
 from h3core.runtime.follow import follow
 from h3core.runtime.store_retry import StoreUnavailable
 
@@ -85,14 +87,23 @@ class Runner:
         self.artifacts = artifacts
         self.config = config or RunnerConfig()
         # By default a request is judged against what the executor says it can run (a runner
-        # that only submits, for another process's executor, is given that one's contract).
-        admission = admission or (LiveContract(executor.capabilities) if executor is not None else AdmitAll())
+        # that only submits, for another process's executor, is given that one's contract); on a
+        # store shared by runner nodes, against what any live node can run.
+        local = LiveContract(executor.capabilities) if executor is not None else None
+        if admission is None:
+            nodes = store if isinstance(store, NodeLeases) and store.node_id is not None else None
+            admission = FleetContract(nodes, local=local) if nodes is not None else (local or AdmitAll())
+        # A node of a shared store claims the jobs its own executor's contract admits.
+        mine = getattr(admission, "local", admission)
+        local = mine if isinstance(mine, LiveContract) else local
         self.bus = bus or EventBus()
         self.board = board
         self._journal = Journal(store, self.bus, retry_s=self.config.store_retry_s)
         self._intake = Intake(self._journal, admission, self.config.retry, id_factory)
         self._supervisor = Supervisor(self._journal, executor, self.config, on_end=self._poke)
-        self._claimer = Claimer(self._journal, executor, self.config, self._supervisor.busy)
+        self._claimer = Claimer(
+            self._journal, executor, self.config, self._supervisor.busy, contract=local.current if local is not None else None
+        )
         self._accepting = False
         self.started = False
         self.heartbeat: Heartbeat | None = None  # on a store shared by runner nodes, while running
@@ -200,12 +211,19 @@ class Runner:
         them in the store). Cancelling this stops admitting."""
 
         async def admit(task_status: TaskStatus[None]) -> None:
-            self._accepting = True
-            self.started = True
-            task_status.started()
-            await anyio.sleep_forever()
+            async with anyio.create_task_group() as tg:
+                await self._watch_nodes(tg)
+                self._accepting = True
+                self.started = True
+                task_status.started()
+                await anyio.sleep_forever()
 
         await self._writing(functools.partial(admit, task_status))
+
+    async def _watch_nodes(self, tg: anyio.abc.TaskGroup) -> None:
+        """Where admission judges across nodes, keep their statements fresh (read once first)."""
+        if isinstance(self.admission, FleetContract):
+            await tg.start(self.admission.watch)
 
     async def _writing(self, work: Callable[[], Awaitable[None]]) -> None:
         """`work()` while the writer runs (shielded: the ends of cancelled attempts are written
@@ -246,9 +264,12 @@ class Runner:
                     await self._journal.read(nodes.leave)
 
     async def _run_node(self, task_status: TaskStatus[None], heartbeat: Heartbeat | None, info=None) -> None:
+        if isinstance(self.admission, FleetContract):  # recovery admits imported logs by what every node can run
+            await self.admission.read()
         resumable = await recover(self._journal, self.executor, self.admission, self.artifacts)
         slots = anyio.Semaphore(self.slot_count())
         async with anyio.create_task_group() as tg:
+            await self._watch_nodes(tg)
             if heartbeat is not None:  # other nodes' dead attempts: taken over, ended, retried
                 tg.start_soon(watch_nodes, self._journal, heartbeat, info, self.artifacts, self.config.lease_s)
             for state in resumable:  # re-attach first: their work is already running

@@ -13,14 +13,15 @@ import anyio.abc
 
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.profiles import builtin_profiles, load_profile_ref
-from h3core.adapters.store.location import open_store_at, runner_lock_for
+from h3core.adapters.store.location import is_postgres_url, open_store_at, runner_lock_for
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
 from h3core.domain.webhooks import Allow
 from h3core.runtime.bus import EventBus
-from h3core.runtime.contracts import CapabilityFile, LiveContract, capabilities_path
+from h3core.runtime.contracts import CapabilityFile, LiveContract, ServiceContract, capabilities_path
 from h3core.runtime.delivery_process import DeliveryProcess, delivery_for
 from h3core.runtime.executor_factory import make_executor
+from h3core.runtime.fleet import FleetContract
 from h3core.runtime.runner import Runner
 from h3core.runtime.settings import Settings
 from h3core.runtime.store_retry import StoreUnavailable
@@ -39,7 +40,9 @@ class Service:
     store: SQLiteEventStore
     artifacts: LocalArtifactStore
     uploads: LocalUploadStore
-    contract: LiveContract  # admission and /v1/ceilings: the profile and what the executor can run
+    # Admission and /v1/ceilings: the profile and what the executor can run (on PostgreSQL, what
+    # any live runner node can run).
+    contract: ServiceContract
     runner: Runner  # in the api role, only for submitting and cancelling: its jobs run elsewhere
     metrics: Metrics
     bus: EventBus  # every event this process learns of: the runner's, or the store tail's
@@ -112,6 +115,11 @@ class Service:
         self.bus.close()  # after the runner's last events (the interruptions) went out
 
 
+def fleet_interval(settings: Settings) -> float:
+    """How often a node reads the others' statements: well within a lease (a beat is a third)."""
+    return min(1.0, settings.lease / 3)
+
+
 def build_service(settings: Settings) -> Service:
     store = open_store_at(settings.db, **settings.store_options())
     artifacts = LocalArtifactStore(settings.artifacts)
@@ -123,15 +131,26 @@ def build_service(settings: Settings) -> Service:
     for name, size in uploads.sweep_parts():  # uploads a dead process was receiving: never finished
         log.warning("removed %s (%d bytes): an upload cut off before it was stored", name, size, extra={"file": name})
     explicit = load_profile_ref(settings.capacity_profile) if settings.capacity_profile is not None else None
+    shared = is_postgres_url(settings.db)  # runner nodes state what they can run in the store
     if settings.role == "api":  # no executor here: the runner process has it, and states what it can run
-        board = CapabilityFile(capabilities_path(settings.db), interval_s=settings.tail_interval)
-        contract = LiveContract(board.read, builtin_profiles(), profile=explicit)
+        contract: ServiceContract
+        if shared:  # every live node's statement: the request goes to the queue if one can run it
+            contract = FleetContract(store, builtin_profiles(), profile=explicit, interval_s=fleet_interval(settings))
+        else:
+            board = CapabilityFile(capabilities_path(settings.db), interval_s=settings.tail_interval)
+            contract = LiveContract(board.read, builtin_profiles(), profile=explicit)
         runner = Runner(store, None, settings.runner_config(), admission=contract)  # type: ignore[arg-type]
         bus = EventBus()
         tail = StoreTail(store, bus, interval_s=settings.tail_interval)
         return Service(settings, store, artifacts, uploads, contract, runner, Metrics(store), bus, tail)
     executor = make_executor(settings, artifacts, uploads)
-    contract = LiveContract(executor.capabilities, builtin_profiles(), profile=explicit)
+    local = LiveContract(executor.capabilities, builtin_profiles(), profile=explicit)
+    # On PostgreSQL: this node's executor, and every other live node's statement.
+    contract = (
+        FleetContract(store, builtin_profiles(), profile=explicit, local=local, interval_s=fleet_interval(settings))
+        if shared
+        else local
+    )
     # An API process beside this one admits against what this executor states it can run.
     board = CapabilityFile(capabilities_path(settings.db))
     runner = Runner(store, executor, settings.runner_config(), admission=contract, board=board, artifacts=artifacts)

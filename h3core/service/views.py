@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -413,7 +414,8 @@ def ceiling_view(row: CeilingRow) -> CeilingView:
     )
 
 
-def ceilings_view(contract: Contract) -> CeilingsView:
+def ceilings_view(contract: Contract, rows: Sequence[CeilingRow] | None = None) -> CeilingsView:
+    """`contract` describes the deployment; `rows` (default: its own) may be several nodes' best."""
     caps, profile = contract.caps, contract.profile
     window = caps.window
     return CeilingsView(
@@ -432,7 +434,7 @@ def ceilings_view(contract: Contract) -> CeilingsView:
         else None,
         max_tokens=caps.max_tokens,
         api_max_frames=contract.api_max_frames,
-        ceilings=[ceiling_view(r) for r in contract.ceilings()],
+        ceilings=[ceiling_view(r) for r in (contract.ceilings() if rows is None else rows)],
     )
 
 

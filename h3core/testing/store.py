@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 import pytest
 
 from h3core.adapters.store.base import Conflict, EventLog, EventStore, JobProjections, UnknownJob
+from h3core.domain.admission import QueueFilter
 from h3core.domain.events import Admitted, AttemptFailed, Progress, Running, event_at, event_from_json
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent
@@ -93,6 +94,21 @@ class EventStoreContract:
         assert [s.job_id for s in store.queued(2, exclude={"a", "c"})] == ["b", "d"]
         assert [s.job_id for s in store.queued(1, exclude=["zz"])] == ["c"]
         assert [s.job_id for s in store.unfinished()] == ["c", "a", "b", "d"]
+
+    def test_queued_applies_a_nodes_pre_filter_on_frames_and_stored_tokens(self, store):
+        # (job, frames, tokens stored at admission; None: none computed)
+        jobs = [("a", 5, 900), ("b", 121, 5000), ("c", 241, None), ("d", 60, 20_000), ("e", 30, 3000)]
+        for job, frames, tokens in jobs:
+            store.append(job, [submitted(frames=frames), Admitted(tokens=tokens)])
+        ids = lambda **kw: [s.job_id for s in store.queued(**kw)]  # noqa: E731
+        assert ids(fits=QueueFilter()) == ["a", "b", "c", "d", "e"]
+        assert ids(fits=QueueFilter(min_frames=30, max_frames=121)) == ["b", "d", "e"]  # both ends included
+        assert ids(fits=QueueFilter(max_tokens=5000)) == ["a", "b", "c", "e"]  # a job with no count passes
+        assert ids(fits=QueueFilter(min_frames=6, max_frames=200, max_tokens=4999)) == ["e"]
+        assert ids(limit=1, exclude={"e"}, modes=["t2va"], fits=QueueFilter(min_frames=6)) == ["b"]
+        assert ids(modes=["fl2va"], fits=QueueFilter()) == []
+        for job, frames, tokens in jobs:  # the store's SQL and the filter's own test agree
+            assert QueueFilter(min_frames=6, max_frames=200, max_tokens=4999).passes(frames, tokens) == (job == "e")
 
     def test_listing_is_newest_first_with_a_cursor_and_a_status_filter(self, store):
         for i in range(5):

@@ -10,6 +10,7 @@ from h3core.adapters.profiles import load_profile
 from h3core.domain.admission import Contract
 from h3core.domain.capabilities import Capabilities, FrameWindow, GroupBudget, ModeReadiness
 from h3core.domain.capacity import Shape, applicable
+from h3core.domain.fleet import ceilings_across, decide_across
 from h3core.domain.geometry import FPS, count_tokens, snap_frames, text_rows_bound
 from h3core.domain.request import GenerationRequest
 
@@ -175,3 +176,44 @@ def test_token_limits_hold_to_the_token(shape, frames, delta, verified, where):
     assert decision.admitted == (tokens <= limit)
     if not decision.admitted:
         assert decision.reason == ("vram" if where == "kernel" or verified else "unverified")
+
+
+profiles_or_none = st.sampled_from([None, "1xh200-bf16"]).map(lambda name: name and load_profile(name=name))
+
+
+@given(capabilities, profiles_or_none, shapes, st.integers(1, 1400), st.one_of(st.none(), st.integers(0, 250_000)))
+def test_the_claims_pre_filter_never_drops_a_job_the_node_would_run(caps, profile, shape, frames, tokens):
+    """A queued job (with the tokens its admission stored, or none) that the node's exact judgement
+    runs passes the store's pre-filter; and the judgement of a job is admission's for its request."""
+    contract = Contract(caps, profile)
+    request = shape.request(frames)
+    if contract.why_not(request, tokens) is None:
+        assert contract.queue_filter().passes(frames, tokens)
+    assert (contract.why_not(request) is None) == contract.decide(request).admitted
+
+
+@given(windows, st.integers(1, 1400), st.one_of(st.none(), st.integers(0, 250_000)))
+def test_without_token_limits_the_pre_filter_is_the_judgement_of_frames(window, frames, tokens):
+    """The other direction: where only the window and the API cap bound a job, the pre-filter drops
+    exactly what the judgement refuses (`FrameWindow.admits(f)` iff `min_frames <= f <= max_frames`)."""
+    contract = Contract(Capabilities(executor="x", window=window))
+    request = GenerationRequest(prompt="p", width=64, height=64, frames=frames)
+    assert contract.queue_filter().passes(frames, tokens) == (contract.why_not(request, tokens) is None)
+
+
+@given(st.lists(capabilities, min_size=1, max_size=3), shapes, st.integers(1, 1400))
+def test_across_nodes_a_request_is_admitted_iff_one_node_admits_it_else_the_largest_ceiling_refuses(caps, shape, frames):
+    nodes = [(f"n{i}", Contract(c)) for i, c in enumerate(caps)]
+    request = shape.request(frames)
+    each = [contract.decide(request) for _, contract in nodes]
+    decision = decide_across(nodes, request)
+    assert decision.admitted == any(d.admitted for d in each)
+    if decision.admitted:
+        assert decision == next(d for d in each if d.admitted)  # the first that can: its tokens and frames
+    else:
+        best = max(d.ceiling.max_frames for d in each)
+        closest = next(i for i, d in enumerate(each) if d.ceiling.max_frames == best)
+        assert decision.ceiling == each[closest].ceiling and f"node n{closest}: " in decision.detail
+    rows = ceilings_across(nodes)
+    for i, row in enumerate(rows):
+        assert row.max_frames == max(contract.ceilings()[i].max_frames for _, contract in nodes)

@@ -12,7 +12,7 @@ import anyio
 import pytest
 from anyio.from_thread import start_blocking_portal
 
-from h3core import FakeExecutor, FakePlan, LocalArtifactStore, RetryPolicy, Runner, RunnerConfig
+from h3core import FakeExecutor, FakeLimits, FakePlan, LocalArtifactStore, RetryPolicy, Runner, RunnerConfig
 from h3core.adapters.store.nodes import LeaseLost, NodeLeases
 from h3core.adapters.store.postgres import PostgresEventStore
 from h3core.domain.events import Admitted, AttemptFailed, CancelRequested, Progress, Running
@@ -30,11 +30,17 @@ def config(**kw) -> RunnerConfig:
 
 
 @asynccontextmanager
-async def nodes(url: str, tmp_path, names: list[str], plan: FakePlan, **kw) -> AsyncIterator[list[Runner]]:
-    """Runner nodes on one store (each its own store object, pool and node id), one artifact folder."""
+async def nodes(
+    url: str, tmp_path, names: list[str], plan: FakePlan, limits: dict[str, FakeLimits] | None = None, **kw
+) -> AsyncIterator[list[Runner]]:
+    """Runner nodes on one store (each its own store object, pool and node id), one artifact folder;
+    `limits`: what a node's executor can run, by node (default: anything)."""
     artifacts = LocalArtifactStore(tmp_path / "artifacts")
     stores = [PostgresEventStore(url, node=name) for name in names]
-    runners = [Runner(s, FakeExecutor(artifacts, default=plan), config(**kw), artifacts=artifacts) for s in stores]
+    runners = [
+        Runner(s, FakeExecutor(artifacts, default=plan, limits=(limits or {}).get(s.node_id)), config(**kw), artifacts=artifacts)
+        for s in stores
+    ]
     try:
         async with anyio.create_task_group() as tg:
             for r in runners:
@@ -63,6 +69,43 @@ async def test_two_nodes_share_one_queue_and_no_job_is_claimed_twice(pg_url, tmp
             "a": (2, "fake", True),
             "b": (2, "fake", True),
         }
+
+
+def queue(store, job_id: str, tokens: int | None = None, **kw) -> None:
+    """A job admitted elsewhere (another node, an API node): submitted and queued in the store."""
+    store.append(job_id, [submitted(**kw), Admitted(tokens=tokens)])
+
+
+async def test_a_job_only_a_bigger_node_can_run_waits_for_it_and_is_never_failed_by_a_smaller_one(pg_url, tmp_path):
+    store = PostgresEventStore(pg_url)
+    queue(store, "long", frames=240)  # 10 s: outside the small node's 5-second window
+    queue(store, "short", frames=48)  # behind it in the queue
+    limits = {"small": FakeLimits(max_seconds=5.0), "big": FakeLimits(max_seconds=20.0)}
+    async with nodes(pg_url, tmp_path, ["small"], FakePlan(), limits) as (small,):
+        await until(lambda: store.get("short").status == "done", 30, "the small node to run the job it can")
+        assert store.get("long").status == "queued"  # passed over, not failed `invalid`: another node may run it
+    async with nodes(pg_url, tmp_path, ["small", "big"], FakePlan(), limits):
+        await until(lambda: store.get("long").terminal, 30, "the big node to run the long job")
+    assert store.get("long").status == "done" and runs(store, "long") == [(1, "big")]
+    assert runs(store, "short") == [(1, "small")]
+    store.close()
+
+
+async def test_a_job_the_store_lets_through_is_judged_once_and_again_when_the_nodes_capabilities_change(pg_url, tmp_path):
+    store = PostgresEventStore(pg_url)
+    # No token count stored (admitted without one): the store's pre-filter cannot drop it, the node's judgement does.
+    queue(store, "wide", width=832, height=480, frames=240)
+    queue(store, "narrow", tokens=10, frames=48)
+    queue(store, "outside", tokens=999_999, frames=48)  # over the budget by its stored count: dropped in the store
+    async with nodes(pg_url, tmp_path, ["small"], FakePlan(), {"small": FakeLimits(budget_tokens=5_000)}) as (small,):
+        await until(lambda: store.get("narrow").status == "done", 30, "the node to run the job it can")
+        assert small._claimer.not_here == {"wide"}  # judged here; "outside" never left the store
+        assert store.get("wide").status == store.get("outside").status == "queued"
+        small.executor.limits = FakeLimits(budget_tokens=10**7)  # it can run more now: every queued job is judged again
+        await until(lambda: store.get("wide").terminal and store.get("outside").terminal, 30, "the node to run them now")
+        assert small._claimer.not_here == set()
+    assert runs(store, "wide") == runs(store, "outside") == [(1, "small")]
+    store.close()
 
 
 async def test_a_dead_nodes_attempt_is_ended_by_another_node_naming_it_and_retried(pg_url, tmp_path):

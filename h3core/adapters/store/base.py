@@ -41,6 +41,7 @@ from collections.abc import Collection, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
+from h3core.domain.admission import QueueFilter
 from h3core.domain.events import Body, Event, Submitted
 from h3core.domain.state import JobState, Status
 from h3core.domain.webhooks import Delivery
@@ -164,10 +165,17 @@ class JobProjections(Protocol):
         """The job's cursor in `list_jobs` (its submission order); None for an unknown job."""
         ...
 
-    def queued(self, limit: int = 100, exclude: Collection[str] = (), modes: Collection[str] | None = None) -> list[JobState]:
+    def queued(
+        self,
+        limit: int = 100,
+        exclude: Collection[str] = (),
+        modes: Collection[str] | None = None,
+        fits: QueueFilter | None = None,
+    ) -> list[JobState]:
         """Queued jobs in the order they should run, leaving out the ids in `exclude` (a runner's
-        claim skips jobs it still holds, so it parses only the states it can take) and, where
-        `modes` is given, jobs in other modes (the executor cannot start those now)."""
+        claim skips jobs it still holds, so it parses only the states it can take), where `modes`
+        is given, jobs in other modes (the executor cannot start those now) and, where `fits` is
+        given, jobs it does not pass (`fits.passes(request.frames, tokens)`: a node's pre-filter)."""
         ...
 
     def unfinished(self) -> list[JobState]:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
 
 from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
+from h3core.domain.admission import QueueFilter
 from h3core.domain.events import Body, Event, Submitted
 from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend
 from h3core.domain.webhooks import Delivery
@@ -118,9 +119,19 @@ class MemoryEventStore:
             jobs = [s for s in self._ordered() if s.status in statuses]
             return sorted(jobs, key=lambda s: (-s.priority, self._order[s.job_id]))
 
-    def queued(self, limit: int = 100, exclude: Collection[str] = (), modes: Collection[str] | None = None) -> list[JobState]:
+    def queued(
+        self,
+        limit: int = 100,
+        exclude: Collection[str] = (),
+        modes: Collection[str] | None = None,
+        fits: QueueFilter | None = None,
+    ) -> list[JobState]:
         return [
-            s for s in self._queue_sorted({"queued"}) if s.job_id not in exclude and (modes is None or s.request.mode in modes)
+            s
+            for s in self._queue_sorted({"queued"})
+            if s.job_id not in exclude
+            and (modes is None or s.request.mode in modes)
+            and (fits is None or fits.passes(s.request.frames, s.tokens))
         ][:limit]
 
     def unfinished(self) -> list[JobState]:

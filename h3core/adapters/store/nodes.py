@@ -23,6 +23,7 @@ from typing import Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from h3core.adapters.store.base import Conflict
+from h3core.domain.capabilities import Capabilities
 
 __all__ = ["Expired", "LeaseLost", "NodeInfo", "NodeLeases", "NodeRow", "NodeTaken"]
 
@@ -44,7 +45,10 @@ class NodeInfo(BaseModel):
     role: str  # "runner" or "all"
     slots: int
     executor: str
-    modes: list[str]  # what its executor can start now (admission across nodes reads it)
+    modes: list[str]  # what its executor can start now
+    # Its executor's whole statement (modes, window, budgets, ...): what admission across nodes
+    # judges a request by. None from a node of an older version (it states its modes only).
+    capabilities: Capabilities | None = None
 
 
 class NodeRow(NodeInfo):

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
 from h3core.adapters.store.nodes import Expired, LeaseLost, NodeInfo, NodeRow, NodeTaken
 from h3core.adapters.store.sqlite import COUNTS, QUEUE_POSITION, UNFINISHED, SchemaTooNew, _event, _fold_fingerprint
+from h3core.domain.admission import QueueFilter
 from h3core.domain.events import Body, CancelRequested, Event, Resumed, Running, Submitted, body_from_json
 from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend, fold
 from h3core.domain.webhooks import Delivery
@@ -363,11 +364,25 @@ class PostgresEventStore:
         rows = self._read("SELECT queue_order FROM jobs WHERE job_id = %s", (job_id,))
         return rows[0][0] if rows else None
 
-    def queued(self, limit: int = 100, exclude: Collection[str] = (), modes: Collection[str] | None = None) -> list[JobState]:
+    def queued(
+        self,
+        limit: int = 100,
+        exclude: Collection[str] = (),
+        modes: Collection[str] | None = None,
+        fits: QueueFilter | None = None,
+    ) -> list[JobState]:
+        only, bounds = "", ()
+        if fits is not None:  # the pre-filter in SQL, on the stored state's fields: the rows it drops are never parsed
+            frames, tokens = "(state::json->'request'->>'frames')::int", "(state::json->>'tokens')::int"
+            only = (
+                f" AND {frames} >= %s AND (%s::int IS NULL OR {frames} <= %s)"
+                f" AND (%s::int IS NULL OR {tokens} IS NULL OR {tokens} <= %s)"
+            )
+            bounds = (fits.min_frames, fits.max_frames, fits.max_frames, fits.max_tokens, fits.max_tokens)
         rows = self._read(
-            "SELECT state FROM jobs WHERE status = 'queued' AND NOT job_id = ANY(%s) AND (%s::text[] IS NULL OR mode = ANY(%s)) "
-            "ORDER BY priority DESC, queue_order LIMIT %s",
-            (list(exclude), None if modes is None else list(modes), None if modes is None else list(modes), limit),
+            "SELECT state FROM jobs WHERE status = 'queued' AND NOT job_id = ANY(%s) AND (%s::text[] IS NULL OR mode = ANY(%s))"
+            f"{only} ORDER BY priority DESC, queue_order LIMIT %s",
+            (list(exclude), None if modes is None else list(modes), None if modes is None else list(modes), *bounds, limit),
         )
         return [JobState.model_validate_json(s) for (s,) in rows]
 

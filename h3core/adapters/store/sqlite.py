@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
+from h3core.domain.admission import QueueFilter
 from h3core.domain.events import VERSIONS, Body, Event, Submitted, body_from_json, event_from_json
 from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend, fold
 from h3core.domain.webhooks import Delivery
@@ -399,12 +400,26 @@ class SQLiteEventStore:
         rows = self._point("SELECT queue_order FROM jobs WHERE job_id = ?", (job_id,))
         return rows[0][0] if rows else None
 
-    def queued(self, limit: int = 100, exclude: Collection[str] = (), modes: Collection[str] | None = None) -> list[JobState]:
+    def queued(
+        self,
+        limit: int = 100,
+        exclude: Collection[str] = (),
+        modes: Collection[str] | None = None,
+        fits: QueueFilter | None = None,
+    ) -> list[JobState]:
         skip = f" AND job_id NOT IN ({', '.join('?' * len(exclude))})" if exclude else ""
         only = f" AND json_extract(state, '$.request.mode') IN ({', '.join('?' * len(modes))})" if modes is not None else ""
+        bounds: tuple[int | None, ...] = ()
+        if fits is not None:  # the pre-filter in SQL: the rows it drops are never parsed
+            only += (
+                " AND json_extract(state, '$.request.frames') >= ?"
+                " AND (? IS NULL OR json_extract(state, '$.request.frames') <= ?)"
+                " AND (? IS NULL OR json_extract(state, '$.tokens') IS NULL OR json_extract(state, '$.tokens') <= ?)"
+            )
+            bounds = (fits.min_frames, fits.max_frames, fits.max_frames, fits.max_tokens, fits.max_tokens)
         rows = self._read(
             f"SELECT state FROM jobs WHERE status = 'queued'{skip}{only} ORDER BY priority DESC, queue_order LIMIT ?",
-            (*exclude, *(modes or ()), limit),
+            (*exclude, *(modes or ()), *bounds, limit),
         )
         return [JobState.model_validate_json(s) for (s,) in rows]
 

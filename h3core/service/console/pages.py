@@ -200,7 +200,7 @@ async def box_page(svc: Service, request: Request) -> Response:
     if not _signed_in(svc, request):
         return _to_signin(request)
     ready = (await readiness(svc)).content
-    ceilings = ceilings_view(svc.contract.current())
+    ceilings = ceilings_view(svc.contract.current(), svc.contract.ceilings())
     return _html(
         "box.html",
         page="box",

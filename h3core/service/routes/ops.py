@@ -97,7 +97,7 @@ async def metrics(svc: Service) -> bytes:
 
 @get("/ceilings", summary="Frame limits per resolution and mode, from the code that judges submissions", responses=problems(401))
 async def ceilings(svc: Service) -> CeilingsView:
-    return ceilings_view(svc.contract.current())
+    return ceilings_view(svc.contract.current(), svc.contract.ceilings())
 
 
 v1_handlers = [ceilings]  # under /v1, behind the token guard

@@ -9,16 +9,22 @@ from contextlib import contextmanager
 
 from litestar.testing import TestClient
 
+from h3core.executors.fake import FakeLimits
 from h3core.runtime.settings import Settings
 from h3core.service.app import create_app
+from h3core.service.context import build_service
 from tests.unit.service.conftest import QUICK
 from tests.waiting import poll
 
 
 @contextmanager
-def node(pg_url, root, **settings):
+def node(pg_url, root, limits: FakeLimits | None = None, **settings):
+    """A service process on the store; `limits`: what its fake executor can run (default: anything)."""
     config = Settings(db=pg_url, artifacts=root / "artifacts", uploads=root / "uploads", executor="fake", **settings)
-    with TestClient(create_app(config), base_url="http://127.0.0.1:8100", timeout=30) as client:
+    svc = build_service(config)
+    if limits is not None:
+        svc.runner.executor.limits = limits
+    with TestClient(create_app(config, svc), base_url="http://127.0.0.1:8100", timeout=30) as client:
         yield client
 
 
@@ -72,3 +78,36 @@ def test_a_job_running_on_one_node_streams_from_another_and_a_cancel_there_reach
         assert not reader.is_alive(), f"the stream did not end: {seen}"
         assert seen[-2:] == ["cancel_requested", "cancelled"] and set(seen[:-2]) <= {"progress"}, seen
         assert other.get(f"/v1/jobs/{job}").json()["status"] == "cancelled"
+
+
+def test_each_node_admits_what_any_live_node_can_run_and_the_node_that_can_runs_it(pg_url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no capability file is read on PostgreSQL: the nodes state theirs in the store
+    long, too_long = {**QUICK, "frames": 240}, {**QUICK, "frames": 1000}  # 10 s; 41.7 s
+    with (
+        node(pg_url, tmp_path / "s", FakeLimits(max_seconds=5.0), node="small", poll_interval=0.05) as small,
+        node(pg_url, tmp_path / "b", FakeLimits(max_seconds=20.0), node="big", poll_interval=0.05) as big,
+        node(pg_url, tmp_path / "a", role="api") as api,
+    ):
+
+        def t2va(client) -> dict:  # /v1/ceilings' row for QUICK's shape
+            rows = client.get("/v1/ceilings").json()["ceilings"]
+            return next(r for r in rows if (r["mode"], r["width"], r["height"]) == ("t2va", 448, 256))
+
+        for client in (small, big, api):  # each has read the other nodes' statements
+            row = poll(lambda c=client: (r := t2va(c))["max_frames"] == 464 and r, 30, "the big node's window in /v1/ceilings")
+            assert row["reason"] == "model_window" and row["why"].startswith("node big: "), row
+        jobs = []
+        for client in (small, api):  # the small node's window is 5 s; the api node has no executor
+            created = client.post("/v1/jobs", json=long)
+            assert created.status_code == 201, created.text
+            jobs.append(created.json()["id"])
+        for job in jobs:
+            poll(lambda j=job: big.get(f"/v1/jobs/{j}").json()["status"] == "done", 30, "the big node to run the job")
+            running = [e["body"] for e in big.get(f"/v1/jobs/{job}/events").json() if e["body"]["type"] == "running"]
+            assert [r["info"]["node"] for r in running] == ["big"]  # only the big node ever took it
+        for client in (small, big, api):  # no node can: refused, naming the limit and the closest node
+            refused = client.post("/v1/jobs", json=too_long)
+            assert refused.status_code == 422, refused.text
+            body = refused.json()
+            assert body["reason"] == "model_window" and body["ceiling"]["max_frames"] == 464, body
+            assert "the closest, node big" in body["detail"] and "1000 frames" in body["detail"], body

@@ -1,0 +1,131 @@
+"""Admission on a store shared by runner nodes: a request is judged against every live node.
+
+Each runner node states its executor's capabilities in its heartbeat (`NodeInfo.capabilities`);
+`FleetContract` judges a submission against each live node's own `Contract` (profiles matched as
+`LiveContract` matches them) and admits it if one node can run it (`h3core.domain.fleet`). This
+node's capabilities come fresh from its executor; the others' from the store, read by `watch` in
+a worker thread every `interval_s`, so a submit never waits for the store. With no live node, the
+last statements of the known nodes are used with no mode ready: the jobs are admitted and wait.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+import anyio
+from anyio.abc import TaskStatus
+
+from h3core.adapters.store.nodes import NodeLeases, NodeRow
+from h3core.domain.admission import CeilingRow, Contract, Decision
+from h3core.domain.capabilities import Capabilities, ModeReadiness
+from h3core.domain.capacity import CapacityProfile
+from h3core.domain.fleet import NodeContract, ceilings_across, decide_across
+from h3core.domain.geometry import Media
+from h3core.domain.request import GenerationRequest
+from h3core.runtime.contracts import LiveContract, contract_for, unknown
+
+__all__ = ["FleetContract"]
+
+log = logging.getLogger("h3core.nodes")
+
+
+class FleetContract:
+    """An `AdmissionPolicy` over every live runner node of a shared store (the module docstring).
+
+    `local`: this process's own executor's contract, where it runs one (a runner node); None for an
+    API node, which admits by what the runner nodes state."""
+
+    def __init__(
+        self,
+        store: NodeLeases,
+        profiles: Sequence[CapacityProfile] = (),
+        *,
+        profile: CapacityProfile | None = None,
+        local: LiveContract | None = None,
+        interval_s: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.profiles = tuple(profiles)
+        self.explicit = profile
+        self.local = local
+        self.interval_s = interval_s
+        self._others: tuple[NodeContract, ...] = ()  # live nodes but this one
+        self._fallback: tuple[NodeContract, ...] = ()  # known nodes' last statements, none ready
+        self._built: dict[str, tuple[Capabilities, Contract]] = {}  # each node's contract, until its statement changes
+
+    # -- reading the nodes (a worker thread) ------------------------------------------------
+
+    def refresh(self) -> None:
+        """Read the nodes' statements from the store (blocking: call it from a worker thread)."""
+        self.update(self.store.nodes())
+
+    def update(self, rows: Sequence[NodeRow]) -> None:
+        me = self.store.node_id
+        stated = [r for r in rows if r.capabilities is not None and r.node_id != me]
+        live = [r for r in stated if r.alive()]
+        built: dict[str, tuple[Capabilities, Contract]] = {}
+
+        def contract(node: str, caps: Capabilities) -> NodeContract:
+            was = self._built.get(node)
+            built[node] = was if was is not None and was[0] == caps else (caps, contract_for(caps, self.profiles, self.explicit))
+            return node, built[node][1]
+
+        others = tuple(contract(r.node_id, r.capabilities) for r in live if r.capabilities is not None)
+        fallback = tuple(
+            contract(r.node_id, r.capabilities.not_ready(f"node {r.node_id} is not alive"))
+            for r in sorted(stated, key=lambda r: r.beat_at, reverse=True)  # the latest statement first
+            if r.capabilities is not None
+        )
+        self._others, self._fallback, self._built = others, fallback, built
+
+    async def watch(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Keep the other nodes' statements fresh, until cancelled (read once before it starts).
+        A read that fails keeps what was read before: the store's own watchers report it away."""
+        await self.read()
+        task_status.started()
+        while True:
+            await anyio.sleep(self.interval_s)
+            await self.read()
+
+    async def read(self) -> None:
+        """`refresh` in a worker thread; a failure is logged and the last statements kept."""
+        try:
+            await anyio.to_thread.run_sync(self.refresh)
+        except Exception as exc:
+            log.warning("could not read the nodes' capabilities: %s", exc, extra={"error": str(exc)})
+
+    # -- judging ----------------------------------------------------------------------------
+
+    def nodes(self) -> list[NodeContract]:
+        """The nodes a request is judged against: this one first, then the live others; with none
+        live, the known ones' last statements (not ready), else the statement of nothing known."""
+        mine = [(self.store.node_id or "local", self.local.current())] if self.local is not None else []
+        live = [*mine, *self._others]
+        if live:
+            return live
+        return list(self._fallback) or [("none", contract_for(unknown(), self.profiles, self.explicit))]
+
+    def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
+        return decide_across(self.nodes(), request, media)
+
+    def current(self) -> Contract:
+        """The contract /v1/ceilings describes the deployment by: this node's, else the first node's."""
+        return self.nodes()[0][1]
+
+    def ceilings(self) -> list[CeilingRow]:
+        """Per shape the largest ceiling among the nodes, naming the node."""
+        return ceilings_across(self.nodes())
+
+    def source(self) -> Capabilities:
+        """What the jobs' waiting reasons and /readyz read: this node's executor's statement; on an
+        API node, the first node's, each mode ready where any node can start it now."""
+        if self.local is not None:
+            return self.local.source()
+        nodes = self.nodes()
+        runnable: dict[str, ModeReadiness] = {}
+        for _, contract in nodes:
+            for mode in contract.caps.modes:
+                if mode.runnable:
+                    runnable.setdefault(mode.mode, mode)
+        return nodes[0][1].caps.with_modes(runnable.values())
