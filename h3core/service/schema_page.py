@@ -10,6 +10,7 @@ from pathlib import Path
 from litestar import get
 from litestar.exceptions import NotFoundException
 from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.params import FromPath
 from litestar.response import File
 
 SCHEMA_PATH = "/schema"
@@ -43,7 +44,7 @@ def render_plugin() -> SwaggerRenderPlugin:
 
 
 @get(f"{ASSETS_PATH}/{{name:str}}", include_in_schema=False, sync_to_thread=False)
-def asset(name: str) -> File:
+def asset(name: FromPath[str]) -> File:
     """One of `ASSETS`, from the installed swagger-ui-py."""
     folder = _assets_dir()
     if name not in ASSETS or folder is None or not (folder / name).is_file():

@@ -31,3 +31,22 @@ def test_a_routes_module_imports_alone_without_the_app(name):
     loaded = _imports(f"h3core.service.routes.{name}")
     assert f"h3core.service.routes.{name}" in loaded
     assert "h3core.service.app" not in loaded
+
+
+def _private_imports(path: Path) -> list[str]:
+    """`from h3core... import _name` lines of one module: a private name used outside its module."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("h3core"):
+            private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            found += [f"{path}:{node.lineno}: {name}" for name in private]
+    return found
+
+
+def test_no_module_imports_a_private_name_of_another():
+    """Internals stay private: what two modules share is a public name (of a private module, where
+    it is the package's internal, e.g. `h3core.adapters.store._sql`)."""
+    package = Path(h3core.__file__).parent
+    assert [hit for path in sorted(package.rglob("*.py")) for hit in _private_imports(path)] == []

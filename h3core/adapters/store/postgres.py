@@ -29,16 +29,17 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from h3core.adapters.store._sql import POSTGRES, SQLReads, fold_fingerprint, refolded, unstored
 from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
 from h3core.adapters.store.nodes import Expired, LeaseLost, NodeInfo, NodeRow, NodeTaken
-from h3core.adapters.store.sqlite import COUNTS, QUEUE_POSITION, UNFINISHED, SchemaTooNew, _event, _fold_fingerprint
+from h3core.adapters.store.sqlite import SchemaTooNew
 from h3core.domain.admission import QueueFilter
-from h3core.domain.events import Body, CancelRequested, Event, Resumed, Running, Submitted, body_from_json
-from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend, fold
+from h3core.domain.events import Body, CancelRequested, Event, Resumed, Running, Submitted
+from h3core.domain.state import IllegalEvent, JobState, extend
 from h3core.domain.webhooks import Delivery
 
 if TYPE_CHECKING:
@@ -109,7 +110,9 @@ _INSERT_EVENTS = (
 )
 
 
-class PostgresEventStore:
+class PostgresEventStore(SQLReads):
+    _sql = POSTGRES
+
     def __init__(
         self,
         url: str,
@@ -161,6 +164,8 @@ class PostgresEventStore:
         with self._pool.connection() as conn:
             return conn.execute(sql, params).fetchall()
 
+    _point = _read  # every read takes a pooled connection of its own: none waits behind a scan
+
     def _write(self, fn: Callable[[psycopg.Connection], Any], *, events: bool = True) -> Any:
         """`fn(conn)` in one transaction; with `events`, holding the events table lock (the module
         docstring: positions drawn in commit order)."""
@@ -200,22 +205,13 @@ class PostgresEventStore:
 
     def _refold(self) -> None:
         """The `jobs` projection is derived: folded by other code (an upgrade), fold it again."""
-        fingerprint = _fold_fingerprint()
-        if self._read("SELECT value FROM meta WHERE key = 'fold'") == [(fingerprint,)]:
+        fingerprint = fold_fingerprint()
+        if self._read(POSTGRES.fold) == [(fingerprint,)]:
             return
 
         def refold(conn: psycopg.Connection) -> None:
-            states = []
-            for (job_id,) in conn.execute("SELECT job_id FROM jobs").fetchall():
-                rows = conn.execute("SELECT job_id, seq, at, body FROM events WHERE job_id = %s ORDER BY seq", (job_id,))
-                state = fold(_event(r) for r in rows.fetchall())
-                assert state is not None  # a jobs row is written with its Submitted event
-                states.append(state)
-            _upsert(conn, states, {})
-            conn.execute(
-                "INSERT INTO meta (key, value) VALUES ('fold', %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (fingerprint,),
-            )
+            _upsert(conn, refolded(conn, POSTGRES), {})
+            conn.execute(POSTGRES.save_fold, (fingerprint,))
 
         self._write(refold)
 
@@ -287,23 +283,8 @@ class PostgresEventStore:
             states = _states(conn, set(by_job))
             fresh: list[Event] = []
             for job_id, evs in by_job.items():
-                state = states.get(job_id)
-                have = state.last_seq if state else 0
-                stored = dict(
-                    conn.execute(
-                        "SELECT seq, body FROM events WHERE job_id = %s AND seq <= %s",
-                        (job_id, min(have, max(e.seq for e in evs))),
-                    ).fetchall()
-                )
-                for e in sorted(evs, key=lambda e: e.seq):
-                    if e.seq <= have:
-                        # Compared as bodies, not text: the stored one may predate versions (no `v`).
-                        if e.seq not in stored or body_from_json(stored[e.seq]) != e.body:
-                            raise Conflict(f"job {job_id} event #{e.seq} differs from the stored one")
-                        continue
-                    state = apply(state, e)
-                    fresh.append(e)
-                states[job_id] = state
+                states[job_id], new = unstored(conn, POSTGRES, states.get(job_id), evs)
+                fresh.extend(new)
             if fresh:
                 order = {id(e): i for i, e in enumerate(events)}
                 fresh.sort(key=lambda e: order[id(e)])  # stored in the order given (a migration keeps the source's)
@@ -319,50 +300,6 @@ class PostgresEventStore:
         return self._write(imported)
 
     # -- reads ----------------------------------------------------------------------------
-
-    def get(self, job_id: str) -> JobState | None:
-        rows = self._read("SELECT state FROM jobs WHERE job_id = %s", (job_id,))
-        return JobState.model_validate_json(rows[0][0]) if rows else None
-
-    def events(self, job_id: str, after_seq: int = 0) -> list[Event]:
-        rows = self._read(
-            "SELECT job_id, seq, at, body FROM events WHERE job_id = %s AND seq > %s ORDER BY seq", (job_id, after_seq)
-        )
-        return [_event(r) for r in rows]
-
-    def ids_starting(self, prefix: str, limit: int = 10) -> list[str]:
-        """Up to `limit` job ids that start with `prefix`, in id order."""
-        rows = self._read(
-            'SELECT job_id FROM jobs WHERE job_id >= %s AND job_id < %s ORDER BY job_id COLLATE "C" LIMIT %s',
-            (prefix, prefix + "\x7f", limit),
-        )
-        return [j for (j,) in rows]
-
-    def by_idempotency_key(self, key: str) -> JobState | None:
-        rows = self._read("SELECT state FROM jobs WHERE idempotency_key = %s", (key,))
-        return JobState.model_validate_json(rows[0][0]) if rows else None
-
-    def list_jobs(
-        self,
-        *,
-        status: Status | None = None,
-        limit: int = 50,
-        before: int | None = None,
-        after: int | None = None,
-        oldest_first: bool = False,
-    ) -> list[tuple[int, JobState]]:
-        where, params = [], []
-        for clause, value in (("status = %s", status), ("queue_order < %s", before), ("queue_order > %s", after)):
-            if value is not None:
-                where.append(clause)
-                params.append(value)
-        sql = "SELECT queue_order, state FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
-        rows = self._read(sql + f" ORDER BY queue_order {'ASC' if oldest_first else 'DESC'} LIMIT %s", (*params, limit))
-        return [(order, JobState.model_validate_json(s)) for order, s in rows]
-
-    def cursor_of(self, job_id: str) -> int | None:
-        rows = self._read("SELECT queue_order FROM jobs WHERE job_id = %s", (job_id,))
-        return rows[0][0] if rows else None
 
     def queued(
         self,
@@ -386,17 +323,6 @@ class PostgresEventStore:
         )
         return [JobState.model_validate_json(s) for (s,) in rows]
 
-    def unfinished(self) -> list[JobState]:
-        rows = self._read(UNFINISHED)
-        return [JobState.model_validate_json(s) for (s,) in rows]
-
-    def counts(self) -> dict[str, int]:
-        return dict(self._read(COUNTS))
-
-    def queue_position(self, job_id: str) -> int | None:
-        rows = self._read(QUEUE_POSITION.replace("?", "%s"), (job_id,))
-        return rows[0][0] if rows else None
-
     def ping(self) -> None:
         """Raise unless the server answers and takes writes (a standby does not)."""
         if self._read("SHOW transaction_read_only") != [("off",)]:
@@ -406,24 +332,6 @@ class PostgresEventStore:
     def committed_within(self, seconds: float) -> bool:
         """Did this store commit (or ping) within the last `seconds`? (/readyz, as SQLite's.)"""
         return time.monotonic() - self._committed_at < seconds
-
-    def job_ids(self) -> list[str]:
-        return [j for (j,) in self._read("SELECT job_id FROM jobs ORDER BY queue_order")]
-
-    def all_events(self, batch: int = 10_000) -> Iterator[Event]:
-        # Keyset pagination over (queue_order, seq): no cursor stays open between batches.
-        last_order, last_seq = -1, 0
-        while True:
-            rows = self._read(
-                "SELECT e.job_id, e.seq, e.at, e.body, j.queue_order FROM events e JOIN jobs j ON j.job_id = e.job_id "
-                "WHERE (j.queue_order, e.seq) > (%s, %s) ORDER BY j.queue_order, e.seq LIMIT %s",
-                (last_order, last_seq, batch),
-            )
-            if not rows:
-                return
-            for r in rows:
-                yield _event(r)
-            last_order, last_seq = rows[-1][4], rows[-1][1]
 
     def wait_for_events(self, timeout_s: float) -> bool:
         """Block until a transaction (of any process) stores events, or `timeout_s` passes: True
@@ -445,21 +353,6 @@ class PostgresEventStore:
         rows = self._read("SELECT DISTINCT job_id FROM events WHERE job_id NOT IN (SELECT job_id FROM jobs) ORDER BY job_id")
         return [j for (j,) in rows]
 
-    def cursor(self) -> int:
-        return self._read("SELECT coalesce(max(id), 0) FROM events")[0][0]
-
-    def events_after(self, cursor: int, limit: int = 1000) -> list[tuple[int, Event]]:
-        rows = self._read("SELECT job_id, seq, at, body, id FROM events WHERE id > %s ORDER BY id LIMIT %s", (cursor, limit))
-        return [(r[4], _event(r)) for r in rows]
-
-    def position(self, name: str) -> int | None:
-        rows = self._read("SELECT position FROM positions WHERE name = %s", (name,))
-        return rows[0][0] if rows else None
-
-    def positions(self) -> dict[str, int]:
-        """Every saved position, by name."""
-        return dict(self._read("SELECT name, position FROM positions ORDER BY name"))
-
     def position_of(self, job_id: str, seq: int) -> int:
         """The position of the job's event #seq (0 if absent)."""
         rows = self._read("SELECT id FROM events WHERE job_id = %s AND seq = %s", (job_id, seq))
@@ -467,11 +360,7 @@ class PostgresEventStore:
 
     def save_position(self, name: str, position: int) -> None:
         self._write(
-            lambda conn: conn.execute(
-                "INSERT INTO positions (name, position, saved_at) VALUES (%s, %s, %s) "
-                "ON CONFLICT (name) DO UPDATE SET position = excluded.position, saved_at = excluded.saved_at",
-                (name, position, self._clock().isoformat()),
-            ),
+            lambda conn: conn.execute(POSTGRES.save_position, (name, position, self._clock().isoformat())),
             events=False,
         )
 
@@ -479,16 +368,11 @@ class PostgresEventStore:
         def save(conn: psycopg.Connection) -> None:
             with conn.cursor() as cur:
                 cur.executemany(
-                    "INSERT INTO deliveries (job_id, seq, url, record) VALUES (%s, %s, %s, %s) "
-                    "ON CONFLICT (job_id, seq, url) DO UPDATE SET record = excluded.record",
+                    POSTGRES.save_delivery,
                     [(r.job_id, r.seq, r.url, r.model_dump_json()) for r in records],
                 )
 
         self._write(save, events=False)
-
-    def deliveries(self, job_id: str) -> list[Delivery]:
-        rows = self._read('SELECT record FROM deliveries WHERE job_id = %s ORDER BY seq, url COLLATE "C"', (job_id,))
-        return [Delivery.model_validate_json(r) for (r,) in rows]
 
     # -- nodes and leases (h3core.adapters.store.nodes) ----------------------------------
 

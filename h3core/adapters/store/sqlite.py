@@ -8,9 +8,6 @@ and no read ever leaves a cursor open.
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 import sqlite3
 import threading
 import time
@@ -20,10 +17,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from h3core.adapters.store._sql import SQLITE, SQLReads, fold_fingerprint, refolded, unstored
 from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
 from h3core.domain.admission import QueueFilter
-from h3core.domain.events import VERSIONS, Body, Event, Submitted, body_from_json, event_from_json
-from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend, fold
+from h3core.domain.events import Body, Event, Submitted
+from h3core.domain.state import IllegalEvent, JobState, extend
 from h3core.domain.webhooks import Delivery
 
 if TYPE_CHECKING:
@@ -102,23 +100,6 @@ def _v6(db: Database) -> None:
 MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1, _v2, _v3, _v4, _v5, _v6)
 
 
-@functools.cache  # the code cannot change within a process; the schema takes ~5 ms to build
-def _fold_fingerprint() -> str:
-    """Names the code that folds events into `jobs.state`: the state's shape and the event
-    versions read. A file folded by other code has its projection rebuilt from the log."""
-    spec = {"state": JobState.model_json_schema(), "events": VERSIONS}
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
-
-
-# Queries the PostgreSQL store shares (its placeholders are `%s`: `.replace("?", "%s")`).
-UNFINISHED = "SELECT state FROM jobs WHERE status IN ('submitted', 'queued', 'running') ORDER BY priority DESC, queue_order"
-COUNTS = "SELECT status, count(*) FROM jobs GROUP BY status"
-QUEUE_POSITION = (
-    "SELECT (SELECT count(*) FROM jobs o WHERE o.status = 'queued' AND "
-    "(o.priority > j.priority OR (o.priority = j.priority AND o.queue_order <= j.queue_order))) "
-    "FROM jobs j WHERE j.job_id = ? AND j.status = 'queued'"
-)
-
 _UPDATE_JOB = "UPDATE jobs SET status = ?, updated_at = ?, last_seq = ?, state = ? WHERE job_id = ?"
 
 
@@ -142,7 +123,12 @@ def _until_not_busy(run: Callable[[], object], timeout_s: float) -> None:
         pause = min(pause * 2, 0.002)
 
 
-class SQLiteEventStore:
+class SQLiteEventStore(SQLReads):
+    # `cursor`/`events_after` (SQLReads) take row ids for positions: one write transaction at a time
+    # (BEGIN IMMEDIATE) and no deletes, so a later commit never holds a smaller id, and `id > cursor`
+    # never skips one.
+    _sql = SQLITE
+
     def __init__(
         self,
         path: str | Path,
@@ -237,25 +223,17 @@ class SQLiteEventStore:
     def _refold(self) -> None:
         """The `jobs` projection is derived: where it was folded by other code (an upgrade that
         changed the state or an event), fold it again from the log, in one transaction."""
-        fingerprint = _fold_fingerprint()
+        fingerprint = fold_fingerprint()
         with self._write() as conn:
-            row = conn.execute("SELECT value FROM meta WHERE key = 'fold'").fetchone()
-            if row is not None and row[0] == fingerprint:
+            if conn.execute(SQLITE.fold).fetchall() == [(fingerprint,)]:
                 return
-            job_ids = [r[0] for r in conn.execute("SELECT job_id FROM jobs").fetchall()]
-            for job_id in job_ids:
-                rows = conn.execute(
-                    "SELECT job_id, seq, at, body FROM events WHERE job_id = ? ORDER BY seq", (job_id,)
-                ).fetchall()
-                state = fold(_event(r) for r in rows)
-                assert state is not None  # a jobs row is written with its Submitted event
-                conn.execute(_UPDATE_JOB, _projection(state))
-            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('fold', ?)", (fingerprint,))
+            conn.executemany(_UPDATE_JOB, [_projection(state) for state in refolded(conn, SQLITE)])
+            conn.execute(SQLITE.save_fold, (fingerprint,))
 
     # -- writes ---------------------------------------------------------------------------
 
     def _state_in(self, conn: sqlite3.Connection, job_id: str) -> JobState | None:
-        row = conn.execute("SELECT state FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        row = conn.execute(SQLITE.state, (job_id,)).fetchone()
         return JobState.model_validate_json(row[0]) if row else None
 
     def _store(self, conn: sqlite3.Connection, state: JobState, events: Sequence[Event]) -> None:
@@ -321,25 +299,7 @@ class SQLiteEventStore:
         added = 0
         with self._write() as conn:
             for job_id, evs in by_job.items():
-                state = self._state_in(conn, job_id)
-                have = state.last_seq if state else 0
-                if have:
-                    stored = {
-                        seq: body
-                        for seq, body in conn.execute(
-                            "SELECT seq, body FROM events WHERE job_id = ? AND seq <= ?",
-                            (job_id, max(e.seq for e in evs)),
-                        ).fetchall()
-                    }
-                fresh = []
-                for e in sorted(evs, key=lambda e: e.seq):
-                    if e.seq <= have:
-                        # Compared as bodies, not text: the stored one may predate versions (no `v`).
-                        if e.seq not in stored or body_from_json(stored[e.seq]) != e.body:
-                            raise Conflict(f"job {job_id} event #{e.seq} differs from the stored one")
-                        continue
-                    state = apply(state, e)
-                    fresh.append(e)
+                state, fresh = unstored(conn, SQLITE, self._state_in(conn, job_id), evs)
                 if fresh:
                     assert state is not None
                     self._store(conn, state, fresh)
@@ -347,58 +307,6 @@ class SQLiteEventStore:
         return added
 
     # -- reads ----------------------------------------------------------------------------
-
-    def get(self, job_id: str) -> JobState | None:
-        rows = self._point("SELECT state FROM jobs WHERE job_id = ?", (job_id,))
-        return JobState.model_validate_json(rows[0][0]) if rows else None
-
-    def events(self, job_id: str, after_seq: int = 0) -> list[Event]:
-        rows = self._read(
-            "SELECT job_id, seq, at, body FROM events WHERE job_id = ? AND seq > ? ORDER BY seq",
-            (job_id, after_seq),
-        )
-        return [_event(r) for r in rows]
-
-    def ids_starting(self, prefix: str, limit: int = 10) -> list[str]:
-        """Up to `limit` job ids that start with `prefix`, in id order (a range of the primary key:
-        ids are ASCII letters, digits, `_` and `-`, all below DEL)."""
-        rows = self._point(
-            "SELECT job_id FROM jobs WHERE job_id >= ? AND job_id < ? ORDER BY job_id LIMIT ?", (prefix, prefix + "\x7f", limit)
-        )
-        return [j for (j,) in rows]
-
-    def by_idempotency_key(self, key: str) -> JobState | None:
-        rows = self._point("SELECT state FROM jobs WHERE idempotency_key = ?", (key,))
-        return JobState.model_validate_json(rows[0][0]) if rows else None
-
-    def list_jobs(
-        self,
-        *,
-        status: Status | None = None,
-        limit: int = 50,
-        before: int | None = None,
-        after: int | None = None,
-        oldest_first: bool = False,
-    ) -> list[tuple[int, JobState]]:
-        where, params = [], []
-        if status is not None:
-            where.append("status = ?")
-            params.append(status)
-        if before is not None:
-            where.append("queue_order < ?")
-            params.append(before)
-        if after is not None:
-            where.append("queue_order > ?")
-            params.append(after)
-        sql = "SELECT queue_order, state FROM jobs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        rows = self._read(sql + f" ORDER BY queue_order {'ASC' if oldest_first else 'DESC'} LIMIT ?", (*params, limit))
-        return [(order, JobState.model_validate_json(s)) for order, s in rows]
-
-    def cursor_of(self, job_id: str) -> int | None:
-        rows = self._point("SELECT queue_order FROM jobs WHERE job_id = ?", (job_id,))
-        return rows[0][0] if rows else None
 
     def queued(
         self,
@@ -423,17 +331,6 @@ class SQLiteEventStore:
         )
         return [JobState.model_validate_json(s) for (s,) in rows]
 
-    def unfinished(self) -> list[JobState]:
-        rows = self._read(UNFINISHED)
-        return [JobState.model_validate_json(s) for (s,) in rows]
-
-    def counts(self) -> dict[str, int]:
-        return dict(self._read(COUNTS))
-
-    def queue_position(self, job_id: str) -> int | None:
-        rows = self._point(QUEUE_POSITION, (job_id,))
-        return rows[0][0] if rows else None
-
     def ping(self) -> None:
         with self._write():  # takes the write lock and releases it: the file is writable now
             pass
@@ -443,43 +340,6 @@ class SQLiteEventStore:
         a ping that long ago, and it takes no lock: /readyz asks it under load."""
         return time.monotonic() - self._committed_at < seconds
 
-    def job_ids(self) -> list[str]:
-        return [j for (j,) in self._read("SELECT job_id FROM jobs ORDER BY queue_order")]
-
-    def all_events(self, batch: int = 10_000) -> Iterator[Event]:
-        # Keyset pagination over (queue_order, seq): each batch is fetched whole, so no cursor
-        # stays open between batches while the caller (or another connection) writes.
-        last_order, last_seq = -1, 0
-        while True:
-            rows = self._read(
-                "SELECT e.job_id, e.seq, e.at, e.body, j.queue_order FROM events e "
-                "JOIN jobs j ON j.job_id = e.job_id "
-                "WHERE (j.queue_order, e.seq) > (?, ?) ORDER BY j.queue_order, e.seq LIMIT ?",
-                (last_order, last_seq, batch),
-            )
-            if not rows:
-                return
-            for r in rows:
-                yield _event(r)
-            last_order, last_seq = rows[-1][4], rows[-1][1]
-
-    # Row ids are positions: one write transaction at a time (BEGIN IMMEDIATE) and no deletes,
-    # so a later commit never holds a smaller id, and `id > cursor` never skips one.
-    def cursor(self) -> int:
-        return self._point("SELECT coalesce(max(id), 0) FROM events")[0][0]
-
-    def events_after(self, cursor: int, limit: int = 1000) -> list[tuple[int, Event]]:
-        rows = self._read("SELECT job_id, seq, at, body, id FROM events WHERE id > ? ORDER BY id LIMIT ?", (cursor, limit))
-        return [(r[4], _event(r)) for r in rows]
-
-    def position(self, name: str) -> int | None:
-        rows = self._point("SELECT position FROM positions WHERE name = ?", (name,))
-        return rows[0][0] if rows else None
-
-    def positions(self) -> dict[str, int]:
-        """Every saved position, by name (what `h3core migrate` carries over)."""
-        return dict(self._read("SELECT name, position FROM positions ORDER BY name"))
-
     def event_at_or_before(self, position: int) -> tuple[str, int] | None:
         """(job_id, seq) of the newest event at or before `position`; None if there is none."""
         rows = self._point("SELECT job_id, seq FROM events WHERE id <= ? ORDER BY id DESC LIMIT 1", (position,))
@@ -487,30 +347,14 @@ class SQLiteEventStore:
 
     def save_position(self, name: str, position: int) -> None:
         with self._write() as conn:
-            conn.execute(
-                "INSERT OR REPLACE INTO positions (name, position, saved_at) VALUES (?, ?, ?)",
-                (name, position, self._clock().isoformat()),
-            )
+            conn.execute(SQLITE.save_position, (name, position, self._clock().isoformat()))
 
     def save_deliveries(self, records: Sequence[Delivery]) -> None:
         with self._write() as conn:
-            conn.executemany(
-                "INSERT OR REPLACE INTO deliveries (job_id, seq, url, record) VALUES (?, ?, ?, ?)",
-                [(r.job_id, r.seq, r.url, r.model_dump_json()) for r in records],
-            )
-
-    def deliveries(self, job_id: str) -> list[Delivery]:
-        rows = self._read("SELECT record FROM deliveries WHERE job_id = ? ORDER BY seq, url", (job_id,))
-        return [Delivery.model_validate_json(r) for (r,) in rows]
+            conn.executemany(SQLITE.save_delivery, [(r.job_id, r.seq, r.url, r.model_dump_json()) for r in records])
 
     def close(self) -> None:
         with self._lock, self._rlock, self._plock:
             self._p.close()
             self._r.close()
             self._w.close()
-
-
-def _event(row: tuple) -> Event:
-    job_id, seq, at, body = row[:4]
-    # Splice the stored JSON body in rather than parse it twice.
-    return event_from_json(f'{{"job_id":{json.dumps(job_id)},"seq":{seq},"at":"{at}","body":{body}}}')

@@ -14,8 +14,9 @@ from urllib.parse import urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from litestar import Request, Response, Router, get, post
+from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, NotFoundException
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Redirect, ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
@@ -89,7 +90,7 @@ def _common(svc: Service) -> dict:
 # -- the queue ------------------------------------------------------------------------------------
 
 
-Cursor = Annotated[int | None, Parameter(ge=0, le=2**63 - 1)]
+Cursor = Annotated[int | None, QueryParameter(ge=0, le=2**63 - 1)]
 
 
 def _queue_context(svc: Service, wanted: Filter, before: int | None, after: int | None) -> dict:
@@ -128,15 +129,15 @@ def _queue_context(svc: Service, wanted: Filter, before: int | None, after: int 
 
 @get("/", include_in_schema=False)
 async def queue_page(
-    svc: Service,
+    svc: NamedDependency[Service],
     request: Request,
-    status: str | None = None,
-    mode: str | None = None,
-    q: str | None = None,
-    since: str | None = None,
+    status: FromQuery[str | None] = None,
+    mode: FromQuery[str | None] = None,
+    q: FromQuery[str | None] = None,
+    since: FromQuery[str | None] = None,
     before: Cursor = None,
     after: Cursor = None,
-    fragment: bool = False,
+    fragment: FromQuery[bool] = False,
 ) -> Response:
     if not _signed_in(svc, request):
         return _to_signin(request)
@@ -155,7 +156,9 @@ def render_queue(svc: Service, wanted: Filter, before: int | None, after: int | 
 
 
 @get("/jobs/{job_id:str}", include_in_schema=False)
-async def job_page(svc: Service, request: Request, job_id: str, fragment: bool = False) -> Response:
+async def job_page(
+    svc: NamedDependency[Service], request: Request, job_id: FromPath[str], fragment: FromQuery[bool] = False
+) -> Response:
     if not _signed_in(svc, request):
         return _to_signin(request)
     state = job_state(svc, job_id)  # 404 naming the job
@@ -189,14 +192,14 @@ async def job_page(svc: Service, request: Request, job_id: str, fragment: bool =
 
 
 @get("/submit", include_in_schema=False)
-async def submit_page(svc: Service, request: Request) -> Response:
+async def submit_page(svc: NamedDependency[Service], request: Request) -> Response:
     if not _signed_in(svc, request):
         return _to_signin(request)
     return _html("submit.html", page="submit", **_common(svc))
 
 
 @get("/box", include_in_schema=False)
-async def box_page(svc: Service, request: Request) -> Response:
+async def box_page(svc: NamedDependency[Service], request: Request) -> Response:
     if not _signed_in(svc, request):
         return _to_signin(request)
     ready = (await readiness(svc)).content
@@ -217,7 +220,7 @@ async def box_page(svc: Service, request: Request) -> Response:
 
 
 @get("/signin", include_in_schema=False)
-async def signin_page(svc: Service, next: str | None = None) -> Response:  # noqa: A002 - the query's name
+async def signin_page(svc: NamedDependency[Service], next: FromQuery[str | None] = None) -> Response:  # noqa: A002 - the query's name
     return _html("signin.html", page="signin", next=_safe_next(next), error=None, tokens=bool(svc.settings.api_tokens))
 
 
@@ -229,7 +232,7 @@ async def signin_page(svc: Service, next: str | None = None) -> Response:  # noq
     # type, and a post from another site's page is still refused by its Origin before it gets here.
     opt={OWN_CONTENT_TYPES_OPT: True},
 )
-async def signin(svc: Service, request: Request) -> Response:
+async def signin(svc: NamedDependency[Service], request: Request) -> Response:
     if request.content_type[0].lower() != "application/x-www-form-urlencoded":
         raise HTTPException(status_code=415, detail="sign in with the form: Content-Type application/x-www-form-urlencoded")
     form = await request.form()
@@ -270,7 +273,7 @@ async def signout() -> Response:
 
 
 @get("/stream", include_in_schema=False)
-async def stream(svc: Service, request: Request) -> Response:
+async def stream(svc: NamedDependency[Service], request: Request) -> Response:
     """The ids of jobs that changed, at most 4 times a second (Server-Sent Events, `changed`)."""
     if not _signed_in(svc, request):
         raise HTTPException(status_code=401, detail="sign in first (or send Authorization: Bearer <token>)")
@@ -287,7 +290,7 @@ async def stream(svc: Service, request: Request) -> Response:
 
 
 @get("/static/{name:str}", include_in_schema=False, sync_to_thread=False)
-def static(name: str) -> Response[bytes]:
+def static(name: FromPath[str]) -> Response[bytes]:
     if name not in STATIC:
         raise NotFoundException(f"no console file {name!r}")
     body = (importlib.resources.files("h3core.service.console") / "static" / name).read_bytes()

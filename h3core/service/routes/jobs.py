@@ -7,10 +7,11 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from litestar import Request, Response, get, head, post
+from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPI
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 
@@ -92,9 +93,9 @@ async def _webhook(svc: Service, data: JobCreate) -> WebhookTarget | None:
     "resolves to a private, loopback or link-local address not allowed by H3_WEBHOOKS_ALLOW, is refused (422).",
 )
 async def create_job(
-    svc: Service,
-    data: JobCreate,
-    idempotency_key: Annotated[str | None, Parameter(header="Idempotency-Key", min_length=1, max_length=200)] = None,
+    svc: NamedDependency[Service],
+    data: JSONBody[JobCreate],
+    idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key", min_length=1, max_length=200)] = None,
 ) -> Response[JobView]:
     # The id this request would create: any other id back is the job an earlier (or concurrent)
     # request with the same key created, so exactly one request per key gets 201.
@@ -121,16 +122,16 @@ async def create_job(
 
 
 @get("/jobs/{job_id:str}", summary="A job's status", responses=problems(401, 404, 422))
-async def get_job(svc: Service, job_id: str) -> JobView:
+async def get_job(svc: NamedDependency[Service], job_id: FromPath[str]) -> JobView:
     return await _view(svc, job_state(svc, job_id))
 
 
 @get("/jobs", summary="Jobs, newest first", responses=problems(400, 401, 422))
 async def list_jobs(
-    svc: Service,
-    status: ApiStatus | None = None,
-    cursor: Annotated[str | None, Parameter(pattern=r"^\d{1,18}$")] = None,
-    limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
+    svc: NamedDependency[Service],
+    status: FromQuery[ApiStatus | None] = None,
+    cursor: Annotated[str | None, QueryParameter(pattern=r"^\d{1,18}$")] = None,
+    limit: Annotated[int, QueryParameter(ge=1, le=500)] = 50,
 ) -> JobPage:
     def read() -> tuple[list[tuple[int, JobState]], dict[str, datetime | None]]:
         rows = svc.store.list_jobs(status=status, limit=limit + 1, before=int(cursor) if cursor else None)
@@ -157,7 +158,7 @@ async def list_jobs(
     "`cancel_requested`). 409 when the job has ended, with the `status` it ended in; `reason: too_late` where it is "
     "`done`: its work finished before the cancel could take effect, and its video is kept.",
 )
-async def cancel_job(svc: Service, job_id: str) -> JobView:
+async def cancel_job(svc: NamedDependency[Service], job_id: FromPath[str]) -> JobView:
     try:
         state = await cancel(svc, job_id)
     except KeyError:
@@ -172,7 +173,7 @@ async def cancel_job(svc: Service, job_id: str) -> JobView:
 
 
 @get("/jobs/{job_id:str}/events", summary="A job's event log", responses=problems(401, 404, 422))
-async def job_events(svc: Service, job_id: str) -> list[Event]:
+async def job_events(svc: NamedDependency[Service], job_id: FromPath[str]) -> list[Event]:
     job_state(svc, job_id)
     return await in_thread(svc.store.events, job_id)
 
@@ -184,7 +185,7 @@ async def job_events(svc: Service, job_id: str) -> list[Event]:
     description="One record per event and endpoint a webhook was sent for: its webhook-id, tries, the last "
     "failure, and `trying`, `delivered` or `given_up`. Saved as deliveries end (within a fraction of a second).",
 )
-async def job_webhooks(svc: Service, job_id: str) -> list[Delivery]:
+async def job_webhooks(svc: NamedDependency[Service], job_id: FromPath[str]) -> list[Delivery]:
     job_state(svc, job_id)
     return await in_thread(svc.store.deliveries, job_id)
 
@@ -209,10 +210,12 @@ MAX_SEQ = 2**63 - 1
     },
 )
 async def job_stream(
-    svc: Service,
-    job_id: str,
+    svc: NamedDependency[Service],
+    job_id: FromPath[str],
     # schema_extra: Litestar leaves a bound of 0 out of the document (it tests the bound for truth).
-    last_event_id: Annotated[int | None, Parameter(header="Last-Event-ID", ge=0, le=MAX_SEQ, schema_extra={"minimum": 0})] = None,
+    last_event_id: Annotated[
+        int | None, HeaderParameter(name="Last-Event-ID", ge=0, le=MAX_SEQ, schema_extra={"minimum": 0})
+    ] = None,
 ) -> Response:
     """The history so far (after Last-Event-ID), then each event as it is stored, ending after the
     terminal one. A job that has ended streams what follows Last-Event-ID and ends at once; with
@@ -248,7 +251,7 @@ _VIDEO_ERRORS = problems(401, 404, 409, 410, 416, 422)
 
 
 @get("/jobs/{job_id:str}/video", summary="The finished video (supports Range)", responses=_VIDEO_ERRORS, media_type="video/mp4")
-async def job_video(svc: Service, request: Request, job_id: str) -> Stream:
+async def job_video(svc: NamedDependency[Service], request: Request, job_id: FromPath[str]) -> Stream:
     return files.stream(await _video(svc, request, job_id))
 
 
@@ -258,7 +261,7 @@ async def job_video(svc: Service, request: Request, job_id: str) -> Stream:
     responses=_VIDEO_ERRORS,
     media_type="video/mp4",
 )
-async def job_video_head(svc: Service, request: Request, job_id: str) -> Response[None]:
+async def job_video_head(svc: NamedDependency[Service], request: Request, job_id: FromPath[str]) -> Response[None]:
     return files.head(await _video(svc, request, job_id))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import anyio
 from litestar import Request, Response, get
+from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 
 from h3core.executors.base import Executor
@@ -34,7 +35,7 @@ def healthz() -> dict[str, str]:
     description="With API tokens set, a caller without a valid token is told the status only.",
     responses={503: ResponseSpec(data_container=ReadyView | ReadyStatus, description="not ready, and why")},
 )
-async def readyz(svc: Service, request: Request) -> Response[ReadyView | ReadyStatus]:
+async def readyz(svc: NamedDependency[Service], request: Request) -> Response[ReadyView | ReadyStatus]:
     answer = await readiness(svc)
     if svc.settings.api_tokens and not bearer_matches(request.headers.get("authorization"), svc.settings.api_tokens):
         return Response(ReadyStatus(status=answer.content.status), status_code=answer.status_code)
@@ -91,12 +92,12 @@ def _attention(executor: Executor) -> list[AttentionRowView] | None:
 
 
 @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4")
-async def metrics(svc: Service) -> bytes:
+async def metrics(svc: NamedDependency[Service]) -> bytes:
     return await anyio.to_thread.run_sync(svc.metrics.render)
 
 
 @get("/ceilings", summary="Frame limits per resolution and mode, from the code that judges submissions", responses=problems(401))
-async def ceilings(svc: Service) -> CeilingsView:
+async def ceilings(svc: NamedDependency[Service]) -> CeilingsView:
     return ceilings_view(svc.contract.current(), svc.contract.ceilings())
 
 

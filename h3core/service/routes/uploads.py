@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from litestar import Request, post
+from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException
 from litestar.openapi.spec import OpenAPIMediaType as MediaTypeSpec
 from litestar.openapi.spec import Operation, RequestBody, Schema
@@ -44,7 +45,7 @@ class _RawFileOperation(Operation):
     opt={OWN_CONTENT_TYPES_OPT: True, BODY_OPT: "own"},
     operation_class=_RawFileOperation,
 )
-async def upload(svc: Service, request: Request) -> Upload:
+async def upload(svc: NamedDependency[Service], request: Request) -> Upload:
     try:
         return await svc.uploads.put(request.headers.get("content-type", ""), request.stream())
     except UploadRejected as exc:

@@ -18,10 +18,11 @@ from typing import Annotated, Literal
 import anyio
 from litestar import Request, Response, Router, delete, get, post
 from litestar.datastructures import UploadFile
+from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Encoding, OpenAPI, OpenAPIMediaType, RequestBody
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 from pydantic import ValidationError
 
 from h3core.adapters import previews
@@ -65,7 +66,7 @@ _PREVIEW_MAKERS: dict[str, tuple[Callable[..., bytes], str]] = {
     "thumbnail": (previews.thumbnail, previews.THUMBNAIL_TYPE),
     "spritesheet": (previews.spritesheet, previews.SPRITESHEET_TYPE),
 }
-_IdempotencyKey = Annotated[str | None, Parameter(header="Idempotency-Key", min_length=1, max_length=200)]
+_IdempotencyKey = Annotated[str | None, HeaderParameter(name="Idempotency-Key", min_length=1, max_length=200)]
 
 
 def _errors(*codes: int) -> dict[int, ResponseSpec]:
@@ -254,7 +255,7 @@ async def _submit(
     # JSON or multipart (the SDK's upload): `_params` checks, 415 otherwise; each has its limit.
     opt={OWN_CONTENT_TYPES_OPT: True, BODY_OPT: "json_or_form"},
 )
-async def create_video(svc: Service, request: Request, idempotency_key: _IdempotencyKey = None) -> Video:
+async def create_video(svc: NamedDependency[Service], request: Request, idempotency_key: _IdempotencyKey = None) -> Video:
     params, form = await _params(request)
     ref = params.get("input_reference")
     fields = request_fields(params, served=svc.settings.openai_models, first_frame=_PENDING_UPLOAD if ref is not None else None)
@@ -272,7 +273,9 @@ async def create_video(svc: Service, request: Request, idempotency_key: _Idempot
     summary="Remix a video: the same parameters, a new prompt",
     responses=_errors(400, 401, 404, 409, 503),
 )
-async def remix_video(svc: Service, video_id: str, data: Remix, idempotency_key: _IdempotencyKey = None) -> Video:
+async def remix_video(
+    svc: NamedDependency[Service], video_id: FromPath[str], data: JSONBody[Remix], idempotency_key: _IdempotencyKey = None
+) -> Video:
     source = _state(svc, video_id)
     try:
         request = GenerationRequest.model_validate({**source.request.model_dump(), "prompt": data.prompt})
@@ -286,7 +289,7 @@ async def remix_video(svc: Service, video_id: str, data: Remix, idempotency_key:
 
 
 @get("/{video_id:str}", summary="A video", responses=_errors(401, 404))
-async def retrieve_video(svc: Service, video_id: str) -> Response[Video]:
+async def retrieve_video(svc: NamedDependency[Service], video_id: FromPath[str]) -> Response[Video]:
     state = _state(svc, video_id)
     wait = poll_after_ms(state, datetime.now(UTC))
     return Response(_video(svc, state), headers={"openai-poll-after-ms": str(wait)} if wait is not None else {})
@@ -315,10 +318,10 @@ def _page(svc: Service, cursor: int | None, limit: int, oldest_first: bool) -> V
 
 @get("/", summary="Videos, newest first (order=asc: oldest first)", responses=_errors(400, 401, 404))
 async def list_videos(
-    svc: Service,
-    after: Annotated[str | None, Parameter(pattern=VIDEO_ID_PATTERN)] = None,
-    limit: Annotated[int, Parameter(ge=1, le=100)] = 20,
-    order: Literal["asc", "desc"] = "desc",
+    svc: NamedDependency[Service],
+    after: Annotated[str | None, QueryParameter(pattern=VIDEO_ID_PATTERN)] = None,
+    limit: Annotated[int, QueryParameter(ge=1, le=100)] = 20,
+    order: FromQuery[Literal["asc", "desc"]] = "desc",
 ) -> VideoList:
     cursor = None
     if after is not None:
@@ -336,7 +339,7 @@ async def list_videos(
     "answers 404 for it (code video_deleted) and the list leaves it out; its job and event log stay on /v1/jobs.",
     responses=_errors(401, 404),
 )
-async def delete_video(svc: Service, video_id: str) -> VideoDeleted:
+async def delete_video(svc: NamedDependency[Service], video_id: FromPath[str]) -> VideoDeleted:
     state = _state(svc, video_id)
     await in_thread(svc.artifacts.delete_video, video_id)  # first: gone from here whatever follows
     if not state.terminal:
@@ -361,7 +364,10 @@ async def delete_video(svc: Service, video_id: str) -> VideoDeleted:
     responses=_errors(400, 401, 404, 416),  # 200 and 206, in each variant's type: `document`
 )
 async def video_content(
-    svc: Service, request: Request, video_id: str, variant: Literal["video", "thumbnail", "spritesheet"] = "video"
+    svc: NamedDependency[Service],
+    request: Request,
+    video_id: FromPath[str],
+    variant: FromQuery[Literal["video", "thumbnail", "spritesheet"]] = "video",
 ) -> Response:
     state = _state(svc, video_id)
     artifact = state.artifact
