@@ -8,9 +8,9 @@
 # Through the device tool: run(command="bash bench/gpu_check.sh", carry=[".gpu-wheels"], timeout_s=420).
 # The python: $PYTHON, else $ROOT/.venv/bin/python where it exists, else python3 (bench/gpu/setup.sh).
 #
-# Budget on one H200: every step runs under `timeout`; the limits add up to 295 s (0 interpreter 10,
-# 1 wheels 25, 1a nvidia-smi 5, 1b environment 15, 2 auto at start 25, 3 kernel table 50, 4 stages 20,
-# 5 placement 20, 6 jobs 25, 7 full size 100), so the check ends inside 5 minutes even if every step
+# Budget on one H200: every step runs under `timeout`; the limits add up to 290 s (0 interpreter 10,
+# 1 wheels 25, 1a nvidia-smi 5, 1b environment 15, 2 auto at start 30, 3 kernel table 45, 4 stages 20,
+# 5 placement 25, 6 jobs 25, 7 full size 90), so the check ends inside 5 minutes even if every step
 # hangs, and a rerun after a fix fits the device's 15 minutes with its start-up. Step 8 (SageAttention 2
 # built with nvcc from a bundled source archive, then its kernels measured) runs only in what is left
 # of those 300 s, or in H3GPU_SAGE_BUILD_S seconds when that is set (then the check takes longer).
@@ -55,12 +55,12 @@ main() {
     fi
     step "1b environment" 15 env.md "$PY" "$ROOT/bench/gpu/env.py"
     [ "$LAST_RC" = 0 ] || { stop "1b environment" "no torch or no CUDA device (env.md says which)"; return 1; }
-    step "2 what auto decides at start" 25 probe.md "$PY" "$ROOT/bench/gpu/probe.py"
-    step "3 kernel table" 50 kernels.md env H3GPU_KERNELS_BUDGET=$(( 45 * SCALE )) "$PY" "$ROOT/bench/gpu/kernels.py"
+    step "2 what auto decides at start" 30 probe.md "$PY" "$ROOT/bench/gpu/probe.py"
+    step "3 kernel table" 45 kernels.md env H3GPU_KERNELS_BUDGET=$(( 40 * SCALE )) "$PY" "$ROOT/bench/gpu/kernels.py"
     step "4 stage table" 20 stages.md "$PY" "$ROOT/bench/gpu/stages.py"
-    step "5 placement matrix" 20 placement.md "$PY" "$ROOT/bench/gpu/placement.py"
+    step "5 placement matrix" 25 placement.md "$PY" "$ROOT/bench/gpu/placement.py"
     step "6 one job per attention choice" 25 jobs.md "$PY" "$ROOT/bench/gpu/jobs.py"
-    step "7 full size through the product" 100 fullsize.md "$PY" "$ROOT/bench/gpu/fullsize.py"
+    step "7 full size through the product" 90 fullsize.md "$PY" "$ROOT/bench/gpu/fullsize.py"
     local left=$(( BUDGET_S * SCALE - ($(date +%s) - T0) ))
     local build_s=${H3GPU_SAGE_BUILD_S:-$left}
     step "8a SageAttention 2 from source" $(( build_s > 0 ? (build_s + SCALE - 1) / SCALE : 1 )) sage.md \

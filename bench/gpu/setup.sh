@@ -25,7 +25,7 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$H3GPU_WORK/triton-cache}  # not $HO
 export HF_HOME=${HF_HOME:-$H3GPU_WORK/hf}
 export OUT H3GPU_DRY=${H3GPU_DRY:-}
 SCALE=1
-[ -n "$H3GPU_DRY" ] && SCALE=${H3GPU_DRY_SCALE:-3}  # a shared CPU is slower than an H200; the limits hold there too
+[ -n "$H3GPU_DRY" ] && SCALE=${H3GPU_DRY_SCALE:-4}  # a shared CPU is slower than an H200; the limits hold there too
 SUMMARY=()
 
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
