@@ -1,6 +1,9 @@
 """Step 1: what this machine is: versions and where each package is imported from, the GPU, what
 Triton needs to launch a kernel (a C compiler and Python.h), whether sageattention imports, and
-whether the project's modules do."""
+whether the project's modules do.
+
+Exits 1, with one line saying why (no traceback), where torch does not import or (outside a dry
+run) sees no CUDA device: gpu_check.sh then runs no later step, each of which would fail the same way."""
 
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ for mod, dist in [
     ("PIL", "pillow"),
     ("anyio", "anyio"),
     ("rich", "rich"),
+    ("safetensors", "safetensors"),
 ]:
     try:
         version = metadata.version(dist)
@@ -50,7 +54,11 @@ for mod, dist in [
     rows.append([dist, version, origin])
 print(md(["package", "version", "imported from"], rows) + "\n")
 
-import torch  # noqa: E402
+try:
+    import torch
+except Exception as exc:  # noqa: BLE001 - the one line that says why nothing else can run
+    print(f"STOP: torch does not import with {sys.executable}: {one_line(exc, 200)}; no later step can run")
+    sys.exit(1)
 
 print(
     f"torch {torch.__version__}; CUDA build {torch.version.cuda}; cuDNN {torch.backends.cudnn.version()}; "
@@ -64,7 +72,8 @@ for i in range(torch.cuda.device_count()):
         f"{total / 2**30:.1f} GiB ({free / 2**30:.1f} free)"
     )
 if not torch.cuda.is_available() and not DRY:
-    print("NO CUDA DEVICE: every later step fails")
+    print(f"STOP: torch {torch.__version__} (CUDA build {torch.version.cuda}) sees no CUDA device; no later step can run")
+    sys.exit(1)
 cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or shutil.which("clang")
 inc = Path(sysconfig.get_paths()["include"]) / "Python.h"
 print(
@@ -72,13 +81,16 @@ print(
     f"Python.h: {'present' if inc.exists() else f'MISSING at {inc}'}"
 )
 
-from h3core.executors.pipeline.attention import sage_build  # noqa: E402
+try:
+    from h3core.executors.pipeline.attention import sage_build
 
-build = sage_build()
-print(
-    f"sageattention: {build.version or 'not installed'}; functions: {', '.join(sorted(build.functions)) or '-'}"
-    + (f"; {build.error}" if build.error else "")
-)
+    build = sage_build()
+    print(
+        f"sageattention: {build.version or 'not installed'}; functions: {', '.join(sorted(build.functions)) or '-'}"
+        + (f"; {build.error}" if build.error else "")
+    )
+except Exception as exc:  # noqa: BLE001 - the imports below say which module fails
+    print(f"sageattention: not checked: {one_line(exc)}")
 for mod in (
     "h3core",
     "h3core.executors.pipeline.executor",

@@ -39,6 +39,10 @@ WORKERS = [
     ("sage-triton", ["sage-triton"]),
 ]
 SHARE = {"sdpa": 0.55, "sage-fp16": 0.15, "sage-fp8": 0.15, "sage-triton": 0.15}
+# H3GPU_KERNELS_ONLY=sage-fp16,sage-fp8: only these (the check's step 8b, after SageAttention 2 is built).
+ONLY = {k for k in os.environ.get("H3GPU_KERNELS_ONLY", "").split(",") if k}
+if ONLY:
+    WORKERS = [(name, [k for k in ks if k in ONLY]) for name, ks in WORKERS if any(k in ONLY for k in ks)]
 
 
 def log(msg: str) -> None:
@@ -210,7 +214,14 @@ def report() -> int:
             return f"{r['ms']:,.1f} ms{mem}"
         return f"{r['error']:.1e}" if math.isfinite(r["error"]) else "not finite"
 
+    from h3core.executors.pipeline.kernel_probe import UNVERIFIED, UNVERIFIED_NOTE
+
+    ran = {r["kernel"] for r in cells.values() if r.get("status") == "ok"}
     print(f"## The kernel table: one attention call, {HEADS} heads x {DIM}, {DTYPE}, batch 1, {device}\n")
+    for k in sorted(UNVERIFIED & set(order)):
+        state = "ran in this table (on a GPU: a run to record in bench/README.md)" if k in ran and not DRY else UNVERIFIED_NOTE
+        print(f"- {k}: {state}")
+    print()
     print(f"Time: median of {REPS} calls after one warm-up / the allocator's peak during the call above its inputs.\n")
     print(
         md(

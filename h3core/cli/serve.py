@@ -72,7 +72,8 @@ def serve(
         str | None,
         _opt(
             "H3_ATTENTION",
-            "auto (measured at start), cudnn, flash, efficient, sage-fp16, sage-fp8, sage-triton or math (pipeline) \\[auto].",
+            "auto (measured at start), cudnn, flash, efficient, sage-fp16, sage-fp8 (both unverified on a GPU), "
+            "sage-triton or math (pipeline) \\[auto].",
         ),
     ] = None,
     attention_math_max_tokens: Annotated[

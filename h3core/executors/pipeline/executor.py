@@ -41,6 +41,10 @@ class PipelineSettings:
     attention_tolerance: float = DEFAULT_TOLERANCE
     attention_cache: Path | None = None  # where the measured decision is kept between starts (None: measure each time)
     math_max_tokens: int = DEFAULT_MATH_MAX_TOKENS
+    # Where the start-up probe measures. None: in a child process on CUDA (a kernel that faults must not
+    # poison or kill the serving process), in this process on a CPU (no device state to poison, and a
+    # child costs a torch import, seconds, at every start).
+    probe_in_child: bool | None = None
     prompt_cache: int = 32  # prompt embeddings kept (entries)
     placement: Mapping[str, str] = field(default_factory=dict)  # "text_encoder" / "vae" -> device, where not `device`
 
@@ -63,6 +67,7 @@ class PipelineExecutor(NoReports):  # one device: no groups, no head
         self._upload_path = upload_path
         # Decided now (measured, for auto): a kernel this machine cannot run is refused at start, and the
         # Running event of every job, even one claimed while the model loads, names the kernel that runs.
+        # A kernel that kills or poisons the probe's process is a failed row (kernel_probe.decide_in_child).
         s = settings
         self.attention = at_start(
             s.model_dir,
@@ -72,6 +77,7 @@ class PipelineExecutor(NoReports):  # one device: no groups, no head
             tolerance=s.attention_tolerance,
             math_max_tokens=s.math_max_tokens,
             cache=s.attention_cache,
+            in_child=s.probe_in_child if s.probe_in_child is not None else s.device.split(":")[0] == "cuda",
         )
         self.plan = self.attention.plan
         self.limits = ModelLimits.of(settings.model_dir)  # what the folder lets it run, before the weights load

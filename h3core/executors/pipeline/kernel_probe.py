@@ -18,6 +18,14 @@ length (16k tokens on a GPU), with the allocator's peak during the call.
 The decision and its table are cached in a JSON file keyed by everything they depend on
 (device, dtype, geometry, tolerance, the MATH bound and the library versions), so a restart
 does not measure again. `h3core model attention` prints the table; `main` is the child process's entry.
+
+On CUDA every executor measures in a child process (`decide_in_child`): a community kernel build
+that faults leaves a sticky CUDA error in its process, or kills it. The child reports each kernel
+as it starts and ends it; when the child dies inside a kernel, that kernel is recorded as failed
+with how the process ended, and a fresh child goes on with the kernels not yet measured (the
+rows already measured are handed to it). A kernel that raises a CUDA error is failed the same
+way, and the child exits if the device is unusable after it, so no later kernel is measured on a
+poisoned context.
 """
 
 from __future__ import annotations
@@ -30,7 +38,9 @@ import json
 import logging
 import math
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -56,8 +66,14 @@ ERROR_LENGTHS = (1024, 135)  # aligned to 64, and not: 57 padded keys in the las
 TIMED_TOKENS = {"cuda": 16384, "cpu": 1024}
 REPEATS = {"cuda": (2, 5), "cpu": (1, 3)}  # warm-up calls, timed calls
 PROBE_VERSION = 1  # bump when what the probe measures changes: older cache entries stop matching
+# Never yet executed on a GPU by this project (no SageAttention 2 build has run in its GPU check): said
+# wherever they are offered, until a GPU run has measured them (bench/README.md, "GPU check").
+UNVERIFIED = frozenset({"sage-fp16", "sage-fp8"})
+UNVERIFIED_NOTE = "unverified: never executed on a GPU by h3core's check"
+STAND_INS_ENV = "H3CORE_ATTENTION_STAND_INS"  # tests only: module:function giving (kernels, calls) to the child
 
 Call = Callable[..., object]  # (q, k, v) in diffusers' (batch, sequence, heads, head_dim) layout -> out
+Progress = Callable[[str, "ProbeRow | None"], None]  # (kernel, None) before measuring it, (kernel, row) after
 
 
 @dataclass(frozen=True)
@@ -217,10 +233,14 @@ def decide(
     cache: Path | None = None,
     kernels: Mapping[str, Kernel] | None = None,
     calls: Mapping[str, Call] | None = None,
+    given: Mapping[str, ProbeRow] | None = None,
+    progress: Progress | None = None,
 ) -> Decision:
     """The plan for `choice` on `target`, with the table that justifies it; raises AttentionError.
 
-    `kernels` and `calls` replace the real kernels and their calls (stand-ins for tests)."""
+    `kernels` and `calls` replace the real kernels and their calls (stand-ins for tests). `given`:
+    rows measured already (by a child that died later), not measured again. `progress` hears of
+    each kernel before and after it is measured (the child reports to its parent through it)."""
     kernels = dict(kernels or KERNELS)
     if choice not in ("auto", *kernels):
         raise AttentionError(f"attention must be one of {', '.join(CHOICES)}, not {choice!r}")
@@ -235,6 +255,8 @@ def decide(
         return AttentionPlan(kernel, choice, target.device, math_max_tokens)  # a stand-in kernel
 
     def probe(kernel: str) -> ProbeRow:
+        if given and kernel in given:
+            return given[kernel]
         why = kernels[kernel].unsupported(target)
         if why:
             return ProbeRow(kernel, "unsupported", note=why)
@@ -246,7 +268,12 @@ def decide(
             lengths = tuple(sorted({min(x, math_max_tokens) for x in ERROR_LENGTHS}, reverse=True))
             n = min(n, lengths[0])
         log.debug("attention probe: %s on %s", kernel, target.device)
-        return measure(kernel, call, target, tolerance=tolerance, timed_tokens=n, lengths=lengths)
+        if progress:
+            progress(kernel, None)
+        row = measure(kernel, call, target, tolerance=tolerance, timed_tokens=n, lengths=lengths)
+        if progress:
+            progress(kernel, row)
+        return row
 
     if choice != "auto":
         row = probe(choice)
@@ -263,10 +290,20 @@ def decide(
         if not any(r.verdict == "chosen" for r in rows):
             detail = "; ".join(f"{r.kernel}: {r.verdict}" + (f" ({r.note})" if r.note else "") for r in rows)
             raise AttentionError(f"attention 'auto': no kernel runs within tolerance on {target.device}: {detail}")
+    rows = [unverified(r) for r in rows]
     chosen = next(r.kernel for r in rows if r.verdict == "chosen")
+    if chosen in UNVERIFIED:
+        log.warning("attention: %s runs: %s", chosen, UNVERIFIED_NOTE)
     decision = Decision(plan(chosen), tuple(rows), tolerance)
     _write_cache(cache, key, decision)
     return decision
+
+
+def unverified(row: ProbeRow) -> ProbeRow:
+    """The row, its note saying so where its kernel has never run on a GPU in h3core's check."""
+    if row.kernel not in UNVERIFIED or UNVERIFIED_NOTE in row.note or row.verdict == "unsupported":
+        return row
+    return dataclasses.replace(row, note=f"{row.note}; {UNVERIFIED_NOTE}" if row.note else UNVERIFIED_NOTE)
 
 
 # -- the cache ----------------------------------------------------------------------------------
@@ -378,22 +415,85 @@ def at_start(
 
 
 def decide_in_child(choice: str, target_args: dict, **kw) -> Decision:
-    """`decide` in a fresh interpreter, so that the calling process never creates a CUDA context."""
-    import subprocess
+    """`decide` in a fresh interpreter, so that the calling process never creates a CUDA context,
+    and a kernel that kills the process or poisons its device is a failed row, not a failed start.
 
+    The child reports each kernel before and after measuring it (one JSON line each); when it dies
+    between the two, that kernel is recorded as failed with how the process ended, and a new child
+    goes on from the rows measured so far (at most one restart per kernel)."""
     entry = "import sys; from h3core.executors.pipeline.kernel_probe import main; sys.exit(main())"
-    cmd = [sys.executable, "-c", entry, "--json", "--choice", choice]
+    base = [sys.executable, "-c", entry, "--json", "--progress", "--choice", choice]
     for name, value in {**target_args, **kw}.items():
         if value is not None:
-            cmd += [f"--{name.replace('_', '-')}", str(value)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
+            base += [f"--{name.replace('_', '-')}", str(value)]
+    given: dict[str, ProbeRow] = {}
+    for _ in range(len(KERNELS) + 1):
+        cmd = base + (["--given", json.dumps({k: dataclasses.asdict(r) for k, r in given.items()})] if given else [])
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        probing: str | None = None
+        for line in proc.stdout.splitlines():
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue  # a library's own print; the protocol is the JSON lines
+            if not isinstance(message, dict):
+                continue
+            if "probing" in message:
+                probing = message["probing"]
+            elif "row" in message:
+                row = ProbeRow(**message["row"])
+                given[row.kernel] = row
+                probing = None
+            elif "plan" in message and proc.returncode == 0:
+                return Decision.from_json(message, cached=message.get("cached", False))
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-        raise AttentionError(
-            lines[-1].removeprefix("AttentionError: ") if lines else f"the attention probe exited {proc.returncode}"
-        )
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
-    return Decision.from_json(data, cached=data.get("cached", False))
+        if proc.returncode == 2 and lines and lines[-1].startswith("AttentionError: "):
+            raise AttentionError(lines[-1].removeprefix("AttentionError: "))
+        ended = _how_it_ended(proc.returncode)
+        if probing is None:
+            if proc.returncode == POISONED and given:
+                continue  # the device was unusable after the last row: a fresh process goes on
+            tail = " | ".join(lines[-3:])[-400:]
+            raise AttentionError(f"the attention probe {ended} before it decided" + (f": {tail}" if tail else ""))
+        tail = " | ".join(lines[-2:])[-200:]
+        note = f"the probe's process {ended} while running it" + (f": {tail}" if tail else "")
+        log.warning("attention probe: %s: %s; probing the other kernels in a new process", probing, note)
+        given[probing] = ProbeRow(probing, "failed", note=note[:300])
+    raise AttentionError(f"the attention probe died {len(KERNELS) + 1} times: {', '.join(given)}")
+
+
+POISONED = 3  # the child's exit code when the device is unusable after a kernel failed
+
+
+def _how_it_ended(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited {returncode}"
+
+
+def _device_usable(target: Target) -> bool:
+    """After a kernel failed on CUDA: can this process still run anything on the device?"""
+    import torch
+
+    try:
+        torch.cuda.synchronize(target.device)
+        return float(torch.ones(1, device=target.device).add_(1).item()) == 2.0
+    except Exception:  # noqa: BLE001 - a sticky CUDA error raises here, whatever its type
+        return False
+
+
+def _stand_ins(spec: str | None) -> tuple[Mapping[str, Kernel] | None, Mapping[str, Call] | None]:
+    """Tests only: `module:function` returning (kernels, calls), the stand-ins `decide` takes."""
+    if not spec:
+        return None, None
+    import importlib
+
+    module, _, name = spec.partition(":")
+    kernels, calls = getattr(importlib.import_module(module), name)()
+    return kernels, calls
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -407,10 +507,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--math-max-tokens", type=int, default=DEFAULT_MATH_MAX_TOKENS)
     p.add_argument("--cache", type=Path)
     p.add_argument("--json", action="store_true", help="one JSON line (the decision) instead of the table")
+    p.add_argument("--progress", action="store_true", help="a JSON line before and after each kernel (for the parent)")
+    p.add_argument("--given", help="JSON: rows measured already, by kernel")
+    p.add_argument("--stand-ins", default=os.environ.get(STAND_INS_ENV), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    given = {k: ProbeRow(**r) for k, r in json.loads(a.given).items()} if a.given else None
+
+    def report(kernel: str, row: ProbeRow | None) -> None:
+        print(json.dumps({"probing": kernel} if row is None else {"row": dataclasses.asdict(row)}), flush=True)
+        if row is not None and row.verdict == "failed" and target.kind == "cuda" and not _device_usable(target):
+            print(f"the device is unusable after {kernel} failed: a new process goes on", file=sys.stderr, flush=True)
+            os._exit(POISONED)  # no cleanup: the context is what is broken
+
     try:
         target = Target.detect(a.device, a.dtype, a.heads, a.head_dim)
-        d = decide(a.choice, target, tolerance=a.tolerance, math_max_tokens=a.math_max_tokens, cache=a.cache)
+        kernels, calls = _stand_ins(a.stand_ins)
+        d = decide(
+            a.choice,
+            target,
+            tolerance=a.tolerance,
+            math_max_tokens=a.math_max_tokens,
+            cache=a.cache,
+            kernels=kernels,
+            calls=calls,
+            given=given,
+            progress=report if a.progress else None,
+        )
     except AttentionError as exc:
         print(f"AttentionError: {exc}", file=sys.stderr)
         return 2

@@ -236,3 +236,24 @@ async def test_a_model_folder_whose_facts_widen_the_window_makes_a_30_second_cli
         state = await ended(runner, job.job_id, timeout=120)
     assert state.status == "done", state.error
     assert state.artifact.frames == 719 and state.artifact.duration_s == pytest.approx(719 / 24)
+
+
+async def test_a_kernel_that_kills_the_probes_process_is_failed_in_readiness_and_a_job_still_runs(make_runner, monkeypatch):
+    """The start-up probe in a child (as on CUDA): one planted kernel segfaults its process, one exits it,
+    one raises a CUDA error; each is a failed row with its error, auto runs flash, a job ends done."""
+    from h3core.executors.pipeline.kernel_probe import STAND_INS_ENV
+    from h3core.service.views import AttentionRowView
+    from tests.fakes.kernels import SPEC
+
+    monkeypatch.setenv(STAND_INS_ENV, SPEC)
+    async with make_runner(probe_in_child=True, attention_cache=None) as runner:
+        rows = runner.executor.attention_report()
+        readiness = {r.kernel: AttentionRowView.model_validate(r, from_attributes=True) for r in rows}
+        job = await runner.submit(req())
+        state = await ended(runner, job.job_id)
+    assert state.status == "done", state.error
+    assert runner.store.events(job.job_id)[2].body.info["attention"] == "flash (asked auto)"
+    assert readiness["flash"].verdict == "chosen"
+    assert readiness["sage-fp16"].verdict == "failed" and "killed by SIGSEGV while running it" in readiness["sage-fp16"].note
+    assert readiness["sage-triton"].verdict == "failed" and "exited 70 while running it" in readiness["sage-triton"].note
+    assert readiness["sage-fp8"].verdict == "failed" and "illegal memory access" in readiness["sage-fp8"].note

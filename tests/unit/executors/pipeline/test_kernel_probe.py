@@ -174,3 +174,57 @@ def test_at_start_reads_the_models_geometry_and_logs_the_table(tmp_path, caplog)
     assert logged[0].startswith("attention: flash (asked auto) on cpu") and any("| flash | chosen |" in m for m in logged)
     with pytest.raises(AttentionError, match="cannot read the attention geometry"):
         kernel_probe.at_start(tmp_path / "nothing", "cpu", "float32", "auto")
+
+
+def test_given_rows_are_not_measured_again_and_the_sage_2_kernels_are_marked_unverified():
+    calls = []
+    given = {"sage-triton": ProbeRow("sage-triton", "failed", note="the probe's process was killed by SIGSEGV while running it")}
+    kernels = {**STANDINS, "sage-fp16": Kernel("sage-fp16", CPU_ANY, backend="stand-in")}
+    heard = []
+    d = decide(
+        "auto",
+        TINY,
+        kernels=kernels,
+        calls={"sage-triton": counted(exact, calls, "sage"), "sage-fp16": padded},
+        given=given,
+        progress=lambda kernel, row: heard.append((kernel, row.verdict if row else None)),
+    )
+    rows = {r.kernel: r for r in d.rows}
+    assert not calls and rows["sage-triton"] == given["sage-triton"] and d.plan.kernel == "flash"
+    assert heard == [("flash", None), ("flash", "accepted"), ("sage-fp16", None), ("sage-fp16", "rejected")]
+    assert rows["sage-fp16"].note.endswith("; " + kernel_probe.UNVERIFIED_NOTE)
+    assert kernel_probe.UNVERIFIED_NOTE not in rows["flash"].note + rows["sage-triton"].note
+    # Unsupported here: not offered, so not marked.
+    assert kernel_probe.UNVERIFIED_NOTE not in next(r for r in decide("auto", TINY).rows if r.kernel == "sage-fp8").note
+
+
+@pytest.mark.slow  # child interpreters that import torch
+def test_a_kernel_that_kills_or_breaks_the_probes_process_is_failed_with_its_error_and_auto_goes_on(monkeypatch):
+    from tests.fakes import kernels as faulting
+
+    monkeypatch.setenv(kernel_probe.STAND_INS_ENV, faulting.SPEC)
+    d = kernel_probe.decide_in_child("auto", {"device": "cpu", "dtype": "float32", "heads": 2, "head_dim": 32})
+    rows = {r.kernel: r for r in d.rows}
+    assert d.plan.kernel == "flash" and rows["flash"].verdict == "chosen"
+    assert rows["sage-fp16"].verdict == "failed" and rows["sage-fp16"].note.startswith(
+        "the probe's process was killed by SIGSEGV while running it"
+    )
+    assert rows["sage-fp8"].verdict == "failed" and rows["sage-fp8"].note.startswith(
+        "RuntimeError: CUDA error: an illegal memory access was encountered"
+    )
+    assert rows["sage-triton"].verdict == "failed" and rows["sage-triton"].note.startswith(
+        "the probe's process exited 70 while running it"
+    )
+    assert all(rows[k].note.endswith(kernel_probe.UNVERIFIED_NOTE) for k in ("sage-fp16", "sage-fp8"))
+    table = "\n".join(kernel_probe.table(d))
+    assert "| sage-fp16 | failed |" in table and "killed by SIGSEGV" in table
+    # Forced, the faulting kernel refuses the start with how its process ended.
+    with pytest.raises(AttentionError, match="attention 'sage-triton' cannot run here: the probe's process exited 70"):
+        kernel_probe.decide_in_child("sage-triton", {"device": "cpu", "dtype": "float32", "heads": 2, "head_dim": 32})
+
+
+@pytest.mark.slow  # a child interpreter
+def test_a_child_that_dies_before_measuring_anything_says_how(monkeypatch):
+    monkeypatch.setenv(kernel_probe.STAND_INS_ENV, "tests.fakes.no_such_module:faulting")
+    with pytest.raises(AttentionError, match="the attention probe exited 1 before it decided: .*ModuleNotFoundError"):
+        kernel_probe.decide_in_child("auto", {"device": "cpu", "dtype": "float32", "heads": 2, "head_dim": 32})

@@ -1,0 +1,102 @@
+"""The GPU check's CPU side (bench/gpu_check.sh, bench/gpu/): which bundled wheels a machine's python
+gets, the stop where the bundle was made for another python or torch is missing, and the full-size
+step at toy geometry (its dry run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench" / "gpu"))
+import wheels  # noqa: E402
+
+CP312 = {"cp312-cp312-manylinux_2_17_x86_64", "cp312-abi3-manylinux_2_17_x86_64", "py3-none-any"}
+CP313 = {"cp313-cp313-manylinux_2_17_x86_64", "cp312-abi3-manylinux_2_17_x86_64", "py3-none-any"}
+
+
+def bundle(folder: Path, *names: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_bytes(b"")
+    return folder
+
+
+PAIR = ("pydantic-2.14.4-py3-none-any.whl", "pydantic_core-2.50.5-cp312-cp312-manylinux_2_17_x86_64.whl")
+
+
+def decisions(folder, tags, have=None):
+    return {w.name.split("-")[0]: (take, why) for w, take, why in wheels.select(folder, tags, have or {})}
+
+
+def test_a_pair_whose_compiled_half_this_python_cannot_take_is_left_out_whole(tmp_path):
+    folder = bundle(tmp_path / "b", *PAIR, "av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl", "tabulate-0.10.0-py3-none-any.whl")
+    on312 = decisions(folder, CP312 | {"cp311-abi3-manylinux_2_28_x86_64"}, {"pydantic": "2.11.0"})
+    assert on312["pydantic"] == (True, "core (the machine's 2.11.0 is shadowed)") and on312["pydantic_core"][0]
+    # On 3.13 the cp312 core does not install; pydantic must not shadow the machine's working copy.
+    on313 = decisions(folder, CP313 | {"cp311-abi3-manylinux_2_28_x86_64"}, {"pydantic": "2.11.0", "tabulate": "0.9"})
+    assert on313["pydantic_core"] == (False, "no wheel for this python (cp312-cp312-manylinux_2_17_x86_64.whl)")
+    assert on313["pydantic"][0] is False and "no pydantic-core wheel for this python" in on313["pydantic"][1]
+    assert on313["av"] == (True, "core")  # abi3: any CPython from 3.11
+    assert on313["tabulate"] == (True, "the machine has older 0.9")
+    assert decisions(folder, CP313, {"tabulate": "0.10.0"})["tabulate"] == (False, "the machine has 0.10.0: kept")
+
+
+def test_wheel_tags_are_matched_with_the_fallback_when_packaging_is_absent():
+    me = {"python": "3.12", "tag": "cp312", "machine": "x86_64"}
+    tags = wheels.fallback_tags(me, (2, 28))
+    assert wheels.wheel_tags("pydantic_core-2.50.5-cp312-cp312-manylinux2014_x86_64.manylinux_2_17_x86_64.whl") & tags
+    assert wheels.wheel_tags("av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl") & tags
+    assert not wheels.wheel_tags("pydantic_core-2.50.5-cp313-cp313-manylinux_2_17_x86_64.whl") & tags
+    assert not wheels.wheel_tags("av-18.1.0-cp311-abi3-manylinux_2_34_x86_64.whl") & tags  # newer glibc than the machine's
+
+
+def run(*args, env=None, **kw):
+    return subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})}, **kw)
+
+
+def test_the_check_names_both_pythons_and_stops_when_the_bundle_was_made_for_another(tmp_path):
+    folder = bundle(tmp_path / "b", *PAIR)
+    (folder / "manifest.json").write_text(json.dumps({"implementation": "cp", "pythons": ["3.9"], "machine": "x86_64"}))
+    done = run(sys.executable, "bench/gpu/wheels.py", "check", str(folder))
+    me = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "was made for cp 3.9 (manylinux x86_64); this machine's python is cp " in done.stdout
+    assert f"H3GPU_PYVER={me} bash bench/gpu_bundle.sh" in done.stdout
+    (folder / "manifest.json").write_text(json.dumps({"implementation": "cp", "pythons": [me], "machine": "x86_64"}))
+    assert run(sys.executable, "bench/gpu/wheels.py", "check", str(folder)).returncode == 0
+
+
+def test_a_gpu_check_on_a_mismatched_bundle_stops_before_any_other_step(tmp_path):
+    folder = bundle(tmp_path / "b", *PAIR)
+    (folder / "manifest.json").write_text(json.dumps({"implementation": "cp", "pythons": ["3.9"], "machine": "x86_64"}))
+    env = {"PYTHON": sys.executable, "H3GPU_WHEELS": str(folder), "OUT": str(tmp_path / "out"), "H3GPU_WORK": str(tmp_path / "w")}
+    done = run("bash", "bench/gpu_check.sh", env={**env, "H3GPU_DRY": ""}, timeout=120)
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert "STOPPED after 0 interpreter" in done.stdout and "1 wheels" not in done.stdout
+
+
+def test_env_without_torch_says_so_in_one_line_and_exits_1(tmp_path):
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('libcudart.so.13: cannot open shared object file')\n")
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "H3GPU_DRY": "", "OUT": str(tmp_path / "out")}
+    done = run(sys.executable, "bench/gpu/env.py", env=env, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
+    assert "STOP: torch does not import with" in done.stdout and "libcudart.so.13" in done.stdout
+
+
+@pytest.mark.slow  # imports torch and diffusers; about a minute on a busy CPU
+def test_env_without_cuda_stops_and_the_full_size_step_runs_at_toy_geometry(tmp_path):
+    env = {"PYTHONPATH": str(ROOT), "OUT": str(tmp_path / "out"), "H3GPU_WORK": str(tmp_path / "w")}
+    done = run(sys.executable, "bench/gpu/env.py", env={**env, "H3GPU_DRY": "", "CUDA_VISIBLE_DEVICES": ""}, timeout=300)
+    assert done.returncode == 1 and "sees no CUDA device; no later step can run" in done.stdout, done.stdout[-1500:]
+    done = run(sys.executable, "bench/gpu/fullsize.py", env={**env, "H3GPU_DRY": "cpu"}, timeout=300)
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-3000:]
+    out = done.stdout
+    assert "| tokens | kernel | product step (median of steps 2+) | bare forward (median of 2) | product / bare | bar |" in out
+    assert "mux: 22 frames 64x64 + audio (H.264 + AAC)" in out and "non-denoise share" in out
