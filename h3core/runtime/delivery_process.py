@@ -1,11 +1,13 @@
 """Webhooks delivered by a process of their own, beside the process that runs the jobs.
 
-The process that runs the jobs (roles `all` and `runner`, and `h3core worker`: the one holding
-the runner lock, so one per store) starts `DeliveryProcess`: a child Python process that runs
-the `WebhookDispatcher` over the same store, following the log by reading it every `resync_s`
-(no bus crosses processes). Delivery's CPU (HTTP, TLS, signing, JSON, reading the log) is then
-none of the runner's: a process of one thread cannot give an event loop's time to a hundred
-sends a second and lose nothing (bench_webhooks.py: 54 % of the runner's jobs/s in-process).
+The process that runs the jobs (roles `all` and `runner`, and `h3core worker`: on SQLite the one
+holding the runner lock; on PostgreSQL every runner node's, of which one at a time holds the
+store's delivery turn while the others stand by to take it over) starts `DeliveryProcess`: a
+child Python process that runs the `WebhookDispatcher` over the same store, following the log by
+reading it every `resync_s` (no bus crosses processes). Delivery's CPU (HTTP, TLS, signing, JSON,
+reading the log) is then none of the runner's: a process of one thread cannot give an event
+loop's time to a hundred sends a second and lose nothing (bench_webhooks.py: 54 % of the
+runner's jobs/s in-process).
 
 The child's stdin is its lifeline: the parent never writes after the config line, and the child
 stops (its position saved) when stdin ends, as it does when the parent exits, however it exits
@@ -23,15 +25,19 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from subprocess import PIPE
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 from anyio.abc import Process, TaskStatus
 from pydantic import BaseModel, SecretStr
 
+from h3core.adapters.store.nodes import Turn, Turns
 from h3core.domain.webhooks import Endpoint
 from h3core.runtime.logs import configure
 from h3core.runtime.settings import Settings, endpoint_secrets, secret_list
+
+if TYPE_CHECKING:
+    from h3core.runtime.webhooks import WebhookDispatcher
 
 __all__ = ["DeliveryConfig", "DeliveryProcess", "delivery_for", "main"]
 
@@ -39,6 +45,8 @@ log = logging.getLogger("h3core.webhooks")
 
 SECRET_ENV = "H3_WEBHOOK_SECRET"
 REPORT_EVERY_S = 0.25
+TURN = "webhooks"  # the one delivery turn of a deployment on a shared store
+TURN_CHECK_S = 2.0  # how often a standing-by node tries for it, and the holder checks it still holds it
 STOP_GRACE_S = 10.0
 
 
@@ -64,6 +72,9 @@ class DeliveryProcess:
         self.outcomes: Counter[str] = Counter()  # over every child this one started
         self.starts = 0
         self.pid: int | None = None  # the child's, while one runs
+        # Whether the child delivers now: False while it stands by for the turn of a store shared
+        # by nodes (another node delivers), None before it says.
+        self.delivering: bool | None = None
         self._started = False
 
     def _env(self) -> dict[str, str]:
@@ -104,11 +115,14 @@ class DeliveryProcess:
                 *lines, buffered = buffered.split(b"\n")
                 for line in lines:
                     report = json.loads(line)
+                    if "delivering" in report:
+                        self.delivering = bool(report["delivering"])
                     if "outcomes" in report:  # each count only grows: set in place, never cleared (/metrics reads it)
                         for outcome, n in (base + Counter(report["outcomes"])).items():
                             self.outcomes[outcome] = n
             return f"exit status {await process.wait()}"
         finally:
+            self.delivering = None
             with anyio.CancelScope(shield=True):
                 await _stop(process)
 
@@ -167,23 +181,68 @@ async def _deliver(config: DeliveryConfig) -> None:
     )
     try:
         async with anyio.create_task_group() as tg:
-            await tg.start(dispatcher.run)
 
-            async def report() -> None:
-                last: dict[str, int] = {}
-                while True:
-                    if dict(dispatcher.outcomes) != last:
-                        last = dict(dispatcher.outcomes)
-                        _report({"outcomes": last})
-                    await anyio.sleep(REPORT_EVERY_S)
+            async def deliver() -> None:
+                turn = await _wait_for_turn(store)
+                _report({"delivering": True})
+                try:
+                    async with anyio.create_task_group() as inner:
+                        await inner.start(dispatcher.run)
+                        inner.start_soon(_report_outcomes, dispatcher)
+                        if turn is not None:
+                            inner.start_soon(_keep_turn, turn)
+                finally:
+                    if turn is not None:
+                        turn.release()
 
-            tg.start_soon(report)
+            tg.start_soon(deliver)
             # The lifeline: stdin ends when the parent closes it or exits (however it exits).
             await anyio.to_thread.run_sync(sys.stdin.buffer.read, abandon_on_cancel=True)
             tg.cancel_scope.cancel()
         _report({"outcomes": dict(dispatcher.outcomes)})
     finally:
         store.close()
+
+
+async def _report_outcomes(dispatcher: WebhookDispatcher) -> None:
+    last: dict[str, int] = {}
+    while True:
+        if dict(dispatcher.outcomes) != last:
+            last = dict(dispatcher.outcomes)
+            _report({"outcomes": last})
+        await anyio.sleep(REPORT_EVERY_S)
+
+
+async def _wait_for_turn(store: object) -> Turn | None:
+    """On a store shared by nodes, wait for the deployment's one delivery turn: every node that
+    has the secret may deliver, one at a time, or each would send every event. None: the store
+    has one runner (SQLite), whose process is the only one delivering."""
+    if not isinstance(store, Turns):
+        return None
+    waiting = False
+    while True:
+        turn = await anyio.to_thread.run_sync(store.take_turn, TURN)
+        if turn is not None:
+            if waiting:
+                log.info("this node delivers the webhooks now (the node that did has stopped)")
+            return turn
+        if not waiting:
+            log.info("another node delivers the webhooks; this one takes over if it stops")
+            _report({"delivering": False})
+            waiting = True
+        await anyio.sleep(TURN_CHECK_S)
+
+
+async def _keep_turn(turn: Turn) -> None:
+    """End this process once its turn is gone (its connection lost): another node may hold it
+    now. The parent starts another process, which waits for the turn again."""
+    while await anyio.to_thread.run_sync(turn.held):
+        await anyio.sleep(TURN_CHECK_S)
+    raise TurnLost("the webhook delivery turn was lost with its connection to the store")
+
+
+class TurnLost(RuntimeError):
+    pass
 
 
 def _report(message: dict[str, object]) -> None:
@@ -198,7 +257,11 @@ def main() -> None:
     """The child: read the config line from stdin, deliver until stdin ends."""
     config = DeliveryConfig.model_validate_json(sys.stdin.buffer.readline())
     configure(config.log_format, config.log_level)
-    anyio.run(_deliver, config)
+    try:
+        anyio.run(_deliver, config)
+    except* TurnLost as group:
+        log.warning("%s: this process stops, another waits for the turn", group.exceptions[0])
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -157,7 +157,7 @@ def build_service(settings: Settings) -> Service:
     metrics = Metrics(store, executor)
     webhooks = delivery_for(settings)  # SettingsError: endpoints without a secret
     if webhooks is not None:
-        metrics.watch_webhooks(webhooks.outcomes)
+        metrics.watch_webhooks(webhooks)
     if not settings.store_options():
         return Service(settings, store, artifacts, uploads, contract, runner, metrics, runner.bus, webhooks=webhooks)
     # One node among several: its live streams and metrics follow the store (every node's events,

@@ -3,7 +3,6 @@ job durations and executor failures counted from the live event stream."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 
 import anyio
@@ -16,6 +15,7 @@ from h3core.adapters.store.nodes import NodeLeases
 from h3core.domain.state import TERMINAL
 from h3core.executors.base import Executor
 from h3core.runtime.bus import EventBus
+from h3core.runtime.delivery_process import DeliveryProcess
 
 # Jobs take minutes (docs/design.md §1: 11–14 min); the buckets span a fake second to an hour.
 GROUP_STATES = ("starting", "ready", "busy", "dead", "down")
@@ -133,16 +133,22 @@ class _AttentionCollector:
 
 
 class _WebhookCollector:
-    """Webhook deliveries by outcome: delivered, failed (a try), retried, given_up, superseded (a progress)."""
+    """Webhook deliveries by outcome: delivered, failed (a try), retried, given_up, superseded (a
+    progress); and whether this process's delivery runs now (on a shared store one node's does)."""
 
-    def __init__(self, outcomes: Mapping[str, int]) -> None:
-        self.outcomes = outcomes
+    def __init__(self, delivery: DeliveryProcess) -> None:
+        self.delivery = delivery
 
     def collect(self):
         family = CounterMetricFamily("h3core_webhook_deliveries", "Webhook sends by outcome.", labels=["outcome"])
         for outcome in ("delivered", "failed", "retried", "given_up", "superseded"):
-            family.add_metric([outcome], self.outcomes.get(outcome, 0))
+            family.add_metric([outcome], self.delivery.outcomes.get(outcome, 0))
         yield family
+        yield GaugeMetricFamily(
+            "h3core_webhook_delivering",
+            "1 while this node's process delivers the webhooks (on a shared store, one node's at a time).",
+            value=1.0 if self.delivery.delivering else 0.0,
+        )
 
 
 class Metrics:
@@ -166,9 +172,9 @@ class Metrics:
         )
         self.store = store
 
-    def watch_webhooks(self, outcomes: Mapping[str, int]) -> None:
-        """Report the webhook dispatcher's counts (`WebhookDispatcher.outcomes`)."""
-        self.registry.register(_WebhookCollector(outcomes))
+    def watch_webhooks(self, delivery: DeliveryProcess) -> None:
+        """Report the delivering process's counts and whether it delivers now."""
+        self.registry.register(_WebhookCollector(delivery))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

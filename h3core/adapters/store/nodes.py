@@ -13,6 +13,10 @@ its executor can run, its last heartbeat) and a lease per running attempt, taken
   a node taking over while the holder comes back and beats, exactly one wins.
 - **Ages are the server's.** Beats and lease ages use the store's clock, so nodes' clocks may
   differ without a lease expiring early or late.
+
+A store shared by nodes may also honour `Turns`: work that one process of the deployment must do
+at a time (delivering webhooks from the log) waits for a named turn. At most one holder per name;
+a turn ends when released or when its holder's process dies, and `held()` says whether it still is.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from pydantic import BaseModel
 from h3core.adapters.store.base import Conflict
 from h3core.domain.capabilities import Capabilities
 
-__all__ = ["Expired", "LeaseLost", "NodeInfo", "NodeLeases", "NodeRow", "NodeTaken"]
+__all__ = ["Expired", "LeaseLost", "NodeInfo", "NodeLeases", "NodeRow", "NodeTaken", "Turn", "Turns"]
 
 
 class LeaseLost(Conflict):
@@ -105,4 +109,22 @@ class NodeLeases(Protocol):
 
     def take_lease(self, lease: Expired, lease_s: float) -> bool:
         """Move `lease` to this node if it is still the holder's and still expired; False if not."""
+        ...
+
+
+@runtime_checkable
+class Turn(Protocol):
+    """A named turn this process holds (the module docstring states the contract)."""
+
+    def held(self) -> bool:
+        """Still held: False once its connection to the store is gone (another may hold it now)."""
+        ...
+
+    def release(self) -> None: ...
+
+
+@runtime_checkable
+class Turns(Protocol):
+    def take_turn(self, name: str) -> Turn | None:
+        """Hold the turn `name` if no other process does; None if one does."""
         ...

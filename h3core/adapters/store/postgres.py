@@ -459,11 +459,45 @@ class PostgresEventStore(SQLReads):
             ).rowcount
         return moved == 1
 
+    def take_turn(self, name: str) -> _SessionTurn | None:
+        """A session advisory lock on a connection of its own, outside the pool: the database
+        ends it with the session, so a killed holder's turn is free once its socket closes."""
+        import psycopg
+
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        try:
+            row = conn.execute("SELECT pg_try_advisory_lock(hashtext(current_schema() || '.h3core.turn.' || %s))", (name,))
+            (taken,) = row.fetchone() or (False,)
+        except BaseException:
+            conn.close()
+            raise
+        if not taken:
+            conn.close()
+            return None
+        return _SessionTurn(conn)
+
     def close(self) -> None:
         with self._listen_lock:
             if self._listener is not None:
                 self._listener.close()
         self._pool.close()
+
+
+class _SessionTurn:
+    """A turn held by one database session (`PostgresEventStore.take_turn`)."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self._conn = conn
+
+    def held(self) -> bool:
+        try:
+            self._conn.execute("SELECT 1")
+        except Exception:  # the session is gone, and its lock with it
+            return False
+        return True
+
+    def release(self) -> None:
+        self._conn.close()
 
 
 def _states(conn: psycopg.Connection, job_ids: Collection[str]) -> dict[str, JobState | None]:

@@ -5,7 +5,7 @@ runner node."""
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from litestar.testing import TestClient
 
@@ -13,19 +13,27 @@ from h3core.executors.fake import FakeLimits
 from h3core.runtime.settings import Settings
 from h3core.service.app import create_app
 from h3core.service.context import build_service
+from tests.receiver import receiver
 from tests.unit.service.conftest import QUICK
+from tests.unit.service.test_webhooks import SECRET
 from tests.waiting import poll
 
 
 @contextmanager
 def node(pg_url, root, limits: FakeLimits | None = None, **settings):
     """A service process on the store; `limits`: what its fake executor can run (default: anything)."""
+    with node_and_service(pg_url, root, limits, **settings) as (client, _):
+        yield client
+
+
+@contextmanager
+def node_and_service(pg_url, root, limits: FakeLimits | None = None, **settings):
     config = Settings(db=pg_url, artifacts=root / "artifacts", uploads=root / "uploads", executor="fake", **settings)
     svc = build_service(config)
     if limits is not None:
         svc.runner.executor.limits = limits
     with TestClient(create_app(config, svc), base_url="http://127.0.0.1:8100", timeout=30) as client:
-        yield client
+        yield client, svc
 
 
 def test_an_api_node_and_a_runner_node_share_the_queue_and_report_the_nodes(pg_url, tmp_path, monkeypatch):
@@ -111,3 +119,37 @@ def test_each_node_admits_what_any_live_node_can_run_and_the_node_that_can_runs_
             body = refused.json()
             assert body["reason"] == "model_window" and body["ceiling"]["max_frames"] == 464, body
             assert "the closest, node big" in body["detail"] and "1000 frames" in body["detail"], body
+
+
+def test_of_two_nodes_with_the_webhook_secret_one_delivers_and_the_other_takes_over_when_it_stops(pg_url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with receiver() as rec, ExitStack() as stack:
+
+        def start(name: str):
+            hooks = {"webhook_secret": SECRET, "webhooks_allow": ["127.0.0.1"], "webhook_endpoints": [f"jobs={rec.url}"]}
+            return node_and_service(pg_url, tmp_path / name, node=name, poll_interval=0.05, **hooks)
+
+        def done_hooks(ids: list[str]) -> bool:
+            done = {r.payload["data"]["job_id"] for r in rec.got() if r.payload["type"] == "job.done"}
+            return done >= set(ids)
+
+        first = ExitStack()
+        try:
+            a, a_svc = first.enter_context(start("a"))
+            poll(lambda: a_svc.webhooks.delivering, 60, "node a to deliver")
+            b, b_svc = stack.enter_context(start("b"))
+            poll(lambda: b_svc.webhooks.delivering is False, 60, "node b to stand by")
+            assert "h3core_webhook_delivering 0.0" in b.get("/metrics").text
+            assert "h3core_webhook_delivering 1.0" in a.get("/metrics").text
+            ids = [(a if i % 2 else b).post("/v1/jobs", json=QUICK).json()["id"] for i in range(4)]
+            poll(lambda: done_hooks(ids), 60, "the jobs' webhooks", lambda: str(rec.got()))
+            # Reported by the delivering process every quarter second: 2 hooks a job (start, completed).
+            poll(lambda: a_svc.webhooks.outcomes["delivered"] >= 8, 30, "node a's count", lambda: str(a_svc.webhooks.outcomes))
+            assert not b_svc.webhooks.outcomes, "node b delivered while node a held the turn"
+        finally:
+            first.close()  # node a stops: its delivering process ends, and the turn with it
+        poll(lambda: b_svc.webhooks.delivering, 60, "node b to take over the delivery")
+        later = [b.post("/v1/jobs", json=QUICK).json()["id"] for _ in range(2)]
+        poll(lambda: done_hooks(later), 60, "node b's webhooks", lambda: str(rec.got()))
+        sent = [r.headers["webhook-id"] for r in rec.got()]
+        assert len(sent) == len(set(sent)) == 12, "an event was delivered twice, or one not at all"
