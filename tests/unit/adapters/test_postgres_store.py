@@ -83,6 +83,28 @@ def test_the_schema_is_versioned_and_a_newer_one_is_refused(pg_url):
         PostgresEventStore(pg_url)
 
 
+def test_queued_jobs_of_a_version_2_store_get_the_columns_a_nodes_claim_filters_by(pg_url):
+    from h3core.domain.admission import QueueFilter
+
+    store = PostgresEventStore(pg_url)
+    for job, frames, tokens in (("long", 400, 9000), ("short", 50, 900)):
+        store.append(job, [submitted(frames=frames), Admitted(tokens=tokens)])
+    store.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to version 2's shape
+        conn.execute("DROP INDEX jobs_queue")
+        conn.execute("ALTER TABLE jobs DROP COLUMN frames, DROP COLUMN tokens")
+        conn.execute("CREATE INDEX jobs_queue ON jobs (priority DESC, queue_order) WHERE status = 'queued'")
+        conn.execute("UPDATE schema_version SET version = 2")
+    store = PostgresEventStore(pg_url)
+    try:
+        assert store.schema_version() == SCHEMA_VERSION == 3
+        assert [s.job_id for s in store.queued()] == ["long", "short"]
+        assert [s.job_id for s in store.queued(fits=QueueFilter(max_frames=200))] == ["short"]
+        assert [s.job_id for s in store.queued(fits=QueueFilter(max_tokens=1000))] == ["short"]
+    finally:
+        store.close()
+
+
 def test_the_database_refuses_update_delete_and_truncate_of_events(pg_url):
     store = PostgresEventStore(pg_url)
     store.append("j", [submitted()])

@@ -96,7 +96,7 @@ def test_a_version_1_file_is_migrated_forward(tmp_path):
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     store = SQLiteEventStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 6
+    assert store.schema_version() == SCHEMA_VERSION == 7
     plan = (
         sqlite3.connect(path)
         .execute("EXPLAIN QUERY PLAN SELECT state FROM jobs WHERE status = 'queued' ORDER BY priority DESC, queue_order LIMIT 5")
@@ -111,6 +111,32 @@ def test_a_version_1_file_is_migrated_forward(tmp_path):
     assert not any("TEMP B-TREE" in row[-1] for row in plan), plan  # v3: listing by status
     store.append("j", [submitted(), Admitted()])
     assert [s.job_id for s in store.queued()] == ["j"]
+
+
+def test_queued_jobs_of_a_version_6_file_get_the_columns_a_nodes_claim_filters_by(tmp_path):
+    from h3core.domain.admission import QueueFilter
+
+    path = tmp_path / "v6.db"
+    store = SQLiteEventStore(path)
+    for job, frames, tokens in (("long", 400, 9000), ("short", 50, 900)):
+        store.append(job, [submitted(frames=frames), Admitted(tokens=tokens)])
+    store.close()
+    # Back to version 6's shape: the jobs table without the columns version 7 adds.
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("DROP INDEX jobs_queue")
+    for column in ("mode", "frames", "tokens"):
+        conn.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
+    conn.execute("CREATE INDEX jobs_queue ON jobs (status, priority DESC, queue_order)")
+    conn.execute("PRAGMA user_version = 6")
+    conn.close()
+    store = SQLiteEventStore(path)
+    assert store.schema_version() == 7
+    assert [s.job_id for s in store.queued()] == ["long", "short"]
+    assert [s.job_id for s in store.queued(fits=QueueFilter(max_frames=200))] == ["short"]
+    assert [s.job_id for s in store.queued(fits=QueueFilter(max_tokens=1000))] == ["short"]
+    assert [s.job_id for s in store.queued(modes=["fl2va"])] == []
+    assert [s.job_id for s in store.queued(modes=["t2va"], fits=QueueFilter(max_frames=500))] == ["long", "short"]
+    store.close()
 
 
 def test_a_writer_waits_for_another_processs_write_lock_up_to_its_busy_timeout(tmp_path):
