@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from h3core.adapters.store.location import is_postgres_url, parse_location
-from h3core.adapters.store.nodes import NodeLeases
+from h3core.adapters.store.nodes import NodeLeases, NodeRow
 from h3core.cli.app import app
 from h3core.cli.common import EXIT_DATA, DbOption, console, fail, open_store
 
@@ -23,7 +23,9 @@ def nodes(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per node instead of a table.")] = False,
 ) -> None:
     """The runner nodes of a PostgreSQL store: id, host and pid, slots, attempts leased now,
-    what their executor can start, and their last heartbeat (alive, stale past the lease, or left)."""
+    what their executor can start, the frames its model's window admits and its largest group's
+    token budget (what the node claims by), and their last heartbeat (alive, stale past the lease,
+    or left)."""
     if not is_postgres_url(db):
         fail(f"{db} is a SQLite store: one runner, no nodes (its runner holds {db}.runner.lock)")
     with open_store(db) as store:
@@ -34,8 +36,8 @@ def nodes(
             typer.echo(json.dumps({**n.model_dump(mode="json"), "alive": n.alive()}))
         return
     table = Table(title=f"runner nodes of {db}", title_justify="left")
-    for column in ("node", "host", "pid", "slots", "running", "modes", "last beat", "state"):
-        table.add_column(column, no_wrap=True, justify="right" if column in ("pid", "slots", "running") else "left")
+    for column in ("node", "host", "pid", "slots", "running", "modes", "frames", "budget", "last beat", "state"):
+        table.add_column(column, no_wrap=True, justify="right" if column in ("pid", "slots", "running", "budget") else "left")
     for n in rows:
         state = "left" if n.left_at is not None else ("alive" if n.alive() else f"stale (lease {n.lease_s:g}s)")
         style = {"alive": "green", "left": "dim"}.get(state, "red")
@@ -46,6 +48,7 @@ def nodes(
             str(n.slots),
             str(n.leases),
             ",".join(n.modes) or "-",
+            *_limits(n),
             f"{n.beat_age_s:.1f}s ago",
             Text(state, style=style),
         )
@@ -54,6 +57,18 @@ def nodes(
         out.print(f"no runner node has joined {db}")
         return
     out.print(table)
+
+
+def _limits(node: NodeRow) -> tuple[str, str]:
+    """The frames the node's window admits and its largest group's token budget ("-": none stated
+    or no bound)."""
+    caps = node.capabilities
+    if caps is None:
+        return "-", "-"
+    window = caps.window
+    frames = f"{window.min_frames}-{window.max_frames if window.max_frames is not None else ''}" if window is not None else "-"
+    budgets = [g.tokens for g in caps.groups if g.tokens is not None]
+    return frames, f"{max(budgets):,}" if budgets and len(budgets) == len(caps.groups) else "-"
 
 
 @app.command()

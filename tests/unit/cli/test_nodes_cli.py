@@ -11,6 +11,7 @@ from h3core.adapters.store.nodes import NodeInfo
 from h3core.adapters.store.postgres import PostgresEventStore
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.cli import app
+from h3core.domain.capabilities import Capabilities, FrameWindow, GroupBudget
 from h3core.domain.events import Admitted, Progress, Running
 from h3core.domain.webhooks import Delivery
 from tests.factories import done_log, submitted
@@ -50,13 +51,16 @@ def test_migrate_refuses_a_target_that_is_not_postgres(tmp_path):
     assert result.exit_code == 2 and "--to must be a postgresql:// URL" in result.output
 
 
-def test_nodes_lists_each_node_with_its_slots_and_last_beat(pg_url, tmp_path):
+def test_nodes_lists_each_node_with_its_slots_limits_and_last_beat(pg_url, tmp_path):
     store = PostgresEventStore(pg_url, node="gpu-1")
-    store.join(NodeInfo(node_id="gpu-1", host="box1", pid=42, role="runner", slots=4, executor="pipeline", modes=["t2va"]), 30)
+    caps = Capabilities(executor="pipeline", window=FrameWindow(max_seconds=5.0), groups=(GroupBudget(size=1, tokens=120_000),))
+    info = NodeInfo(node_id="gpu-1", host="box1", pid=42, role="runner", slots=4, executor="pipeline", modes=["t2va"])
+    store.join(info.model_copy(update={"capabilities": caps}), 30)
     cli = CliRunner()
-    shown = cli.invoke(app, ["nodes", "--db", pg_url])
+    shown = cli.invoke(app, ["nodes", "--db", pg_url], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
     assert "gpu-1" in shown.output and "box1" in shown.output and "alive" in shown.output
+    assert f"1-{caps.window.max_frames}" in shown.output and "120,000" in shown.output
     (row,) = [json.loads(line) for line in cli.invoke(app, ["nodes", "--db", pg_url, "--json"]).output.splitlines()]
     assert (row["node_id"], row["slots"], row["leases"], row["alive"]) == ("gpu-1", 4, 0, True)
     store.leave()
