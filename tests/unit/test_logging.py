@@ -8,8 +8,11 @@ import json
 import logging
 import subprocess
 import sys
+from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from h3core import Admitted, RetryPolicy, Running, SQLiteEventStore
 from h3core.runtime.logs import configure, fields
@@ -123,6 +126,24 @@ def test_json_lines_carry_the_four_keys_the_extra_fields_and_a_traceback():
     assert "RuntimeError: boom" in line["exc"]
     # An extra field named like one of the four does not hide it.
     assert json.loads(JsonLines().format(record(logger="x")))["logger"] == "h3core.runner"
+
+
+@settings(max_examples=300)
+@given(
+    second=st.integers(min_value=0, max_value=4_000_000_000),
+    fraction=st.one_of(
+        st.floats(min_value=0, max_value=1, exclude_max=True),
+        st.sampled_from([0.0005, 0.0004995, 0.9994995, 0.9995, 0.9999995, 0.99999949, 0.99999951]),
+    ),
+)
+def test_a_records_stamp_is_its_time_in_utc_to_the_millisecond_as_datetime_writes_it(second, fraction):
+    """The stamp reuses the text of the last second it wrote: records in the same second, the next
+    second and an earlier one all read as datetime.isoformat writes them (rounding included)."""
+    from h3core.runtime.logs import _ts
+
+    for t in (second + fraction, second + 1 + fraction, second + fraction / 2, float(second)):
+        expected = datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        assert _ts(logging.makeLogRecord({"created": t})) == expected
 
 
 def test_configure_prints_text_or_json_at_the_level_asked_and_replaces_itself():
