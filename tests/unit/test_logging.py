@@ -212,3 +212,45 @@ def test_configure_keeps_httpx_requests_out_of_the_log_but_not_its_warnings():
     said = out.getvalue()
     assert "HTTP Request" not in said and "connect_tcp" not in said
     assert "a warning is kept" in said and "h3core's own debug is kept" in said
+
+
+def test_the_runner_logs_the_same_records_whether_debug_is_on_or_off_less_the_debug_ones(caplog):
+    """`log_written` skips what logs at DEBUG when DEBUG is off, before building its fields: one
+    body of every type (a type added later is in the list below or this test fails) gives at INFO
+    exactly the records it gives at DEBUG, less those at DEBUG."""
+    import typing
+
+    from h3core.domain import events as ev
+    from h3core.domain.state import fold
+    from h3core.runtime._journal import log_written
+    from tests.factories import artifact
+
+    bodies = [
+        submitted(),
+        Admitted(tokens=7),
+        Running(attempt=1, executor="fake"),
+        ev.Resumed(attempt=1, executor_ref="r1", after_s=2.0),
+        ev.Detached(attempt=1, executor_ref="r1"),
+        ev.Progress(step=1, total=2),
+        ev.Done(artifact=artifact()),
+        ev.Done(artifact=artifact(), cancel_too_late=True),
+        ev.AttemptFailed(attempt=1, kind="oom", message="out of memory"),
+        ev.Failed(kind="oom", message="out of memory"),
+        ev.CancelRequested(reason="asked"),
+        ev.Cancelled(reason="asked"),
+        ev.Recovered(attempt=1, artifact=artifact()),
+    ]
+    union = typing.get_args(typing.get_args(ev.Body)[0])  # Annotated[Union[...], its discriminator]
+    assert {type(b) for b in bodies} == set(union), "a body type this test does not log"
+    state = fold([ev.Event(job_id="j" * 32, seq=i + 1, at=datetime.now(UTC), body=b) for i, b in enumerate(bodies[:2])])
+
+    def records(level: int) -> list[tuple[str, str, dict]]:
+        caplog.clear()
+        with caplog.at_level(level, logger="h3core.runner"):
+            log_written(state, bodies)
+        return [(r.levelname, r.getMessage(), fields(r)) for r in caplog.records if r.name == "h3core.runner"]
+
+    every = records(logging.DEBUG)
+    assert len(every) == len(bodies)
+    assert records(logging.INFO) == [r for r in every if r[0] != "DEBUG"]
+    assert {r[2]["event"] for r in every if r[0] == "DEBUG"} == {"submitted", "progress"}
