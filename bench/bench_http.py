@@ -169,6 +169,7 @@ class Server:
     role: str = "all"  # H3_ROLE: "runner" has no HTTP (and is started before its "api" partner)
     code: Path = ROOT  # the checkout whose h3core runs (bench_submit.py runs an older one beside this)
     env: dict[str, str] = field(default_factory=dict)  # more H3_* settings (bench_readyz.py: H3_READY_CACHE)
+    wrapper: tuple[str, ...] = ()  # a command the server runs under (bench_submit_ir.py: valgrind)
     port: int = 0
     proc: subprocess.Popen | None = None
     log: Path = field(init=False)
@@ -192,7 +193,7 @@ class Server:
             args = ["--port", str(self.port), "--db", str(self.db), "--artifacts", str(self.root / "artifacts")]
             args += ["--uploads", str(self.root / "uploads")]
             if self.profile is None:
-                cmd = [sys.executable, "-m", "h3core.cli", "serve", *args]
+                cmd = [*self.wrapper, sys.executable, "-m", "h3core.cli", "serve", *args]
                 stdin = subprocess.DEVNULL
             else:  # the same app under cProfile; stops when its stdin closes (see _serve_profiled.py)
                 cmd = [sys.executable, str(Path(__file__).with_name("_serve_profiled.py")), str(self.profile), *args]

@@ -69,10 +69,31 @@ class Journal:
         raise self.writer.failure
 
 
+# The event types logged above DEBUG (the cases of `log_written` before its last two).
+_ABOVE_DEBUG = frozenset(
+    {
+        "admitted",
+        "running",
+        "resumed",
+        "detached",
+        "done",
+        "recovered",
+        "attempt_failed",
+        "failed",
+        "cancel_requested",
+        "cancelled",
+    }
+)
+
+
 def log_written(state: JobState, bodies: Sequence[Body]) -> None:
     """One record per event the runner wrote, with the job and attempt as fields: a job's life
     at INFO (its steps at DEBUG), its failures at WARNING."""
     for body in bodies:
+        if body.type not in _ABOVE_DEBUG and not log.isEnabledFor(logging.DEBUG):
+            # Most events (each step's progress, each submit's `submitted`) log at DEBUG: when that
+            # is off, no fields and no match, whose class patterns cost a call each for a model.
+            continue
         extra: dict[str, Any] = {"job_id": state.job_id, "attempt": state.attempt, "event": body.type}
         match body:
             case Admitted():
@@ -81,6 +102,13 @@ def log_written(state: JobState, bodies: Sequence[Body]) -> None:
             case Running():
                 extra |= {"executor": body.executor, "executor_ref": body.executor_ref}
                 log.info("job %s started: attempt %d on %s", state.job_id, body.attempt, body.executor, extra=extra)
+            case Done():
+                extra |= {"path": body.artifact.path, "bytes": body.artifact.bytes}
+                if body.cancel_too_late:
+                    extra["cancel_too_late"] = True
+                    log.info("job %s done: its cancel came too late, the work had finished", state.job_id, extra=extra)
+                else:
+                    log.info("job %s done", state.job_id, extra=extra)
             case Resumed():
                 extra |= {"executor": state.executor, "executor_ref": body.executor_ref}
                 log.info(
@@ -98,13 +126,6 @@ def log_written(state: JobState, bodies: Sequence[Body]) -> None:
             case Progress():
                 extra |= {"step": body.step, "total": body.total}
                 log.debug("job %s step %d/%d", state.job_id, body.step, body.total, extra=extra)
-            case Done():
-                extra |= {"path": body.artifact.path, "bytes": body.artifact.bytes}
-                if body.cancel_too_late:
-                    extra["cancel_too_late"] = True
-                    log.info("job %s done: its cancel came too late, the work had finished", state.job_id, extra=extra)
-                else:
-                    log.info("job %s done", state.job_id, extra=extra)
             case Recovered():
                 extra |= {"path": body.artifact.path}
                 log.info("job %s recovered: attempt %d had committed its video", state.job_id, body.attempt, extra=extra)

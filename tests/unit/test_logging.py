@@ -8,8 +8,11 @@ import json
 import logging
 import subprocess
 import sys
+from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from h3core import Admitted, RetryPolicy, Running, SQLiteEventStore
 from h3core.runtime.logs import configure, fields
@@ -125,6 +128,24 @@ def test_json_lines_carry_the_four_keys_the_extra_fields_and_a_traceback():
     assert json.loads(JsonLines().format(record(logger="x")))["logger"] == "h3core.runner"
 
 
+@settings(max_examples=300)
+@given(
+    second=st.integers(min_value=0, max_value=4_000_000_000),
+    fraction=st.one_of(
+        st.floats(min_value=0, max_value=1, exclude_max=True),
+        st.sampled_from([0.0005, 0.0004995, 0.9994995, 0.9995, 0.9999995, 0.99999949, 0.99999951]),
+    ),
+)
+def test_a_records_stamp_is_its_time_in_utc_to_the_millisecond_as_datetime_writes_it(second, fraction):
+    """The stamp reuses the text of the last second it wrote: records in the same second, the next
+    second and an earlier one all read as datetime.isoformat writes them (rounding included)."""
+    from h3core.runtime.logs import _ts
+
+    for t in (second + fraction, second + 1 + fraction, second + fraction / 2, float(second)):
+        expected = datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        assert _ts(logging.makeLogRecord({"created": t})) == expected
+
+
 def test_configure_prints_text_or_json_at_the_level_asked_and_replaces_itself():
     root = logging.getLogger()
     before = list(root.handlers), root.level
@@ -191,3 +212,45 @@ def test_configure_keeps_httpx_requests_out_of_the_log_but_not_its_warnings():
     said = out.getvalue()
     assert "HTTP Request" not in said and "connect_tcp" not in said
     assert "a warning is kept" in said and "h3core's own debug is kept" in said
+
+
+def test_the_runner_logs_the_same_records_whether_debug_is_on_or_off_less_the_debug_ones(caplog):
+    """`log_written` skips what logs at DEBUG when DEBUG is off, before building its fields: one
+    body of every type (a type added later is in the list below or this test fails) gives at INFO
+    exactly the records it gives at DEBUG, less those at DEBUG."""
+    import typing
+
+    from h3core.domain import events as ev
+    from h3core.domain.state import fold
+    from h3core.runtime._journal import log_written
+    from tests.factories import artifact
+
+    bodies = [
+        submitted(),
+        Admitted(tokens=7),
+        Running(attempt=1, executor="fake"),
+        ev.Resumed(attempt=1, executor_ref="r1", after_s=2.0),
+        ev.Detached(attempt=1, executor_ref="r1"),
+        ev.Progress(step=1, total=2),
+        ev.Done(artifact=artifact()),
+        ev.Done(artifact=artifact(), cancel_too_late=True),
+        ev.AttemptFailed(attempt=1, kind="oom", message="out of memory"),
+        ev.Failed(kind="oom", message="out of memory"),
+        ev.CancelRequested(reason="asked"),
+        ev.Cancelled(reason="asked"),
+        ev.Recovered(attempt=1, artifact=artifact()),
+    ]
+    union = typing.get_args(typing.get_args(ev.Body)[0])  # Annotated[Union[...], its discriminator]
+    assert {type(b) for b in bodies} == set(union), "a body type this test does not log"
+    state = fold([ev.Event(job_id="j" * 32, seq=i + 1, at=datetime.now(UTC), body=b) for i, b in enumerate(bodies[:2])])
+
+    def records(level: int) -> list[tuple[str, str, dict]]:
+        caplog.clear()
+        with caplog.at_level(level, logger="h3core.runner"):
+            log_written(state, bodies)
+        return [(r.levelname, r.getMessage(), fields(r)) for r in caplog.records if r.name == "h3core.runner"]
+
+    every = records(logging.DEBUG)
+    assert len(every) == len(bodies)
+    assert records(logging.INFO) == [r for r in every if r[0] != "DEBUG"]
+    assert {r[2]["event"] for r in every if r[0] == "DEBUG"} == {"submitted", "progress"}

@@ -1,0 +1,159 @@
+"""Instructions per submit, this checkout against another commit: a count that load does not move.
+
+    .venv/bin/python bench/bench_submit_ir.py                          # against 3ac7012, 200 submits each
+    .venv/bin/python bench/bench_submit_ir.py --attribute              # and this checkout with one feature off at a time
+
+bench_submit.py's CPU per submit moves by 10-30 % with the load from elsewhere on a shared box,
+more than the differences it is after. This counts instructions instead, under valgrind's
+callgrind (instrumentation on only around the measured submits): the same code does the same
+count, whatever else runs. What is counted: `POST /v1/jobs` straight into each checkout's ASGI
+app (`_submit_ir_child.py`: Litestar, the handler, admission, the append through the writer
+thread, the answer), user-space instructions of every thread. Not counted: uvicorn and its HTTP
+parser, the sockets, the kernel (fsyncs), and the runner (not started: the `api` role's work).
+Then (`--server-roles`) the whole `h3core serve` process of each checkout, as bench_submit.py
+starts it, under valgrind with a client outside it: everything the process does per submit in
+user space, uvicorn, the store tail and the runner included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import print_load_at_end, print_machine, show, table  # noqa: E402
+from bench_http import ROOT, Server  # noqa: E402
+from bench_submit import _checkout, _post  # noqa: E402
+
+CHILD = Path(__file__).with_name("_submit_ir_child.py")
+FEATURES = ("no-log", "no-cross-site", "plain-request")
+
+
+def _wait(path: Path, proc: subprocess.Popen, log: Path) -> None:
+    while not path.exists():
+        if proc.poll() is not None:
+            raise SystemExit(f"the measured process ended early; its output:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+
+
+def count(code: Path, variant: str, submits: int, workdir: Path) -> int:
+    """Instructions per submit of `variant` of the checkout at `code`."""
+    out = workdir / f"{code.name}-{variant}"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    profile, log = out / "callgrind.out", out / "valgrind.log"
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={profile}"]
+    cmd += [sys.executable, str(CHILD), str(code), variant, str(submits), str(out)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("H3_")} | {"PYTHONPATH": str(code)}
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    try:
+        _wait(out / "ready", proc, log)
+        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
+        (out / "go").touch()
+        _wait(out / "done", proc, log)
+        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True)
+        (out / "exit").touch()
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    totals = [line for line in profile.read_text().splitlines() if line.startswith("totals:")]
+    if not totals:
+        raise SystemExit(f"no totals in {profile}; valgrind's output:\n{log.read_text()[-3000:]}")
+    return int(totals[0].split()[1]) // submits
+
+
+def count_server(code: Path, role: str, submits: int, workdir: Path) -> int:
+    """Instructions per submit of the whole `h3core serve` process of the checkout at `code` in
+    `role` (bench_submit's server: the zero-time fake executor, 16 slots, a fresh store), the
+    client outside valgrind posting one submit after another."""
+    root = workdir / f"server-{code.name}-{role}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    profile = root / "callgrind.out"
+    wrapper = ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={profile}")
+    server = Server(db=root / "h3.db", root=root, slots=16, role=role, code=code, wrapper=wrapper)
+    server.start(timeout=600, probe="healthz")  # started under valgrind: minutes on a busy box
+    try:
+        anyio.run(_post, server.url, 50)  # warm
+        assert server.proc is not None
+        subprocess.run(["callgrind_control", "-i", "on", str(server.proc.pid)], check=True, capture_output=True)
+        anyio.run(_post, server.url, submits)
+        subprocess.run(["callgrind_control", "-i", "off", str(server.proc.pid)], check=True, capture_output=True)
+    finally:
+        server.stop()
+    totals = [line for line in profile.read_text().splitlines() if line.startswith("totals:")]
+    if not totals:
+        raise SystemExit(f"no totals in {profile}; the server's log:\n{server.log.read_text()[-3000:]}")
+    return int(totals[0].split()[1]) // submits
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--against", default="3ac7012", help="the commit to compare with (default 3ac7012)")
+    ap.add_argument("--submits", type=int, default=200, help="measured submits per count (default 200)")
+    ap.add_argument(
+        "--attribute", action="store_true", help="also count this checkout with each feature off: " + ", ".join(FEATURES)
+    )
+    ap.add_argument(
+        "--server-roles",
+        default="api,all",
+        help="also count the whole server process in these H3_ROLEs, comma-separated ('' for none; default api,all)",
+    )
+    ap.add_argument("--workdir", type=Path, default=None, help="counts' folders and the other checkout (default: a new temp dir)")
+    args = ap.parse_args()
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("valgrind (with callgrind_control) is needed: apt-get install valgrind")
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-submit-ir-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    print_machine(workdir, "bench_submit_ir: instructions per POST /v1/jobs, this checkout against " + args.against)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "h3core"], capture_output=True, text=True).stdout
+    here = f"{head.stdout.strip()}{' + changes' if dirty else ''}"
+    against = count(_checkout(args.against, workdir), "full", args.submits, workdir)
+    rows = [(args.against, "as it is", against), (here, "as it is", count(ROOT, "full", args.submits, workdir))]
+    if args.attribute:
+        rows += [(here, f"{v} (attribution only)", count(ROOT, v, args.submits, workdir)) for v in FEATURES]
+    t = table(
+        f"Instructions per POST /v1/jobs, {args.submits} submits per count (callgrind)",
+        ["checkout", "variant", "instructions / submit", f"vs {args.against}", f"vs {here}"],
+        left=2,
+        caption="User-space instructions of every thread of one process, around the measured submits only: the "
+        "Litestar app called as ASGI (no uvicorn, sockets or kernel), the runner not started. 'no-log': the runner's "
+        "log records not made; 'no-cross-site': without the cross-site middleware; 'plain-request': Litestar's "
+        "request instead of the body-limit one.",
+    )
+    full = rows[1][2]
+    for name, variant, n in rows:
+        t.add_row(name, variant, f"{n:,}", f"{100 * (n - against) / against:+.1f} %", f"{n - full:+,}")
+    show(t)
+    roles = [r for r in args.server_roles.split(",") if r]
+    if roles:
+        other = _checkout(args.against, workdir)
+        t = table(
+            f"Instructions per POST /v1/jobs of the whole server process, {args.submits} sequential submits (callgrind)",
+            ["role", args.against, here, "difference"],
+            left=1,
+            caption="`h3core serve` as bench_submit.py runs it, under valgrind, instrumented around the measured submits "
+            "only: every thread's user-space instructions (uvicorn and its HTTP parser, the app, the writer, the API "
+            "role's store tail, metrics; with role all the runner and the fake executor too), not the kernel's.",
+        )
+        for role in roles:
+            a, b = count_server(other, role, args.submits, workdir), count_server(ROOT, role, args.submits, workdir)
+            t.add_row(role, f"{a:,}", f"{b:,}", f"{b - a:+,} ({100 * (b - a) / a:+.1f} %)")
+        show(t)
+    print_load_at_end()
+
+
+if __name__ == "__main__":
+    main()
