@@ -13,10 +13,12 @@ from rich.text import Text
 
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.profiles import ProfileError, builtin_profiles, dump_profile, load_profile, load_profile_ref
+from h3core.adapters.store.location import is_postgres_url
+from h3core.adapters.store.nodes import NodeLeases
 from h3core.adapters.uploads import LocalUploadStore
 from h3core.cli.app import app
 from h3core.cli.common import EXIT_DATA, DbOption, console, console_err, fail, first_error, open_store
-from h3core.domain.admission import DEFAULT_API_MAX_FRAMES, DEFAULT_RESOLUTIONS
+from h3core.domain.admission import DEFAULT_API_MAX_FRAMES, DEFAULT_RESOLUTIONS, AdmissionPolicy
 from h3core.domain.capabilities import Capabilities
 from h3core.domain.capacity import CapacityProfile, Evidence, Fit, evidence_points, fit
 from h3core.domain.probe import GIB, probed_profile
@@ -24,6 +26,7 @@ from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
 from h3core.runtime.contracts import CapabilityFile, LiveContract, capabilities_path
 from h3core.runtime.executor_factory import make_executor
+from h3core.runtime.fleet import FleetContract
 from h3core.runtime.settings import Settings, SettingsError
 
 SOURCE_NOTE = "measured by `h3core capacity probe` with random weights (memory and time do not depend on their values)"
@@ -56,16 +59,32 @@ def profile_named(ref: str | None) -> CapacityProfile | None:
         fail(str(exc))
 
 
-def admission(db: Path, profile: str | None) -> LiveContract:
-    """The contract a runner on `db` admits by: what it published it can run, with the profile."""
+def admission(store: object, db: Path, profile: str | None) -> AdmissionPolicy:
+    """The contract a submit to `db` is judged by: on PostgreSQL, every live runner node's
+    statement (as the service judges); else what the runner on the SQLite file published."""
+    if isinstance(store, NodeLeases):
+        fleet = FleetContract(store, builtin_profiles(), profile=profile_named(profile))
+        fleet.refresh()
+        return fleet
     return LiveContract(CapabilityFile(capabilities_path(db)).read, builtin_profiles(), profile=profile_named(profile))
 
 
-def _capabilities(db: Path, executor: str | None) -> tuple[Capabilities, str]:
-    """What the runner on `db` states it can run, or else what the configured executor would."""
+def _stated(db: Path) -> list[tuple[Capabilities, str]]:
+    """What the runners on `db` state they can run: each live node's on PostgreSQL, else the
+    SQLite runner's published file (none: nothing stated)."""
+    if is_postgres_url(db):
+        with open_store(db) as store:
+            assert isinstance(store, NodeLeases)
+            rows = [r for r in store.nodes() if r.alive() and r.capabilities is not None]
+        return [(r.capabilities, f"as node {r.node_id} on {db} states it") for r in rows if r.capabilities is not None]
     board = CapabilityFile(capabilities_path(db))
-    if executor is None and board.path.exists():
-        return board.read(), f"as the runner on {db} states it"
+    return [(board.read(), f"as the runner on {db} states it")] if board.path.exists() else []
+
+
+def _capabilities(db: Path, executor: str | None) -> list[tuple[Capabilities, str]]:
+    """What the runners on `db` state they can run, or else what the configured executor would."""
+    if executor is None and (stated := _stated(db)):
+        return stated
     try:
         settings = Settings(db=db, **({"executor": executor} if executor else {}))
         built = make_executor(settings, LocalArtifactStore(settings.artifacts), LocalUploadStore(settings.uploads))
@@ -74,7 +93,7 @@ def _capabilities(db: Path, executor: str | None) -> tuple[Capabilities, str]:
             f"cannot build the {executor or 'configured'} executor: "
             f"{first_error(exc) if isinstance(exc, ValidationError) else exc}"
         )
-    return built.capabilities(), f"the {settings.executor} executor as configured (not running)"
+    return [(built.capabilities(), f"the {settings.executor} executor as configured (not running)")]
 
 
 def _point(p) -> str:
@@ -83,8 +102,13 @@ def _point(p) -> str:
 
 @capacity_app.command("show")
 def show(db: DbOption = Path("h3core.db"), profile: ProfileOption = None, executor: ExecutorOption = None) -> None:
-    """Print the ceilings the service enforces: the capacity profile and what the executor can run, together."""
-    caps, where = _capabilities(db, executor)
+    """Print the ceilings the service enforces: the capacity profile and what the executor can run,
+    together (on PostgreSQL, for each live runner node)."""
+    for caps, where in _capabilities(db, executor):
+        _show(caps, where, profile)
+
+
+def _show(caps: Capabilities, where: str, profile: str | None) -> None:
     contract = LiveContract(lambda: caps, builtin_profiles(), profile=profile_named(profile)).current()
     prof, caps = contract.profile, contract.caps
     out = console()

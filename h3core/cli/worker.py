@@ -75,7 +75,7 @@ def enqueue(
     except ValidationError as exc:
         fail(f"invalid job: {first_error(exc)}")
     with open_store(db, create=True) as store:
-        runner = Runner(store, None, RunnerConfig(retry=retry), admission=admission(db, profile))  # submits only
+        runner = Runner(store, None, RunnerConfig(retry=retry), admission=admission(store, db, profile))  # submits only
         try:
             state = anyio.run(functools.partial(runner.submit, request, priority=priority, idempotency_key=idempotency_key))
         except (Refused, IdempotencyMismatch) as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 
 from typer.testing import CliRunner
@@ -68,3 +69,25 @@ def test_nodes_lists_each_node_with_its_slots_limits_and_last_beat(pg_url, tmp_p
     store.close()
     sqlite = cli.invoke(app, ["nodes", "--db", str(tmp_path / "h3.db")])
     assert sqlite.exit_code == 2 and "SQLite store" in sqlite.output
+
+
+def test_capacity_show_and_submit_judge_by_what_the_live_nodes_state(pg_url, tmp_path):
+    store = PostgresEventStore(pg_url, node="small")
+    caps = Capabilities(executor="fake", window=FrameWindow(max_seconds=5.0))
+    info = NodeInfo(node_id="small", host="box1", pid=42, role="runner", slots=1, executor="fake", modes=["t2va"])
+    store.join(info.model_copy(update={"capabilities": caps}), 30)
+    cli = CliRunner()
+    shown = cli.invoke(app, ["capacity", "show", "--db", pg_url], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "as node small on" in shown.output and "window:" in shown.output
+    top = caps.window.max_frames
+    base = ["enqueue", "--prompt", "a fox", "--db", pg_url, "--width", "448", "--height", "256"]
+    refused = cli.invoke(app, [*base, "--frames", str(top + 24)])
+    assert refused.exit_code != 0 and "model_window" in refused.output, refused.output
+    taken = cli.invoke(app, [*base, "--frames", str(top)])
+    assert taken.exit_code == 0, taken.output
+    # The id's line (another CLI test of this process may have left logging on a closed stream).
+    job = re.search(r"^[0-9a-f]{32}$", taken.output, re.MULTILINE).group(0)
+    assert store.get(job) is not None and store.get(job).status == "queued", taken.output
+    store.leave()
+    store.close()
