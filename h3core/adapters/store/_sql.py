@@ -6,7 +6,7 @@ fingerprint of the code that folds `jobs`, the import check, and the reads both 
 The statements are written with `?` placeholders and built once per store at import
 (`SQLITE`, `POSTGRES`). What really differs stays in each store: how events and the projection
 are written (SQLite row by row, PostgreSQL in arrays under a table lock), locking, NOTIFY,
-schemas, `queued()`.
+schemas, and `queued()` but its node's pre-filter (`Statements.fits`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Protocol
 
 from h3core.adapters.store.base import Conflict
+from h3core.domain.admission import QueueFilter
 from h3core.domain.events import VERSIONS, Event, body_from_json, event_from_json
 from h3core.domain.state import JobState, Status, apply, fold
 from h3core.domain.webhooks import Delivery
@@ -97,6 +98,21 @@ class Statements:
         sql = "SELECT queue_order, state FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
         sql += f" ORDER BY queue_order {'ASC' if oldest_first else 'DESC'} LIMIT {self.placeholder}"
         return sql, (*params, limit)
+
+    def fits(self, fits: QueueFilter) -> tuple[str, tuple[int | None, ...]]:
+        """`queued`'s pre-filter for a node (`QueueFilter`) on the queue index's columns, and its
+        parameters: the rows it drops are never parsed. (The casts type a NULL bound for PostgreSQL.)"""
+        clause = (
+            " AND frames >= ? AND (CAST(? AS integer) IS NULL OR frames <= ?)"
+            " AND (CAST(? AS integer) IS NULL OR tokens IS NULL OR tokens <= ?)"
+        )
+        return clause.replace("?", self.placeholder), (
+            fits.min_frames,
+            fits.max_frames,
+            fits.max_frames,
+            fits.max_tokens,
+            fits.max_tokens,
+        )
 
 
 SQLITE = Statements("?", "")

@@ -321,12 +321,7 @@ class PostgresEventStore(SQLReads):
         modes: Collection[str] | None = None,
         fits: QueueFilter | None = None,
     ) -> list[JobState]:
-        only, bounds = "", ()
-        if fits is not None:  # the pre-filter, on columns of the queue's index: the rows it drops are never parsed
-            only = (
-                " AND frames >= %s AND (%s::int IS NULL OR frames <= %s) AND (%s::int IS NULL OR tokens IS NULL OR tokens <= %s)"
-            )
-            bounds = (fits.min_frames, fits.max_frames, fits.max_frames, fits.max_tokens, fits.max_tokens)
+        only, bounds = POSTGRES.fits(fits) if fits is not None else ("", ())
         rows = self._read(
             "SELECT state FROM jobs WHERE status = 'queued' AND NOT job_id = ANY(%s) AND (%s::text[] IS NULL OR mode = ANY(%s))"
             f"{only} ORDER BY priority DESC, queue_order LIMIT %s",

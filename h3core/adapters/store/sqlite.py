@@ -342,12 +342,9 @@ class SQLiteEventStore(SQLReads):
     ) -> list[JobState]:
         skip = f" AND job_id NOT IN ({', '.join('?' * len(exclude))})" if exclude else ""
         only = f" AND mode IN ({', '.join('?' * len(modes))})" if modes is not None else ""
-        bounds: tuple[int | None, ...] = ()
-        if fits is not None:  # the pre-filter, on columns of the queue's index: the rows it drops are never parsed
-            only += " AND frames >= ? AND (? IS NULL OR frames <= ?) AND (? IS NULL OR tokens IS NULL OR tokens <= ?)"
-            bounds = (fits.min_frames, fits.max_frames, fits.max_frames, fits.max_tokens, fits.max_tokens)
+        node, bounds = SQLITE.fits(fits) if fits is not None else ("", ())
         rows = self._read(
-            f"SELECT state FROM jobs WHERE status = 'queued'{skip}{only} ORDER BY priority DESC, queue_order LIMIT ?",
+            f"SELECT state FROM jobs WHERE status = 'queued'{skip}{only}{node} ORDER BY priority DESC, queue_order LIMIT ?",
             (*exclude, *(modes or ()), *bounds, limit),
         )
         return [JobState.model_validate_json(s) for (s,) in rows]
