@@ -356,5 +356,6 @@ def test_aiohttps_bodiless_cancel_is_taken(api, api_server):
 
     status, view, sent = asyncio.run(cancel())
     assert sent == "application/octet-stream"  # what the guard once refused (415)
-    assert status == 202 and view["cancel_requested"] is True, view
+    # A job still queued is cancelled at once; a running one has its cancel requested.
+    assert status == 202 and (view["status"] == "cancelled" or view["cancel_requested"] is True), view
     wait_job(api, job["id"], ("cancelled",))
