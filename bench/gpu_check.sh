@@ -54,7 +54,7 @@ main() {
         step "1a nvidia-smi" 5 env.md nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,compute_cap --format=csv
     fi
     step "1b environment" 15 env.md "$PY" "$ROOT/bench/gpu/env.py"
-    [ "$LAST_RC" = 0 ] || { stop "1b environment" "no torch or no CUDA device (env.md says which)"; return 1; }
+    [ "$LAST_RC" = 0 ] || { stop "1b environment" "no torch, no CUDA device, or an import every later step needs fails (env.md says which)"; return 1; }
     step "2 what auto decides at start" 30 probe.md "$PY" "$ROOT/bench/gpu/probe.py"
     step "3 kernel table" 45 kernels.md env H3GPU_KERNELS_BUDGET=$(( 40 * SCALE )) "$PY" "$ROOT/bench/gpu/kernels.py"
     step "4 stage table" 20 stages.md "$PY" "$ROOT/bench/gpu/stages.py"

@@ -91,15 +91,23 @@ try:
     )
 except Exception as exc:  # noqa: BLE001 - the imports below say which module fails
     print(f"sageattention: not checked: {one_line(exc)}")
+failing = []
 for mod in (
     "h3core",
+    "h3core.runtime.settings",
     "h3core.executors.pipeline.executor",
     "h3core.executors.pipeline.kernel_probe",
     "h3core.adapters.video",
     "diffusers.modular_pipelines.minimax_h3",
+    "transformers",
 ):
     try:
         importlib.import_module(mod)
         print(f"import {mod}: ok")
     except Exception as exc:  # noqa: BLE001
         print(f"import {mod}: FAILS: {one_line(exc)}")
+        failing.append(mod)
+if failing:
+    # Every later step imports these: each would fail the same way, and spend the device's time doing so.
+    print(f"STOP: {', '.join(failing)} do(es) not import (above); no later step can run")
+    sys.exit(1)

@@ -3,6 +3,8 @@ stdlib only, so it runs on a bare interpreter).
 
     python wheels.py check FOLDER            # this python against the bundle's manifest.json; exit 3 on a mismatch
     python wheels.py select FOLDER LISTING   # which wheels to install: one line each, the paths to LISTING
+    python wheels.py needs FOLDER IMAGE      # here, after bundling: what h3core needs, against the bundle and
+                                             # the GPU image's package list (IMAGE); exit 4 when one is missing
 
 `check` reads the interpreter's version and platform tag first and stops, naming both, when the
 bundle (gpu_bundle.sh records what it was made for in manifest.json) was made for another.
@@ -12,7 +14,13 @@ package and the compiled core it needs, e.g. pydantic and pydantic-core) is inst
 not at all, so a working copy on the machine is never shadowed by half a pair. CORE wheels (what
 the project pins and its suite tests) are always installed; every other wheel only where the
 machine lacks that distribution or has an older one, so nothing the machine's torch uses is
-shadowed by an older copy.
+shadowed by an older copy. Then it follows what h3core needs (pyproject's core and pipeline
+requirements, and what each installed wheel requires in turn) through the bundle and the machine:
+a distribution missing, or at a version a requirement refuses, stops the step (exit 4) with the
+requirement named, before any later step fails on an ImportError; every wheel installed has its
+own requirements followed too. `needs` does the same here,
+against the image's package list, when the bundle is made (versions the list does not give are
+taken as they come; the machine's own check has them).
 """
 
 from __future__ import annotations
@@ -22,6 +30,9 @@ import platform
 import re
 import sys
 import sysconfig
+import tomllib
+import zipfile
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -44,6 +55,17 @@ GROUPS = (
     frozenset({"pydantic", "pydantic-core", "annotated-types", "typing-inspection"}),
     frozenset({"transformers", "tokenizers", "safetensors", "huggingface-hub", "httpx2"}),
 )
+
+
+# Declared but never imported by what the check runs: a missing or old copy is noted, not a stop.
+UNUSED = {
+    "hf-xet": "huggingface-hub imports it only to download, and the check runs offline",
+    "importlib-metadata": "diffusers imports the standard library's importlib.metadata on Python 3.8 and later",
+}
+# What the check runs of h3core: its core and the pipeline extra (pyproject.toml), and sageattention.
+EXTRAS = ("pipeline",)
+ALSO = ("sageattention",)
+UNKNOWN = "?"  # an image package whose version the list does not give
 
 
 def norm(name: str) -> str:
@@ -167,6 +189,115 @@ def select(folder: Path, tags: set[str], have: dict[str, str | None]) -> list[tu
     return out
 
 
+def requires(whl: Path) -> list[str]:
+    """A wheel's Requires-Dist lines, from its METADATA ([] where it has none or is no zip)."""
+    try:
+        with zipfile.ZipFile(whl) as z:
+            name = next((n for n in z.namelist() if n.endswith(".dist-info/METADATA")), None)
+            text = z.read(name).decode("utf-8", "replace") if name else ""
+    except (zipfile.BadZipFile, OSError):
+        return []
+    return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")]
+
+
+def roots(pyproject: Path) -> list[str]:
+    """What the check imports of h3core needs: the core requirements, the `EXTRAS`' and `ALSO`."""
+    project = tomllib.loads(pyproject.read_text())["project"]
+    wanted = list(project["dependencies"])
+    for extra in EXTRAS:
+        wanted += [r for r in project["optional-dependencies"][extra] if not norm(r).startswith("h3core")]
+    return wanted + list(ALSO)
+
+
+def _packaging():
+    for prefix in ("packaging", "pip._vendor.packaging"):
+        try:
+            req = __import__(f"{prefix}.requirements", fromlist=["Requirement"])
+            markers = __import__(f"{prefix}.markers", fromlist=["default_environment"])
+            return req.Requirement, markers.default_environment
+        except ImportError:
+            continue
+    return None
+
+
+def unmet(
+    wanted: list[str],
+    bundled: dict[str, tuple[str, Path]],
+    machine: Callable[[str], str | None],
+    environment: dict[str, str] | None = None,
+) -> tuple[list[str], list[str]]:
+    """(problems, notes): each requirement reachable from `wanted` that neither the wheels to be
+    installed (`bundled`: name -> (version, wheel)) nor the machine (`machine(name)`: its version,
+    `UNKNOWN`, or None) satisfies. A bundled wheel's own requirements are followed in turn; the
+    machine's packages are taken with theirs. `UNUSED` ones go to the notes."""
+    found = _packaging()
+    if found is None:
+        return [], ["no packaging module here: the requirements were not followed"]
+    Requirement, default_environment = found
+    env = {**default_environment(), **(environment or {}), "extra": ""}
+    problems: list[str] = []
+    notes: list[str] = []
+    todo = [(line, "h3core") for line in wanted]
+    seen: set[str] = set()
+    while todo:
+        line, who = todo.pop(0)
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate(env):
+            continue
+        name = norm(req.name)
+        spec = str(req.specifier)
+        if name in bundled:
+            version, whl = bundled[name]
+            where = "the bundle has"
+            if name not in seen:
+                seen.add(name)
+                todo += [(r, f"{name} {version}") for r in requires(whl)]
+        else:
+            version, where = machine(name), "this machine has"
+        if version is None:
+            why = f"{who} needs {name}{spec}: neither the bundle nor this machine has it"
+        elif version == UNKNOWN or not spec or req.specifier.contains(version, prereleases=True):
+            continue
+        else:
+            why = f"{who} needs {name}{spec}; {where} {version}"
+        (notes if name in UNUSED else problems).append(why + (f" ({UNUSED[name]})" if name in UNUSED else ""))
+    return problems, notes
+
+
+def image_list(path: Path) -> dict[str, str]:
+    """The GPU image's packages (one per line, `name` or `name==version`, `#` comments)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            out[norm(name)] = version.strip() or UNKNOWN
+    return out
+
+
+def target_environment(folder: Path) -> dict[str, str]:
+    """The markers' environment of the python the bundle was made for (its manifest's first)."""
+    path = folder / MANIFEST
+    pythons = json.loads(path.read_text()).get("pythons", []) if path.exists() else []
+    if not pythons:
+        return {}
+    return {"python_version": pythons[0], "python_full_version": f"{pythons[0]}.0", "sys_platform": "linux",
+            "platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython",
+            "platform_python_implementation": "CPython", "os_name": "posix"}  # fmt: skip
+
+
+def report(problems: list[str], notes: list[str]) -> int:
+    for note in notes:
+        print(f"  note: {note}")
+    for problem in problems:
+        print(f"  MISSING: {problem}")
+    if problems:
+        print(f"STOP: {len(problems)} requirement(s) of what the check runs are not met (above): add them to bench/gpu_bundle.sh")
+        return 4
+    print("every requirement of what the check runs is met")
+    return 0
+
+
 def installed(name: str) -> str | None:
     try:
         return metadata.version(name)
@@ -177,6 +308,12 @@ def installed(name: str) -> str | None:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["check"]:
         return check(Path(argv[1]))
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    if argv[:1] == ["needs"]:
+        folder, image = Path(argv[1]), image_list(Path(argv[2]))
+        bundled = {norm(w.name.split("-")[0]): (w.name.split("-")[1], w) for w in sorted(folder.glob("*.whl"))}
+        print(f"what the check runs needs, against {folder} and the image's list {argv[2]}:")
+        return report(*unmet(roots(pyproject) + sorted(bundled), bundled, image.get, target_environment(folder)))
     if argv[:1] == ["select"]:
         argv = argv[1:]
     folder, listing = Path(argv[0]), Path(argv[1])
@@ -185,7 +322,8 @@ def main(argv: list[str]) -> int:
     for whl, take, why in rows:
         print(f"  {'install' if take else 'skip   '} {norm(whl.name.split('-')[0])} {whl.name.split('-')[1]}: {why}")
     listing.write_text("".join(f"{whl}\n" for whl, take, _ in rows if take))
-    return 0
+    taken = {norm(w.name.split("-")[0]): (w.name.split("-")[1], w) for w, take, _ in rows if take}
+    return report(*unmet(roots(pyproject) + sorted(taken), taken, installed))
 
 
 if __name__ == "__main__":

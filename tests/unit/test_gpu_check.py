@@ -100,3 +100,96 @@ def test_env_without_cuda_stops_and_the_full_size_step_runs_at_toy_geometry(tmp_
     out = done.stdout
     assert "| tokens | kernel | product step (median of steps 2+) | bare forward (median of 2) | product / bare | bar |" in out
     assert "mux: 22 frames 64x64 + audio (H.264 + AAC)" in out and "non-denoise share" in out
+
+
+def wheel(folder: Path, name: str, version: str, *needs: str, tag: str = "py3-none-any") -> Path:
+    """A wheel with just the METADATA that names its requirements."""
+    import zipfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-{version}-{tag}.whl"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {n}\n" for n in needs)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name}-{version}.dist-info/METADATA", meta)
+    return path
+
+
+def test_requirements_are_followed_through_the_bundle_and_refused_where_missing_or_too_old(tmp_path):
+    a = wheel(tmp_path, "alpha", "1.0", "beta>=2", "gamma", "old-only; python_version < '3.0'", "extra-only; extra == 'x'")
+    b = wheel(tmp_path, "beta", "2.5", "delta>=1.4,<2", "hf-xet>=1.6")
+    bundled = {"alpha": ("1.0", a), "beta": ("2.5", b)}
+
+    def machine(have: dict[str, str]):
+        return have.get
+
+    problems, notes = wheels.unmet(["alpha"], bundled, machine({"gamma": "0.1", "delta": "1.5"}))
+    unused = wheels.UNUSED["hf-xet"]
+    assert problems == [] and notes == [f"beta 2.5 needs hf-xet>=1.6: neither the bundle nor this machine has it ({unused})"]
+    # One level down, through the bundled beta: delta too old, then missing.
+    problems, _ = wheels.unmet(["alpha"], bundled, machine({"gamma": "0.1", "delta": "1.2"}))
+    assert problems == ["beta 2.5 needs delta<2,>=1.4; this machine has 1.2"]
+    problems, _ = wheels.unmet(["alpha", "zeta>=3"], bundled, machine({"delta": "1.5", "zeta": "2"}))
+    assert problems == [
+        "h3core needs zeta>=3; this machine has 2",
+        "alpha 1.0 needs gamma: neither the bundle nor this machine has it",
+    ]
+    # A bundled wheel at a version the requirement refuses is named as the bundle's.
+    problems, _ = wheels.unmet(["beta>=3"], bundled, machine({"delta": "1.5"}))
+    assert problems == ["h3core needs beta>=3; the bundle has 2.5"]
+    # An image package whose version the list does not give is taken as it comes.
+    assert wheels.unmet(["alpha"], bundled, machine({"gamma": wheels.UNKNOWN, "delta": wheels.UNKNOWN}))[0] == []
+
+
+def root_names() -> set[str]:
+    from packaging.requirements import Requirement
+
+    return {wheels.norm(Requirement(r).name) for r in wheels.roots(ROOT / "pyproject.toml")}
+
+
+def test_the_roots_are_what_the_check_runs_of_h3core():
+    wanted = root_names()
+    assert {"pydantic-settings", "anyio", "diffusers", "transformers", "torch", "av", "sageattention"} <= wanted
+    assert not any(name.startswith("h3core") for name in wanted) and "litestar" not in wanted
+
+
+def test_bundling_stops_naming_what_neither_the_bundle_nor_the_images_list_has(tmp_path):
+    folder = tmp_path / "b"
+    wheel(folder, "pydantic_settings", "2.16.3", "pydantic>=2.7", "python-dotenv>=0.21")
+    (folder / "manifest.json").write_text(json.dumps({"implementation": "cp", "pythons": ["3.12"], "machine": "x86_64"}))
+    image = tmp_path / "image.txt"
+    listed = sorted(root_names() - {"pydantic-settings"})
+    image.write_text("# the image\n" + "".join(f"{n}\n" for n in listed) + "pydantic==2.11.0\n")
+    done = run(sys.executable, "bench/gpu/wheels.py", "needs", str(folder), str(image))
+    assert done.returncode == 4, done.stdout + done.stderr
+    missing = "MISSING: pydantic-settings 2.16.3 needs python-dotenv>=0.21: neither the bundle nor this machine has it"
+    assert missing in done.stdout
+    image.write_text(image.read_text() + "python-dotenv\n")
+    done = run(sys.executable, "bench/gpu/wheels.py", "needs", str(folder), str(image))
+    assert done.returncode == 0 and "every requirement of what the check runs is met" in done.stdout, done.stdout
+
+
+def test_a_gpu_check_whose_bundle_needs_what_the_machine_lacks_stops_at_the_wheels_step(tmp_path):
+    folder = tmp_path / "b"
+    tag = f"py{sys.version_info[0]}-none-any"
+    wheel(folder, "sageattention", "1.0.6", tag=tag)  # a root of what the check runs, not on a CPU
+    wheel(folder, "h3_planted", "1.0", "no-such-distribution-h3>=1", tag=tag)
+    me = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    (folder / "manifest.json").write_text(json.dumps({"implementation": "cp", "pythons": [me], "machine": "x86_64"}))
+    env = {"PYTHON": sys.executable, "H3GPU_WHEELS": str(folder), "OUT": str(tmp_path / "out"), "H3GPU_WORK": str(tmp_path / "w")}
+    done = run("bash", "bench/gpu_check.sh", env={**env, "H3GPU_DRY": ""}, timeout=120)
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert "install h3-planted 1.0: missing here" in done.stdout
+    assert "MISSING: h3-planted 1.0 needs no-such-distribution-h3>=1: neither the bundle nor this machine has it" in done.stdout
+    assert "MISSING: h3core" not in done.stdout  # the rest of what it runs is on this machine
+    assert "STOPPED after 1 wheels" in done.stdout and "1b environment" not in done.stdout
+
+
+@pytest.mark.slow  # imports torch
+def test_env_stops_when_an_import_every_later_step_needs_fails(tmp_path):
+    (tmp_path / "httpcore2").mkdir()  # what a bundle without httpcore2 did to huggingface-hub, so to diffusers
+    (tmp_path / "httpcore2" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'httpcore2'\")\n")
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "H3GPU_DRY": "cpu", "OUT": str(tmp_path / "out")}
+    done = run(sys.executable, "bench/gpu/env.py", env=env, timeout=300)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "import h3core: ok" in done.stdout and "import diffusers.modular_pipelines.minimax_h3: FAILS" in done.stdout
+    assert "STOP: diffusers.modular_pipelines.minimax_h3, transformers do(es) not import (above)" in done.stdout
