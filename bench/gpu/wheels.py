@@ -20,7 +20,8 @@ a distribution missing, or at a version a requirement refuses, stops the step (e
 requirement named, before any later step fails on an ImportError; every wheel installed has its
 own requirements followed too. `needs` does the same here,
 against the image's package list, when the bundle is made (versions the list does not give are
-taken as they come; the machine's own check has them).
+taken as they come; the machine's own check has them). On the machine only a missing distribution stops the step: one
+there at a version a pin refuses is a warning, since step 1b stops the check if it does not import.
 """
 
 from __future__ import annotations
@@ -225,11 +226,16 @@ def unmet(
     bundled: dict[str, tuple[str, Path]],
     machine: Callable[[str], str | None],
     environment: dict[str, str] | None = None,
+    *,
+    strict: bool = True,
 ) -> tuple[list[str], list[str]]:
     """(problems, notes): each requirement reachable from `wanted` that neither the wheels to be
     installed (`bundled`: name -> (version, wheel)) nor the machine (`machine(name)`: its version,
     `UNKNOWN`, or None) satisfies. A bundled wheel's own requirements are followed in turn; the
-    machine's packages are taken with theirs. `UNUSED` ones go to the notes."""
+    machine's packages are taken with theirs. `UNUSED` ones go to the notes, and so do versions a
+    requirement refuses unless `strict`: on a lent device a distribution that is there, at a
+    version outside a pin's range, is more often fine than not (an import that fails stops step
+    1b), while a missing one fails every step for sure."""
     found = _packaging()
     if found is None:
         return [], ["no packaging module here: the requirements were not followed"]
@@ -260,6 +266,9 @@ def unmet(
             continue
         else:
             why = f"{who} needs {name}{spec}; {where} {version}"
+            if not strict and name not in UNUSED:
+                notes.append(f"WARNING: {why}: the check goes on with it")
+                continue
         (notes if name in UNUSED else problems).append(why + (f" ({UNUSED[name]})" if name in UNUSED else ""))
     return problems, notes
 
@@ -323,7 +332,7 @@ def main(argv: list[str]) -> int:
         print(f"  {'install' if take else 'skip   '} {norm(whl.name.split('-')[0])} {whl.name.split('-')[1]}: {why}")
     listing.write_text("".join(f"{whl}\n" for whl, take, _ in rows if take))
     taken = {norm(w.name.split("-")[0]): (w.name.split("-")[1], w) for w, take, _ in rows if take}
-    return report(*unmet(roots(pyproject) + sorted(taken), taken, installed))
+    return report(*unmet(roots(pyproject) + sorted(taken), taken, installed, strict=False))
 
 
 if __name__ == "__main__":

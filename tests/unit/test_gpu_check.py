@@ -133,6 +133,10 @@ def test_requirements_are_followed_through_the_bundle_and_refused_where_missing_
         "h3core needs zeta>=3; this machine has 2",
         "alpha 1.0 needs gamma: neither the bundle nor this machine has it",
     ]
+    # On the device a version out of range is a warning, a missing distribution still a problem.
+    problems, notes = wheels.unmet(["alpha", "zeta>=3"], bundled, machine({"delta": "1.5", "zeta": "2"}), strict=False)
+    assert problems == ["alpha 1.0 needs gamma: neither the bundle nor this machine has it"]
+    assert "WARNING: h3core needs zeta>=3; this machine has 2: the check goes on with it" in notes
     # A bundled wheel at a version the requirement refuses is named as the bundle's.
     problems, _ = wheels.unmet(["beta>=3"], bundled, machine({"delta": "1.5"}))
     assert problems == ["h3core needs beta>=3; the bundle has 2.5"]
