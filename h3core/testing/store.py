@@ -91,6 +91,7 @@ class EventStoreContract:
         assert [store.queue_position(j) for j in "abcd"] == [None, 2, 1, 3]
         store.append("a", [AttemptFailed(kind="interrupted", message="m", attempt=1)])
         assert [s.job_id for s in store.queued()] == ["c", "a", "b", "d"]
+        assert [store.queue_position(j) for j in "cabd"] == [1, 2, 3, 4]  # a position is the place in that order
         assert [s.job_id for s in store.queued(2, exclude={"a", "c"})] == ["b", "d"]
         assert [s.job_id for s in store.queued(1, exclude=["zz"])] == ["c"]
         assert [s.job_id for s in store.unfinished()] == ["c", "a", "b", "d"]

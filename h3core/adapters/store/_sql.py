@@ -57,10 +57,12 @@ class Statements:
             "SELECT state FROM jobs WHERE status IN ('submitted', 'queued', 'running') ORDER BY priority DESC, queue_order"
         )
         self.counts = "SELECT status, count(*) FROM jobs GROUP BY status"
+        # Two ranges of the queue's index, so the count steps only over the jobs ahead (one range
+        # with an OR stepped over every queued job: 7 ms at 50,000 queued, for the first as the last).
         self.queue_position = q(
-            "SELECT (SELECT count(*) FROM jobs o WHERE o.status = 'queued' AND "
-            "(o.priority > j.priority OR (o.priority = j.priority AND o.queue_order <= j.queue_order))) "
-            "FROM jobs j WHERE j.job_id = ? AND j.status = 'queued'"
+            "SELECT (SELECT count(*) FROM jobs o WHERE o.status = 'queued' AND o.priority > j.priority) + "
+            "(SELECT count(*) FROM jobs o WHERE o.status = 'queued' AND o.priority = j.priority "
+            "AND o.queue_order <= j.queue_order) FROM jobs j WHERE j.job_id = ? AND j.status = 'queued'"
         )
         self.events = q("SELECT job_id, seq, at, body FROM events WHERE job_id = ? AND seq > ? ORDER BY seq")
         self.stored_bodies = q("SELECT seq, body FROM events WHERE job_id = ? AND seq <= ?")
