@@ -6,7 +6,7 @@
 # (H3GPU_DRY=cpu). What the real run would lack (a wheel the bundle forgot, a version the image's
 # copy refuses) stops it here, at step 1 or at an import, instead of on a lent device.
 #
-#   bash bench/gpu_standin.sh            # about 3 minutes with the venv and the downloads, 75 s after
+#   bash bench/gpu_standin.sh            # 1 min 47 s here, the venv and the downloads included
 #
 # Where: $H3GPU_STANDIN (default /tmp/h3gpu-standin): venv/, wheels/, work/, out/ (the tables).
 set -euo pipefail

@@ -1,5 +1,6 @@
 """The bundled wheels on the machine's own python (run with it, before the bundle is on PYTHONPATH;
-stdlib only, so it runs on a bare interpreter).
+the standard library, and `packaging` or pip's copy of it where there is one, so it runs on a bare
+interpreter).
 
     python wheels.py check FOLDER            # this python against the bundle's manifest.json; exit 3 on a mismatch
     python wheels.py select FOLDER LISTING   # which wheels to install: one line each, the paths to LISTING
@@ -15,13 +16,13 @@ not at all, so a working copy on the machine is never shadowed by half a pair. C
 the project pins and its suite tests) are always installed; every other wheel only where the
 machine lacks that distribution or has an older one, so nothing the machine's torch uses is
 shadowed by an older copy. Then it follows what h3core needs (pyproject's core and pipeline
-requirements, and what each installed wheel requires in turn) through the bundle and the machine:
-a distribution missing, or at a version a requirement refuses, stops the step (exit 4) with the
-requirement named, before any later step fails on an ImportError; every wheel installed has its
-own requirements followed too. `needs` does the same here,
-against the image's package list, when the bundle is made (versions the list does not give are
-taken as they come; the machine's own check has them). On the machine only a missing distribution stops the step: one
-there at a version a pin refuses is a warning, since step 1b stops the check if it does not import.
+requirements, sageattention, and what each installed wheel requires in turn) through the bundle
+and the machine: a distribution on neither stops the step (exit 4), named, before a later step
+fails on an ImportError; one there at a version a pin refuses is a warning (step 1b stops the
+check if it does not import).
+
+`needs` does the same here when the bundle is made, against the image's package list; there a
+refused version stops it too, and versions the list does not give are taken as they come.
 """
 
 from __future__ import annotations
@@ -71,6 +72,17 @@ UNKNOWN = "?"  # an image package whose version the list does not give
 
 def norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def dist(whl: Path) -> tuple[str, str]:
+    """A wheel's distribution name (normalised) and version, from its file name."""
+    name, version = whl.name.split("-")[:2]
+    return norm(name), version
+
+
+def pinned(wheels) -> dict[str, tuple[str, Path]]:
+    """Each wheel by its distribution: (version, wheel)."""
+    return {name: (version, whl) for whl in wheels for name, version in [dist(whl)]}
 
 
 def version_key(v: str):
@@ -162,7 +174,7 @@ def select(folder: Path, tags: set[str], have: dict[str, str | None]) -> list[tu
     """(wheel, install?, why) for each bundled wheel; `have` maps a distribution to the machine's version."""
     by_name: dict[str, list[Path]] = {}
     for whl in sorted(folder.glob("*.whl")):
-        by_name.setdefault(norm(whl.name.split("-")[0]), []).append(whl)
+        by_name.setdefault(dist(whl)[0], []).append(whl)
     usable = {name: next((w for w in ws if wheel_tags(w.name) & tags), None) for name, ws in by_name.items()}
     blocked: dict[str, str] = {}
     for group in GROUPS:
@@ -173,7 +185,7 @@ def select(folder: Path, tags: set[str], have: dict[str, str | None]) -> list[tu
     out = []
     for name, wheels in sorted(by_name.items()):
         whl = usable[name] or wheels[0]
-        version, mine = whl.name.split("-")[1], have.get(name)
+        version, mine = dist(whl)[1], have.get(name)
         if usable[name] is None:
             take, why = False, f"no wheel for this python ({', '.join(w.name.split('-', 2)[2] for w in wheels)})"
         elif name in blocked:
@@ -266,10 +278,12 @@ def unmet(
             continue
         else:
             why = f"{who} needs {name}{spec}; {where} {version}"
-            if not strict and name not in UNUSED:
-                notes.append(f"WARNING: {why}: the check goes on with it")
-                continue
-        (notes if name in UNUSED else problems).append(why + (f" ({UNUSED[name]})" if name in UNUSED else ""))
+        if name in UNUSED:
+            notes.append(f"{why} ({UNUSED[name]})")
+        elif version is not None and not strict:
+            notes.append(f"WARNING: {why}: the check goes on with it")
+        else:
+            problems.append(why)
     return problems, notes
 
 
@@ -290,9 +304,16 @@ def target_environment(folder: Path) -> dict[str, str]:
     pythons = json.loads(path.read_text()).get("pythons", []) if path.exists() else []
     if not pythons:
         return {}
-    return {"python_version": pythons[0], "python_full_version": f"{pythons[0]}.0", "sys_platform": "linux",
-            "platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython",
-            "platform_python_implementation": "CPython", "os_name": "posix"}  # fmt: skip
+    return {
+        "python_version": pythons[0],
+        "python_full_version": f"{pythons[0]}.0",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "os_name": "posix",
+    }
 
 
 def report(problems: list[str], notes: list[str]) -> int:
@@ -320,18 +341,18 @@ def main(argv: list[str]) -> int:
     pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     if argv[:1] == ["needs"]:
         folder, image = Path(argv[1]), image_list(Path(argv[2]))
-        bundled = {norm(w.name.split("-")[0]): (w.name.split("-")[1], w) for w in sorted(folder.glob("*.whl"))}
+        bundled = pinned(sorted(folder.glob("*.whl")))
         print(f"what the check runs needs, against {folder} and the image's list {argv[2]}:")
         return report(*unmet(roots(pyproject) + sorted(bundled), bundled, image.get, target_environment(folder)))
     if argv[:1] == ["select"]:
         argv = argv[1:]
     folder, listing = Path(argv[0]), Path(argv[1])
-    names = {norm(w.name.split("-")[0]) for w in folder.glob("*.whl")}
+    names = {dist(w)[0] for w in folder.glob("*.whl")}
     rows = select(folder, supported_tags(), {n: installed(n) for n in names})
     for whl, take, why in rows:
-        print(f"  {'install' if take else 'skip   '} {norm(whl.name.split('-')[0])} {whl.name.split('-')[1]}: {why}")
+        print(f"  {'install' if take else 'skip   '} {' '.join(dist(whl))}: {why}")
     listing.write_text("".join(f"{whl}\n" for whl, take, _ in rows if take))
-    taken = {norm(w.name.split("-")[0]): (w.name.split("-")[1], w) for w, take, _ in rows if take}
+    taken = pinned(w for w, take, _ in rows if take)
     return report(*unmet(roots(pyproject) + sorted(taken), taken, installed, strict=False))
 
 
