@@ -11,6 +11,10 @@ def pid(worker) -> int:
     return os.getpid()
 
 
+def niceness(worker) -> int:
+    return os.nice(0)
+
+
 def _wrap(worker, around) -> None:
     transformer = worker.generator.model.components["transformer"]
     inner = transformer.forward

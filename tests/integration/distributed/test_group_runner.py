@@ -8,6 +8,7 @@ own, and build their own runner."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import av
@@ -73,6 +74,11 @@ async def test_a_job_on_a_two_rank_group_reports_every_step_and_writes_video(gro
         assert c.streams.audio[0].channels == 2
     assert health.state == "ready" and health.builds == health.rebuilds + 1
     assert [r["rank"] for r in health.ranks] == [0, 1] and len({r["pid"] for r in health.ranks}) == 2
+
+
+async def test_the_ranks_run_at_the_priority_of_the_process_that_started_ray(group):
+    """Not at Ray's default nice 15 for workers, where any busy process starves the group."""
+    assert [on_rank(group.executor, 0, rank, faults.niceness) for rank in (0, 1)] == [os.nice(0)] * 2
 
 
 async def test_killing_a_rank_mid_job_fails_it_as_executor_lost_and_the_group_is_rebuilt(group):
