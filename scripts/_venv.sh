@@ -53,3 +53,7 @@ if [ "$stale" = 1 ]; then
     "$VENV/bin/python" -m pip install -q -e "$ROOT${EXTRAS:+[$EXTRAS]}"
     touch "${stamps[@]}"
 fi
+# The checkout's own modules compiled once (0.8 s, then only what changed): the editable install
+# has no bytecode of them, and where PYTHONDONTWRITEBYTECODE is set (as on these machines) every
+# Python process compiled them again (0.13 s of CPU of each `h3core serve` start's 1.4).
+"$VENV/bin/python" -m compileall -q -j 0 "$ROOT/h3core" >/dev/null
