@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 
-from bench._common import console, print_load_at_end, print_machine, show, table  # noqa: E402
+from _common import console, print_load_at_end, print_machine, show, table  # noqa: E402
 
 REQUEST = {"prompt": "a red fox runs through deep snow!", "width": 64, "height": 64, "frames": 22, "steps": 3, "seed": 11}
 
@@ -31,6 +32,8 @@ REQUEST = {"prompt": "a red fox runs through deep snow!", "width": 64, "height":
 def child(niceness: int, builds: int, model: str) -> None:
     """One Ray, `builds` groups one after the other; one JSON line per build on stdout."""
     from concurrent.futures import ThreadPoolExecutor
+
+    import ray
 
     from h3core.domain.request import GenerationRequest
     from h3core.domain.topology import GroupPlan
@@ -51,8 +54,6 @@ def child(niceness: int, builds: int, model: str) -> None:
             group.build()
             built = time.monotonic()
             seen = [a.__ray_call__.remote(lambda worker: os.nice(0)) for a in group.actors]
-            import ray
-
             nice = sorted(set(ray.get(seen, timeout=60)))
             t1 = time.monotonic()
             out = group.run(payload, Control(), stop_timeout_s=600)
