@@ -46,7 +46,7 @@ from h3core.adapters.store.sqlite import SQLiteEventStore  # noqa: E402
 from h3core.domain.adoption import Adopt, judge  # noqa: E402
 from h3core.domain.request import GenerationRequest  # noqa: E402
 from h3core.domain.retention import garbage  # noqa: E402
-from h3core.runtime.runner import Runner  # noqa: E402
+from h3core.runtime.submissions import Submissions  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CRASHING = ROOT / "tests" / "integration" / "crashing_worker.py"
@@ -87,11 +87,9 @@ def _worker(db: Path, artifacts: Path, log: Path, *, crash_at: str | None = None
 async def _enqueue(db: Path, jobs: int, steps: int) -> list[str]:
     store = SQLiteEventStore(db)
     try:
-        runner = Runner(store, None)  # type: ignore[arg-type]  # submits only, as `enqueue` does
-        return [
-            (await runner.submit(GenerationRequest(prompt=f"trial job {i}", steps=steps, frames=12, width=64, height=64))).job_id
-            for i in range(jobs)
-        ]
+        submissions = Submissions(store)  # as `enqueue` does
+        requests = [GenerationRequest(prompt=f"trial job {i}", steps=steps, frames=12, width=64, height=64) for i in range(jobs)]
+        return [(await submissions.submit(r)).state.job_id for r in requests]
     finally:
         store.close()
 

@@ -45,8 +45,8 @@ from _common import console, print_load_at_end, print_machine, show, table, wait
 
 from h3core.adapters.store.sqlite import SQLiteEventStore  # noqa: E402
 from h3core.domain.request import GenerationRequest  # noqa: E402
-from h3core.domain.webhooks import WebhookTarget  # noqa: E402
-from h3core.runtime.runner import Runner  # noqa: E402
+from h3core.domain.webhooks import Allow, WebhookTarget  # noqa: E402
+from h3core.runtime.submissions import Submissions, WebhookPolicy  # noqa: E402
 from h3core.runtime.webhooks import SUBSCRIPTION  # noqa: E402
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -120,11 +120,12 @@ def _alive(pid: int) -> bool:
 async def _enqueue(db: Path, jobs: int, steps: int, url: str) -> None:
     store = SQLiteEventStore(db)
     try:
-        runner = Runner(store, None)  # type: ignore[arg-type]  # submits only, as an api process does
+        # As an api process does, with a secret to sign with and the loopback receiver allowed.
+        submissions = Submissions(store, webhooks=WebhookPolicy(signing=True, allow=Allow(["127.0.0.0/8"])))
         hook = WebhookTarget(url=url, events=("start", "completed"))
         for i in range(jobs):
             request = GenerationRequest(prompt=f"trial job {i}", steps=steps, frames=12, width=64, height=64)
-            await runner.submit(request, webhook=hook)
+            await submissions.submit(request, webhook=hook)
     finally:
         store.close()
 

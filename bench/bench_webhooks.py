@@ -31,7 +31,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import Timer, console, print_load_at_end, print_machine, show, table  # noqa: E402
 
-from h3core import FakeExecutor, FakePlan, GenerationRequest, JobSpec, LocalArtifactStore, Runner, RunnerConfig, SQLiteEventStore  # noqa: E402
+from h3core import (  # noqa: E402
+    FakeExecutor,
+    FakePlan,
+    GenerationRequest,
+    JobSpec,
+    LocalArtifactStore,
+    Runner,
+    RunnerConfig,
+    SQLiteEventStore,
+    WebhookPolicy,
+)
 from h3core.adapters.webhooks import WebhookSender  # noqa: E402
 from h3core.domain.state import TERMINAL  # noqa: E402
 from h3core.domain.webhooks import Allow, WebhookTarget  # noqa: E402
@@ -77,7 +87,8 @@ async def one_run(workdir: Path, tag: str, jobs: int, url: str | None, in_proces
     executor = FakeExecutor(LocalArtifactStore(workdir / f"art-{tag}"), default=FakePlan(step_seconds=0))
     async for _ in executor.run(JobSpec("warmup", 1, request())):
         pass
-    runner = Runner(store, executor, RunnerConfig(slots=1, poll_interval_s=0.05))
+    policy = WebhookPolicy(signing=True, allow=Allow(["127.0.0.1"]))
+    runner = Runner(store, executor, RunnerConfig(slots=1, poll_interval_s=0.05), webhooks=policy)
     target = WebhookTarget(url=url) if url else None
     for _ in range(jobs):
         await runner.submit(request(), webhook=target)

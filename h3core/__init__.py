@@ -2,7 +2,7 @@
 
 import logging
 
-from h3core.adapters.artifacts import ArtifactStore, LocalArtifactStore
+from h3core.adapters.artifacts import ArtifactStore, LocalArtifactStore, MemoryArtifactStore
 from h3core.adapters.store import (
     Conflict,
     EventLog,
@@ -60,6 +60,7 @@ from h3core.executors import (
 from h3core.runtime import (
     EventBus,
     IdempotencyMismatch,
+    InvalidSubmission,
     JobCancelled,
     JobFailed,
     JobNotDone,
@@ -71,7 +72,10 @@ from h3core.runtime import (
     RunnerConfig,
     ShuttingDown,
     StoreUnavailable,
+    Submission,
+    Submissions,
     Subscription,
+    WebhookPolicy,
 )
 
 __all__ = [
@@ -109,6 +113,7 @@ __all__ = [
     "GroupPlan",
     "Heartbeat",
     "IdempotencyMismatch",
+    "InvalidSubmission",
     "IllegalEvent",
     "JobCancelled",
     "JobFailed",
@@ -120,6 +125,7 @@ __all__ = [
     "Keyframes",
     "LiveContract",
     "LocalArtifactStore",
+    "MemoryArtifactStore",
     "MemoryEventStore",
     "ModeReadiness",
     "NewerBody",
@@ -140,10 +146,13 @@ __all__ = [
     "SchemaTooNew",
     "ShuttingDown",
     "StoreUnavailable",
-    "Subscription",
+    "Submission",
+    "Submissions",
     "Submitted",
+    "Subscription",
     "Topology",
     "UnknownJob",
+    "WebhookPolicy",
     "apply",
     "classify",
     "fold",

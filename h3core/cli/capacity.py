@@ -11,22 +11,19 @@ from pydantic import ValidationError
 from rich.table import Table
 from rich.text import Text
 
-from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.profiles import ProfileError, builtin_profiles, dump_profile, load_profile, load_profile_ref
 from h3core.adapters.store.location import is_postgres_url
 from h3core.adapters.store.nodes import NodeLeases
-from h3core.adapters.uploads import LocalUploadStore
 from h3core.cli.app import app
 from h3core.cli.common import EXIT_DATA, DbOption, console, console_err, fail, first_error, open_store
-from h3core.domain.admission import DEFAULT_API_MAX_FRAMES, DEFAULT_RESOLUTIONS, AdmissionPolicy
+from h3core.domain.admission import DEFAULT_API_MAX_FRAMES, DEFAULT_RESOLUTIONS
 from h3core.domain.capabilities import Capabilities
 from h3core.domain.capacity import CapacityProfile, Evidence, Fit, evidence_points, fit
 from h3core.domain.probe import GIB, probed_profile
 from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
 from h3core.runtime.contracts import CapabilityFile, LiveContract, capabilities_path
-from h3core.runtime.executor_factory import make_executor
-from h3core.runtime.fleet import FleetContract
+from h3core.runtime.node import build_executor
 from h3core.runtime.settings import Settings, SettingsError
 
 SOURCE_NOTE = "measured by `h3core capacity probe` with random weights (memory and time do not depend on their values)"
@@ -59,16 +56,6 @@ def profile_named(ref: str | None) -> CapacityProfile | None:
         fail(str(exc))
 
 
-def admission(store: object, db: Path, profile: str | None) -> AdmissionPolicy:
-    """The contract a submit to `db` is judged by: on PostgreSQL, every live runner node's
-    statement (as the service judges); else what the runner on the SQLite file published."""
-    if isinstance(store, NodeLeases):
-        fleet = FleetContract(store, builtin_profiles(), profile=profile_named(profile))
-        fleet.refresh()
-        return fleet
-    return LiveContract(CapabilityFile(capabilities_path(db)).read, builtin_profiles(), profile=profile_named(profile))
-
-
 def _stated(db: Path) -> list[tuple[Capabilities, str]]:
     """What the runners on `db` state they can run: each live node's on PostgreSQL, else the
     SQLite runner's published file (none: nothing stated)."""
@@ -87,7 +74,7 @@ def _capabilities(db: Path, executor: str | None) -> list[tuple[Capabilities, st
         return stated
     try:
         settings = Settings(db=db, **({"executor": executor} if executor else {}))
-        built = make_executor(settings, LocalArtifactStore(settings.artifacts), LocalUploadStore(settings.uploads))
+        built = build_executor(settings)
     except (ValidationError, SettingsError) as exc:
         fail(
             f"cannot build the {executor or 'configured'} executor: "

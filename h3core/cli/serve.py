@@ -304,12 +304,13 @@ def serve(
 def _run_jobs(svc) -> None:
     """The runner role: the jobs of the store, with the executor the settings name, until SIGTERM
     or SIGINT; no HTTP (an api-role process on the same store takes the requests)."""
-    s = svc.settings
-    console_err().print(f"h3core runner: pid {os.getpid()}, store {s.db}, executor {s.executor}, slots {svc.runner.slot_count()}")
+    s, runner = svc.settings, svc.runner
+    assert runner is not None  # the runner role runs one
+    console_err().print(f"h3core runner: pid {os.getpid()}, store {s.db}, executor {s.executor}, slots {runner.slot_count()}")
     _freeze_startup_objects()
     try:
         how = anyio.run(
-            functools.partial(serve_runner, svc.runner, verbose=False, name="h3core runner", beside=[svc.run_webhooks]),
+            functools.partial(serve_runner, runner, verbose=False, name="h3core runner", beside=[svc.run_webhooks]),
             backend_options=_loop_options(),
         )
     except StoreUnavailable as exc:

@@ -18,12 +18,10 @@ import anyio
 import typer
 from pydantic import ValidationError
 
-from h3core.adapters.artifacts import LocalArtifactStore
-from h3core.adapters.profiles import builtin_profiles
+from h3core.adapters.profiles import ProfileError
 from h3core.adapters.store.nodes import NodeTaken
-from h3core.adapters.uploads import LocalUploadStore
 from h3core.cli.app import app
-from h3core.cli.capacity import ProfileOption, admission, profile_named
+from h3core.cli.capacity import ProfileOption, profile_named
 from h3core.cli.common import (
     EXIT_DATA,
     EXIT_LOCKED,
@@ -43,10 +41,10 @@ from h3core.domain.events import (
 )
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
-from h3core.runtime import IdempotencyMismatch, Refused, Runner, RunnerConfig
-from h3core.runtime.contracts import CapabilityFile, LiveContract, capabilities_path
-from h3core.runtime.executor_factory import make_executor
+from h3core.runtime import IdempotencyMismatch, Refused, Runner, Submissions
+from h3core.runtime.fleet import FleetContract
 from h3core.runtime.logs import configure as configure_logging
+from h3core.runtime.node import build_node, submit_contract
 from h3core.runtime.settings import Settings, SettingsError
 from h3core.runtime.store_retry import StoreUnavailable
 
@@ -74,12 +72,24 @@ def enqueue(
         retry = RetryPolicy(max_attempts=max_attempts)
     except ValidationError as exc:
         fail(f"invalid job: {first_error(exc)}")
+    try:  # judged as the service judges a submit to this store: what its runners state they can run
+        settings = Settings(db=db, role="api", max_attempts=retry.max_attempts, capacity_profile=profile)
+    except ValidationError as exc:
+        fail(f"invalid setting: {first_error(exc)}")
     with open_store(db, create=True) as store:
-        runner = Runner(store, None, RunnerConfig(retry=retry), admission=admission(store, db, profile))  # submits only
         try:
-            state = anyio.run(functools.partial(runner.submit, request, priority=priority, idempotency_key=idempotency_key))
+            contract = submit_contract(store, settings)
+        except ProfileError as exc:
+            fail(str(exc))
+        if isinstance(contract, FleetContract):
+            contract.refresh()
+        submissions = Submissions(store, settings.runner_config(), admission=contract)  # no writer task: one append
+        try:
+            submit = functools.partial(submissions.submit, request, priority=priority, idempotency_key=idempotency_key)
+            submitted = anyio.run(submit)
         except (Refused, IdempotencyMismatch) as exc:
             fail(str(exc))
+        state = submitted.state
     for warning in state.warnings:
         console_err().print(f"warning: {warning}")
     typer.echo(state.job_id)
@@ -214,43 +224,31 @@ def worker(
     }
     try:
         settings = Settings(**{k: v for k, v in given.items() if v is not None})
-        runner_config = settings.runner_config()
+        settings.runner_config()  # settings that cannot run together stop it here (SettingsError)
         configure_logging(settings.log_format, settings.log_level)
     except ValidationError as exc:
         fail(f"invalid setting: {first_error(exc)}")
     except SettingsError as exc:
         fail(str(exc))
-    explicit = profile_named(settings.capacity_profile)
+    profile_named(settings.capacity_profile)  # a profile that cannot be read stops it here, before the lock
     lock = take_runner_lock(settings.db)  # before the executor: loading a model takes a while
     try:
         with open_store(settings.db, create=True, **settings.store_options()) as store:
+            if settings.webhook_secret is not None or settings.webhook_endpoints:  # it runs the jobs: it delivers their webhooks
+                require_extra("service", "httpx", "standardwebhooks")
             try:
-                artifact_store = LocalArtifactStore(settings.artifacts)
-                uploads = LocalUploadStore(settings.uploads)
+                node = build_node(settings, store=store)
             except OSError as exc:
                 fail(f"cannot use {exc.filename or settings.artifacts}: {exc.strerror or exc}")
-            try:
-                built = make_executor(settings, artifact_store, uploads)
-            except SettingsError as exc:
+            except (SettingsError, ProfileError) as exc:
                 fail(str(exc))
-            contract = LiveContract(built.capabilities, builtin_profiles(), profile=explicit)
-            board = CapabilityFile(capabilities_path(settings.db))
-            runner = Runner(store, built, runner_config, admission=contract, board=board, artifacts=artifact_store)
+            runner = node.runner
+            assert runner is not None  # a worker runs its jobs
             console_err().print(
                 f"worker: pid {os.getpid()}, store {settings.db}, executor {settings.executor}, artifacts {settings.artifacts}, "
                 f"slots {runner.slot_count()}; stop with SIGTERM or Ctrl-C"
             )
-            beside = []
-            if settings.webhook_secret is not None or settings.webhook_endpoints:  # it runs the jobs: it delivers their webhooks
-                require_extra("service", "httpx", "standardwebhooks")
-                from h3core.runtime.delivery_process import delivery_for
-
-                try:
-                    delivery = delivery_for(settings)
-                except SettingsError as exc:
-                    fail(str(exc))
-                assert delivery is not None
-                beside.append(delivery.run)
+            beside = [node.webhooks.run] if node.webhooks is not None else []
             try:
                 how = anyio.run(functools.partial(serve_runner, runner, verbose=verbose, beside=beside))
             except StoreUnavailable as exc:

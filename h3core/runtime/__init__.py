@@ -1,4 +1,5 @@
-"""The application layer: the runner and what it is built from, the embedding API (`Jobs`), the
+"""The application layer: the runner and what it is built from, submissions (the write side every
+door shares), the composition root (`build_node`), the embedding API (`Jobs`), the
 live admission contract, the event bus and the store's followers, and the process settings and
 executor factory that `serve` and `worker` both take.
 
@@ -9,11 +10,13 @@ Modules with a leading underscore are the runner's parts, private to this packag
 from h3core.runtime.bus import EventBus
 from h3core.runtime.config import RunnerConfig
 from h3core.runtime.contracts import CapabilityFile, LiveContract
-from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
+from h3core.runtime.errors import IdempotencyMismatch, InvalidSubmission, NotCancellable, Refused, ShuttingDown
 from h3core.runtime.fleet import FleetContract
 from h3core.runtime.jobs import JobCancelled, JobFailed, JobNotDone, Jobs
+from h3core.runtime.node import Node, build_node
 from h3core.runtime.runner import Runner
 from h3core.runtime.store_retry import StoreUnavailable
+from h3core.runtime.submissions import Submission, Submissions, WebhookPolicy
 from h3core.runtime.subscription import Subscription
 
 __all__ = [
@@ -21,16 +24,22 @@ __all__ = [
     "EventBus",
     "FleetContract",
     "IdempotencyMismatch",
+    "InvalidSubmission",
     "JobCancelled",
     "JobFailed",
     "JobNotDone",
     "Jobs",
     "LiveContract",
+    "Node",
     "NotCancellable",
     "Refused",
     "Runner",
     "RunnerConfig",
     "ShuttingDown",
     "StoreUnavailable",
+    "Submission",
+    "Submissions",
     "Subscription",
+    "WebhookPolicy",
+    "build_node",
 ]

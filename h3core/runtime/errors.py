@@ -5,7 +5,7 @@ from __future__ import annotations
 from h3core.domain.admission import Refuse
 from h3core.domain.state import JobState
 
-__all__ = ["IdempotencyMismatch", "NotCancellable", "Refused", "ShuttingDown"]
+__all__ = ["IdempotencyMismatch", "InvalidSubmission", "NotCancellable", "Refused", "ShuttingDown"]
 
 
 class Refused(Exception):
@@ -26,6 +26,8 @@ class IdempotencyMismatch(Exception):
 
 
 class NotCancellable(Exception):
+    """The job has ended (`state`, how): there is nothing left to cancel."""
+
     def __init__(self, state: JobState) -> None:
         super().__init__(f"job {state.job_id} already ended '{state.status}'")
         self.state = state
@@ -33,3 +35,14 @@ class NotCancellable(Exception):
 
 class ShuttingDown(Exception):
     """The runner no longer admits work."""
+
+
+class InvalidSubmission(Exception):
+    """A request that names something it may not: an upload that is missing or of the wrong kind,
+    or a webhook this service cannot or will not send. `errors`: each field and why, in the
+    order the fields were checked; `about`: `uploads` or `webhook`, what was checked."""
+
+    def __init__(self, about: str, errors: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{field}: {message}" for field, message in errors))
+        self.about = about
+        self.errors = errors

@@ -16,8 +16,6 @@ runs on a worker thread, so none blocks the caller's event loop.
 from __future__ import annotations
 
 import functools
-import os
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -31,15 +29,19 @@ from h3core.adapters.lock import RunnerLock
 from h3core.adapters.store.base import EventStore, UnknownJob
 from h3core.adapters.store.location import open_store_at, parse_location, runner_lock_for
 from h3core.adapters.store.memory import MemoryEventStore
+from h3core.adapters.uploads import UploadStore
 from h3core.domain.admission import AdmissionPolicy
 from h3core.domain.events import Event
 from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState, apply
+from h3core.domain.webhooks import WebhookTarget
 from h3core.executors.base import Executor
 from h3core.runtime.config import RunnerConfig
 from h3core.runtime.errors import ShuttingDown
 from h3core.runtime.follow import follow
 from h3core.runtime.runner import Runner
+from h3core.runtime.settings import default_node_id
+from h3core.runtime.submissions import Submission, WebhookPolicy
 from h3core.runtime.subscription import Start, Subscription
 
 __all__ = ["JobCancelled", "JobFailed", "JobNotDone", "Jobs"]
@@ -82,16 +84,26 @@ class Jobs:
         artifacts: ArtifactStore | None = None,
         config: RunnerConfig | None = None,
         admission: AdmissionPolicy | None = None,
+        uploads: UploadStore | None = None,
+        webhooks: WebhookPolicy | None = None,
+        node: str | None = None,
     ) -> None:
         """`store`: a SQLite file or a postgresql:// URL (opened and closed here), an open `EventStore` (left open), or
         None (in memory, gone at exit). `artifacts`: where the executor commits videos, so that a
         restart adopts a video committed before a crash; `admission`: by default, what the
-        executor says it can run."""
+        executor says it can run. `uploads`: where the uploads a request names are kept;
+        `webhooks`: whether a request may name a webhook, and where to (`WebhookPolicy`; by default
+        none: the deliveries are `serve`'s or `worker`'s, with H3_WEBHOOK_SECRET). `node`: on a
+        postgresql:// URL, this process's node id (by default what `serve` takes: H3_NODE, else
+        the host's name)."""
         self._store_arg = store
         self._executor = executor
         self._artifacts = artifacts
         self._config = config or RunnerConfig()
         self._admission = admission
+        self._uploads = uploads
+        self._webhooks = webhooks
+        self._node = node
         self._exits: AsyncExitStack | None = None
         self._runner: Runner | None = None
 
@@ -124,14 +136,22 @@ class Jobs:
                 lock.acquire()  # LockHeld: another runner (a serve, a worker, a Jobs) has this store
         try:
             if owned:
-                # On PostgreSQL this process is a runner node among any others (its own id: a
-                # restart's attempts are taken over after the lease, by it or another node).
-                node = {"node": f"{socket.gethostname()}-{os.getpid()}"} if lock_path is None else {}
+                # On PostgreSQL this process is a runner node among any others, named as `serve`
+                # names one (a restart is the same node, and takes its attempts back at once).
+                node = {"node": self._node or default_node_id()} if lock_path is None else {}
                 store: EventStore = await anyio.to_thread.run_sync(functools.partial(open_store_at, where, **node))
             else:
                 store = self._store_arg if self._store_arg is not None else MemoryEventStore()  # type: ignore[assignment]
             try:
-                runner = Runner(store, self._executor, self._config, admission=self._admission, artifacts=self._artifacts)
+                runner = Runner(
+                    store,
+                    self._executor,
+                    self._config,
+                    admission=self._admission,
+                    artifacts=self._artifacts,
+                    uploads=self._uploads,
+                    webhooks=self._webhooks,
+                )
                 async with anyio.create_task_group() as tg:
                     await tg.start(runner.run)
                     self._runner = runner
@@ -160,10 +180,31 @@ class Jobs:
 
     # -- the API --------------------------------------------------------------------------
 
-    async def submit(self, request: GenerationRequest, *, priority: int = 0, idempotency_key: str | None = None) -> JobState:
+    async def submit(
+        self,
+        request: GenerationRequest,
+        *,
+        priority: int = 0,
+        idempotency_key: str | None = None,
+        webhook: WebhookTarget | None = None,
+    ) -> JobState:
         """Admit and store a job; its state as stored (`job_id`, `status` queued). Raises
-        `Refused` (admission's reason and ceiling), `IdempotencyMismatch` or `ShuttingDown`."""
-        return await self.runner.submit(request, priority=priority, idempotency_key=idempotency_key)
+        `InvalidSubmission` (a webhook or an upload it may not name), `Refused` (admission's
+        reason and ceiling), `IdempotencyMismatch` or `ShuttingDown`. `submission` says also
+        whether the call created the job."""
+        return (await self.submission(request, priority=priority, idempotency_key=idempotency_key, webhook=webhook)).state
+
+    async def submission(
+        self,
+        request: GenerationRequest,
+        *,
+        priority: int = 0,
+        idempotency_key: str | None = None,
+        webhook: WebhookTarget | None = None,
+    ) -> Submission:
+        """`submit`, answering also whether this call created the job (False: an idempotent
+        replay of the job an earlier call with the same key created)."""
+        return await self.runner.submissions.submit(request, priority=priority, idempotency_key=idempotency_key, webhook=webhook)
 
     async def get(self, job_id: str) -> JobState:
         """The job's state now; `UnknownJob` if there is no such job."""

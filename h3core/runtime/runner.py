@@ -24,9 +24,7 @@ and the journal (its store access, where a lost store is noticed).
 from __future__ import annotations
 
 import functools
-import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from contextlib import aclosing
+from collections.abc import Callable
 
 import anyio
 import anyio.abc
@@ -35,15 +33,13 @@ from anyio.abc import TaskStatus
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.base import EventStore
 from h3core.adapters.store.nodes import NodeLeases
+from h3core.adapters.uploads import UploadStore
 from h3core.domain.admission import AdmissionPolicy, AdmitAll
-from h3core.domain.geometry import Media
 from h3core.domain.request import GenerationRequest
-from h3core.domain.state import JobState, apply
+from h3core.domain.state import JobState
 from h3core.domain.webhooks import WebhookTarget
 from h3core.executors.base import Executor
 from h3core.runtime._claiming import Claimer
-from h3core.runtime._intake import Intake
-from h3core.runtime._journal import Journal
 from h3core.runtime._nodes import Heartbeat, node_info, watch_nodes
 from h3core.runtime._queue_deadline import expire_queued
 from h3core.runtime._recovery import recover
@@ -52,19 +48,17 @@ from h3core.runtime._writer import GroupWriter
 from h3core.runtime.bus import EventBus
 from h3core.runtime.config import RunnerConfig
 from h3core.runtime.contracts import CapabilityFile, LiveContract, publish_capabilities
-from h3core.runtime.errors import ShuttingDown
 from h3core.runtime.fleet import FleetContract
-from h3core.runtime.follow import follow
-from h3core.runtime.store_retry import StoreUnavailable
+from h3core.runtime.ids import new_job_id
+from h3core.runtime.submissions import Submissions, WebhookPolicy
 
 __all__ = ["Runner", "new_job_id"]
 
 
-def new_job_id() -> str:
-    return uuid.uuid4().hex
-
-
 class Runner:
+    """Runs the store's queued jobs on one executor, and takes submits and cancels beside them
+    (its `submissions`), until cancelled: see the module's docstring for what it guarantees."""
+
     def __init__(
         self,
         store: EventStore,
@@ -76,46 +70,49 @@ class Runner:
         id_factory: Callable[[], str] = new_job_id,
         board: CapabilityFile | None = None,
         artifacts: ArtifactStore | None = None,
+        uploads: UploadStore | None = None,
+        webhooks: WebhookPolicy | None = None,
     ) -> None:
         """`board`: where to publish what the executor can run, for processes that admit jobs
         this runner runs (an API process on the same store). `artifacts`: where the executor
         commits videos, for recovery to adopt one committed before a crash and to clear what a
-        dead attempt left; None: recovery reruns such attempts. `executor` None: a runner that only
-        submits and cancels (`admit_only`), for another process's executor."""
+        dead attempt left; None: recovery reruns such attempts. `uploads` and `webhooks`: what
+        its submissions check requests against (`Submissions`)."""
         self.store = store
         self.executor = executor
         self.artifacts = artifacts
         self.config = config or RunnerConfig()
-        # By default a request is judged against what the executor says it can run (a runner
-        # that only submits, for another process's executor, is given that one's contract); on a
-        # store shared by runner nodes, against what any live node can run.
-        local = LiveContract(executor.capabilities) if executor is not None else None
+        # By default a request is judged against what the executor says it can run; on a store
+        # shared by runner nodes, against what any live node can run.
+        local: LiveContract | None = LiveContract(executor.capabilities)
         if admission is None:
             nodes = store if isinstance(store, NodeLeases) and store.node_id is not None else None
             admission = FleetContract(nodes, local=local) if nodes is not None else (local or AdmitAll())
         # A node of a shared store claims the jobs its own executor's contract admits.
-        mine = getattr(admission, "local", admission)
+        mine = admission.local if isinstance(admission, FleetContract) else admission
         local = mine if isinstance(mine, LiveContract) else local
-        self.bus = bus or EventBus()
+        self.submissions = Submissions(
+            store, self.config, admission=admission, uploads=uploads, webhooks=webhooks, bus=bus, id_factory=id_factory
+        )
+        self.bus = self.submissions.bus
         self.board = board
-        self._journal = Journal(store, self.bus, retry_s=self.config.store_retry_s)
-        self._intake = Intake(self._journal, admission, self.config.retry, id_factory)
+        self._journal = self.submissions.journal
         self._supervisor = Supervisor(self._journal, executor, self.config, on_end=self._poke)
         self._claimer = Claimer(
             self._journal, executor, self.config, self._supervisor.busy, contract=local.current if local is not None else None
         )
-        self._accepting = False
-        self.started = False
+        self.submissions.on_submitted = self._poke
+        self.submissions.on_cancel = self._supervisor.cancel
         self.heartbeat: Heartbeat | None = None  # on a store shared by runner nodes, while running
 
     @property
     def admission(self) -> AdmissionPolicy:
         """What every submission (and a log imported without its admission) is judged by."""
-        return self._intake.admission
+        return self.submissions.admission
 
     @admission.setter
     def admission(self, policy: AdmissionPolicy) -> None:
-        self._intake.admission = policy
+        self.submissions.admission = policy
 
     @property
     def writer(self) -> GroupWriter:
@@ -126,7 +123,12 @@ class Runner:
     def accepting(self) -> bool:
         """Running and admitting jobs (false before `run` has recovered, once it stops, and once
         the store is lost)."""
-        return self._accepting and self._journal.lost is None
+        return self.submissions.accepting
+
+    @property
+    def started(self) -> bool:
+        """`run` has recovered and begun taking jobs (it stays true once it has stopped)."""
+        return self.submissions.started
 
     def _poke(self) -> None:
         self._claimer.poke()
@@ -140,47 +142,23 @@ class Runner:
         priority: int = 0,
         idempotency_key: str | None = None,
         job_id: str | None = None,
-        media: Mapping[str, Media] | None = None,
         remixed_from: str | None = None,
         webhook: WebhookTarget | None = None,
     ) -> JobState:
-        """Admit and store a job. Raises `Refused`, `IdempotencyMismatch` or `ShuttingDown`.
-
-        `media` is what is known of the request's uploads, for admission to count their tokens.
-        `remixed_from`: the job this one remixes (same parameters, a new prompt), kept in its log.
-        `webhook`: where its events are sent (checked by the caller: `h3core.adapters.webhooks`).
-        """
-        if not self.accepting and self.started:
-            raise ShuttingDown("h3core is shutting down and admits no new jobs")
-        state = await self._intake.submit(
+        """`submissions.submit`'s job as stored (see there)."""
+        submission = await self.submissions.submit(
             request,
-            job_id=job_id,
             priority=priority,
             idempotency_key=idempotency_key,
-            media=media,
+            job_id=job_id,
             remixed_from=remixed_from,
             webhook=webhook,
         )
-        self._poke()
-        return state
+        return submission.state
 
     async def cancel(self, job_id: str, reason: str = "cancelled by request", *, wait_s: float = 0.0) -> JobState:
-        """Queued jobs end at once; running ones end once the executor has stopped, or `done` where
-        the work finished before the stop took effect (the cancel came too late). `wait_s`: wait up
-        to that long for a running job to end, and return the state it ended in (the latest one if
-        it has not). Raises `KeyError` for an unknown job, `NotCancellable` for one that has ended."""
-        state = await self._intake.cancel(job_id, reason)
-        self._supervisor.cancel(job_id)
-        if state.terminal or wait_s <= 0:
-            return state
-        # Its runner may be another process: its events come through the store, read this often.
-        resync_s = min(wait_s, self.config.poll_interval_s)
-        with anyio.move_on_after(wait_s):
-            async with aclosing(follow(self.bus, self.store.events, job_id, state.last_seq, resync_s=resync_s)) as events:
-                async for event in events:
-                    if event is not None:
-                        state = apply(state, event)
-        return state
+        """`submissions.cancel`: stored, and passed to the attempt if this runner runs it."""
+        return await self.submissions.cancel(job_id, reason, wait_s=wait_s)
 
     def slot_count(self) -> int:
         """Attempts run at once: the configured slots, or fewer where the executor bounds its own
@@ -199,47 +177,8 @@ class Runner:
         if nodes is not None:  # before any task group: `NodeTaken` reaches the caller as it is
             info = node_info(nodes, self.executor, self.slot_count(), "runner")
             await anyio.to_thread.run_sync(nodes.join, info, self.config.lease_s)
-        try:
-            async with self.executor.running():
-                await self._writing(functools.partial(self._run_jobs, task_status))
-        finally:
-            self._accepting = False
-
-    async def admit_only(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Accept submits and cancels, group-committed as `run` does, and run no job: for a
-        process that only takes requests while another process's runner runs the jobs (it sees
-        them in the store). Cancelling this stops admitting."""
-
-        async def admit(task_status: TaskStatus[None]) -> None:
-            async with anyio.create_task_group() as tg:
-                await self._watch_nodes(tg)
-                self._accepting = True
-                self.started = True
-                task_status.started()
-                await anyio.sleep_forever()
-
-        await self._writing(functools.partial(admit, task_status))
-
-    async def _watch_nodes(self, tg: anyio.abc.TaskGroup) -> None:
-        """Where admission judges across nodes, keep their statements fresh (read once first)."""
-        if isinstance(self.admission, FleetContract):
-            await tg.start(self.admission.watch)
-
-    async def _writing(self, work: Callable[[], Awaitable[None]]) -> None:
-        """`work()` while the writer runs (shielded: the ends of cancelled attempts are written
-        through it) and a lost store stops everything with `StoreUnavailable`; after it, admit
-        nothing more, drain what was written and stop the writer."""
-        try:
-            async with anyio.create_task_group() as writing:
-                await writing.start(self._write_shielded)
-                writing.start_soon(self._journal.raise_when_lost)
-                try:
-                    await work()
-                finally:
-                    self._accepting = False
-                    self._journal.writer.close()  # every job task has ended: drain what they wrote, stop
-        except* StoreUnavailable as group:
-            raise self._journal.lost or StoreUnavailable.within(group) from None
+        async with self.executor.running():
+            await self.submissions.writing(functools.partial(self._run_jobs, task_status))
 
     def _node_store(self) -> NodeLeases | None:
         """The store as one node among several (PostgreSQL opened with a node id), or None."""
@@ -269,14 +208,13 @@ class Runner:
         resumable = await recover(self._journal, self.executor, self.admission, self.artifacts)
         slots = anyio.Semaphore(self.slot_count())
         async with anyio.create_task_group() as tg:
-            await self._watch_nodes(tg)
+            await self.submissions.watch_nodes(tg)
             if heartbeat is not None:  # other nodes' dead attempts: taken over, ended, retried
                 tg.start_soon(watch_nodes, self._journal, heartbeat, info, self.artifacts, self.config.lease_s)
             for state in resumable:  # re-attach first: their work is already running
                 await slots.acquire()
                 tg.start_soon(functools.partial(self._supervisor.job, state, slots, resume=True))
-            self._accepting = True
-            self.started = True
+            self.submissions.open()
             task_status.started()
             tg.start_soon(self._supervisor.watch_store)
             if self.board is not None:
@@ -284,10 +222,6 @@ class Runner:
             if self.config.queue_timeout_s is not None:
                 tg.start_soon(self._expire_queued, self.config.queue_timeout_s)
             await self._claimer.dispatch(tg, slots, self._supervisor.job)
-
-    async def _write_shielded(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        with anyio.CancelScope(shield=True):
-            await self._journal.writer.run(task_status=task_status)
 
     async def _expire_queued(self, limit_s: float) -> None:
         await expire_queued(

@@ -301,7 +301,12 @@ class Settings(BaseSettings):
         """How this process opens its store: on PostgreSQL a process that runs jobs is a node."""
         if not is_postgres_url(self.db) or self.role == "api":
             return {}
-        return {"node": self.node or socket.gethostname()}
+        return {"node": self.node_id()}
+
+    def node_id(self) -> str:
+        """This process's id among the nodes of a shared store: H3_NODE, else the host's name (so a
+        restarted node is the same node, and takes its own attempts back at once)."""
+        return self.node or default_node_id()
 
     def check_exposure(self) -> None:
         """Refuse to listen beyond loopback without tokens (docs/design.md §2.7)."""
@@ -351,3 +356,8 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False  # a name that is not 'localhost' may resolve anywhere
+
+
+def default_node_id() -> str:
+    """A runner node's id where none is given (`serve`, `worker`, `Jobs` alike): the host's name."""
+    return socket.gethostname()

@@ -12,19 +12,18 @@ import anyio
 import anyio.abc
 
 from h3core.adapters.artifacts import LocalArtifactStore
-from h3core.adapters.profiles import builtin_profiles, load_profile_ref
-from h3core.adapters.store.location import is_postgres_url, open_store_at, runner_lock_for
-from h3core.adapters.store.sqlite import SQLiteEventStore
-from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
+from h3core.adapters.store.base import EventStore
+from h3core.adapters.store.location import runner_lock_for
+from h3core.adapters.uploads import LocalUploadStore
 from h3core.domain.webhooks import Allow
 from h3core.runtime.bus import EventBus
-from h3core.runtime.contracts import CapabilityFile, LiveContract, ServiceContract, capabilities_path
-from h3core.runtime.delivery_process import DeliveryProcess, delivery_for
-from h3core.runtime.executor_factory import make_executor
-from h3core.runtime.fleet import FleetContract
+from h3core.runtime.contracts import ServiceContract
+from h3core.runtime.delivery_process import DeliveryProcess
+from h3core.runtime.node import build_node
 from h3core.runtime.runner import Runner
 from h3core.runtime.settings import Settings
 from h3core.runtime.store_retry import StoreUnavailable
+from h3core.runtime.submissions import Submissions
 from h3core.runtime.tail import StoreTail
 from h3core.service.metrics import Metrics
 from h3core.service.readiness import Readiness
@@ -37,13 +36,14 @@ class Service:
     """Everything a request handler may touch, made once per process."""
 
     settings: Settings
-    store: SQLiteEventStore
+    store: EventStore
     artifacts: LocalArtifactStore
     uploads: LocalUploadStore
     # Admission and /v1/ceilings: the profile and what the executor can run (on PostgreSQL, what
     # any live runner node can run).
     contract: ServiceContract
-    runner: Runner  # in the api role, only for submitting and cancelling: its jobs run elsewhere
+    submissions: Submissions  # every submit and cancel, whichever dialect it came in
+    runner: Runner | None  # None in the api role: its jobs run in another process
     metrics: Metrics
     bus: EventBus  # every event this process learns of: the runner's, or the store tail's
     # What other processes store reaches `bus` through it: the api role's, and a PostgreSQL node's.
@@ -100,13 +100,13 @@ class Service:
                 async with anyio.create_task_group() as tg:
                     if self.tail is not None:
                         await tg.start(self.tail.run)
-                    if self.settings.role == "api":
-                        await self.runner.admit_only(task_status=task_status)
+                    if self.runner is None:
+                        await self.submissions.run(task_status=task_status)
                     else:
                         await self.runner.run(task_status=task_status)
                     tg.cancel_scope.cancel()  # the tail, once the runner has stopped
         except* StoreUnavailable as group:
-            if not self.runner.started:
+            if not self.submissions.started:
                 raise  # at start-up: the service does not start
             self.fatal = StoreUnavailable.within(group)
             self.stopping = True
@@ -115,53 +115,25 @@ class Service:
         self.bus.close()  # after the runner's last events (the interruptions) went out
 
 
-def fleet_interval(settings: Settings) -> float:
-    """How often a node reads the others' statements: well within a lease (a beat is a third)."""
-    return min(1.0, settings.lease / 3)
-
-
 def build_service(settings: Settings) -> Service:
-    store = open_store_at(settings.db, **settings.store_options())
-    artifacts = LocalArtifactStore(settings.artifacts)
-    uploads = LocalUploadStore(
-        settings.uploads,
-        limits={k: min(v, settings.max_upload_bytes) for k, v in DEFAULT_LIMITS.items()},
-        max_pixels=settings.max_upload_pixels,
-    )
-    for name, size in uploads.sweep_parts():  # uploads a dead process was receiving: never finished
+    """The service's parts: the node `settings` describe (`h3core.runtime.node`), and its metrics."""
+    node = build_node(settings)
+    for name, size in node.files.uploads.sweep_parts():  # uploads a dead process was receiving: never finished
         log.warning("removed %s (%d bytes): an upload cut off before it was stored", name, size, extra={"file": name})
-    explicit = load_profile_ref(settings.capacity_profile) if settings.capacity_profile is not None else None
-    shared = is_postgres_url(settings.db)  # runner nodes state what they can run in the store
-    if settings.role == "api":  # no executor here: the runner process has it, and states what it can run
-        contract: ServiceContract
-        if shared:  # every live node's statement: the request goes to the queue if one can run it
-            contract = FleetContract(store, builtin_profiles(), profile=explicit, interval_s=fleet_interval(settings))
-        else:
-            board = CapabilityFile(capabilities_path(settings.db), interval_s=settings.tail_interval)
-            contract = LiveContract(board.read, builtin_profiles(), profile=explicit)
-        runner = Runner(store, None, settings.runner_config(), admission=contract)  # type: ignore[arg-type]
-        bus = EventBus()
-        tail = StoreTail(store, bus, interval_s=settings.tail_interval)
-        return Service(settings, store, artifacts, uploads, contract, runner, Metrics(store), bus, tail)
-    executor = make_executor(settings, artifacts, uploads)
-    local = LiveContract(executor.capabilities, builtin_profiles(), profile=explicit)
-    # On PostgreSQL: this node's executor, and every other live node's statement.
-    contract = (
-        FleetContract(store, builtin_profiles(), profile=explicit, local=local, interval_s=fleet_interval(settings))
-        if shared
-        else local
+    metrics = Metrics(node.store, node.executor)
+    if node.webhooks is not None:
+        metrics.watch_webhooks(node.webhooks)
+    files = node.files
+    return Service(
+        settings,
+        node.store,
+        files.artifacts,
+        files.uploads,
+        node.contract,
+        node.submissions,
+        node.runner,
+        metrics,
+        node.bus,
+        node.tail,
+        webhooks=node.webhooks,
     )
-    # An API process beside this one admits against what this executor states it can run.
-    board = CapabilityFile(capabilities_path(settings.db))
-    runner = Runner(store, executor, settings.runner_config(), admission=contract, board=board, artifacts=artifacts)
-    metrics = Metrics(store, executor)
-    webhooks = delivery_for(settings)  # SettingsError: endpoints without a secret
-    if webhooks is not None:
-        metrics.watch_webhooks(webhooks)
-    if not settings.store_options():
-        return Service(settings, store, artifacts, uploads, contract, runner, metrics, runner.bus, webhooks=webhooks)
-    # One node among several: its live streams and metrics follow the store (every node's events,
-    # each once, in store order), woken by the store's notifications, not this runner's bus alone.
-    bus = EventBus()
-    tail = StoreTail(store, bus, interval_s=settings.tail_interval)
-    return Service(settings, store, artifacts, uploads, contract, runner, metrics, bus, tail, webhooks=webhooks)

@@ -15,6 +15,8 @@ from h3core.domain.events import (
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 
+__all__ = ["artifact", "done_log", "request", "submitted"]
+
 
 def request(**kw) -> GenerationRequest:
     return GenerationRequest(**{"prompt": "a red fox in snow", "steps": 4, "frames": 24, "width": 64, "height": 64, **kw})

@@ -27,6 +27,8 @@ from h3core.domain.state import IllegalEvent
 from h3core.domain.webhooks import Delivery
 from h3core.testing.factories import done_log, submitted
 
+__all__ = ["EventStoreContract"]
+
 _AT = datetime(2026, 12, 1, tzinfo=UTC)
 
 

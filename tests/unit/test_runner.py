@@ -20,10 +20,10 @@ from h3core import (
     Refuse,
     Refused,
     RetryPolicy,
-    Runner,
     RunnerConfig,
     Running,
     SQLiteEventStore,
+    Submissions,
 )
 from h3core.adapters.artifacts import sha256_file
 from h3core.executors.base import FinishedBeforeStop, Result
@@ -222,7 +222,7 @@ async def test_a_retried_job_whose_executor_is_still_stopping_is_not_started_twi
 
 async def test_free_slots_are_filled_from_one_read_of_the_queue(make_runner, tmp_path):
     store = SQLiteEventStore(tmp_path / "claims.db", durable=False)
-    ids = [(await Runner(store, None).submit(request(steps=2))).job_id for _ in range(6)]
+    ids = [(await Submissions(store).submit(request(steps=2))).state.job_id for _ in range(6)]
     reads = []
     queued = store.queued
     store.queued = lambda limit, exclude=(), modes=None: reads.append(limit) or queued(limit, exclude, modes)
@@ -236,7 +236,7 @@ async def test_free_slots_are_filled_from_one_read_of_the_queue(make_runner, tmp
 
 async def test_the_executor_does_not_wait_for_each_progress_event_to_be_written(make_runner, tmp_path):
     store = SQLiteEventStore(tmp_path / "slow.db", durable=False)
-    job = (await Runner(store, None).submit(request(steps=40))).job_id
+    job = (await Submissions(store).submit(request(steps=40))).state.job_id
     gate, yielded = threading.Event(), []
     append_batch = store.append_batch
 
@@ -352,8 +352,8 @@ async def test_recovery_clears_the_partial_file_of_an_interrupted_attempt(make_r
 
 async def test_jobs_run_by_priority_then_in_submission_order(make_runner, tmp_path):
     store = SQLiteEventStore(tmp_path / "order.db", durable=False)
-    runner = Runner(store, None)  # submitting needs no executor
-    ids = [(await runner.submit(request(steps=1), priority=p)).job_id for p in (0, 0, 3, 0)]
+    submissions = Submissions(store)  # submitting needs no executor
+    ids = [(await submissions.submit(request(steps=1), priority=p)).state.job_id for p in (0, 0, 3, 0)]
     async with make_runner(store=store) as running:
         await wait_until(ended(running, *ids))
     started = sorted(ids, key=lambda j: next(e.at for e in store.events(j) if e.type == "running"))
@@ -375,8 +375,8 @@ async def test_a_frame_count_is_said_snapped_only_where_the_executor_makes_anoth
         await wait_until(ended(runner, job.job_id))
     assert job.warnings == () and runner.store.get(job.job_id).artifact.frames == 24
     model = Capabilities(executor="pipeline")  # the model's 17n + 5
-    runner = Runner(SQLiteEventStore(tmp_path / "model.db", durable=False), None, admission=LiveContract(lambda: model))
-    job = await runner.submit(request(frames=24))
+    submissions = Submissions(SQLiteEventStore(tmp_path / "model.db", durable=False), admission=LiveContract(lambda: model))
+    job = (await submissions.submit(request(frames=24))).state
     assert job.warnings == ("24 frames snapped to 39: MiniMax-H3 makes 17n+5",)  # recorded with the job
 
 

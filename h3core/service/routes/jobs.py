@@ -15,13 +15,11 @@ from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, Quer
 from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 
-from h3core.adapters.webhooks import target_refusal
 from h3core.domain.events import Event
 from h3core.domain.state import JobState
 from h3core.domain.webhooks import Delivery, WebhookTarget
-from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
+from h3core.runtime.errors import IdempotencyMismatch, InvalidSubmission, NotCancellable, Refused, ShuttingDown
 from h3core.runtime.follow import follow
-from h3core.runtime.runner import new_job_id
 from h3core.service import files
 from h3core.service.cancelling import CANCEL_ANSWER_S, cancel, refusal
 from h3core.service.context import Service
@@ -62,19 +60,12 @@ def _refuse(field: str, message: str) -> HTTPException:
     )
 
 
-async def _webhook(svc: Service, data: JobCreate) -> WebhookTarget | None:
-    """The request's webhook, checked: a secret to sign with, and a target a delivery may reach
-    (after resolving its host), or a 422 that says why not."""
+def _webhook(data: JobCreate) -> WebhookTarget | None:
+    """The request's webhook (vetted by the submission: a secret to sign with, a target a delivery
+    may reach), or a 422 for a filter without one."""
     target = data.webhook_target()
-    if target is None:
-        if data.webhook_events_filter is not None:
-            raise _refuse("webhook_events_filter", "it applies to a webhook; give `webhook` too")
-        return None
-    if svc.settings.webhook_secret is None:
-        raise _refuse("webhook", "this service sends no webhooks: H3_WEBHOOK_SECRET is not set")
-    why = await target_refusal(target.url, svc.webhook_allow)
-    if why is not None:
-        raise _refuse("webhook", why)
+    if target is None and data.webhook_events_filter is not None:
+        raise _refuse("webhook_events_filter", "it applies to a webhook; give `webhook` too")
     return target
 
 
@@ -97,14 +88,15 @@ async def create_job(
     data: JSONBody[JobCreate],
     idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key", min_length=1, max_length=200)] = None,
 ) -> Response[JobView]:
-    # The id this request would create: any other id back is the job an earlier (or concurrent)
-    # request with the same key created, so exactly one request per key gets 201.
-    job_id = new_job_id()
-    webhook = await _webhook(svc, data)
+    webhook = _webhook(data)
     try:
-        state = await submit(
-            svc, data.generation(), priority=data.priority, idempotency_key=idempotency_key, job_id=job_id, webhook=webhook
+        # Exactly one request per key is told it created the job (201); the others replay it (200).
+        submission = await submit(
+            svc, data.generation(), priority=data.priority, idempotency_key=idempotency_key, webhook=webhook
         )
+    except InvalidSubmission as exc:  # the webhook: the uploads' come as a ValidationException
+        field, message = exc.errors[0]
+        raise _refuse(field, message) from None
     except Refused as exc:
         ceiling = exc.decision.ceiling.model_dump() if exc.decision.ceiling else None
         raise HTTPException(
@@ -114,9 +106,10 @@ async def create_job(
         raise HTTPException(status_code=409, detail=str(exc), extra={"job_id": exc.job_id}) from None
     except ShuttingDown as exc:
         raise HTTPException(status_code=503, detail=str(exc), headers={"Retry-After": "5"}) from None
+    state = submission.state
     return Response(
         await _view(svc, state),
-        status_code=201 if state.job_id == job_id else 200,
+        status_code=201 if submission.created else 200,
         headers={"Location": f"/v1/jobs/{state.job_id}"},
     )
 

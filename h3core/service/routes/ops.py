@@ -53,7 +53,8 @@ async def readiness(svc: Service) -> Response[ReadyView]:
     servable = caps.runnable_modes
     executor = f"ready for {', '.join(servable)}" if servable else "not ready: " + "; ".join(problems)
     groups = None
-    if svc.settings.role == "api":  # the jobs run in another process: the runner lock's holder, or the nodes
+    runner = svc.runner
+    if runner is None:  # the api role: the jobs run in another process: the runner lock's holder, or the nodes
         holder = await svc.readiness.runner()
         if holder:
             runs = f"{holder} run the jobs" if holder.startswith("node ") else f"process {holder} runs the jobs"
@@ -61,14 +62,14 @@ async def readiness(svc: Service) -> Response[ReadyView]:
             runs = "no runner node alive (none beat within its lease: `h3core nodes`)"
         else:
             runs = f"no runner process (nothing holds {svc.readiness.runner_lock})"
-        checks["runner"] = runs if svc.runner.accepting else "not accepting"
-        ok = checks["store"] == "ok" and holder is not None and svc.runner.accepting and bool(servable)
+        checks["runner"] = runs if svc.submissions.accepting else "not accepting"
+        ok = checks["store"] == "ok" and holder is not None and svc.submissions.accepting and bool(servable)
     else:
-        checks["runner"] = "accepting" if svc.runner.accepting else "not accepting"
-        ok = checks["store"] == "ok" and bool(servable) and svc.runner.accepting
-        health = svc.runner.executor.health()
+        checks["runner"] = "accepting" if svc.submissions.accepting else "not accepting"
+        ok = checks["store"] == "ok" and bool(servable) and svc.submissions.accepting
+        health = runner.executor.health()
         groups = [GroupView.model_validate(h, from_attributes=True) for h in health] if health is not None else None
-    attention = _attention(svc.runner.executor) if svc.settings.role != "api" else None
+    attention = _attention(runner.executor) if runner is not None else None
     rows = await svc.readiness.nodes()
     nodes = [NodeView(**n.model_dump(), alive=n.alive()) for n in rows] if rows else None
     view = ReadyView(

@@ -229,7 +229,8 @@ async def _submit(
     remixed_from: str | None = None,
 ) -> JobState:
     try:
-        return await submit(svc, request, priority=priority, idempotency_key=idempotency_key, remixed_from=remixed_from)
+        submission = await submit(svc, request, priority=priority, idempotency_key=idempotency_key, remixed_from=remixed_from)
+        return submission.state
     except ValidationException as exc:  # an upload it names is missing or of the wrong kind
         first = exc.extra[0] if isinstance(exc.extra, list) and exc.extra else {}
         key = str(first.get("key") or "")

@@ -7,7 +7,8 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from h3core.cli import app, worker
+from h3core.cli import app
+from h3core.runtime import node
 from h3core.runtime.settings import Settings, SettingsError
 
 
@@ -25,7 +26,7 @@ def built(monkeypatch) -> list[Settings]:
         seen.append(settings)
         raise SettingsError(f"stopped by the test at executor {settings.executor}")
 
-    monkeypatch.setattr(worker, "make_executor", make)
+    monkeypatch.setattr(node, "make_executor", make)  # the composition root the worker builds with
     return seen
 
 

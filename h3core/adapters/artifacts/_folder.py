@@ -1,0 +1,100 @@
+"""What every artifact store on a folder shares: one folder per job under a root, an attempt's
+files named `attempt-N.*`, paths checked to stay under the root."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from h3core.adapters.artifacts.base import sha256_file
+from h3core.domain.ids import is_job_id
+from h3core.domain.retention import StoredFile
+
+_ATTEMPT_FILE = re.compile(r"^attempt-(\d{1,9})\.")
+PART = ".part"  # a staged file's suffix: not a video until its commit renames it
+
+
+class AttemptFolders:
+    """Staging, listing, measuring and resolving the files of attempts under `root`."""
+
+    def __init__(self, root: str | Path, *, create: bool = True) -> None:
+        self.root = Path(root).resolve()
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
+
+    def _dir(self, job_id: str) -> Path:
+        if not is_job_id(job_id):
+            raise ValueError(f"job id {job_id!r} is not a safe artifact name")
+        return self.root / job_id
+
+    def staging(self, job_id: str, attempt: int, suffix: str = ".mp4") -> Path:
+        d = self._dir(job_id)
+        d.mkdir(parents=True, exist_ok=True)
+        return d / f"attempt-{attempt}{suffix}{PART}"
+
+    def measure(self, rel_path: str, *, hashed: bool = True) -> tuple[int | None, str | None]:
+        """(size, sha256) of a file now; (None, None) when it is not a regular file; sha256 None
+        unless `hashed`. A path leaving the store is a ValueError."""
+        path = self.resolve(rel_path)
+        try:
+            if not path.is_file():
+                return None, None
+            return path.stat().st_size, sha256_file(path) if hashed else None
+        except FileNotFoundError:
+            return None, None
+
+    def attempt_files(self, job_id: str, attempt: int) -> list[StoredFile]:
+        """Every file of the attempt, each with its size and sha256 (what `discard` would remove)."""
+        out = []
+        for number, rel in self._attempt_files(self._dir(job_id)):
+            if number != attempt:
+                continue
+            path = self.root / rel
+            try:
+                out.append(StoredFile(job_id, attempt, rel, path.stat().st_size, rel.endswith(PART), sha256_file(path)))
+            except FileNotFoundError:
+                continue  # removed meanwhile
+        return out
+
+    def discard(self, job_id: str, attempt: int) -> list[StoredFile]:
+        """Remove every file of the attempt (partial, committed or record); what each one was."""
+        removed = self.attempt_files(job_id, attempt)
+        for f in removed:
+            self.remove(f.path)
+        return removed
+
+    def _attempt_files(self, d: Path) -> list[tuple[int, str]]:
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except FileNotFoundError:
+            return []
+        out = []
+        for e in entries:
+            m = _ATTEMPT_FILE.match(e.name)
+            if m is not None and e.is_file(follow_symlinks=False):
+                out.append((int(m.group(1)), f"{d.name}/{e.name}"))
+        return out
+
+    def files(self) -> list[StoredFile]:
+        """Every attempt file under a job's folder; anything else in the store is not ours to judge."""
+        out = []
+        for d in sorted(self.root.iterdir()):
+            if not (d.is_dir() and not d.is_symlink() and is_job_id(d.name)):
+                continue
+            for attempt, rel in self._attempt_files(d):
+                try:
+                    size = (self.root / rel).stat().st_size
+                except FileNotFoundError:
+                    continue  # removed meanwhile
+                out.append(StoredFile(job_id=d.name, attempt=attempt, path=rel, bytes=size, partial=rel.endswith(PART)))
+        return out
+
+    def remove(self, rel_path: str) -> None:
+        self.resolve(rel_path).unlink(missing_ok=True)
+
+    def resolve(self, rel_path: str) -> Path:
+        path = (self.root / rel_path).resolve()
+        if not path.is_relative_to(self.root):
+            raise ValueError(f"artifact path {rel_path!r} leaves the artifact store")
+        return path

@@ -1,0 +1,119 @@
+"""The artifact-store contract: where finished videos live, addressed by job id and attempt only,
+so that no client path reaches the storage.
+
+Every implementation keeps these promises (`h3core.testing.artifacts.ArtifactStoreContract`
+checks them; run it against yours):
+
+- **Staging.** `staging(job_id, attempt)` is a fresh local path the executor writes the video to.
+  Nothing staged is a committed video: `committed` answers None for it, and `files` lists it as
+  `partial`. A job id that is not a safe name never reaches the storage: `staging` refuses it (`ValueError`),
+  and a read refuses it or finds nothing.
+- **Commit.** `commit(staged, ...)` records what it commits (size and sha256 of the staged bytes,
+  under the final name) durably, then makes the video visible at that name atomically, and
+  returns that `Artifact`. A complete video always has its record, whatever moment a crash picks.
+- **Adoption.** `committed(job_id, attempt)` reads an attempt's record back with the video as it
+  is now (`FoundArtifact`: recorded size and sha256 beside the measured ones), for recovery to
+  adopt a video committed before a crash; None where nothing was committed.
+- **Listing and cleanup.** `attempt_files` lists an attempt's files with size and sha256, `discard`
+  removes them all and says what they were, `files` lists every attempt file with its job and
+  attempt, `remove(path)` deletes one (a missing one is no error).
+- **Reading.** `measure(path)` is a file's size and sha256 now ((None, None) for no file; sha256
+  None unless `hashed`); `resolve(path)` gives the file to serve, and refuses (`ValueError`) a
+  path that would leave the store.
+- **Deletion on purpose.** `delete(path)` records when, then removes the video; `deleted_at` tells
+  a deleted video (its time) from a lost one (None). `delete_video(job_id)` records that a job's
+  video is deleted as a whole (OpenAI's Videos API: the object is gone, finished or not), read
+  back by `video_deleted_at`. Both keep the first time they recorded. The job's log is untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mimetypes
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from h3core.domain.adoption import FoundArtifact
+from h3core.domain.events import Artifact
+from h3core.domain.retention import StoredFile
+
+__all__ = ["ArtifactStore", "media_type", "sha256_file"]
+
+
+@runtime_checkable
+class ArtifactStore(Protocol):
+    """Where an executor stages and commits videos and the service reads them (the contract above)."""
+
+    def staging(self, job_id: str, attempt: int, suffix: str = ".mp4") -> Path:
+        """A fresh local path to write the attempt's video to (its folder made); `suffix`: the
+        container's extension."""
+        ...
+
+    def commit(
+        self, staged: Path, *, job_id: str, attempt: int, frames: int, duration_s: float, media_type: str = "video/mp4"
+    ) -> Artifact:
+        """Record the staged video (size, sha256, frames, duration) durably, then make it visible
+        under its final name atomically; the record, as `Artifact` (its `path` relative to the store)."""
+        ...
+
+    def committed(self, job_id: str, attempt: int) -> FoundArtifact | None:
+        """The attempt's committed video as recorded and as it is now, or None if none was
+        committed (finishing, where the store can, a commit a crash stopped after its record)."""
+        ...
+
+    def attempt_files(self, job_id: str, attempt: int) -> list[StoredFile]:
+        """Every file of the attempt (staged, committed, record), each with its size and sha256."""
+        ...
+
+    def discard(self, job_id: str, attempt: int) -> list[StoredFile]:
+        """Remove every file of the attempt; what each one was (as `attempt_files` said)."""
+        ...
+
+    def files(self) -> list[StoredFile]:
+        """Every attempt file in the store, with its job, attempt, size and whether it is partial."""
+        ...
+
+    def remove(self, rel_path: str) -> None:
+        """Delete one file (`StoredFile.path`); a missing one is no error."""
+        ...
+
+    def measure(self, rel_path: str, *, hashed: bool = True) -> tuple[int | None, str | None]:
+        """The file's (size, sha256) now; (None, None) if it is not there; sha256 None unless `hashed`."""
+        ...
+
+    def resolve(self, rel_path: str) -> Path:
+        """The local file of `rel_path` (an `Artifact.path`); `ValueError` for a path leaving the store."""
+        ...
+
+    def delete(self, rel_path: str) -> datetime:
+        """Remove the file; return when it was deleted (the first deletion's time, if deleted before)."""
+        ...
+
+    def deleted_at(self, rel_path: str) -> datetime | None:
+        """When `delete` removed the file; None if it never did."""
+        ...
+
+    def delete_video(self, job_id: str) -> datetime:
+        """Record that the job's video is deleted; return when (the first time, if recorded before)."""
+        ...
+
+    def video_deleted_at(self, job_id: str) -> datetime | None:
+        """When `delete_video` recorded the job's video deleted; None if it never did."""
+        ...
+
+
+def media_type(path: Path | str) -> str:
+    """A video's media type by its name (mimetypes knows no YUV4MPEG2, the fake's core-install video)."""
+    if Path(path).suffix == ".y4m":
+        return "video/x-yuv4mpeg2"
+    return mimetypes.guess_type(Path(path).name)[0] or "application/octet-stream"
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """The file's sha256, hex, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()

@@ -1,0 +1,124 @@
+"""The artifact-store contract as tests, for any implementation of `h3core.ArtifactStore`.
+
+Subclass `ArtifactStoreContract` in a test module and override its `artifacts` fixture to give
+a fresh, empty store; pytest then runs every contract test against it:
+
+    class TestMyArtifacts(ArtifactStoreContract):
+        @pytest.fixture
+        def artifacts(self, tmp_path):
+            return MyArtifactStore(tmp_path / "artifacts")
+
+h3core's own suite runs it against `LocalArtifactStore` and `MemoryArtifactStore`. Needs pytest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from h3core.adapters.artifacts.base import ArtifactStore
+
+__all__ = ["ArtifactStoreContract"]
+
+JOB = "0123456789abcdef0123456789abcdef"
+OTHER = "fedcba9876543210fedcba9876543210"
+VIDEO = b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 40  # bytes the store must keep as they are
+
+
+def _stage(store: ArtifactStore, job: str = JOB, attempt: int = 1, data: bytes = VIDEO) -> Path:
+    staged = store.staging(job, attempt)
+    staged.write_bytes(data)
+    return staged
+
+
+def _commit(store: ArtifactStore, job: str = JOB, attempt: int = 1, data: bytes = VIDEO):
+    return store.commit(_stage(store, job, attempt, data), job_id=job, attempt=attempt, frames=24, duration_s=1.0)
+
+
+class ArtifactStoreContract:
+    """What every artifact store must do (the contract in `h3core.adapters.artifacts.base`)."""
+
+    @pytest.fixture
+    def artifacts(self) -> ArtifactStore:
+        raise NotImplementedError("override the `artifacts` fixture: return a fresh, empty artifact store")
+
+    def test_it_is_an_artifact_store(self, artifacts):
+        assert isinstance(artifacts, ArtifactStore)
+
+    def test_a_staged_video_is_not_committed_and_is_listed_as_partial(self, artifacts):
+        staged = _stage(artifacts)
+        assert artifacts.committed(JOB, 1) is None
+        listed = artifacts.files()
+        assert [(f.job_id, f.attempt, f.partial, f.bytes) for f in listed] == [(JOB, 1, True, len(VIDEO))]
+        assert artifacts.staging(JOB, 2) != staged, "each attempt stages apart"
+
+    def test_a_commit_records_the_staged_bytes_and_reads_them_back(self, artifacts):
+        artifact = _commit(artifacts)
+        sha = hashlib.sha256(VIDEO).hexdigest()
+        assert (artifact.bytes, artifact.sha256, artifact.frames, artifact.duration_s) == (len(VIDEO), sha, 24, 1.0)
+        assert artifact.media_type == "video/mp4" and not Path(artifact.path).is_absolute()
+        found = artifacts.committed(JOB, 1)
+        assert found is not None and found.recorded == artifact
+        assert (found.attempt, found.size, found.sha256) == (1, len(VIDEO), sha)
+        assert artifacts.resolve(artifact.path).read_bytes() == VIDEO
+        assert artifacts.measure(artifact.path) == (len(VIDEO), sha)
+        assert artifacts.measure(artifact.path, hashed=False) == (len(VIDEO), None)
+        assert artifacts.committed(JOB, 2) is None and artifacts.committed(OTHER, 1) is None
+
+    def test_adoption_measures_the_video_as_it_is_now(self, artifacts):
+        artifact = _commit(artifacts)
+        artifacts.remove(artifact.path)
+        found = artifacts.committed(JOB, 1)
+        assert found is None or (found.recorded == artifact and found.size is None and found.sha256 is None)
+        assert artifacts.measure(artifact.path) == (None, None)
+
+    def test_attempt_files_and_discard_see_one_attempt_only(self, artifacts):
+        first = _commit(artifacts, attempt=1)
+        _stage(artifacts, attempt=2, data=b"half a video")
+        of_two = artifacts.attempt_files(JOB, 2)
+        assert [(f.attempt, f.partial, f.bytes, f.sha256) for f in of_two] == [
+            (2, True, 12, hashlib.sha256(b"half a video").hexdigest())
+        ]
+        assert artifacts.discard(JOB, 2) == of_two
+        assert artifacts.attempt_files(JOB, 2) == [] and artifacts.committed(JOB, 1) is not None
+        assert first.path in {f.path for f in artifacts.attempt_files(JOB, 1)}
+        removed = artifacts.discard(JOB, 1)
+        assert first.path in {f.path for f in removed} and artifacts.committed(JOB, 1) is None
+        assert artifacts.files() == []
+
+    def test_files_lists_every_job_and_attempt_and_remove_deletes_one(self, artifacts):
+        a = _commit(artifacts, JOB, 1)
+        b = _commit(artifacts, OTHER, 3)
+        videos = {f.path: (f.job_id, f.attempt, f.partial) for f in artifacts.files()}
+        assert videos[a.path] == (JOB, 1, False) and videos[b.path] == (OTHER, 3, False)
+        artifacts.remove(a.path)
+        artifacts.remove(a.path)  # a missing file is no error
+        assert a.path not in {f.path for f in artifacts.files()} and b.path in {f.path for f in artifacts.files()}
+
+    def test_no_path_leaves_the_store_and_no_unsafe_job_id_is_taken(self, artifacts):
+        for path in ("../outside.mp4", "/etc/passwd", f"{JOB}/../../outside.mp4"):
+            with pytest.raises(ValueError):
+                artifacts.resolve(path)
+        for job in ("../x", "a/b", "", "."):
+            with pytest.raises(ValueError):
+                artifacts.staging(job, 1)
+            try:  # a read may refuse it too, or find nothing
+                assert artifacts.committed(job, 1) is None
+            except ValueError:
+                pass
+
+    def test_a_deletion_is_recorded_before_the_video_goes_and_keeps_its_first_time(self, artifacts):
+        artifact = _commit(artifacts)
+        assert artifacts.deleted_at(artifact.path) is None
+        when = artifacts.delete(artifact.path)
+        assert artifacts.deleted_at(artifact.path) == when
+        assert artifacts.measure(artifact.path) == (None, None)
+        assert artifacts.delete(artifact.path) == when, "deleting again keeps the first time"
+
+    def test_a_video_deleted_as_a_whole_is_recorded_once(self, artifacts):
+        assert artifacts.video_deleted_at(JOB) is None
+        when = artifacts.delete_video(JOB)
+        assert artifacts.video_deleted_at(JOB) == when == artifacts.delete_video(JOB)
+        assert artifacts.video_deleted_at(OTHER) is None
