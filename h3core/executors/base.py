@@ -41,6 +41,9 @@ without I/O, each None where the executor has no such thing (`NoReports` gives t
 `health()`, a snapshot of each device group it runs on; `head()`, the cluster head those groups
 run on; `attention_report()`, what its start-up attention probe measured, one row per kernel.
 /readyz and /metrics show what is not None.
+
+`h3core.testing.executor.ExecutorContract` holds an executor to this contract; h3core's suite runs
+it against the fake, the pipeline, a group of ranks and the ComfyUI executor.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import anyio.abc
 
+from h3core.adapters.store.nodes import NodeLeases
 from h3core.domain.admission import Contract
 from h3core.domain.capabilities import MODES, Capabilities
 from h3core.domain.events import Body, Failed, Running
@@ -55,7 +56,7 @@ class Claimer:
         self.busy = busy
         self._wake = anyio.Event()
         # On a store shared by runner nodes, each attempt's `running` event names its node.
-        node = getattr(journal.store, "node_id", None)
+        node = journal.store.node_id if isinstance(journal.store, NodeLeases) else None
         self._node = {"node": node} if node is not None else {}
         self._contract = contract if node is not None else None
         self._judged_by: Contract | None = None  # the contract `not_here` was judged by

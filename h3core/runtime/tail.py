@@ -15,7 +15,7 @@ import logging
 import anyio
 from anyio.abc import TaskStatus
 
-from h3core.adapters.store.base import EventStore
+from h3core.adapters.store.base import EventStore, Notifying
 from h3core.runtime.bus import EventBus
 
 log = logging.getLogger("h3core.tail")
@@ -48,10 +48,10 @@ class StoreTail:
         """Until new events may be there: a store that announces commits (PostgreSQL's
         LISTEN/NOTIFY) wakes the tail at once, polled every `interval_s` besides in case a
         notification is lost (the listening connection dropped); others are polled."""
-        wait = getattr(self.store, "wait_for_events", None)
-        if wait is None:
+        if not isinstance(self.store, Notifying):
             await anyio.sleep(self.interval_s)
             return
+        wait = self.store.wait_for_events
         try:
             # In slices of at most a second: a thread blocked in the wait holds a stop up that long.
             deadline = anyio.current_time() + self.interval_s

@@ -2,7 +2,7 @@
 node), PostgreSQL (several nodes; the `postgres` extra, loaded when a store is opened) and memory
 (the fake)."""
 
-from h3core.adapters.store.base import Conflict, EventLog, EventStore, JobProjections, UnknownJob, precheck
+from h3core.adapters.store.base import Conflict, EventLog, EventStore, JobProjections, Notifying, UnknownJob, precheck
 from h3core.adapters.store.memory import MemoryEventStore
 from h3core.adapters.store.postgres import PostgresEventStore
 from h3core.adapters.store.sqlite import SchemaTooNew, SQLiteEventStore
@@ -13,6 +13,7 @@ __all__ = [
     "EventStore",
     "JobProjections",
     "MemoryEventStore",
+    "Notifying",
     "PostgresEventStore",
     "SQLiteEventStore",
     "SchemaTooNew",

@@ -200,3 +200,15 @@ class EventStore(EventLog, JobProjections, Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Notifying(Protocol):
+    """An optional capability: a store that announces commits (PostgreSQL's LISTEN/NOTIFY), so a
+    follower wakes when events are stored instead of polling for them. Without it, followers poll."""
+
+    def wait_for_events(self, timeout_s: float) -> bool:
+        """Block until a transaction (of any process) stores events, or `timeout_s` passes: True
+        when woken. The first call returns True at once (what committed before it listened is read,
+        not waited for)."""
+        ...

@@ -1,0 +1,156 @@
+"""The executor contract as tests, for any implementation of `h3core.Executor`.
+
+Subclass `ExecutorContract` and override its `executor` fixture: a new executor (not yet
+running) that commits to the `artifacts` fixture's store (by default a local one). Override
+`job_request` where the default (64x64, 22 frames, 6 steps) is not a small job of several steps
+for your executor (the cancellation test stops it after its first step). Then pytest runs every
+contract test against it, each inside the executor's `running()`:
+
+    class TestMyExecutor(ExecutorContract):
+        @pytest.fixture
+        def executor(self, artifacts):
+            return MyExecutor(artifacts)
+
+h3core's own suite runs it against the fake, the pipeline on a tiny model, a group of Ray ranks
+and the ComfyUI executor on the fake ComfyUI. Needs pytest and anyio's pytest plugin.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from pydantic import ValidationError
+
+from h3core.adapters.artifacts.base import ArtifactStore
+from h3core.adapters.artifacts.local import LocalArtifactStore
+from h3core.domain.admission import Refuse
+from h3core.domain.capabilities import Capabilities
+from h3core.domain.events import Progress
+from h3core.domain.request import GenerationRequest
+from h3core.executors.base import Executor, FinishedBeforeStop, Heartbeat, JobSpec, Result, Update
+from h3core.runtime.contracts import LiveContract
+
+__all__ = ["ExecutorContract"]
+
+# Bounds on a loaded machine, not measures: each is far beyond what a small job takes.
+READY_S = 300.0
+RUN_S = 300.0
+
+
+def _spec(request: GenerationRequest, attempt: int = 1) -> JobSpec:
+    return JobSpec(job_id=uuid.uuid4().hex, attempt=attempt, request=request)
+
+
+async def _drain(executor: Executor, job: JobSpec) -> list[Update]:
+    with anyio.fail_after(RUN_S):
+        return [update async for update in executor.run(job)]
+
+
+@pytest.mark.anyio
+class ExecutorContract:
+    """What every executor must do (the contract in `h3core.executors.base`)."""
+
+    @pytest.fixture
+    def anyio_backend(self) -> str:
+        return "asyncio"
+
+    @pytest.fixture
+    def executor(self) -> Executor:
+        raise NotImplementedError("override the `executor` fixture: return a new executor, not yet running")
+
+    @pytest.fixture
+    def artifacts(self, tmp_path) -> ArtifactStore:
+        """The artifact store the executor commits to: by default a local one in the test's folder."""
+        return LocalArtifactStore(tmp_path / "artifacts")
+
+    @pytest.fixture
+    def job_request(self) -> GenerationRequest:
+        """A small request of several steps: by default 64x64, 22 frames, 6 steps."""
+        return GenerationRequest(prompt="a red fox in snow", width=64, height=64, frames=22, steps=6, seed=7)
+
+    @asynccontextmanager
+    async def running(self, executor: Executor) -> AsyncIterator[Executor]:
+        """The executor inside its `running()`, once its capabilities say it can start a job."""
+        async with executor.running():
+            with anyio.fail_after(READY_S):
+                while not executor.capabilities().ready:
+                    await anyio.sleep(0.05)
+            yield executor
+
+    async def test_it_is_an_executor_with_a_name(self, executor):
+        assert isinstance(executor, Executor) and isinstance(executor.name, str) and executor.name
+
+    async def test_progress_rises_and_exactly_one_result_ends_the_run(self, executor, artifacts, job_request):
+        job = _spec(job_request)
+        async with self.running(executor):
+            executor.check(job)
+            updates = await _drain(executor, job)
+        assert updates and isinstance(updates[-1], Result), "a run ends with its result"
+        assert sum(isinstance(u, Result) for u in updates) == 1, "exactly one result, nothing after it"
+        assert all(isinstance(u, Progress | Heartbeat | Result) for u in updates)
+        steps = [u for u in updates if isinstance(u, Progress)]
+        assert [p.step for p in steps] == sorted({p.step for p in steps}), "steps strictly increasing"
+        assert len({p.total for p in steps}) <= 1, "one total within an attempt"
+        assert all(1 <= p.step <= p.total for p in steps)
+        artifact = updates[-1].artifact
+        found = artifacts.committed(job.job_id, job.attempt)
+        assert found is not None and found.recorded == artifact, "committed through the artifact store"
+        assert (found.size, found.sha256) == (artifact.bytes, artifact.sha256)
+
+    async def test_a_cancelled_run_stops_leaves_no_video_and_frees_the_executor(self, executor, artifacts, job_request):
+        job = _spec(job_request)
+        finished: list[Result] = []
+        async with self.running(executor):
+            with anyio.fail_after(RUN_S):
+                async with anyio.create_task_group() as tg:
+
+                    async def run() -> None:
+                        try:
+                            async for update in executor.run(job):
+                                if isinstance(update, Progress):
+                                    tg.cancel_scope.cancel()  # as the runner stops a job
+                        except FinishedBeforeStop as done:  # its work ended before the stop took
+                            finished.append(done.result)
+
+                    tg.start_soon(run)
+            if not finished:
+                assert artifacts.committed(job.job_id, job.attempt) is None, "a stopped attempt commits nothing"
+            again = await _drain(executor, _spec(job_request))
+        assert isinstance(again[-1], Result), "the stopped attempt released what it held"
+
+    async def test_what_the_capabilities_admit_the_check_passes(self, executor, job_request):
+        async with self.running(executor):
+            contract = LiveContract(executor.capabilities)
+            for request in _variants(job_request):
+                decision = contract.decide(request)
+                if not isinstance(decision, Refuse):
+                    executor.check(_spec(request))  # raises ExecutorFailure("invalid") on a breach
+
+    async def test_the_cheap_calls_are_cheap_and_agree(self, executor, job_request):
+        async with self.running(executor):
+            caps = executor.capabilities()
+            assert isinstance(caps, Capabilities) and caps == executor.capabilities()
+            assert caps.executor == executor.name
+            job = _spec(job_request)
+            reference = executor.reference(job)
+            assert reference is None or isinstance(reference, str)
+            info = executor.info(job)
+            assert all(isinstance(k, str) and isinstance(v, str) for k, v in info.items())
+            for report in (executor.health(), executor.head(), executor.attention_report()):
+                assert report is None or report is not False
+
+
+def _variants(request: GenerationRequest) -> list[GenerationRequest]:
+    """The request and its neighbours in frames and size, some of which capabilities refuse."""
+    changes = [{"frames": n} for n in (1, 5, 22, 48, 124, 361)] + [{"width": n, "height": n} for n in (32, 64, 96, 4096)]
+    out = [request]
+    for change in changes:
+        try:
+            out.append(GenerationRequest.model_validate({**request.model_dump(), **change}))
+        except ValidationError:
+            continue  # not a request at all: nothing to admit
+    return out
