@@ -26,6 +26,9 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Backoff:
+    """A schedule of pauses between tries: from `first_s`, doubling, up to `longest_s`, each cut by
+    up to `jitter` of itself, for at most `limit_s` after the first failure."""
+
     first_s: float  # the pause after the first failure
     longest_s: float  # no pause is longer
     limit_s: float | None = None  # give up once the call has failed for this long (from its first failure)
@@ -76,11 +79,14 @@ async def retry(
 
     def told(state: RetryCallState) -> None:
         assert on_retry is not None and state.outcome is not None and state.next_action is not None
-        on_retry(state.outcome.exception(), tries(state), state.next_action.sleep)
+        failure = state.outcome.exception()
+        assert isinstance(failure, Exception)  # only an `Exception` is retried (`retry=` below)
+        on_retry(failure, tries(state), state.next_action.sleep)
 
     def gave_up(state: RetryCallState) -> T:
         assert give_up is not None and state.outcome is not None
         failure = state.outcome.exception()
+        assert isinstance(failure, Exception)  # only an `Exception` is retried, so only one gives up
         raise give_up(failure, tries(state)) from failure
 
     pause = min(backoff.pause(1), left(first_failure))

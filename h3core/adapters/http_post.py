@@ -43,6 +43,10 @@ class _Connection:
 
 
 class HttpPostClient:
+    """POSTs to an address the caller checked, over kept-alive HTTP/1.1 connections (the module
+    docstring). `ssl_context`: what https servers' certificates are checked against (the system's
+    CAs by default)."""
+
     def __init__(self, *, connect_timeout_s: float, read_timeout_s: float, ssl_context: ssl.SSLContext | None = None) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
@@ -145,6 +149,7 @@ class HttpPostClient:
         return status
 
     async def aclose(self) -> None:
+        """Close every idle connection."""
         for idle in self._idle.values():
             for conn in idle:
                 await _close(conn)

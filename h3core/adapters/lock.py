@@ -46,9 +46,12 @@ class RunnerLock:
 
     @property
     def held(self) -> bool:
+        """Whether this object holds the lock now."""
         return self._fd is not None
 
     def acquire(self) -> None:
+        """Take the lock (after a few short tries, as `holder` may hold it an instant) and write
+        this process's pid into the file; `LockHeld` if another process holds it."""
         if self._fd is not None:
             raise RuntimeError(f"{self.path} is already held by this object")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -90,6 +93,7 @@ class RunnerLock:
         return None
 
     def release(self) -> None:
+        """Drop the lock, if this object holds it; the file stays."""
         fd, self._fd = self._fd, None
         if fd is not None:
             try:

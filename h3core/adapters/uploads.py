@@ -23,7 +23,7 @@ import re
 import secrets
 from collections.abc import AsyncIterable, Callable
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, TypedDict, runtime_checkable
 
 import anyio
 from pydantic import BaseModel, ConfigDict
@@ -81,6 +81,9 @@ class UploadRejected(ValueError):
 
 
 class Upload(BaseModel):
+    """A stored upload's record: its minted id, kind, content type, size and sha256, and what
+    probing the file read (dimensions, duration, sound)."""
+
     model_config = ConfigDict(frozen=True)
 
     id: str
@@ -95,10 +98,21 @@ class Upload(BaseModel):
     has_audio: bool = False
 
     def media(self) -> Media:
+        """What admission needs to know of the upload."""
         return Media(kind=self.kind, width=self.width, height=self.height, seconds=self.seconds, has_audio=self.has_audio)
 
 
-def probe_image(path: Path) -> dict[str, object]:
+class Probed(TypedDict, total=False):
+    """What probing a media file read; a key is absent where the file did not say."""
+
+    width: int | None
+    height: int | None
+    seconds: float
+    has_audio: bool
+    pixels: int | None  # `probe_image` only: Pillow refused the header of an image this large (None: it did not say)
+
+
+def probe_image(path: Path) -> Probed:
     """An image's dimensions from its header (Pillow), without decoding it; {} if unreadable."""
     from PIL import Image, UnidentifiedImageError
 
@@ -114,13 +128,13 @@ def probe_image(path: Path) -> dict[str, object]:
     return {"width": width or None, "height": height or None}
 
 
-def probe(path: Path) -> dict[str, object]:
+def probe(path: Path) -> Probed:
     """Dimensions, duration and sound of a media file (PyAV); {} if it cannot be decoded."""
     import av
 
     try:
         with av.open(str(path)) as container:
-            out: dict[str, object] = {"has_audio": bool(container.streams.audio)}
+            out: Probed = {"has_audio": bool(container.streams.audio)}
             if container.streams.video:
                 v = container.streams.video[0]
                 out["width"], out["height"] = v.codec_context.width or None, v.codec_context.height or None
@@ -133,14 +147,27 @@ def probe(path: Path) -> dict[str, object]:
 
 @runtime_checkable
 class UploadStore(Protocol):
-    async def put(self, content_type: str, chunks: AsyncIterable[bytes]) -> Upload: ...
+    """Where uploads are kept (the module docstring states the contract)."""
 
-    def get(self, upload_id: str) -> Upload | None: ...
+    async def put(self, content_type: str, chunks: AsyncIterable[bytes]) -> Upload:
+        """Check and keep the upload streamed as `chunks`; its record, under a freshly minted id.
+        `UploadRejected` says why one is refused."""
+        ...
 
-    def path(self, upload: Upload) -> Path: ...
+    def get(self, upload_id: str) -> Upload | None:
+        """The upload's record; None for an id this store did not mint or does not hold."""
+        ...
+
+    def path(self, upload: Upload) -> Path:
+        """The stored file of `upload`."""
+        ...
 
 
 class LocalUploadStore:
+    """Uploads as files under `root`, each beside its JSON record: at most `limits` bytes per kind
+    (over `DEFAULT_LIMITS`), `max_pixels` per image or video frame, and at most `probes` files
+    probed at once."""
+
     def __init__(
         self,
         root: str | Path,
@@ -156,6 +183,9 @@ class LocalUploadStore:
         self._probes = anyio.CapacityLimiter(probes)
 
     async def put(self, content_type: str, chunks: AsyncIterable[bytes]) -> Upload:
+        """Stream `chunks` to a locked `.part` file within its kind's limit, check its leading bytes
+        and probe it, then write its record and rename it into place. `UploadRejected` (413, 415
+        or 422) says why one is refused."""
         ctype = content_type.split(";")[0].strip().lower()
         if ctype not in CONTENT_TYPES:
             raise UploadRejected(
@@ -192,16 +222,26 @@ class LocalUploadStore:
             huge = "pixels" in info  # only as many pixels as Pillow would say: it refused to open it
             pixels = info.pop("pixels", None) if huge else int(info.get("width") or 0) * int(info.get("height") or 0)
             if huge or (pixels or 0) > self.max_pixels:
-                size = f"{info['width']} x {info['height']}, " if not huge else ""
+                dims = f"{info['width']} x {info['height']}, " if not huge else ""
                 raise UploadRejected(
-                    f"the {kind} may have at most {self.max_pixels} pixels; it has {size}{pixels or 'far more'}",
+                    f"the {kind} may have at most {self.max_pixels} pixels; it has {dims}{pixels or 'far more'}",
                     field="body",
                     status=422,
                     limit=self.max_pixels,
                 )
             if kind != "audio" and not info.get("width"):
                 raise UploadRejected(f"the {kind} could not be decoded", field="body", status=422)
-            upload = Upload(id=upload_id, kind=kind, content_type=ctype, bytes=size, sha256=digest.hexdigest(), **info)
+            upload = Upload(
+                id=upload_id,
+                kind=kind,
+                content_type=ctype,
+                bytes=size,
+                sha256=digest.hexdigest(),
+                width=info.get("width"),
+                height=info.get("height"),
+                seconds=info.get("seconds"),
+                has_audio=info.get("has_audio", False),
+            )
             meta = self.root / f"{upload_id}.json"
             await anyio.Path(meta).write_text(upload.model_dump_json())
             await anyio.to_thread.run_sync(os.replace, part, self.root / upload_id)
@@ -211,6 +251,7 @@ class LocalUploadStore:
                 await anyio.Path(part).unlink(missing_ok=True)
 
     def get(self, upload_id: str) -> Upload | None:
+        """The record of `upload_id`; None unless it is an id this store mints and both its file and its record are here."""
         if not _ID.fullmatch(upload_id):
             return None
         meta = self.root / f"{upload_id}.json"
@@ -219,6 +260,7 @@ class LocalUploadStore:
         return Upload.model_validate(json.loads(meta.read_text()))
 
     def path(self, upload: Upload) -> Path:
+        """The stored file of `upload`, under the root."""
         return self.root / upload.id
 
     def sweep_parts(self, *, dry_run: bool = False) -> list[tuple[str, int]]:

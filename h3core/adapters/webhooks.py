@@ -149,9 +149,12 @@ class WebhookSender:
         return [Webhook(secret) for secret in secrets]
 
     async def aclose(self) -> None:
+        """Close the kept-alive connections."""
         await self._http.aclose()
 
     def headers(self, msg_id: str, body: str, at: datetime, signers: Sequence[Webhook] | None = None) -> dict[str, str]:
+        """The Standard Webhooks headers of one delivery of `body`: its id, `at` as its timestamp,
+        and a signature by each of `signers` (None: the sender's own secrets)."""
         return {
             "content-type": "application/json",
             "webhook-id": msg_id,

@@ -26,4 +26,5 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
+    """Run the `h3core` command line: the `h3core` script and `python -m h3core.cli` call this."""
     app()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
+from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -18,7 +19,7 @@ from h3core.cli.app import app
 from h3core.cli.common import EXIT_DATA, DbOption, console, console_err, fail, first_error, open_store
 from h3core.domain.admission import DEFAULT_API_MAX_FRAMES, DEFAULT_RESOLUTIONS
 from h3core.domain.capabilities import Capabilities
-from h3core.domain.capacity import CapacityProfile, Evidence, Fit, evidence_points, fit
+from h3core.domain.capacity import CapacityProfile, Evidence, Fit, Outcome, evidence_points, fit
 from h3core.domain.probe import GIB, probed_profile
 from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
@@ -48,6 +49,8 @@ ExecutorOption = Annotated[
 
 
 def profile_named(ref: str | None) -> CapacityProfile | None:
+    """The capacity profile `ref` names (a TOML file, or a built-in profile by name), or None when
+    none is given. Exits 2 if it cannot be loaded."""
     if ref is None:
         return None
     try:
@@ -72,8 +75,9 @@ def _capabilities(db: Path, executor: str | None) -> list[tuple[Capabilities, st
     """What the runners on `db` state they can run, or else what the configured executor would."""
     if executor is None and (stated := _stated(db)):
         return stated
+    chosen: dict[str, Any] = {"executor": executor} if executor else {}  # a str: Settings validates it
     try:
-        settings = Settings(db=db, **({"executor": executor} if executor else {}))
+        settings = Settings(db=db, **chosen)
         built = build_executor(settings)
     except (ValidationError, SettingsError) as exc:
         fail(
@@ -135,7 +139,7 @@ def _show(caps: Capabilities, where: str, profile: str | None) -> None:
         out.print(f"group of {g.size}: " + (f"{g.tokens:,} tokens ({g.source})" if g.tokens is not None else "no budget"))
     out.print(f"API cap:   {contract.api_max_frames} frames")
     table = Table(title="admitted frame counts", title_justify="left")
-    for col, justify in [
+    columns: list[tuple[str, JustifyMethod]] = [
         ("resolution", "left"),
         ("mode", "left"),
         ("max frames", "right"),
@@ -144,7 +148,8 @@ def _show(caps: Capabilities, where: str, profile: str | None) -> None:
         ("min frames", "right"),
         ("tokens at max", "right"),
         ("verified", "left"),
-    ]:
+    ]
+    for col, justify in columns:
         table.add_column(col, justify=justify, no_wrap=True)
     for row in contract.ceilings():
         s = row.shape
@@ -178,7 +183,8 @@ def evidence_from_store(store, profile: CapacityProfile) -> tuple[list[Evidence]
     """Done jobs and jobs that failed with an OOM that ran where `profile` describes (their
     Running event says where), each with its token count; and how many others were left out."""
     out, other = [], 0
-    for status, outcome in (("done", "ran"), ("failed", "oom")):
+    runs: tuple[tuple[str, Outcome], ...] = (("done", "ran"), ("failed", "oom"))
+    for status, outcome in runs:
         for state in _finished(store, status):
             if state.tokens is None or (outcome == "oom" and (state.error is None or state.error.kind != "oom")):
                 continue
@@ -189,7 +195,7 @@ def evidence_from_store(store, profile: CapacityProfile) -> tuple[list[Evidence]
                 Evidence(
                     job_id=state.job_id, tokens=state.tokens, outcome=outcome, references=state.request.references is not None
                 )
-            )  # type: ignore[arg-type]
+            )
     return out, other
 
 

@@ -6,11 +6,12 @@ They need the `client` extra (httpx), imported when a command runs: `import h3co
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from h3core.cli.app import app
 from h3core.cli.common import EXIT_DATA, EXIT_USAGE, console, console_err, fail, require_extra
@@ -26,6 +27,8 @@ TokenOption = Annotated[
 
 
 def http(url: str, token: str | None, timeout: float = 30.0) -> httpx.Client:
+    """An HTTP client for the service at `url`, sending `token` as a bearer token if given. Exits 2
+    naming the `client` extra if httpx is not installed."""
     require_extra("client", "httpx", "httpx_sse")
     import httpx
 
@@ -56,36 +59,81 @@ def _request(client: httpx.Client, method: str, path: str, **kw) -> httpx.Respon
         fail(f"cannot reach {client.base_url}: {exc}")
 
 
+# A stream that drops (a restart of the service, a proxy's idle cut) is followed again from the
+# last event seen (Last-Event-ID) after these pauses; the job goes on in the service meanwhile.
+RECONNECT_PAUSES_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+TERMINAL = ("done", "failed", "cancelled")
+
+
+def log_event(data: str) -> dict | None:
+    """The job's event an SSE message carries; None for anything else: a keep-alive (a comment,
+    which httpx-sse hands over as a message with no data) or data that is not an event."""
+    if not data.strip():
+        return None
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) and isinstance(event.get("body"), dict) else None
+
+
 def watch(client: httpx.Client, job_id: str) -> dict:
-    """Follow a job's event stream with a progress bar; return its final view."""
+    """Follow a job's event stream with a progress bar until its terminal event; return its final
+    view. Keep-alives are skipped; a dropped stream is followed again from the last event seen."""
     import httpx
     from httpx_sse import connect_sse
 
     out = console()
+    last: str | None = None  # the id of the last event shown: where a new connection starts
+    lost = 0  # connections lost in a row, without an event between them
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=out) as bar:
         task = bar.add_task(f"{job_id[:12]} queued", total=None)
-        try:
-            with connect_sse(client, "GET", f"/v1/jobs/{job_id}/stream", timeout=httpx.Timeout(30.0, read=None)) as source:
-                if source.response.status_code != 200:
-                    fail(_problem(source.response))
-                for sse in source.iter_sse():
-                    event = json.loads(sse.data)
-                    body = event["body"]
-                    kind = body["type"]
-                    if kind == "running":
-                        bar.update(task, description=f"{job_id[:12]} running (attempt {body['attempt']})", completed=0)
-                    elif kind == "progress":
-                        bar.update(task, total=body["total"], completed=body["step"])
-                    elif kind == "attempt_failed":
-                        bar.console.print(
-                            f"attempt {body['attempt']} failed ({body['kind']}: {body['message']}); it will be retried"
-                        )
-                    elif kind in ("done", "failed", "cancelled"):
-                        bar.update(task, description=f"{job_id[:12]} {kind}")
+        while True:
+            headers = {"Last-Event-ID": last} if last is not None else {}
+            try:
+                with connect_sse(
+                    client, "GET", f"/v1/jobs/{job_id}/stream", headers=headers, timeout=httpx.Timeout(30.0, read=None)
+                ) as source:
+                    status = source.response.status_code
+                    if status == 204:  # the job has ended, with nothing after `last`
                         break
-        except httpx.HTTPError as exc:
-            fail(f"lost the event stream of {job_id}: {exc} (the job goes on; watch it again with `h3core submit --watch`)")
+                    if status != 200 and status < 500:
+                        fail(_problem(source.response))
+                    why = f"HTTP {status}"
+                    if status == 200:
+                        for sse in source.iter_sse():
+                            event = log_event(sse.data)
+                            if event is None:
+                                continue
+                            last, lost = sse.id or last, 0
+                            if _show(bar, task, job_id, event["body"]):
+                                return _request(client, "GET", f"/v1/jobs/{job_id}").json()
+                        why = "the service ended the stream before the job ended"
+            except httpx.HTTPError as exc:
+                why = str(exc) or type(exc).__name__
+            if lost == len(RECONNECT_PAUSES_S):
+                fail(f"lost the event stream of {job_id}: {why} (the job goes on; watch it again with `h3core submit --watch`)")
+            bar.console.print(
+                f"event stream of {job_id} lost ({why}); following it again" + (f" after event #{last}" if last else "")
+            )
+            time.sleep(RECONNECT_PAUSES_S[lost])
+            lost += 1
     return _request(client, "GET", f"/v1/jobs/{job_id}").json()
+
+
+def _show(bar: Progress, task: TaskID, job_id: str, body: dict) -> bool:
+    """Show one event on the bar; True for the job's terminal one."""
+    kind = body.get("type")
+    if kind == "running":
+        bar.update(task, description=f"{job_id[:12]} running (attempt {body['attempt']})", completed=0)
+    elif kind == "progress":
+        bar.update(task, total=body["total"], completed=body["step"])
+    elif kind == "attempt_failed":
+        bar.console.print(f"attempt {body['attempt']} failed ({body['kind']}: {body['message']}); it will be retried")
+    elif kind in TERMINAL:
+        bar.update(task, description=f"{job_id[:12]} {kind}")
+        return True
+    return False
 
 
 @app.command()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn, cast
 
 import typer
 from pydantic import ValidationError
@@ -25,6 +25,9 @@ from h3core.domain.adoption import mismatch
 from h3core.domain.events import Artifact
 from h3core.domain.ids import is_job_id
 from h3core.domain.story import dur, short, ts  # noqa: F401 - the CLI's formatting, kept where its commands import it
+
+if TYPE_CHECKING:
+    from h3core.adapters.store.postgres import PostgresEventStore
 
 EXIT_DATA = 1  # the stored or given data is wrong
 EXIT_USAGE = 2  # the request is wrong: unknown job, missing store, bad value
@@ -48,6 +51,8 @@ ArtifactsOption = Annotated[
 
 
 class StatusChoice(StrEnum):
+    """The states a job can be in, as `h3core jobs --status` takes them."""
+
     submitted = "submitted"
     queued = "queued"
     running = "running"
@@ -57,6 +62,7 @@ class StatusChoice(StrEnum):
 
 
 def console() -> Console:
+    """A console on standard output, for a command's results (piped: 200 columns wide unless `COLUMNS` says otherwise)."""
     # Built per call so it writes to whatever sys.stdout is now (CliRunner swaps it). Piped
     # output is not cut to 80 columns: tables keep whole job ids for grep and scripts.
     console = Console(highlight=False, soft_wrap=True)
@@ -66,23 +72,26 @@ def console() -> Console:
 
 
 def console_err() -> Console:
+    """A console on standard error, for errors, warnings and progress."""
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    """Print `message` as one error line on standard error and exit with `code` (2 by default: the
+    request is wrong)."""
     console_err().print(Text.assemble(("error: ", "bold red"), message))
     raise typer.Exit(code)
 
 
 @contextmanager
-def open_store(db: StoreLocation, *, create: bool = False, **options: object) -> Iterator[SQLiteEventStore]:
+def open_store(db: StoreLocation, *, create: bool = False, **options: object) -> Iterator[SQLiteEventStore | PostgresEventStore]:
     """Open the store, turning the ways that can fail into one clear line (no traceback)."""
     if not create and not is_postgres_url(db) and not Path(db).exists():
         fail(f"no store at {db} (pass --db or set H3_DB)")
     if is_postgres_url(db):
         require_extra("postgres", "psycopg", "psycopg_pool")
     try:
-        store = open_store_at(db, **options)
+        store = cast("SQLiteEventStore | PostgresEventStore", open_store_at(db, **options))  # one or the other
     except SchemaTooNew as exc:
         fail(str(exc))
     except sqlite3.DatabaseError as exc:
@@ -97,7 +106,7 @@ def open_store(db: StoreLocation, *, create: bool = False, **options: object) ->
         store.close()
 
 
-def job_named(store: SQLiteEventStore, given: str, db: Path) -> str:
+def job_named(store: SQLiteEventStore | PostgresEventStore, given: str, db: Path) -> str:
     """The job a user named: its whole id, or the start of exactly one job's id (`submit --watch`
     shows the first 12 characters). Several: exit 2 listing them. None: `given`, for the caller
     to say it has no such job."""
@@ -162,6 +171,8 @@ STATUS_STYLE = {
 
 
 def first_error(exc: ValidationError) -> str:
+    """The first three errors of a pydantic `ValidationError` on one line, each as `field: message`,
+    with how many more there are."""
     errs = exc.errors()
     shown = []
     for err in errs[:3]:

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 from pydantic import ValidationError
@@ -45,6 +45,9 @@ from h3core.domain.events import (
 from h3core.domain.retention import garbage
 from h3core.domain.state import IllegalEvent, JobState, fold
 
+if TYPE_CHECKING:
+    from h3core.adapters.store.postgres import PostgresEventStore
+
 
 def _orphans(db: Path) -> list[str]:
     """Job ids that have events but no row in the `jobs` projection (invisible to the store API)."""
@@ -59,7 +62,7 @@ def _orphans(db: Path) -> list[str]:
     return [j for (j,) in rows]
 
 
-def _check_job(store: SQLiteEventStore, job_id: str) -> tuple[JobState | None, int, str | None]:
+def _check_job(store: SQLiteEventStore | PostgresEventStore, job_id: str) -> tuple[JobState | None, int, str | None]:
     """(folded state, events, why it is broken or None). Safe while a worker writes."""
     # Read the log, then the projection. Every event in the log was committed before the
     # projection was read, with its projection update in the same transaction, so the projection
@@ -129,7 +132,7 @@ def verify(
                     deleted.append((job_id, state.artifact.path, now.deleted_at))
             if problem:
                 broken.append((job_id, problem))
-        for job_id in store.orphans() if is_postgres_url(db) else _orphans(db):
+        for job_id in cast("PostgresEventStore", store).orphans() if is_postgres_url(db) else _orphans(db):
             broken.append((job_id, "it has events but no jobs row"))
 
     summary = ", ".join(f"{status} {n}" for status, n in sorted(statuses.items())) or "no jobs"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import ValidationError
@@ -37,8 +37,13 @@ from h3core.domain.state import IllegalEvent, JobState, fold
 from h3core.domain.story import fields, why
 from h3core.domain.webhooks import Delivery
 
+if TYPE_CHECKING:
+    from h3core.adapters.store.postgres import PostgresEventStore
+
 
 def event_line(event: Event, previous: Event | None) -> Text:
+    """One event as `replay` shows it: its seq, its time and the time since `previous`, its type and
+    its fields."""
     delta = "" if previous is None else "+" + dur((event.at - previous.at).total_seconds())
     line = Text.assemble(
         (f"#{event.seq:<4}", "bold"),
@@ -54,7 +59,9 @@ def event_line(event: Event, previous: Event | None) -> Text:
 # -- commands -------------------------------------------------------------------------------------
 
 
-def read_log(store: SQLiteEventStore, job_id: str) -> list[Event]:
+def read_log(store: SQLiteEventStore | PostgresEventStore, job_id: str) -> list[Event]:
+    """The events of `job_id`'s log, in order (none: no such job). Exits 1 if a stored event does
+    not parse."""
     try:
         return store.events(job_id)
     except ValidationError as exc:

@@ -6,7 +6,7 @@ import functools
 import os
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 from pydantic import ValidationError
@@ -253,7 +253,9 @@ def serve(
         body_s=settings.body_timeout,
         min_rate=settings.min_request_rate,
     )
-    config = uvicorn.Config(
+    assert application is not None  # only the runner role has none, and it returned above
+    json_logs: dict[str, Any] = {"log_config": None} if settings.log_format == "json" else {}
+    server_config = uvicorn.Config(
         application,
         host=settings.host,
         port=settings.port,
@@ -264,13 +266,13 @@ def serve(
         loop="auto",
         timeout_graceful_shutdown=max(5, int(settings.cancel_grace) + 5),
         http=deadlines.protocol(limits),
-        timeout_keep_alive=settings.keep_alive_timeout,
+        timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]  # uvicorn says int; a float works
         limit_concurrency=settings.max_connections,
         access_log=settings.log_level == "debug",
         # JSON lines: uvicorn's records go through h3core's handler rather than uvicorn's own.
-        **({"log_config": None} if settings.log_format == "json" else {}),
+        **json_logs,
     )
-    server = _server(config, on_exit=service.begin_shutdown)
+    server = _server(server_config, on_exit=service.begin_shutdown)
     service.on_fatal = lambda: setattr(server, "should_exit", True)
     metrics_server = None
     if settings.metrics_port is not None:
@@ -281,7 +283,7 @@ def serve(
             access_log=False,
             loop="auto",
             http=deadlines.protocol(limits),
-            timeout_keep_alive=settings.keep_alive_timeout,
+            timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]  # uvicorn says int; a float works
         )
         metrics_server = (_quiet_server(metrics_config), _listen(settings.metrics_host, settings.metrics_port))
     _freeze_startup_objects()

@@ -9,13 +9,14 @@ from __future__ import annotations
 import functools
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import typer
+from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import ValidationError
 
 from h3core.adapters.profiles import ProfileError
@@ -109,7 +110,7 @@ async def _print_events(events: AsyncIterator[Event]) -> None:
 
 
 async def serve_runner(
-    runner: Runner, *, verbose: bool, name: str = "worker", beside: Sequence[Callable[[], Awaitable[object]]] = ()
+    runner: Runner, *, verbose: bool, name: str = "worker", beside: Sequence[Callable[[], Coroutine[Any, Any, object]]] = ()
 ) -> str:
     """Run until SIGTERM or SIGINT; return the signal's name. Cancelling the runner is its shutdown.
     `beside`: tasks that run as long as the runner (webhook deliveries). Raises `StoreUnavailable`
@@ -120,7 +121,9 @@ async def serve_runner(
         raise StoreUnavailable.within(group) from None
 
 
-async def _serve_runner(runner: Runner, *, verbose: bool, name: str, beside: Sequence[Callable[[], Awaitable[object]]]) -> str:
+async def _serve_runner(
+    runner: Runner, *, verbose: bool, name: str, beside: Sequence[Callable[[], Coroutine[Any, Any, object]]]
+) -> str:
     received: list[str] = []
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with AsyncExitStack() as stack:
@@ -148,6 +151,7 @@ async def _serve_runner(runner: Runner, *, verbose: bool, name: str, beside: Seq
                         console_err().print(f"{name}: ready")
                 printer.cancel_scope.cancel()
             # What the runner wrote while stopping (the interrupted attempts), not yet printed.
+            assert events is None or isinstance(events, MemoryObjectReceiveStream)  # what the bus hands out
             while events is not None:
                 try:
                     e = events.receive_nowait()
@@ -206,7 +210,7 @@ def worker(
     variable or the --config file). `--executor fake` runs the fake."""
     if config is not None:
         os.environ["H3_CONFIG"] = str(config)
-    given = {
+    given: dict[str, Any] = {  # the flags as given: Settings validates them
         "db": db,
         "executor": executor,
         "artifacts": artifacts,

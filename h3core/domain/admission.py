@@ -40,6 +40,9 @@ class Ceiling(BaseModel):
 
 
 class Admit(BaseModel):
+    """An admitted request: it may become a job (with its token count and the frames it will make,
+    where the policy knows them)."""
+
     model_config = ConfigDict(frozen=True)
 
     admitted: Literal[True] = True
@@ -48,6 +51,9 @@ class Admit(BaseModel):
 
 
 class Refuse(BaseModel):
+    """A refused request: it never becomes a job. `detail` says why in words, `reason` names the
+    limit it broke, and `ceiling` what is admitted for its shape."""
+
     model_config = ConfigDict(frozen=True)
 
     admitted: Literal[False] = False
@@ -72,10 +78,14 @@ class AdmitAll:
     """Admits every valid request."""
 
     def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
+        """Always `Admit()`, with no token count."""
         return Admit()
 
 
 class CeilingRow(BaseModel):
+    """One row of `/v1/ceilings`: the frame counts admitted for a shape, the limit that sets the
+    largest, and the tokens and budget behind it."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     shape: Shape
@@ -100,6 +110,8 @@ class QueueFilter(BaseModel):
     max_tokens: int | None = None  # a job whose count was not stored passes
 
     def passes(self, frames: int, tokens: int | None) -> bool:
+        """Whether a job of `frames` requested frames and `tokens` (None: not stored, it passes) may
+        run here; a job that fails it, the node's `Contract` would refuse."""
         return (
             self.min_frames <= frames
             and (self.max_frames is None or frames <= self.max_frames)
@@ -181,12 +193,12 @@ class Contract:
             )
         if budget is None:
             assert self.profile is not None
-            refs = self.profile.references
+            policy = self.profile.references
             return _Limit(
                 reason="unverified",
                 verified=False,
                 why=f"requests with references have no measured memory budget on {self.profile.name}, and this profile "
-                f"rejects them ({refs.note or 'references.policy = reject'})",
+                f"rejects them ({policy.note or 'references.policy = reject'})",
             )
         return None
 
@@ -236,6 +248,9 @@ class Contract:
         )
 
     def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
+        """`Admit` with the request's token count and the frames it will make, or `Refuse` with the
+        limit it breaks and the ceiling of its shape. `media`: what is known of its uploads, by
+        id."""
         media = media or {}
         tokens = count_tokens(request, media).total
         limit = self._judge(request, media, tokens)

@@ -29,6 +29,8 @@ class FoundArtifact(BaseModel):
 
 @dataclass(frozen=True)
 class Adopt:
+    """The running attempt's committed video checks against its record: the job ends with `artifact` (`adoption`)."""
+
     artifact: Artifact
 
 

@@ -32,6 +32,8 @@ class _Data(BaseModel):
 
 
 class ModeReadiness(_Data):
+    """Whether the executor serves a mode, and whether it can start a job in it now (`reason`: why not)."""
+
     mode: Mode
     served: bool = True  # False: this executor can never run the mode (refused at submit)
     ready: bool = True  # False while served: not now (jobs wait queued)
@@ -39,6 +41,7 @@ class ModeReadiness(_Data):
 
     @property
     def runnable(self) -> bool:
+        """Served and ready: a job of this mode can start now."""
         return self.served and self.ready
 
 
@@ -54,6 +57,8 @@ class FrameWindow(_Data):
     source: str = ""  # where the window comes from, for refusals ("model facts of minimax-h3")
 
     def admits(self, frames: int) -> bool:
+        """Whether a request of `frames` frames is inside the window: the count asked within
+        `least`..`most`, and its snapped count's length in seconds within the window's."""
         seconds = snap_frames(frames) / FPS
         return (
             self.least <= frames
@@ -80,6 +85,7 @@ class FrameWindow(_Data):
         return max(self.least, snapped - CLIP + 1)  # every request above the previous snapped count snaps to it
 
     def describe(self) -> str:
+        """The window in words, for refusals ("2-10 s (model facts of minimax-h3)")."""
         top = f"{self.max_seconds:g} s" if self.max_seconds is not None else "no limit"
         text = f"{self.min_seconds:g}-{top}"
         if self.least > 1 or self.most is not None:
@@ -155,10 +161,12 @@ class Capabilities(_Data):
         )
 
     def mode(self, mode: str) -> ModeReadiness:
+        """The readiness of `mode`, which must be one of `MODES` (every one has an entry)."""
         return next(m for m in self.modes if m.mode == mode)
 
     @property
     def served_modes(self) -> tuple[Mode, ...]:
+        """Modes this executor can ever run: a request in any other is refused at submission."""
         return tuple(m.mode for m in self.modes if m.served)
 
     @property
@@ -184,6 +192,7 @@ class Capabilities(_Data):
         return [f"{m.mode}: {m.reason or ('not served' if not m.served else 'not ready')}" for m in self.modes if not m.runnable]
 
     def with_modes(self, updates: Iterable[ModeReadiness]) -> Capabilities:
+        """The same statement with the readiness of each mode in `updates` replaced."""
         by_mode = {m.mode: m for m in self.modes}
         by_mode.update({m.mode: m for m in updates})
         return self.model_copy(update={"modes": tuple(by_mode[m] for m in MODES if m in by_mode)})

@@ -30,6 +30,8 @@ class _Data(BaseModel):
 
 
 class MeasuredPoint(_Data):
+    """One measured run: a request of this shape and frame count, and whether it ran or ran out of memory."""
+
     width: int
     height: int
     frames: int
@@ -40,14 +42,18 @@ class MeasuredPoint(_Data):
     note: str = ""
 
     def request(self) -> GenerationRequest:
+        """A stand-in request of this point's shape and frame count (`Shape.request`)."""
         return Shape.model_validate(self.model_dump(include=set(Shape.model_fields))).request(self.frames)
 
     @property
     def tokens(self) -> int:
+        """The point's sequence length, as admission counts it."""
         return count_tokens(self.request()).total
 
 
 class QualityCap(_Data):
+    """The most frames admitted at a `width` x `height` canvas, whatever fits in memory (a refusal's reason: `quality`)."""
+
     width: int
     height: int
     max_frames: int = Field(ge=1)
@@ -70,6 +76,9 @@ class ReferencePolicy(_Data):
 
 
 class Budget(_Data):
+    """A profile's token budget and the points that bound it: the largest run that fit and, where
+    one was measured, the smallest that ran out of memory."""
+
     tokens: int
     largest_ran: MeasuredPoint
     largest_ran_tokens: int
@@ -95,6 +104,7 @@ class ProfileMatch(_Data):
     group_size: int | None = Field(default=None, ge=1)
 
     def matches(self, caps: Capabilities, size: int) -> bool:
+        """Whether an executor with `caps`, in a group of `size` ranks, is one this match describes."""
         return (
             (self.executor is None or self.executor == caps.executor)
             and (self.model is None or self.model == caps.model)
@@ -106,6 +116,10 @@ class ProfileMatch(_Data):
 
 
 class CapacityProfile(_Data):
+    """A capacity profile, as its TOML file says (the module docstring): the hardware it was
+    measured on, the executors it describes, the measured points its budget derives from, and its
+    caps."""
+
     name: str
     hardware: str
     attention: str
@@ -136,6 +150,8 @@ class CapacityProfile(_Data):
         return self
 
     def describes(self, caps: Capabilities, size: int) -> bool:
+        """Whether this profile describes a group of `size` ranks of the executor with `caps` (a
+        profile with no `match` describes any)."""
         return not self.match or any(m.matches(caps, size) for m in self.match)
 
     def describes_run(self, executor: str, info: Mapping[str, str]) -> bool:
@@ -147,11 +163,14 @@ class CapacityProfile(_Data):
         return any(self.describes(caps, g.size) for g in caps.groups)
 
     def group_budget(self, size: int) -> GroupBudget:
+        """The budget of a group of `size` ranks by this profile, verified only where an out-of-memory run bounds it."""
         b = self.budget()
         note = "" if b.verified else ", unverified: no out-of-memory run measured"
         return GroupBudget(size=size, tokens=b.tokens, verified=b.verified, source=f"profile {self.name}{note}")
 
     def budget(self) -> Budget:
+        """The budget the points without references imply: the largest run that fit, plus
+        `safety_margin` of the gap to the smallest that ran out of memory (always below it)."""
         plain = [p for p in self.points if p.ref_images == 0]
         largest = max((p for p in plain if p.outcome == "ran"), key=lambda p: p.tokens)
         ooms = [p for p in plain if p.outcome == "oom"]
@@ -183,6 +202,7 @@ class Shape(_Data):
 
     @classmethod
     def of(cls, r: GenerationRequest) -> Shape:
+        """The shape of `r`: its mode, canvas, and how many keyframes and references of each kind it has."""
         kf = sum(k is not None for k in (r.keyframes.first, r.keyframes.last)) if r.keyframes else 0
         refs = r.references
         return cls(
@@ -205,6 +225,7 @@ class Shape(_Data):
 
     @property
     def has_references(self) -> bool:
+        """Whether the shape carries any reference (image, video or audio)."""
         return bool(self.ref_images or self.ref_videos or self.ref_audios)
 
     def request(self, frames: int) -> GenerationRequest:
@@ -231,6 +252,9 @@ class Shape(_Data):
 
 
 class Evidence(_Data):
+    """What one job (or measured point) says about a budget: its token count, whether it ran or ran
+    out of memory, and whether it had references."""
+
     job_id: str
     tokens: int
     outcome: Outcome
@@ -282,6 +306,7 @@ def fit(evidence: Iterable[Evidence], *, safety_margin: float = 0.0) -> list[Fit
 
 
 def evidence_points(points: Sequence[MeasuredPoint]) -> list[Evidence]:
+    """A profile's measured points as `Evidence` (ids `profile:WxHxF`), to be fitted beside what jobs did."""
     return [
         Evidence(
             job_id=f"profile:{p.width}x{p.height}x{p.frames}", tokens=p.tokens, outcome=p.outcome, references=p.ref_images > 0

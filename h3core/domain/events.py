@@ -54,6 +54,9 @@ class _Body(_Model):
 
 
 class Submitted(_Body):
+    """A job was submitted: its request and how it is to be run (priority, retry policy, idempotency
+    key, webhook). A job's first event, and only that."""
+
     v: int = Field(default=2, ge=1)  # 2: `webhook`
     type: Literal["submitted"] = "submitted"
     request: GenerationRequest
@@ -68,12 +71,16 @@ class Submitted(_Body):
 
 
 class Admitted(_Body):
+    """Admission accepted the request: the job is queued (`tokens`: its count, where the policy computed one)."""
+
     type: Literal["admitted"] = "admitted"
     # The request's token count where the admission policy computed one (capacity evidence).
     tokens: int | None = None
 
 
 class Running(_Body):
+    """An attempt started on `executor`; `executor_ref` names the executor's own work for it, where it has one."""
+
     type: Literal["running"] = "running"
     attempt: int = Field(ge=1)
     executor: str
@@ -105,6 +112,8 @@ class Detached(_Body):
 
 
 class Progress(_Body):
+    """The running attempt reached step `step` of `total`."""
+
     type: Literal["progress"] = "progress"
     step: int = Field(ge=0)
     total: int = Field(ge=1)
@@ -123,6 +132,8 @@ class Artifact(_Model):
 
 
 class Done(_Body):
+    """The job finished with its video (`artifact`). Terminal."""
+
     v: int = Field(default=2, ge=1)  # 2: `cancel_too_late`
     type: Literal["done"] = "done"
     artifact: Artifact
@@ -148,15 +159,23 @@ class AttemptFailed(_Failure):
 
 
 class Failed(_Failure):
+    """The job failed and is not retried. Terminal."""
+
     type: Literal["failed"] = "failed"
 
 
 class CancelRequested(_Body):
+    """A cancel of the running job was asked for (a queued job is cancelled at once). Not terminal:
+    the job is not retried, and ends `cancelled` once its work stops, or `done` or `failed` where
+    the work ended first."""
+
     type: Literal["cancel_requested"] = "cancel_requested"
     reason: str = ""
 
 
 class Cancelled(_Body):
+    """The job was cancelled. Terminal."""
+
     type: Literal["cancelled"] = "cancelled"
     reason: str = ""
 
@@ -189,6 +208,8 @@ TERMINAL_TYPES = frozenset({"done", "failed", "cancelled"})
 
 
 class Event(BaseModel):
+    """One entry of a job's log: `body`, at position `seq` (from 1, without gaps) of job `job_id`, stored at `at`."""
+
     model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
 
     job_id: JobId
@@ -198,10 +219,12 @@ class Event(BaseModel):
 
     @property
     def type(self) -> str:
+        """The body's type ("submitted", "running", ...)."""
         return self.body.type
 
     @property
     def terminal(self) -> bool:
+        """Whether the body ends the job (`done`, `failed` or `cancelled`)."""
         return self.body.type in TERMINAL_TYPES
 
 
@@ -253,8 +276,11 @@ def _stale(body: dict[str, Any]) -> bool:
 
 
 def upcast(body: dict[str, Any]) -> dict[str, Any]:
+    """A stored body (a JSON object) at the version this code writes of its type; `NewerBody` if it
+    was written by a newer h3core."""
     return upcasting.upcast(body, VERSIONS)
 
 
 def event_at(job_id: str, seq: int, at: datetime, body: Body) -> Event:
+    """The event of `job_id` at `seq` and time `at` around `body`, validated."""
     return Event(job_id=job_id, seq=seq, at=at, body=body)

@@ -26,6 +26,7 @@ TOKEN_PIXELS = 32  # 16× VAE downsampling × 2×2 patch
 
 
 def latent_frames(frames: int) -> int:
+    """Latent frames of a video of `frames` frames (snapped up to 17n + 5 first)."""
     snapped = snap_frames(frames)
     return 5 * (snapped - CLIP_REMAINDER) // CLIP + 2
 
@@ -36,10 +37,12 @@ def grid(width: int, height: int) -> int:
 
 
 def video_tokens(width: int, height: int, frames: int) -> int:
+    """Video rows of a `width` x `height` canvas at `frames` frames."""
     return latent_frames(frames) * grid(width, height)
 
 
 def audio_tokens(frames: int) -> int:
+    """Audio rows of a video of `frames` frames: two per audio latent, 40 latents a second of its snapped length."""
     # Python's round() is the model's: half to even.
     return AUDIO_ROWS_PER_LATENT * round(snap_frames(frames) / FPS * AUDIO_LATENTS_PER_S)
 
@@ -79,11 +82,14 @@ def _to_32(x: float) -> int:
 
 
 def ref_image_rows(width: int, height: int) -> int:
+    """Rows one reference image of `width` x `height` adds, resized to a 2048-pixel short edge."""
     scale = REF_IMAGE_SHORT_EDGE / min(width, height)
     return grid(_to_32(width * scale), _to_32(height * scale))
 
 
 def ref_video_grid(width: int, height: int) -> int:
+    """Tokens per latent frame of a reference video of `width` x `height`, resized to a 768-pixel
+    short edge within 768 x 1344 pixels."""
     scale = REF_VIDEO_SHORT_EDGE / min(width, height)
     w, h = width * scale, height * scale
     if w * h > REF_VIDEO_MAX_PIXELS:
@@ -93,12 +99,16 @@ def ref_video_grid(width: int, height: int) -> int:
 
 
 def ref_audio_rows(seconds: float | None, frames: int) -> int:
+    """Rows a reference audio adds: `seconds` long (None: unknown, taken as long as the target), cut
+    to the target's length, rounded up."""
     target_s = snap_frames(frames) / FPS
     s = target_s if seconds is None else min(seconds, target_s)
     return AUDIO_ROWS_PER_LATENT * math.ceil(s * AUDIO_LATENTS_PER_S - 1e-9)
 
 
 def ref_video_rows(media: Media, frames: int) -> int:
+    """Rows a reference video adds to a job of `frames` frames: its frames, cut to the target's
+    length and snapped down to 17n + 5, plus its sound where it has one."""
     target = snap_frames(frames)
     n = target if media.seconds is None else min(target, int(media.seconds * FPS))
     n = max(1, (n - CLIP_REMAINDER) // CLIP) * CLIP + CLIP_REMAINDER  # snapped down
@@ -125,6 +135,7 @@ class TokenCount(BaseModel):
 
     @property
     def total(self) -> int:
+        """The sequence length admission budgets: every part summed."""
         return self.video + self.audio + self.keyframes + self.references + self.reference_text
 
 

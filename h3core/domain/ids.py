@@ -18,4 +18,5 @@ JobId = Annotated[str, StringConstraints(pattern=JOB_ID_PATTERN)]
 
 
 def is_job_id(value: str) -> bool:
+    """Whether `value` is an id a job's log may hold (`JOB_ID_PATTERN`)."""
     return _JOB_ID.fullmatch(value) is not None

@@ -110,6 +110,9 @@ class Measurement(BaseModel):
         return count_tokens(GenerationRequest(prompt="-", width=self.width, height=self.height, frames=self.frames)).total
 
     def describe(self) -> str:
+        """The measurement in words: its tokens and, where it ran, the step's and the decode's time
+        and peak memory; else where it ran out of memory."""
+
         def gib(n: int | None) -> str:
             return "?" if n is None else f"{n / GIB:.2f} GiB"
 
@@ -123,6 +126,7 @@ class Measurement(BaseModel):
         return "; ".join(parts)
 
     def point(self) -> MeasuredPoint:
+        """The measurement as a profile's `MeasuredPoint`, its description as the note."""
         return MeasuredPoint(width=self.width, height=self.height, frames=self.frames, outcome=self.outcome, note=self.describe())
 
 
@@ -171,12 +175,13 @@ def probed_profile(
         ),
         source=SOURCE,
         api_max_frames=api_max_frames,
-        resolutions=tuple(dict.fromkeys(tuple(r) for r in resolutions)),
+        resolutions=tuple(dict.fromkeys((w, h) for w, h in resolutions)),
         points=points,
         references=ReferencePolicy(policy="reject", note="the probe measures requests without references"),
     )
 
 
 def default_name(identity: ProbeIdentity) -> str:
+    """A profile name for where the probe ran, lower case and dash-separated ("probed-1xnvidia-h200-sdpa-minimax-h3")."""
     words = f"probed {identity.group_size}x{identity.device} {identity.kernel} {identity.model}".lower()
     return "-".join("".join(c if c.isalnum() or c == "." else " " for c in words).split())

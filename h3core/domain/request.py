@@ -92,6 +92,7 @@ class References(_Frozen):
         return self
 
     def count(self) -> int:
+        """How many references there are, of every kind."""
         return len(self.images) + len(self.videos) + len(self.audios)
 
 

@@ -17,6 +17,8 @@ from h3core.domain.state import JobState
 
 @dataclass(frozen=True)
 class StoredFile:
+    """One file of an attempt in the artifact store, with its size and whether it is partial."""
+
     job_id: str
     attempt: int
     path: str  # relative to the store's root
@@ -27,11 +29,15 @@ class StoredFile:
 
 @dataclass(frozen=True)
 class Garbage:
+    """A file no job needs any more, and why."""
+
     file: StoredFile
     reason: str
 
 
 def garbage(files: Iterable[StoredFile], jobs: Mapping[str, JobState | None]) -> list[Garbage]:
+    """The files of `files` that no job needs (the module docstring says which), each with the
+    reason. `jobs`: each file's job state, None or absent for a job the store does not know."""
     out = []
     for f in files:
         state = jobs.get(f.job_id)

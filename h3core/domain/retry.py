@@ -22,6 +22,9 @@ MAX_NOT_STARTED = 10
 
 
 class RetryPolicy(BaseModel):
+    """How a job's failed attempts are retried: at most `max_attempts` attempts that started, and
+    only after failures of a kind in `retry_on`."""
+
     model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
 
     max_attempts: int = Field(default=2, ge=1, le=100)

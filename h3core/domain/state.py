@@ -53,6 +53,9 @@ class IllegalEvent(ValueError):
 
 
 class Error(BaseModel):
+    """A failure as the job's state keeps it: its kind, message and detail, and the job's attempt
+    number when it came (None: before any attempt)."""
+
     model_config = ConfigDict(frozen=True)
 
     kind: str
@@ -62,6 +65,8 @@ class Error(BaseModel):
 
 
 class JobState(BaseModel):
+    """A job as its log folds to (`apply`): its request, status, attempts and outcome so far."""
+
     model_config = ConfigDict(frozen=True)
 
     job_id: str
@@ -96,6 +101,7 @@ class JobState(BaseModel):
 
     @property
     def terminal(self) -> bool:
+        """Whether the job has ended (`done`, `failed` or `cancelled`)."""
         return self.status in TERMINAL
 
     @property

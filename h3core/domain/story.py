@@ -28,10 +28,12 @@ __all__ = ["Try", "dur", "earlier", "fields", "short", "tries", "ts", "why"]
 
 
 def ts(at: datetime) -> str:
+    """`at` in UTC, to the millisecond ("2026-01-31 12:00:00.000Z")."""
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 def dur(seconds: float) -> str:
+    """`seconds` for a human, in at most two units ("4.20s", "41.0s", "3m07s", "2h05m", "3d04h")."""
     seconds = max(seconds, 0.0)
     if seconds < 10:
         return f"{seconds:.2f}s"
@@ -48,6 +50,7 @@ def dur(seconds: float) -> str:
 
 
 def short(text: str, n: int = 80) -> str:
+    """`text` on one line (its whitespace collapsed), cut to at most `n` characters with an ellipsis."""
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"
 
@@ -124,10 +127,12 @@ class Try:
 
     @property
     def where(self) -> str:
+        """How far the attempt got: "after step 3/10", or "before its first step"."""
         return f"after step {self.step}/{self.total}" if self.step is not None else "before its first step"
 
 
 def tries(events: Sequence[Event]) -> list[Try]:
+    """The job's attempts, in order, as `events` tell them."""
     tries: list[Try] = []
     current: Try | None = None
     for e in events:

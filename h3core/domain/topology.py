@@ -17,6 +17,8 @@ Parallelism = Literal["fsdp+ulysses", "fsdp", "ulysses"]
 
 
 class GroupPlan(BaseModel):
+    """One device group: its index among the groups, and the devices its ranks run on."""
+
     model_config = ConfigDict(frozen=True)
 
     index: int
@@ -24,6 +26,7 @@ class GroupPlan(BaseModel):
 
     @property
     def size(self) -> int:
+        """How many ranks (devices) the group has."""
         return len(self.devices)
 
 
@@ -38,6 +41,7 @@ class Topology(BaseModel):
 
     @classmethod
     def uniform(cls, devices: int, group_size: int, parallel: Parallelism = "fsdp+ulysses") -> Topology:
+        """`devices` split into groups of `group_size` each; ValueError unless it divides them."""
         if group_size < 1 or devices % group_size:
             raise ValueError(f"group_size: {group_size} does not divide devices ({devices}) into whole groups")
         return cls(devices=devices, group_sizes=(group_size,) * (devices // group_size), parallel=parallel)
@@ -66,6 +70,7 @@ class Topology(BaseModel):
         return self
 
     def groups(self) -> tuple[GroupPlan, ...]:
+        """The groups in order, each on the devices that follow the previous group's."""
         out, first = [], 0
         for index, size in enumerate(self.group_sizes):
             out.append(GroupPlan(index=index, devices=tuple(range(first, first + size))))
@@ -86,6 +91,7 @@ def place(tokens: int | None, idle: Sequence[GroupPlan], budgets: Mapping[int, i
 
 
 def can_ever_fit(tokens: int | None, groups: Sequence[GroupPlan], budgets: Mapping[int, int]) -> bool:
+    """Whether any of `groups`, busy or idle, fits a job of `tokens`."""
     return any(fits(tokens, g.size, budgets) for g in groups)
 
 

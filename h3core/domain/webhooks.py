@@ -86,10 +86,12 @@ class Endpoint(BaseModel):
         return cls(url=target.url, events=target.events)
 
     def wants(self, event: Event) -> bool:
+        """Whether this endpoint gets `event` (its kind is one of `events`)."""
         kind = event_kind(event)
         return kind is not None and kind in self.events
 
     def body(self, event: Event) -> dict[str, Any]:
+        """What a delivery of `event` to this endpoint carries, in its shape (`payload` or `openai_payload`)."""
         return openai_payload(event) if self.shape == "openai" else payload(event)
 
 
@@ -209,9 +211,11 @@ class Allow:
                 self.hosts.add(entry.strip().lower().rstrip("."))
 
     def host(self, name: str) -> bool:
+        """Whether the host name `name` is allowed (case and a trailing dot ignored)."""
         return name.lower().rstrip(".") in self.hosts
 
     def address(self, ip: IpAddress) -> bool:
+        """Whether `ip` lies in an allowed range."""
         return any(ip in net for net in self.networks if net.version == ip.version)
 
 

@@ -62,6 +62,10 @@ from h3core.executors.reports import GroupHealth, HeadHealth, ProbeRow
 
 @dataclass(frozen=True)
 class JobSpec:
+    """One attempt at a job, as the runner hands it to an executor: the job's id, the attempt's number,
+    its request, the sequence length admission computed for it (`tokens`, None where not stored), and
+    the last step already logged when the attempt is being resumed."""
+
     job_id: str
     attempt: int
     request: GenerationRequest
@@ -78,6 +82,8 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class Result:
+    """The attempt's one final update: the artifact it wrote through the artifact store."""
+
     artifact: Artifact
 
 
@@ -131,21 +137,30 @@ class NoReports:
     """The optional reports' defaults, for an executor with no device groups, cluster head or
     attention probe to show: inherit it and override what applies."""
 
-    def health(self) -> None:
+    def health(self) -> Sequence[GroupHealth] | None:
+        """None: no device groups."""
         return None
 
-    def head(self) -> None:
+    def head(self) -> HeadHealth | None:
+        """None: no cluster head."""
         return None
 
-    def attention_report(self) -> None:
+    def attention_report(self) -> Sequence[ProbeRow] | None:
+        """None: no attention probe."""
         return None
 
 
 @runtime_checkable
 class Executor(Protocol):
+    """What the runner may expect of anything that generates a video (the module's docstring states
+    the whole contract)."""
+
     name: str
 
-    def running(self) -> AbstractAsyncContextManager[None]: ...
+    def running(self) -> AbstractAsyncContextManager[None]:
+        """Hold the executor's whole life: load what it needs and start its background tasks on entry,
+        stop them and release everything on exit."""
+        ...
 
     def capabilities(self) -> Capabilities:
         """What this executor can run now (cheap, no I/O)."""
@@ -163,7 +178,10 @@ class Executor(Protocol):
         """What this executor chose for the attempt (kernel, device group), for the log."""
         ...
 
-    def run(self, job: JobSpec) -> AsyncIterator[Update]: ...
+    def run(self, job: JobSpec) -> AsyncIterator[Update]:
+        """Run one attempt: progress and heartbeats, then exactly one `Result`; failures are raised, and
+        cancelling the iteration stops the work."""
+        ...
 
     def health(self) -> Sequence[GroupHealth] | None:
         """Each device group's health, a snapshot; None for an executor without groups."""
@@ -191,6 +209,12 @@ class Resumable(Protocol):
     it, or fails it `executor_lost` if the work is gone); False stops it as a cancel would,
     and the attempt is recorded `interrupted`."""
 
-    def resume(self, job: JobSpec, executor_ref: str) -> AsyncIterator[Update]: ...
+    def resume(self, job: JobSpec, executor_ref: str) -> AsyncIterator[Update]:
+        """Follow the running attempt `executor_ref` names, as `run` would past `job.last_step`; raise
+        `ExecutorFailure("executor_lost", ...)` if its work is gone."""
+        ...
 
-    def detach(self, job: JobSpec, executor_ref: str) -> bool: ...
+    def detach(self, job: JobSpec, executor_ref: str) -> bool:
+        """Whether to leave the attempt's work running when h3core stops gracefully (True), or stop it
+        as a cancel would (False)."""
+        ...

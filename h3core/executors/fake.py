@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields, replace
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 
@@ -53,6 +53,9 @@ class OutOfMemoryError(RuntimeError):
 
 @dataclass(frozen=True)
 class FakePlan:
+    """What the fake does with one job: how long each step takes, and whether it fails, hangs, ends
+    without a result or finishes."""
+
     step_seconds: float = 0.0
     fail_at: int | None = None  # raise when about to run this step (1-based)
     kind: FailureKind = "executor_error"
@@ -76,7 +79,7 @@ class FakePlan:
             if name == "kind":
                 if value not in FAILURE_KINDS:
                     raise ValueError(f"unknown failure kind {value!r}")
-                parsed: object = value
+                parsed: Any = value
             elif name == "no_result":
                 parsed = value in ("", "1", "true", "yes")
             elif name in ("step_seconds", "cleanup_seconds", "encode_seconds"):
@@ -99,6 +102,9 @@ class FakeLimits:
 
 
 class FakeExecutor(NoReports):
+    """The deterministic executor: runs each job by its `FakePlan` and writes a small real video as
+    its artifact."""
+
     name = "fake"
 
     def __init__(
@@ -125,6 +131,8 @@ class FakeExecutor(NoReports):
         self.finishing: set[str] = set()  # jobs in their final encode now, for tests
 
     def capabilities(self) -> Capabilities:
+        """Its `FakeLimits`, with every mode unready before `running()` is entered or while `set_ready`
+        holds it so."""
         # Asked on every submit and claim: built again only when what it says has changed.
         key = (self.limits, self._ready, tuple(sorted(self._unready.items())))
         if self._caps is None or self._caps[0] != key:
@@ -180,6 +188,7 @@ class FakeExecutor(NoReports):
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
+        """Nothing to load: marks the fake ready for its life."""
         self._ready = True
         try:
             yield
@@ -187,12 +196,16 @@ class FakeExecutor(NoReports):
             self._ready = False
 
     def reference(self, job: JobSpec) -> str | None:
+        """`fake-<job id>-<attempt>`."""
         return f"fake-{job.job_id}-{job.attempt}"
 
     def info(self, job: JobSpec) -> dict[str, str]:
+        """The job's plan, as the fields that differ from the default (`finish` where none do)."""
         return {"plan": _describe(self.plan_for(job))}
 
     def plan_for(self, job: JobSpec) -> FakePlan:
+        """The job's plan: the constructor's plan for it (or the default), overridden by a `[fake ...]`
+        directive in its prompt; raises `ValueError` for a directive it cannot parse."""
         plan = None
         if callable(self._plans):
             plan = self._plans(job)
@@ -203,6 +216,8 @@ class FakeExecutor(NoReports):
         return FakePlan.parse(match.group(1), plan) if match else plan
 
     async def run(self, job: JobSpec) -> AsyncIterator[Update]:
+        """Follow the job's plan step by step, then write the video under a shielded scope (a cancel
+        during the encode comes too late)."""
         plan = self.plan_for(job)
         total = job.request.steps
         self.check(job)

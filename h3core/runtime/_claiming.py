@@ -14,7 +14,8 @@ there is no other node: a job its executor refuses is failed `invalid`, as ever.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -36,7 +37,7 @@ log = logging.getLogger("h3core.runner")
 FORGET_AT = 10_000
 
 # Runs one claimed job in its slot, releasing the slot when it ends.
-StartJob = Callable[[JobState, anyio.Semaphore], Awaitable[None]]
+StartJob = Callable[[JobState, anyio.Semaphore], Coroutine[Any, Any, None]]
 
 
 class Claimer:
@@ -140,7 +141,8 @@ class Claimer:
         None: on a shared store, a job this node cannot run (another node may): it stays queued."""
         spec = JobSpec(state.job_id, state.attempt + 1, state.request, state.tokens)
         if mine is not None and (why := mine.why_not(state.request, state.tokens)) is not None:
-            return self._not_mine(state, why)
+            self._not_mine(state, why)
+            return None
         try:
             self.executor.check(spec)
             return Running(
@@ -152,10 +154,12 @@ class Claimer:
         except Exception as exc:  # the executor cannot even describe this job: end it, go on
             kind, message, detail = classify(exc)
             if mine is not None:
-                return self._not_mine(state, f"the executor refused it: {message}")
+                self._not_mine(state, f"the executor refused it: {message}")
+                return None
             return Failed(kind="invalid", message=f"the executor refused the job: {message}", detail=detail)
 
     def _not_mine(self, state: JobState, why: str) -> None:
+        """Leave the job queued for another node (None: no event), and say why once in the log."""
         self.not_here.add(state.job_id)
         node = self._node["node"]
         log.info(

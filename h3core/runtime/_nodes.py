@@ -29,7 +29,7 @@ from h3core.executors.base import Executor
 from h3core.runtime._journal import Journal
 from h3core.runtime._recovery import end_dead_attempt
 
-__all__ = ["Heartbeat", "node_info", "take_over_expired", "watch_nodes"]
+__all__ = ["NodeHeartbeat", "node_info", "take_over_expired", "watch_nodes"]
 
 log = logging.getLogger("h3core.nodes")
 
@@ -50,7 +50,7 @@ def node_info(store: NodeLeases, executor: Executor, slots: int, role: str) -> N
     )
 
 
-class Heartbeat:
+class NodeHeartbeat:
     """Beats every `every_s` from its own thread until stopped; `info` is what it beats with."""
 
     def __init__(self, store: NodeLeases, info: NodeInfo, every_s: float) -> None:
@@ -102,7 +102,7 @@ async def take_over_expired(journal: Journal, artifacts: ArtifactStore | None, l
 
 
 async def watch_nodes(
-    journal: Journal, heartbeat: Heartbeat, info: Callable[[], NodeInfo], artifacts: ArtifactStore | None, lease_s: float
+    journal: Journal, heartbeat: NodeHeartbeat, info: Callable[[], NodeInfo], artifacts: ArtifactStore | None, lease_s: float
 ) -> None:
     """Refresh what the heartbeat says and take over dead nodes' attempts, every third of a lease."""
     while True:

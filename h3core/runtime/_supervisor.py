@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
+from typing import cast
 
 import anyio
 import anyio.abc
@@ -20,7 +21,7 @@ from h3core.adapters.store.base import Conflict
 from h3core.adapters.store.nodes import LeaseLost
 from h3core.domain.events import Artifact, Body, Progress
 from h3core.domain.state import JobState
-from h3core.executors.base import Executor, FinishedBeforeStop, Heartbeat, JobSpec, Result, Resumable, classify
+from h3core.executors.base import Executor, FinishedBeforeStop, Heartbeat, JobSpec, Result, Resumable, Update, classify
 from h3core.runtime._attempt import Attempt, end_event
 from h3core.runtime._journal import Journal, log_written
 from h3core.runtime._recovery import can_resume
@@ -96,7 +97,8 @@ class Supervisor:
                     source = self.executor.resume(spec, a.state.executor_ref)
                 else:
                     source = self.executor.run(spec)
-                async with aclosing(source) as updates:
+                # An executor's run is an async generator (closed here, so its cleanup runs now).
+                async with aclosing(cast("AsyncGenerator[Update, None]", source)) as updates:
                     async for update in updates:
                         a.last_touch = anyio.current_time()
                         if a.result is not None:

@@ -10,15 +10,20 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
 import anyio
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from h3core.domain.events import Event
 
 
 class EventBus:
+    """Every event this process learns of, fanned out to its subscribers as it is published.
+
+    A subscriber too slow to keep `buffer` events is dropped (its stream ends), never waited for:
+    followers read the store again when that happens (`h3core.runtime.follow`)."""
+
     def __init__(self, buffer: int = 1024) -> None:
         self._buffer = buffer
-        self._subs: dict[ObjectSendStream[Event], str | None] = {}
+        self._subs: dict[MemoryObjectSendStream[Event], str | None] = {}
         self.closed = False
 
     def close(self) -> None:
@@ -28,6 +33,7 @@ class EventBus:
             self._drop(send)
 
     def publish(self, events: Iterable[Event]) -> None:
+        """Hand each event to every subscriber of all jobs or of its job, without waiting."""
         for event in events:
             for send, job_id in list(self._subs.items()):
                 if job_id is not None and job_id != event.job_id:
@@ -39,12 +45,12 @@ class EventBus:
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                     self._drop(send)
 
-    def _drop(self, send: ObjectSendStream[Event]) -> None:
+    def _drop(self, send: MemoryObjectSendStream[Event]) -> None:
         self._subs.pop(send, None)
         send.close()
 
     @asynccontextmanager
-    async def subscribe(self, job_id: str | None = None) -> AsyncIterator[ObjectReceiveStream[Event]]:
+    async def subscribe(self, job_id: str | None = None) -> AsyncIterator[MemoryObjectReceiveStream[Event]]:
         """Events published from now on (for one job, or all). The stream ends if dropped."""
         send, receive = anyio.create_memory_object_stream[Event](self._buffer)
         if self.closed:
@@ -59,4 +65,5 @@ class EventBus:
 
     @property
     def subscribers(self) -> int:
+        """How many streams are subscribed now."""
         return len(self._subs)

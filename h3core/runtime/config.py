@@ -10,6 +10,9 @@ __all__ = ["RunnerConfig"]
 
 
 class RunnerConfig(BaseModel):
+    """A runner's slots, timers and the retry policy of the jobs it admits (`Settings.runner_config`
+    makes one from the process settings)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     slots: int = Field(default=1, ge=1, le=256)

@@ -36,13 +36,17 @@ class ServiceContract(Protocol):
     """What the service asks of its admission contract: `LiveContract` (one executor) or
     `h3core.runtime.fleet.FleetContract` (every live node of a shared store)."""
 
-    def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision: ...
+    def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
+        """Admit the request (its tokens counted, its frames as they will be made) or refuse it with the limit."""
+        ...
 
     def current(self) -> Contract:
         """The contract that describes the deployment."""
         ...
 
-    def ceilings(self) -> list[CeilingRow]: ...
+    def ceilings(self) -> list[CeilingRow]:
+        """The largest request of each shape admitted now (/v1/ceilings' rows)."""
+        ...
 
     def source(self) -> Capabilities:
         """What can run now (readiness, the waiting reasons of queued jobs)."""
@@ -76,6 +80,7 @@ class LiveContract:
         self._lock = threading.Lock()
 
     def current(self) -> Contract:
+        """The contract of the capabilities as they are now (built again only when they change)."""
         caps = self.source()
         with self._lock:
             if self._cached is not None and (self._cached[0] is caps or self._cached[0] == caps):
@@ -85,6 +90,7 @@ class LiveContract:
             return contract
 
     def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
+        """The current contract's decision on the request."""
         return self.current().decide(request, media)
 
     def ceilings(self) -> list[CeilingRow]:
@@ -118,11 +124,14 @@ class CapabilityFile:
         self._lock = threading.Lock()
 
     def publish(self, caps: Capabilities) -> None:
+        """Write the statement whole, then rename it into place."""
         tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
         tmp.write_text(caps.model_dump_json())
         os.replace(tmp, self.path)
 
     def read(self) -> Capabilities:
+        """The last statement read (the file looked at again once `interval_s` has passed); before
+        any runner has stated one, `unknown()`: every mode not ready."""
         with self._lock:
             now = self._clock()
             if now - self._read_at >= self.interval_s:
@@ -148,6 +157,7 @@ class CapabilityFile:
             pass  # replaced while read, or written by another version: keep what we had
 
     def clear(self) -> None:
+        """Remove the statement (its runner has stopped)."""
         self.path.unlink(missing_ok=True)
 
 

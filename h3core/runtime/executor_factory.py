@@ -6,9 +6,10 @@ import logging
 import uuid
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 from h3core.adapters.artifacts import LocalArtifactStore
-from h3core.adapters.store.location import is_postgres_url, local_dir
+from h3core.adapters.store.location import local_dir
 from h3core.adapters.uploads import LocalUploadStore
 from h3core.domain.capabilities import MODES
 from h3core.domain.topology import rank_device_problem
@@ -20,6 +21,8 @@ log = logging.getLogger("h3core.service")
 
 
 def make_executor(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalUploadStore) -> Executor:
+    """The executor `settings.executor` names, committing to `artifacts` and reading `uploads`, not
+    yet running. Raises `SettingsError` for settings it cannot run with (a missing extra or URL)."""
     if settings.executor == "fake":
         return FakeExecutor(artifacts, default=FakePlan(step_seconds=settings.fake_step_seconds))
     if settings.executor == "comfyui":
@@ -36,7 +39,7 @@ def make_executor(settings: Settings, artifacts: LocalArtifactStore, uploads: Lo
             setting = "comfyui_template" if settings.comfyui_template else "comfyui_templates"
             raise SettingsError(f"{setting}: {exc}") from exc
         # One client id per store: a restarted h3core takes its socket (and its prompts' progress) back.
-        store = settings.db if is_postgres_url(settings.db) else settings.db.resolve()
+        store = settings.db if isinstance(settings.db, str) else settings.db.resolve()  # a str is a postgresql:// URL
         client_id = "h3core-" + uuid.uuid5(uuid.NAMESPACE_URL, str(store)).hex[:16]
         comfy = ComfyUISettings(
             url=settings.comfyui_url,
@@ -115,7 +118,7 @@ def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalU
         if not (model_dir / FACTS_FILE).exists():
             make_tiny(model_dir)
             log.warning("no H3_MODEL_DIR: serving a tiny random-weight MiniMax-H3 written to %s (noise, not video)", model_dir)
-    model = {
+    model: dict[str, Any] = {
         "model_dir": model_dir,
         "device": settings.device,
         "dtype": settings.dtype,

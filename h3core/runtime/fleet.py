@@ -61,6 +61,8 @@ class FleetContract:
         self.update(self.store.nodes())
 
     def update(self, rows: Sequence[NodeRow]) -> None:
+        """Judge by these node rows from now on: the live others' statements (each one's contract
+        built again only when its statement changed), and the last known ones for when none is live."""
         me = self.store.node_id
         stated = [r for r in rows if r.capabilities is not None and r.node_id != me]
         live = [r for r in stated if r.alive()]
@@ -107,6 +109,8 @@ class FleetContract:
         return list(self._fallback) or [("none", contract_for(unknown(), self.profiles, self.explicit))]
 
     def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
+        """Admit the request if any node can run it (queued for that node); else the refusal of the
+        node that comes closest."""
         return decide_across(self.nodes(), request, media)
 
     def current(self) -> Contract:

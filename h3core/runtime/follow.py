@@ -6,7 +6,7 @@ an `EventBus` into a gapless, ordered sequence of a job's events.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 
 import anyio
 from anyio.abc import ObjectReceiveStream
@@ -39,7 +39,7 @@ async def follow(
     *,
     resync_s: float,
     stopping: Callable[[], bool] = lambda: False,
-) -> AsyncIterator[Event | None]:
+) -> AsyncGenerator[Event | None, None]:
     """A job's events after seq `after`: the stored history (`read(job_id, after)`, in a worker
     thread), then each one as it is published, in order and without gaps, ending after the
     terminal one or when the bus closes. Yields None whenever `resync_s` passes quietly (a

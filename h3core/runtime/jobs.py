@@ -171,6 +171,7 @@ class Jobs:
 
     @property
     def runner(self) -> Runner:
+        """The runner while this `Jobs` is open; `RuntimeError` outside its `async with`."""
         if self._runner is None:
             raise RuntimeError("Jobs is not open: use it as `async with Jobs(...) as jobs:`")
         return self._runner

@@ -62,6 +62,7 @@ class JsonLines(logging.Formatter):
     traceback) where the record has one."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one line of JSON."""
         line: dict[str, object] = {
             "ts": _ts(record),
             "level": record.levelname.lower(),
@@ -79,6 +80,7 @@ class Text(logging.Formatter):
     """`ts LEVEL logger: message key=value ...`, a traceback on the lines after."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one line of text (and its traceback, if any, after it)."""
         extra = " ".join(f"{k}={v}" for k, v in fields(record).items())
         line = f"{_ts(record)} {record.levelname} {record.name}: {record.getMessage()}" + (f" {extra}" if extra else "")
         if record.exc_info:
@@ -107,7 +109,7 @@ def configure(format: LogFormat = "text", level: LogLevel = "info", stream: Text
     # Neither format shows where a record was made (file, line, function) nor its thread or
     # process, so a record does not look them up (the logging HOWTO's "Optimization"): a third
     # of what each record cost; the runner writes three per job at INFO.
-    logging._srcfile = None  # type: ignore[attr-defined]
+    logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     for name in QUIET:
         logging.getLogger(name).setLevel(logging.WARNING)

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.profiles import builtin_profiles, load_profile_ref
 from h3core.adapters.store.base import EventStore
-from h3core.adapters.store.location import is_postgres_url, open_store_at
+from h3core.adapters.store.location import open_store_at
+from h3core.adapters.store.nodes import NodeLeases
 from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
 from h3core.domain.capacity import CapacityProfile
 from h3core.domain.webhooks import Allow
@@ -106,7 +107,7 @@ def submit_contract(store: EventStore, settings: Settings) -> ServiceContract:
     statement (the request is queued if one can run it), else what the runner on the SQLite file
     published. `ProfileError` for a capacity profile that cannot be read."""
     profile = _profile(settings)
-    if is_postgres_url(settings.db):
+    if isinstance(store, NodeLeases):  # PostgreSQL: the nodes state what they run in the store
         return FleetContract(store, builtin_profiles(), profile=profile, interval_s=fleet_interval(settings))
     board = CapabilityFile(capabilities_path(settings.db), interval_s=settings.tail_interval)
     return LiveContract(board.read, builtin_profiles(), profile=profile)
@@ -130,16 +131,16 @@ def build_node(settings: Settings, *, store: EventStore | None = None, executor:
     bus = EventBus()
     tail = StoreTail(store, bus, interval_s=settings.tail_interval) if shared else None
     if settings.role == "api":  # no executor here: the runner process has it, and states what it can run
-        contract = submit_contract(store, settings)
-        submissions = Submissions(store, config, admission=contract, uploads=files.uploads, webhooks=policy)
-        return Node(settings, store, files, contract, submissions, None, None, bus, tail, None)
+        judged_by = submit_contract(store, settings)
+        submissions = Submissions(store, config, admission=judged_by, uploads=files.uploads, webhooks=policy)
+        return Node(settings, store, files, judged_by, submissions, None, None, bus, tail, None)
     if executor is None:
         executor = build_executor(settings, files)
     profile = _profile(settings)
     local = LiveContract(executor.capabilities, builtin_profiles(), profile=profile)
-    contract = (  # on PostgreSQL: this node's executor, and every other live node's statement
+    contract: ServiceContract = (  # on PostgreSQL: this node's executor, and every other live node's statement
         FleetContract(store, builtin_profiles(), profile=profile, local=local, interval_s=fleet_interval(settings))
-        if is_postgres_url(settings.db)
+        if isinstance(store, NodeLeases)
         else local
     )
     runner = Runner(

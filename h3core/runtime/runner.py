@@ -40,7 +40,7 @@ from h3core.domain.state import JobState
 from h3core.domain.webhooks import WebhookTarget
 from h3core.executors.base import Executor
 from h3core.runtime._claiming import Claimer
-from h3core.runtime._nodes import Heartbeat, node_info, watch_nodes
+from h3core.runtime._nodes import NodeHeartbeat, node_info, watch_nodes
 from h3core.runtime._queue_deadline import expire_queued
 from h3core.runtime._recovery import recover
 from h3core.runtime._supervisor import Supervisor
@@ -103,7 +103,7 @@ class Runner:
         )
         self.submissions.on_submitted = self._poke
         self.submissions.on_cancel = self._supervisor.cancel
-        self.heartbeat: Heartbeat | None = None  # on a store shared by runner nodes, while running
+        self.heartbeat: NodeHeartbeat | None = None  # on a store shared by runner nodes, while running
 
     @property
     def admission(self) -> AdmissionPolicy:
@@ -191,7 +191,7 @@ class Runner:
             await self._run_node(task_status, None)
             return
         info = functools.partial(node_info, nodes, self.executor, self.slot_count(), "runner")
-        heartbeat = Heartbeat(nodes, info(), self.config.lease_s / 3)
+        heartbeat = NodeHeartbeat(nodes, info(), self.config.lease_s / 3)
         heartbeat.start()
         self.heartbeat = heartbeat
         try:
@@ -202,7 +202,7 @@ class Runner:
                 if self._journal.lost is None:
                     await self._journal.read(nodes.leave)
 
-    async def _run_node(self, task_status: TaskStatus[None], heartbeat: Heartbeat | None, info=None) -> None:
+    async def _run_node(self, task_status: TaskStatus[None], heartbeat: NodeHeartbeat | None, info=None) -> None:
         if isinstance(self.admission, FleetContract):  # recovery admits imported logs by what every node can run
             await self.admission.read()
         resumable = await recover(self._journal, self.executor, self.admission, self.artifacts)

@@ -74,6 +74,9 @@ class _TomlFile(PydanticBaseSettingsSource):
 
 
 class Settings(BaseSettings):
+    """One h3core process's settings, for every command: defaults, then the TOML file H3_CONFIG
+    names, then `H3_*` variables, then what the command line gives (see the module)."""
+
     model_config = SettingsConfigDict(env_prefix="H3_", extra="forbid", frozen=True)
 
     role: Role = "all"
@@ -189,7 +192,7 @@ class Settings(BaseSettings):
     @field_validator("comfyui_template", mode="before")
     @classmethod
     def _templates_by_mode(cls, value: Any) -> Any:
-        pairs = value.items() if isinstance(value, dict) else None
+        pairs: list[tuple[Any, Any]] | None = list(value.items()) if isinstance(value, dict) else None
         if isinstance(value, str):
             pairs = []
             for part in _split(value):
@@ -263,6 +266,7 @@ class Settings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+        """Where settings come from, first wins: what the caller gives, the environment, the TOML file."""
         return init_settings, env_settings, _TomlFile(settings_cls)
 
     def topology(self) -> Topology | None:
@@ -285,6 +289,7 @@ class Settings(BaseSettings):
         return self.slots if topology is None else len(topology.group_sizes)
 
     def runner_config(self) -> RunnerConfig:
+        """How this process's runner runs: its slots, timers and the retry policy of new jobs."""
         return RunnerConfig(
             slots=self.runner_slots(),
             stall_timeout_s=self.stall_timeout,
@@ -350,6 +355,7 @@ def first_message(exc: ValueError) -> str:
 
 
 def is_loopback(host: str) -> bool:
+    """Whether listening on `host` keeps the service on this machine (`localhost` or a loopback address)."""
     if host == "localhost":
         return True
     try:

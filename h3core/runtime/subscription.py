@@ -17,12 +17,12 @@ One reader per name at a time: two running under one name would each deliver eve
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Literal
 
 import anyio
-from anyio.abc import ObjectReceiveStream
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from h3core.adapters.store.base import EventStore
 from h3core.domain.events import Event
@@ -34,7 +34,7 @@ __all__ = ["Start", "Subscription"]
 Start = Literal["beginning", "end"]
 
 
-def _drain(live: ObjectReceiveStream[Event]) -> bool:
+def _drain(live: MemoryObjectReceiveStream[Event]) -> bool:
     """Empty what the bus has buffered; False once the stream has ended (dropped, or closed)."""
     while True:
         try:
@@ -45,7 +45,7 @@ def _drain(live: ObjectReceiveStream[Event]) -> bool:
             return False
 
 
-async def _woken(live: ObjectReceiveStream[Event], timeout_s: float) -> bool:
+async def _woken(live: MemoryObjectReceiveStream[Event], timeout_s: float) -> bool:
     """Wait for the bus to publish something, up to `timeout_s`; False if the stream ended."""
     with anyio.move_on_after(timeout_s):
         try:
@@ -91,7 +91,7 @@ class Subscription:
         """Keep `position` as this subscription's place: every event up to it is handled."""
         await anyio.to_thread.run_sync(self.store.save_position, self.name, position)
 
-    async def batches(self, after: int) -> AsyncIterator[list[tuple[int, Event]]]:
+    async def batches(self, after: int) -> AsyncGenerator[list[tuple[int, Event]], None]:
         """Every event stored after position `after`, in store order, a batch at a time, forever
         (waiting while there is none). Saves nothing: the caller `save`s what it has handled."""
         while True:

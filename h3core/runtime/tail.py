@@ -24,6 +24,8 @@ WAIT_SLICE_S = 1.0
 
 
 class StoreTail:
+    """Publishes every event stored after `position` to `bus`, in store order, each once (see the module)."""
+
     def __init__(self, store: EventStore, bus: EventBus, *, interval_s: float = 0.05, batch: int = 1000) -> None:
         self.store = store
         self.bus = bus

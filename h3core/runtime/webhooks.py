@@ -88,6 +88,8 @@ def target_of(url: str) -> str:
 
 
 class WebhookDispatcher:
+    """Sends the webhooks the log asks for, from the durable subscription "webhooks" (see the module)."""
+
     def __init__(
         self,
         store: EventStore,

@@ -52,6 +52,10 @@ def _internal_error(request: Request, exc: Exception) -> Response:
 
 
 def create_app(settings: Settings | None = None, service: Service | None = None) -> Litestar:
+    """The HTTP service for `settings` (default: `Settings()`): /v1 behind the token guard, /healthz,
+    /readyz, /metrics unless `metrics_port` gives it a listener of its own, the console and /schema.
+    The app's lifespan runs `service` (default: `build_service(settings)`): its runner, metrics and
+    webhook deliveries start with the app and stop with it, and its store is closed after."""
     settings = settings or Settings()
     svc = service or build_service(settings)
 

@@ -30,16 +30,23 @@ UPLOAD_SETTING = "H3_MAX_UPLOAD_BYTES"
 
 @dataclass(frozen=True)
 class BodyLimit:
+    """A limit on a request body: its size in bytes, the setting that sets it, and the body it bounds,
+    which a 413 names."""
+
     bytes: int
     setting: str
     what: str  # the body it bounds, for the message
 
     def message(self) -> str:
+        """The 413's detail: the limit, the body it bounds, and the setting to raise it."""
         return f"the request body is larger than {self.bytes} bytes, the limit for {self.what} ({self.setting} sets it)"
 
 
 @dataclass(frozen=True)
 class BodyLimits:
+    """The limit of each kind of body, made once from the settings (`app.state.body_limits`): a JSON
+    body, a JSON create that could have come as a form, and a multipart create."""
+
     json: BodyLimit
     json_create: BodyLimit  # the same limit, on a route that also takes a file as a form
     form: BodyLimit
@@ -68,6 +75,9 @@ class BodyLimits:
 
 
 class BodyTooLarge(HTTPException):
+    """413: a body over its route's limit; the answer names the limit in bytes and the setting that
+    sets it."""
+
     status_code = 413
 
     def __init__(self, limit: BodyLimit) -> None:
@@ -77,6 +87,9 @@ class BodyTooLarge(HTTPException):
 
 
 class BodyNotJson(ClientException):
+    """400: a body that does not parse as JSON, saying why; `code` is the one OpenAI's shape gives
+    it on /v1/videos."""
+
     code = "invalid_json"  # OpenAI's shape names it (/v1/videos)
 
     def __init__(self, reason: str) -> None:
@@ -96,6 +109,8 @@ class ServiceRequest(Request):
     whose JSON is refused with `BodyNotJson` when it does not parse."""
 
     async def json(self) -> Any:
+        """The body parsed as JSON; a body that does not parse, or is nested too deeply to, raises
+        `BodyNotJson`."""
         try:
             return await super().json()
         except SerializationException as exc:
@@ -104,10 +119,14 @@ class ServiceRequest(Request):
             raise BodyNotJson("it is nested too deeply to read") from None
 
     def body_limit(self) -> BodyLimit | None:
+        """The limit on this request's body: its route's kind (`BODY_OPT` in its `opt`) and, on a route
+        that takes a form, its Content-Type decide which; None where the route bounds its body itself."""
         limits: BodyLimits = self.app.state.body_limits
         return limits.of_request(self.route_handler.opt.get(BODY_OPT, "json"), lambda: self.content_type[0].lower())
 
     async def stream(self) -> AsyncGenerator[bytes, None]:
+        """The body's chunks as they arrive, within `body_limit`: `BodyTooLarge` before a byte is read
+        when Content-Length is over it, else as soon as the bytes received are."""
         limit = self.body_limit()
         if limit is None:  # the route bounds its body itself
             async for chunk in super().stream():

@@ -69,6 +69,8 @@ class Service:
 
     @property
     def webhook_allow(self) -> Allow:
+        """What `H3_WEBHOOKS_ALLOW` lets a job's webhook reach besides public addresses: host names and
+        address ranges."""
         return Allow(self.settings.webhooks_allow)
 
     async def run_webhooks(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -93,6 +95,10 @@ class Service:
             self._loop.call_soon_threadsafe(self._runner_scope.cancel)
 
     async def run_runner(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run the runner (in the api role, the submissions alone) and the store tail until cancelled or
+        `begin_shutdown`; `task_status` is started once the runner has. A store that fails after
+        start-up is recorded in `fatal` and `on_fatal` called (at start-up it raises); the bus is closed
+        after the runner's last events."""
         self._loop = asyncio.get_running_loop()
         try:
             with anyio.CancelScope() as scope:

@@ -63,6 +63,9 @@ class CrossSitePolicy:
 
     @classmethod
     def of(cls, settings: Settings, *, listen_host: str) -> CrossSitePolicy:
+        """The policy `settings` give a listener on `listen_host`: any Host with `*` among the allowed
+        hosts, or with tokens and no allowed hosts; else the allowed hosts and the address it listens on
+        (a wildcard address adds none), loopback names besides."""
         names = {hostname(h) for h in settings.allowed_hosts}
         origins = tuple(settings.cors_origins)
         if "*" in names or (settings.api_tokens and not names):
@@ -83,11 +86,14 @@ class CrossSitePolicy:
         )
 
     def host_allowed(self, host: str | None) -> bool:
+        """Whether a request's Host (None: it gave none) is a name this service answers to."""
         if self.hosts is None:
             return True
         return host is not None and _answered(host, self.hosts)
 
     def origin_allowed(self, origin: str, *, scheme: str, host: str | None) -> bool:
+        """Whether a page on `origin` may call the service: an origin listed in `H3_CORS_ORIGINS`, or
+        the service's own (the request's scheme and Host, with no path)."""
         if origin in self.origins:
             return True
         parts = urlsplit(origin)
@@ -130,12 +136,16 @@ def _media_type(content_type: str) -> str:
 
 
 class CrossSiteGuard(ASGIMiddleware):
+    """The middleware that applies a `CrossSitePolicy` to every HTTP request before any handler runs,
+    answering a refused request itself (400, 403 or 415)."""
+
     scopes = (ScopeType.HTTP,)
 
     def __init__(self, policy: CrossSitePolicy) -> None:
         self.policy = policy
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        """Answer with the refusal `judge` gives, or pass the request on to `next_app`."""
         refusal = self.judge(scope)
         if refusal is not None:
             await refusal(scope, receive, send)
@@ -143,6 +153,8 @@ class CrossSiteGuard(ASGIMiddleware):
             await next_app(scope, receive, send)
 
     def judge(self, scope: Scope) -> ASGIResponse | None:
+        """The answer refusing the request (a header given twice, a Host or Origin not allowed, a
+        state-changing body that is not JSON), or None to let it through."""
         headers, repeated = _headers(scope)
         if repeated is not None:
             return _refuse(400, repeated, f"{repeated} is given more than once; send it once")
@@ -157,6 +169,7 @@ class CrossSiteGuard(ASGIMiddleware):
         origin = headers.get("origin")
         if origin is not None and not self.policy.origin_allowed(origin, scheme=scope.get("scheme", "http"), host=host):
             return _refuse(403, "Origin", f"requests from pages on {origin} are refused; allow an origin with H3_CORS_ORIGINS")
+        assert scope["type"] == ScopeType.HTTP  # `scopes`: the guard sees HTTP requests only
         if scope["method"] in UNSAFE_METHODS:
             return self._content_type(scope, headers)
         return None

@@ -33,6 +33,9 @@ _TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type
 
 @dataclass(frozen=True)
 class ReadLimits:
+    """The deadlines `protocol` holds each request to: seconds for its request line and headers (at most
+    `header_max_s`) and for its body, each extended by one second per `min_rate` bytes received."""
+
     header_s: float = 20.0
     header_max_s: float = 60.0
     body_s: float = 20.0

@@ -92,6 +92,7 @@ class Span:
 
     @property
     def status(self) -> int:
+        """206 for a byte range, 200 for the whole file."""
         return 206 if self.partial else 200
 
 
@@ -113,6 +114,8 @@ def span(path: Path, size: int, request_headers: Mapping[str, str], *, media_typ
 
 
 def stream(s: Span) -> Stream:
+    """The response that sends the span, read from the file in chunks as it is sent."""
+
     async def body() -> AsyncIterator[bytes]:
         async with await anyio.open_file(s.path, "rb") as f:
             await f.seek(s.start)
@@ -128,4 +131,5 @@ def stream(s: Span) -> Stream:
 
 
 def head(s: Span) -> Response[None]:
+    """The answer to HEAD for the span: its status and headers, and no body."""
     return Response(content=b"", status_code=s.status, headers=s.headers, media_type=s.media_type)  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ from prometheus_client.exposition import generate_latest
 
 from h3core.adapters.store.base import EventStore
 from h3core.adapters.store.nodes import NodeLeases
+from h3core.domain.events import AttemptFailed, Failed
 from h3core.domain.state import TERMINAL
 from h3core.executors.base import Executor
 from h3core.runtime.bus import EventBus
@@ -152,6 +153,9 @@ class _WebhookCollector:
 
 
 class Metrics:
+    """The service's Prometheus registry: jobs by status, runner nodes, device groups and the attention
+    probe, read at scrape time; job durations and executor failures, counted by `follow`."""
+
     def __init__(self, store: EventStore, executor: Executor | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_StoreCollector(store))
@@ -177,6 +181,8 @@ class Metrics:
         self.registry.register(_WebhookCollector(delivery))
 
     def render(self) -> bytes:
+        """The metrics in Prometheus's text format, for /metrics. It reads the store: call it on a
+        worker thread."""
         return generate_latest(self.registry)
 
     async def follow(self, bus: EventBus) -> None:
@@ -190,7 +196,7 @@ class Metrics:
                 async for event in events:
                     if event.type == "running":
                         started.setdefault(event.job_id, event.at)
-                    if event.type in ("failed", "attempt_failed"):
+                    if isinstance(event.body, Failed | AttemptFailed):
                         self.failures.labels(kind=event.body.kind).inc()
                     if event.type in TERMINAL:
                         first = started.pop(event.job_id, None)

@@ -17,11 +17,12 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.config import JsonDict
 
 from h3core.domain.ids import JOB_ID_PATTERN
 from h3core.domain.request import MAX_FRAMES, MAX_SIDE, MIN_SIDE, SIDE_MULTIPLE, present
 from h3core.domain.state import JobState
-from h3core.service.views import JobCreate, Prompt, UploadId, json_object, sides_refusal
+from h3core.service.requests import JobCreate, Prompt, UploadId, json_object, sides_refusal
 
 FPS = 24
 DEFAULT_MODEL = "minimax-h3"
@@ -63,7 +64,7 @@ def _excludes(name: str, *others: str) -> list[dict]:
 # An OpenAI parameter and the request field it sets are not given together.
 EXCLUSIONS = [*_excludes("size", "width", "height"), *_excludes("seconds", "frames")]
 # input_reference is fl2va's first keyframe.
-REFERENCE_IS_FIRST_FRAME = {
+REFERENCE_IS_FIRST_FRAME: JsonDict = {
     "if": present("input_reference"),
     "then": {"properties": {"keyframes": {"type": "null"}, "mode": {"const": "fl2va"}}},
 }
@@ -99,7 +100,7 @@ class VideoCreate(JobCreate):
     input_reference: FileReference | ImageUrlReference | None = None
 
 
-class VideoError(BaseModel):
+class VideoError(BaseModel):  # noqa: D101
     code: str  # h3core's failure kind (oom, stalled, invalid, ...), or "cancelled"
     message: str
 
@@ -122,7 +123,7 @@ class Video(BaseModel):
     error: VideoError | None
 
 
-class VideoList(BaseModel):
+class VideoList(BaseModel):  # noqa: D101
     object: Literal["list"] = "list"
     data: list[Video]
     first_id: str | None
@@ -130,13 +131,13 @@ class VideoList(BaseModel):
     has_more: bool
 
 
-class VideoDeleted(BaseModel):
+class VideoDeleted(BaseModel):  # noqa: D101
     id: str
     object: Literal["video.deleted"] = "video.deleted"
     deleted: bool
 
 
-class Remix(BaseModel):
+class Remix(BaseModel):  # noqa: D101
     model_config = ConfigDict(extra="forbid", strict=True)
 
     prompt: Prompt
@@ -147,7 +148,7 @@ class Remix(BaseModel):
         return json_object(data, cls)
 
 
-class ErrorDetail(BaseModel):
+class ErrorDetail(BaseModel):  # noqa: D101
     message: str
     type: str
     param: str | None = None
@@ -155,7 +156,7 @@ class ErrorDetail(BaseModel):
     ceiling: dict[str, Any] | None = None  # h3core's: the limit an admission refusal names
 
 
-class ErrorResponse(BaseModel):
+class ErrorResponse(BaseModel):  # noqa: D101
     error: ErrorDetail
 
 
@@ -181,10 +182,12 @@ class VideoApiError(Exception):
         self.headers = dict(headers or {})
 
     def body(self) -> dict[str, Any]:
+        """The answer's body, in OpenAI's shape (`error_body`)."""
         return error_body(self.status, self.message, param=self.param, code=self.code, ceiling=self.ceiling)
 
 
 def bad(param: str | None, message: str, code: str = "invalid_value") -> VideoApiError:
+    """A 400 in OpenAI's shape about the parameter `param` (None: the request as a whole)."""
     return VideoApiError(400, message, param=param, code=code)
 
 
@@ -203,6 +206,7 @@ def error_body(
 
 
 def video_status(state: JobState) -> VideoStatus:
+    """OpenAI's status for the job's: queued, in_progress, completed, or failed (a cancelled job too)."""
     match state.status:
         case "submitted" | "queued":
             return "queued"
@@ -232,6 +236,8 @@ def _unix(at: datetime | None) -> int | None:
 
 
 def video_object(state: JobState, *, model: str) -> Video:
+    """The video object for a job's state, its model named `model`; a failed or cancelled job's
+    `error` says why."""
     error = None
     if state.status == "failed" and state.error is not None:
         error = VideoError(code=state.error.kind, message=state.error.message)
@@ -299,6 +305,7 @@ def frames_for(value: object) -> int:
 
 
 def check_model(value: object, served: Sequence[str]) -> None:
+    """Refuse (400, `model_not_found`) a model that is not among `served`."""
     if value not in served:
         raise bad(
             "model", f"model {value!r} is not served here; this deployment serves: {', '.join(served)}", code="model_not_found"

@@ -20,17 +20,24 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 import anyio
 
 from h3core.adapters.lock import RunnerLock
+from h3core.adapters.store.base import EventStore
 from h3core.adapters.store.nodes import NodeLeases, NodeRow
-from h3core.adapters.store.sqlite import SQLiteEventStore
 
 __all__ = ["Readiness", "Recent"]
 
 T = TypeVar("T")
+
+
+@runtime_checkable
+class _CommitClock(Protocol):
+    """A store that knows when this process last committed (SQLite's and PostgreSQL's)."""
+
+    def committed_within(self, seconds: float) -> bool: ...
 
 
 class Recent(Generic[T]):
@@ -46,6 +53,8 @@ class Recent(Generic[T]):
         self._running: anyio.Event | None = None
 
     async def get(self) -> T:
+        """The latest result while it is younger than `max_age`, else a fresh check's (the one in
+        flight, if any)."""
         if self.max_age <= 0:
             return await self._check()
         while True:
@@ -68,7 +77,7 @@ class Recent(Generic[T]):
 class Readiness:
     """The store's writability and (api role) the runner process, for /readyz."""
 
-    def __init__(self, store: SQLiteEventStore, runner_lock: Path | None, max_age: float) -> None:
+    def __init__(self, store: EventStore, runner_lock: Path | None, max_age: float) -> None:
         self._db = store
         self.runner_lock = runner_lock
         self.max_age = max_age
@@ -85,7 +94,7 @@ class Readiness:
         return await self._holder.get()
 
     async def _writable(self) -> str:
-        if self.max_age > 0 and self._db.committed_within(self.max_age):
+        if self.max_age > 0 and isinstance(self._db, _CommitClock) and self._db.committed_within(self.max_age):
             return "ok"  # a commit that recent took the write lock itself
         try:
             await anyio.to_thread.run_sync(self._db.ping)

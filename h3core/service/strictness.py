@@ -11,5 +11,7 @@ from litestar.plugins.pydantic import PydanticInitPlugin
 
 
 class ModelStrictness(PydanticInitPlugin):
+    """Litestar's Pydantic plugin, validating each body with its model's own strictness."""
+
     def __init__(self) -> None:
         super().__init__(validate_strict=None)  # type: ignore[arg-type]  # None: the model's own config

@@ -16,6 +16,7 @@ from h3core.service.context import Service
 
 
 async def in_thread(fn, *args):
+    """`fn(*args)` on a worker thread, awaited: for store reads that can be long."""
     return await anyio.to_thread.run_sync(lambda: fn(*args))
 
 

@@ -2,187 +2,54 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    ValidationError,
-    ValidationInfo,
-    ValidatorFunctionWrapHandler,
-    field_validator,
-    model_validator,
-)
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, field_validator
 
-from h3core.adapters.uploads import ID_PATTERN as UPLOAD_ID_PATTERN
 from h3core.domain.admission import Ceiling, CeilingRow, Contract
-from h3core.domain.request import (
-    MAX_PROMPT_CHARS,
-    MAX_REF_AUDIOS,
-    MAX_REF_IMAGES,
-    MAX_REF_VIDEOS,
-    MAX_SIDE,
-    MIN_SIDE,
-    SIDE_MULTIPLE,
-    GenerationRequest,
-    Keyframes,
-    References,
-)
+from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
-from h3core.domain.webhooks import DEFAULT_EVENTS, MAX_URL_CHARS, WebhookEvent, WebhookTarget
+
+if TYPE_CHECKING:
+    from litestar.openapi.datastructures import ResponseSpec
+
+__all__ = [
+    "ApiStatus",
+    "ArtifactView",
+    "AttentionRowView",
+    "BudgetView",
+    "CeilingView",
+    "CeilingsView",
+    "ErrorView",
+    "GroupView",
+    "JobPage",
+    "JobView",
+    "ModeView",
+    "NodeView",
+    "Problem",
+    "ReadyStatus",
+    "ReadyView",
+    "WindowView",
+    "api_status",
+    "ceiling_view",
+    "ceilings_view",
+    "job_view",
+    "problems",
+]
 
 ApiStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 
-# Whitespace as Python's `str.isspace` has it, spelled out: ECMA's, Python's and Rust's `\s` each
-# differ, and the document's pattern must mean to every reader what the server checks.
-WHITESPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-NOT_BLANK_PATTERN = f"[^{WHITESPACE}]"  # somewhere in the text: a character other than whitespace
 
-
-def _not_blank(text: str) -> str:
-    if not text.strip():
-        raise PydanticCustomError("blank", "the prompt is only whitespace: say what the video shows")
-    return text
-
-
-# New requests' prompts (a stored request's may predate the rule: the domain model reads those).
-Prompt = Annotated[
-    str,
-    Field(min_length=1, max_length=MAX_PROMPT_CHARS, json_schema_extra={"pattern": NOT_BLANK_PATTERN}),
-    AfterValidator(_not_blank),
-]
-# An upload a new request names: an id POST /v1/uploads gave (stored requests may hold older forms).
-UploadId = Annotated[str, StringConstraints(pattern=UPLOAD_ID_PATTERN)]
-
-
-_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
-
-
-def not_an_object(value: object) -> str:
-    """What to say of a body that is JSON but not an object (no class name of ours in it)."""
-    kind = "null" if value is None else _JSON_TYPES.get(type(value), "another value")
-    return f"the body must be a JSON object with at least 'prompt', not {kind}"
-
-
-def json_object(data: object, model: type[BaseModel]) -> object:
-    """For a model's before-validator: `data` passed on if a JSON object (or the model already), else refused."""
-    if isinstance(data, dict | model):
-        return data
-    raise PydanticCustomError("json_object", not_an_object(data))
-
-
-def _nearest_side(n: int) -> int:
-    return min(max(math.floor(n / SIDE_MULTIPLE + 0.5) * SIDE_MULTIPLE, MIN_SIDE), MAX_SIDE)
-
-
-def sides_refusal(sides: tuple[int, ...]) -> str | None:
-    """Why the model cannot make a canvas with these sides (a width, a height, or both), naming
-    the rule and the nearest it makes; None when it can. Both APIs say it in these words."""
-    wrong = [str(n) for n in sides if n % SIDE_MULTIPLE or not MIN_SIDE <= n <= MAX_SIDE]
-    if not wrong:
-        return None
-    nearest = "x".join(str(_nearest_side(n)) for n in sides)
-    what = "size" if len(sides) > 1 else "side"
-    return (
-        f"MiniMax-H3 makes sides that are multiples of {SIDE_MULTIPLE} from {MIN_SIDE} to {MAX_SIDE}, "
-        f"and {' and '.join(dict.fromkeys(wrong))} is not; the nearest {what} it makes is {nearest}"
-    )
-
-
-@functools.cache  # per class, once: `model_fields` costs on every look, and every body checks
-def _int_fields(model: type[BaseModel]) -> frozenset[str]:
-    return frozenset(name for name, f in model.model_fields.items() if f.annotation is int)
-
-
-class KeyframesInput(Keyframes):
-    """fl2va's first and/or last frame, as ids POST /v1/uploads gave."""
-
-    first: UploadId | None = None
-    last: UploadId | None = None
-
-
-class ReferencesInput(References):
-    """ref2va's reference media, as ids POST /v1/uploads gave."""
-
-    images: tuple[UploadId, ...] = Field(default=(), max_length=MAX_REF_IMAGES, strict=False)
-    videos: tuple[UploadId, ...] = Field(default=(), max_length=MAX_REF_VIDEOS, strict=False)
-    audios: tuple[UploadId, ...] = Field(default=(), max_length=MAX_REF_AUDIOS, strict=False)
-
-
-class JobCreate(GenerationRequest):
-    """A generation request, plus where it goes in the queue; what a new request may say is
-    narrower than what a stored one holds (its prompt not blank, its uploads' ids as minted)."""
-
-    # The document says what the route refuses: a filter (not null) without a webhook to filter.
-    model_config = ConfigDict(
-        json_schema_extra={
-            "allOf": [
-                *GenerationRequest.model_config["json_schema_extra"]["allOf"],  # type: ignore[index]
-                {
-                    "if": {"required": ["webhook_events_filter"], "properties": {"webhook_events_filter": {"type": "array"}}},
-                    "then": {"required": ["webhook"], "properties": {"webhook": {"type": "string"}}},
-                },
-            ]
-        }
-    )
-
-    prompt: Prompt
-    keyframes: KeyframesInput | None = None
-    references: ReferencesInput | None = None
-    priority: int = Field(default=0, ge=-100, le=100)
-    # Replicate's names: where the job's events are POSTed (signed with H3_WEBHOOK_SECRET), and which.
-    webhook: str | None = Field(default=None, min_length=1, max_length=MAX_URL_CHARS)
-    webhook_events_filter: list[WebhookEvent] | None = Field(default=None, min_length=1, max_length=3)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _integral_numbers(cls, data: object) -> object:
-        """JSON has one number type: `24.0` is the integer 24 (JSON Schema agrees), `24.5` is not.
-        Strings stay refused: strictness is about types, and "24" is text."""
-        if not isinstance(json_object(data, cls), dict):
-            return data
-        ints = _int_fields(cls)
-        if not any(isinstance(data.get(k), float) for k in ints):
-            return data  # nearly every body: nothing to convert, nothing copied
-        return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in data.items()}
-
-    @field_validator("width", "height", mode="wrap")
-    @classmethod
-    def _side(cls, value: object, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> object:
-        """A whole number the model cannot make as a side is refused naming the rule and the nearest side."""
-        try:
-            return handler(value)
-        except ValidationError:
-            why = sides_refusal((value,)) if isinstance(value, int) and not isinstance(value, bool) else None
-            if why is None:
-                raise  # not a whole number: the type's own error
-            raise PydanticCustomError("side", f"{info.field_name} {value} cannot be made: {why}") from None
-
-    def generation(self) -> GenerationRequest:
-        return GenerationRequest.model_validate(self.model_dump(exclude={"priority", "webhook", "webhook_events_filter"}))
-
-    def webhook_target(self) -> WebhookTarget | None:
-        if self.webhook is None:
-            return None
-        events = tuple(dict.fromkeys(self.webhook_events_filter)) if self.webhook_events_filter else DEFAULT_EVENTS
-        return WebhookTarget(url=self.webhook, events=events)
-
-
-class ErrorView(BaseModel):
+class ErrorView(BaseModel):  # noqa: D101
     kind: str
     message: str
     detail: str | None = None
 
 
-class ArtifactView(BaseModel):
+class ArtifactView(BaseModel):  # noqa: D101
     url: str | None  # null once the video was deleted: nothing is left to download
     bytes: int
     sha256: str
@@ -192,7 +59,7 @@ class ArtifactView(BaseModel):
     deleted_at: datetime | None = None  # when its file was deleted (DELETE /v1/videos/{id}); the record stays
 
 
-class JobView(BaseModel):
+class JobView(BaseModel):  # noqa: D101
     id: str
     status: ApiStatus
     step: int | None
@@ -215,7 +82,7 @@ class JobView(BaseModel):
     remixed_from: str | None = None  # the job whose parameters this one reuses with a new prompt
 
 
-class JobPage(BaseModel):
+class JobPage(BaseModel):  # noqa: D101
     items: list[JobView]
     next_cursor: str | None
 
@@ -234,7 +101,7 @@ class Problem(BaseModel):
     setting: str | None = None  # and the setting that sets it
 
 
-class GroupView(BaseModel):
+class GroupView(BaseModel):  # noqa: D101
     index: int
     size: int
     state: Literal["down", "starting", "ready", "busy", "dead"]
@@ -244,7 +111,7 @@ class GroupView(BaseModel):
     build_seconds: float | None
 
 
-class ModeView(BaseModel):
+class ModeView(BaseModel):  # noqa: D101
     mode: str
     served: bool  # false: this deployment never runs the mode (submits are refused)
     ready: bool  # true: a job in this mode can start now
@@ -282,7 +149,7 @@ class NodeView(BaseModel):
     alive: bool  # beat within its lease and not stopped
 
 
-class ReadyView(BaseModel):
+class ReadyView(BaseModel):  # noqa: D101
     status: Literal["ready", "not ready"]
     store: str
     executor: str
@@ -303,7 +170,7 @@ class ReadyStatus(BaseModel):
     status: Literal["ready", "not ready"]
 
 
-class CeilingView(BaseModel):
+class CeilingView(BaseModel):  # noqa: D101
     mode: str
     width: int
     height: int
@@ -318,20 +185,20 @@ class CeilingView(BaseModel):
     why: str
 
 
-class BudgetView(BaseModel):
+class BudgetView(BaseModel):  # noqa: D101
     group_size: int
     tokens: int | None  # null: nothing measured or configured for groups of this size
     verified: bool
     source: str
 
 
-class WindowView(BaseModel):
+class WindowView(BaseModel):  # noqa: D101
     min_seconds: float
     max_seconds: float | None
     source: str
 
 
-class CeilingsView(BaseModel):
+class CeilingsView(BaseModel):  # noqa: D101
     executor: str
     hardware: str
     kernel: str | None
@@ -347,7 +214,8 @@ class CeilingsView(BaseModel):
 
 
 def api_status(state: JobState) -> ApiStatus:
-    return "queued" if state.status in ("submitted", "queued") else state.status  # type: ignore[return-value]
+    """The status a client sees: a job still `submitted` is `queued`."""
+    return "queued" if state.status == "submitted" else state.status
 
 
 def job_view(
@@ -359,6 +227,8 @@ def job_view(
     waiting: str | None = None,
     deleted_at: datetime | None = None,
 ) -> JobView:
+    """The job as /v1/jobs shows it at `now`: its video's url under `base` (null once deleted at
+    `deleted_at`), and `waiting` only while it is queued."""
     start = state.started_at
     elapsed = ((state.finished_at or now) - start).total_seconds() if start else 0.0
     error = ErrorView(kind=state.error.kind, message=state.error.message, detail=state.error.detail) if state.error else None
@@ -397,6 +267,7 @@ def job_view(
 
 
 def ceiling_view(row: CeilingRow) -> CeilingView:
+    """A ceiling row as /v1/ceilings lists it, its frames also in seconds at 24 fps."""
     s = row.shape
     return CeilingView(
         mode=s.mode,
@@ -438,7 +309,7 @@ def ceilings_view(contract: Contract, rows: Sequence[CeilingRow] | None = None) 
     )
 
 
-def problems(*codes: int) -> dict[int, object]:
+def problems(*codes: int) -> dict[int, ResponseSpec]:
     """OpenAPI entries for the error responses a route can give."""
     from litestar.openapi.datastructures import ResponseSpec
 

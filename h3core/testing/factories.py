@@ -19,14 +19,17 @@ __all__ = ["artifact", "done_log", "request", "submitted"]
 
 
 def request(**kw) -> GenerationRequest:
+    """A small valid request (64x64, 24 frames, 4 steps); `kw` overrides any field."""
     return GenerationRequest(**{"prompt": "a red fox in snow", "steps": 4, "frames": 24, "width": 64, "height": 64, **kw})
 
 
 def artifact(path: str = "j/attempt-1.mp4") -> Artifact:
+    """An artifact record at `path` (its size and sha256 made up: no file is behind it)."""
     return Artifact(path=path, bytes=10, sha256="0" * 64, frames=24, duration_s=1.0)
 
 
 def submitted(retry: RetryPolicy | None = None, **kw) -> Submitted:
+    """A job's first event, for `request(**kw)` under `retry` (by default the default policy)."""
     return Submitted(request=request(**kw), retry=retry or RetryPolicy())
 
 

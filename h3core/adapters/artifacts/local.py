@@ -69,6 +69,8 @@ class LocalArtifactStore(AttemptFolders):
     def commit(
         self, staged: Path, *, job_id: str, attempt: int, frames: int, duration_s: float, media_type: str = "video/mp4"
     ) -> Artifact:
+        """Fsync the staged video, write its record durably, then rename it into place (the module's
+        order: no crash leaves a whole video without its record)."""
         final = staged.with_name(staged.name.removesuffix(_PART))
         with open(staged, "rb") as f:
             os.fsync(f.fileno())
@@ -101,6 +103,10 @@ class LocalArtifactStore(AttemptFolders):
             _fsync_dir(record.parent)
 
     def committed(self, job_id: str, attempt: int) -> FoundArtifact | None:
+        """The recorded video with what its file holds now, after finishing a rename a crash cut
+        short, or recording a whole video a commit left unrecorded; None if nothing was committed
+        or its record cannot be read."""
+        recorded: Artifact | None
         try:
             recorded = Artifact.model_validate_json(self._record(job_id, attempt).read_bytes())
         except FileNotFoundError:
@@ -153,6 +159,7 @@ class LocalArtifactStore(AttemptFolders):
         return None
 
     def delete(self, rel_path: str) -> datetime:
+        """Mark the video deleted beside it, durably (the first time kept), then remove it."""
         path = self.resolve(rel_path)
         # The record first, then the file: no file is ever gone without saying it was deleted.
         when = _mark(path.with_name(path.name + _DELETED))
@@ -160,11 +167,14 @@ class LocalArtifactStore(AttemptFolders):
         return when
 
     def deleted_at(self, rel_path: str) -> datetime | None:
+        """When `delete` removed the video, as its mark says; None if it never did."""
         path = self.resolve(rel_path)
         return _marked(path.with_name(path.name + _DELETED))
 
     def delete_video(self, job_id: str) -> datetime:
+        """Mark the job's video deleted as a whole, in its folder, durably (the first time kept)."""
         return _mark(self._dir(job_id) / _VIDEO_DELETED)
 
     def video_deleted_at(self, job_id: str) -> datetime | None:
+        """When `delete_video` marked the job's video deleted; None if it never did."""
         return _marked(self._dir(job_id) / _VIDEO_DELETED)

@@ -75,6 +75,7 @@ def precheck(state: JobState | None, job_id: str, bodies: Sequence[Body], expect
 
 
 def utc_now() -> datetime:
+    """The time now, in UTC: the stores' clock unless one is given."""
     return datetime.now(UTC)
 
 
@@ -144,9 +145,13 @@ class EventLog(Protocol):
 class JobProjections(Protocol):
     """Queries over every job's current state, as its log folds (the module docstring)."""
 
-    def get(self, job_id: str) -> JobState | None: ...
+    def get(self, job_id: str) -> JobState | None:
+        """The job's current state; None for an unknown job."""
+        ...
 
-    def by_idempotency_key(self, key: str) -> JobState | None: ...
+    def by_idempotency_key(self, key: str) -> JobState | None:
+        """The state of the job submitted with idempotency key `key`; None if none was."""
+        ...
 
     def list_jobs(
         self,
@@ -199,7 +204,9 @@ class EventStore(EventLog, JobProjections, Protocol):
         """Raise if the store cannot take a write now."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release what the store holds open (connections, files)."""
+        ...
 
 
 @runtime_checkable

@@ -14,6 +14,9 @@ from h3core.domain.webhooks import Delivery
 
 
 class MemoryEventStore:
+    """The fake event store: logs, projections, positions and deliveries in memory, under one lock,
+    gone with the process. `clock`: the time events are stamped with."""
+
     def __init__(self, *, clock: Callable[[], datetime] = utc_now) -> None:
         self._clock = clock
         self._lock = threading.RLock()
@@ -40,6 +43,7 @@ class MemoryEventStore:
     def append(
         self, job_id: str, bodies: Sequence[Body], *, expected_seq: int | None = None
     ) -> tuple[JobState, tuple[Event, ...]]:
+        """Check and fold `bodies` onto the job's state and keep them, under the store's lock (`EventLog.append`)."""
         with self._lock:
             state = self._states.get(job_id)
             precheck(state, job_id, bodies, expected_seq)
@@ -48,6 +52,7 @@ class MemoryEventStore:
         return new_state, events
 
     def append_batch(self, items: Sequence[AppendRequest]) -> list[AppendOutcome]:
+        """Each append in turn, under one hold of the lock; a refused one is returned as its exception, in place."""
         outcomes: list[AppendOutcome] = []
         with self._lock:
             for job_id, bodies, expected_seq in items:
@@ -58,6 +63,8 @@ class MemoryEventStore:
         return outcomes
 
     def import_events(self, events: Sequence[Event]) -> int:
+        """Keep events made elsewhere, each job's checked by folding it before any is kept; how many
+        were new (`EventLog.import_events`)."""
         added = 0
         with self._lock:
             staged: dict[str, tuple[JobState, list[Event]]] = {}
@@ -67,7 +74,7 @@ class MemoryEventStore:
                     if log[e.seq - 1] != e:
                         raise Conflict(f"job {e.job_id} event #{e.seq} differs from the stored one")
                     continue
-                prev = staged.get(e.job_id, (self._states.get(e.job_id), []))
+                prev: tuple[JobState | None, list[Event]] = staged.get(e.job_id, (self._states.get(e.job_id), []))
                 staged[e.job_id] = (apply(prev[0], e), [*prev[1], e])
             for state, evs in staged.values():
                 self._commit(state, evs)
@@ -75,14 +82,17 @@ class MemoryEventStore:
         return added
 
     def get(self, job_id: str) -> JobState | None:
+        """The job's current state; None for an unknown job."""
         with self._lock:
             return self._states.get(job_id)
 
     def events(self, job_id: str, after_seq: int = 0) -> list[Event]:
+        """The job's events after seq `after_seq`, in seq order ([] for an unknown job)."""
         with self._lock:
             return list(self._logs.get(job_id, [])[after_seq:])
 
     def by_idempotency_key(self, key: str) -> JobState | None:
+        """The state of the job submitted with idempotency key `key`; None if none was."""
         with self._lock:
             job = self._keys.get(key)
             return self._states[job] if job else None
@@ -99,6 +109,8 @@ class MemoryEventStore:
         after: int | None = None,
         oldest_first: bool = False,
     ) -> list[tuple[int, JobState]]:
+        """Jobs newest (or oldest) first with their cursors, only those between `after` and `before`
+        (`JobProjections.list_jobs`)."""
         with self._lock:
             ordered = self._ordered()
             out = [
@@ -111,6 +123,7 @@ class MemoryEventStore:
         return out[:limit]
 
     def cursor_of(self, job_id: str) -> int | None:
+        """The job's submission order; None for an unknown job."""
         with self._lock:
             return self._order.get(job_id)
 
@@ -126,6 +139,7 @@ class MemoryEventStore:
         modes: Collection[str] | None = None,
         fits: QueueFilter | None = None,
     ) -> list[JobState]:
+        """Queued jobs by priority, then submission order, filtered as `JobProjections.queued` says."""
         return [
             s
             for s in self._queue_sorted({"queued"})
@@ -135,9 +149,11 @@ class MemoryEventStore:
         ][:limit]
 
     def unfinished(self) -> list[JobState]:
+        """Every job submitted, queued or running, in queue order."""
         return self._queue_sorted({"submitted", "queued", "running"})
 
     def counts(self) -> dict[str, int]:
+        """Jobs per status (a status no job has is left out)."""
         with self._lock:
             out: dict[str, int] = {}
             for s in self._states.values():
@@ -145,43 +161,54 @@ class MemoryEventStore:
             return out
 
     def queue_position(self, job_id: str) -> int | None:
+        """1 for the next queued job to run; None if the job is not queued."""
         queued = [s.job_id for s in self.queued(limit=len(self._states))]
         return queued.index(job_id) + 1 if job_id in queued else None
 
     def ping(self) -> None:
+        """Nothing to check: memory always takes a write."""
         pass
 
     def job_ids(self) -> list[str]:
+        """Every job id, in submission order."""
         with self._lock:
             return [s.job_id for s in self._ordered()]
 
     def all_events(self, batch: int = 10_000) -> Iterator[Event]:
+        """Every stored event, job by job in submission order (`batch` does not matter here)."""
         for job_id in self.job_ids():
             yield from self.events(job_id)
 
     def cursor(self) -> int:
+        """How many events are stored: the newest one's position (0: none yet)."""
         with self._lock:
             return len(self._stored)
 
     def events_after(self, cursor: int, limit: int = 1000) -> list[tuple[int, Event]]:
+        """Up to `limit` events stored after position `cursor`, each with its position."""
         with self._lock:
             return list(enumerate(self._stored[cursor : cursor + limit], start=cursor + 1))
 
     def position(self, name: str) -> int | None:
+        """The position saved under `name`; None if none was."""
         with self._lock:
             return self._positions.get(name)
 
     def save_position(self, name: str, position: int) -> None:
+        """Keep `position` under `name`, replacing the one before."""
         with self._lock:
             self._positions[name] = position
 
     def save_deliveries(self, records: Sequence[Delivery]) -> None:
+        """Keep the records, each replacing the one of its (job, seq, url)."""
         with self._lock:
             self._deliveries.update({(r.job_id, r.seq, r.url): r for r in records})
 
     def deliveries(self, job_id: str) -> list[Delivery]:
+        """The job's delivery records, by seq then url."""
         with self._lock:
             return [r for key, r in sorted(self._deliveries.items()) if key[0] == job_id]
 
     def close(self) -> None:
+        """Nothing to release."""
         pass

@@ -67,6 +67,7 @@ class NodeRow(NodeInfo):
     leases: int
 
     def alive(self) -> bool:
+        """Whether the node still runs: it has not left, and its last beat is no older than its lease length."""
         return self.left_at is None and self.beat_age_s <= self.lease_s
 
 
@@ -97,7 +98,9 @@ class NodeLeases(Protocol):
         """Mark this node stopped (a graceful stop: its leases ended with its attempts)."""
         ...
 
-    def nodes(self) -> list[NodeRow]: ...
+    def nodes(self) -> list[NodeRow]:
+        """Every node the store knows, live or not, by id."""
+        ...
 
     def lease_holders(self) -> dict[str, str]:
         """Each leased job's node."""
@@ -120,11 +123,15 @@ class Turn(Protocol):
         """Still held: False once its connection to the store is gone (another may hold it now)."""
         ...
 
-    def release(self) -> None: ...
+    def release(self) -> None:
+        """Give the turn up: another process may take it now."""
+        ...
 
 
 @runtime_checkable
 class Turns(Protocol):
+    """An optional capability: named turns, each held by one process of the deployment at a time (the module docstring)."""
+
     def take_turn(self, name: str) -> Turn | None:
         """Hold the turn `name` if no other process does; None if one does."""
         ...

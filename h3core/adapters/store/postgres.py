@@ -124,6 +124,9 @@ _INSERT_EVENTS = (
 
 
 class PostgresEventStore(SQLReads):
+    """The event store on the PostgreSQL server at `url`, shared by several nodes (the module
+    docstring), over a pool of at most `pool_size` connections; migrated when opened."""
+
     _sql = POSTGRES
 
     def __init__(
@@ -193,13 +196,16 @@ class PostgresEventStore(SQLReads):
     # -- schema ---------------------------------------------------------------------------
 
     def schema_version(self) -> int:
+        """The schema version the database is at."""
         return self._read("SELECT version FROM schema_version")[0][0]
 
     def _migrate(self) -> None:
         with self._pool.connection() as conn, conn.transaction():
             # Nodes starting together: one migrates, the others wait and find it done.
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.h3core.migrate'))")
-            if conn.execute("SELECT current_schema()").fetchone()[0] is None:
+            schema = conn.execute("SELECT current_schema()").fetchone()
+            assert schema is not None  # a SELECT without FROM returns one row
+            if schema[0] is None:
                 raise RuntimeError(f"{self.url}: no schema to create the store in (its search_path names none that exists)")
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
             row = conn.execute("SELECT version FROM schema_version").fetchone()
@@ -233,12 +239,16 @@ class PostgresEventStore(SQLReads):
     def append(
         self, job_id: str, bodies: Sequence[Body], *, expected_seq: int | None = None
     ) -> tuple[JobState, tuple[Event, ...]]:
+        """One append, as a batch of one (`append_batch`); raises what refused it."""
         (outcome,) = self.append_batch([(job_id, bodies, expected_seq)])
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
 
     def append_batch(self, items: Sequence[AppendRequest]) -> list[AppendOutcome]:
+        """Every item folded onto the states read once, then written in one transaction that holds
+        the events lock; a refused item writes nothing and is returned as its exception, in
+        place."""
         return self._write(lambda conn: self._append_in(conn, items))
 
     def _append_in(self, conn: psycopg.Connection, items: Sequence[AppendRequest]) -> list[AppendOutcome]:
@@ -301,12 +311,12 @@ class PostgresEventStore(SQLReads):
             if fresh:
                 order = {id(e): i for i, e in enumerate(events)}
                 fresh.sort(key=lambda e: order[id(e)])  # stored in the order given (a migration keeps the source's)
-                new = {e.job_id: states[e.job_id] for e in fresh if isinstance(e.body, Submitted)}
-                keys = {s.idempotency_key: s.job_id for s in new.values() if s is not None and s.idempotency_key}
+                submitted = {e.job_id: states[e.job_id] for e in fresh if isinstance(e.body, Submitted)}
+                keys = {s.idempotency_key: s.job_id for s in submitted.values() if s is not None and s.idempotency_key}
                 for key, owner in _key_owners(conn, list(keys)).items():
                     if owner != keys[key]:
                         raise Conflict(f"idempotency key {key!r} is already in use")
-                _store(conn, fresh, {e.job_id: states[e.job_id] for e in fresh})  # type: ignore[misc]
+                _store(conn, fresh, {s.job_id: s for s in states.values() if s is not None})
                 conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
             return len(fresh)
 
@@ -321,6 +331,7 @@ class PostgresEventStore(SQLReads):
         modes: Collection[str] | None = None,
         fits: QueueFilter | None = None,
     ) -> list[JobState]:
+        """Queued jobs by priority, then submission order, filtered in SQL as `JobProjections.queued` says."""
         only, bounds = POSTGRES.fits(fits) if fits is not None else ("", ())
         rows = self._read(
             "SELECT state FROM jobs WHERE status = 'queued' AND NOT job_id = ANY(%s) AND (%s::text[] IS NULL OR mode = ANY(%s))"
@@ -365,12 +376,15 @@ class PostgresEventStore(SQLReads):
         return rows[0][0] if rows else 0
 
     def save_position(self, name: str, position: int) -> None:
+        """Keep `position` under `name`, committed before it returns (without the events lock)."""
         self._write(
             lambda conn: conn.execute(POSTGRES.save_position, (name, position, self._clock().isoformat())),
             events=False,
         )
 
     def save_deliveries(self, records: Sequence[Delivery]) -> None:
+        """Keep the records, each replacing the one of its (job, seq, url), in one transaction."""
+
         def save(conn: psycopg.Connection) -> None:
             with conn.cursor() as cur:
                 cur.executemany(
@@ -388,6 +402,8 @@ class PostgresEventStore(SQLReads):
         return self.node_id
 
     def join(self, info: NodeInfo, lease_s: float) -> None:
+        """Register this node with its lease length; `NodeTaken` if another live process beats under
+        its id (one of this host that is gone does not count)."""
         me = self._me()
 
         def join(conn: psycopg.Connection) -> None:
@@ -412,6 +428,7 @@ class PostgresEventStore(SQLReads):
         self._write(join, events=False)
 
     def beat(self, info: NodeInfo) -> set[str]:
+        """Record a beat and renew this node's leases, without waiting for a group commit; the jobs whose leases it renewed."""
         me = self._me()
 
         def beat(conn: psycopg.Connection) -> set[str]:
@@ -424,9 +441,11 @@ class PostgresEventStore(SQLReads):
             return beat(conn)
 
     def leave(self) -> None:
+        """Mark this node left (a graceful stop)."""
         self._write(lambda conn: conn.execute("UPDATE nodes SET left_at = now() WHERE node_id = %s", (self._me(),)), events=False)
 
     def nodes(self) -> list[NodeRow]:
+        """Every node, by id, with its last beat's age by the server's clock and how many leases it holds."""
         rows = self._read(
             "SELECT n.info, n.started_at, n.beat_at, extract(epoch FROM now() - n.beat_at)::float8, n.left_at, n.lease_s, "
             "(SELECT count(*) FROM leases l WHERE l.node_id = n.node_id) FROM nodes n ORDER BY n.node_id"
@@ -445,9 +464,11 @@ class PostgresEventStore(SQLReads):
         ]
 
     def lease_holders(self) -> dict[str, str]:
+        """Each leased job's node."""
         return dict(self._read("SELECT job_id, node_id FROM leases"))
 
     def expired(self, lease_s: float) -> list[Expired]:
+        """Other nodes' leases not renewed for more than `lease_s` (by the server's clock), oldest first."""
         rows = self._read(
             "SELECT job_id, attempt, node_id, extract(epoch FROM now() - renewed_at)::float8 FROM leases "
             "WHERE renewed_at < now() - make_interval(secs => %s) AND node_id IS DISTINCT FROM %s ORDER BY renewed_at",
@@ -456,6 +477,8 @@ class PostgresEventStore(SQLReads):
         return [Expired(job_id=j, attempt=a, node_id=n, age_s=age) for j, a, n, age in rows]
 
     def take_lease(self, lease: Expired, lease_s: float) -> bool:
+        """Move `lease` to this node, in one statement, only if it is still the holder's and still
+        expired; False if it was not (another took it, or the holder beat)."""
         me = self._me()
         with self._pool.connection() as conn:
             moved = conn.execute(
@@ -483,6 +506,7 @@ class PostgresEventStore(SQLReads):
         return _SessionTurn(conn)
 
     def close(self) -> None:
+        """Close the listening connection and the pool."""
         with self._listen_lock:
             if self._listener is not None:
                 self._listener.close()

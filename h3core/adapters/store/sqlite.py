@@ -35,13 +35,13 @@ class SchemaTooNew(RuntimeError):
 
 
 def _v1(db: Database) -> None:
-    db["events"].create(
+    db.table("events").create(
         {"id": int, "job_id": str, "seq": int, "type": str, "at": str, "body": str},
         pk="id",
         not_null=["job_id", "seq", "type", "at", "body"],
     )
-    db["events"].create_index(["job_id", "seq"], unique=True, index_name="events_job_seq")
-    db["jobs"].create(
+    db.table("events").create_index(["job_id", "seq"], unique=True, index_name="events_job_seq")
+    db.table("jobs").create(
         {
             "job_id": str,
             "queue_order": int,  # the Submitted event's row id: FIFO order, and the list cursor
@@ -56,9 +56,9 @@ def _v1(db: Database) -> None:
         pk="job_id",
         not_null=["queue_order", "status", "priority", "created_at", "updated_at", "last_seq", "state"],
     )
-    db["jobs"].create_index(["queue_order"], unique=True, index_name="jobs_order")
-    db["jobs"].create_index(["status", "priority", "queue_order"], index_name="jobs_queue")
-    db["jobs"].create_index(["idempotency_key"], unique=True, index_name="jobs_idempotency")
+    db.table("jobs").create_index(["queue_order"], unique=True, index_name="jobs_order")
+    db.table("jobs").create_index(["status", "priority", "queue_order"], index_name="jobs_queue")
+    db.table("jobs").create_index(["idempotency_key"], unique=True, index_name="jobs_idempotency")
     # Append-only, enforced by the database itself rather than by convention.
     for op in ("UPDATE", "DELETE"):
         db.execute(
@@ -81,17 +81,17 @@ def _v3(db: Database) -> None:
 
 def _v4(db: Database) -> None:
     # What the `jobs` projection was folded with (see `_refold`): absent, it is rebuilt once.
-    db["meta"].create({"key": str, "value": str}, pk="key")
+    db.table("meta").create({"key": str, "value": str}, pk="key")
 
 
 def _v5(db: Database) -> None:
     # Named readers' places in the log (subscriptions): what they have handled survives a restart.
-    db["positions"].create({"name": str, "position": int, "saved_at": str}, pk="name", not_null=["position", "saved_at"])
+    db.table("positions").create({"name": str, "position": int, "saved_at": str}, pk="name", not_null=["position", "saved_at"])
 
 
 def _v6(db: Database) -> None:
     # What became of each webhook delivery (a record per job, seq and url), shown per job.
-    db["deliveries"].create(
+    db.table("deliveries").create(
         {"job_id": str, "seq": int, "url": str, "record": str}, pk=("job_id", "seq", "url"), not_null=["record"]
     )
 
@@ -149,6 +149,10 @@ def _until_not_busy(run: Callable[[], object], timeout_s: float) -> None:
 
 
 class SQLiteEventStore(SQLReads):
+    """The event store in the SQLite file at `path`, made and migrated when opened. `durable`: every
+    commit reaches the disk (else it survives a process crash only); `busy_timeout_s`: how long a
+    write waits for another process's to finish."""
+
     # `cursor`/`events_after` (SQLReads) take row ids for positions: one write transaction at a time
     # (BEGIN IMMEDIATE) and no deletes, so a later commit never holds a smaller id, and `id > cursor`
     # never skips one.
@@ -226,6 +230,7 @@ class SQLiteEventStore(SQLReads):
     # -- schema ---------------------------------------------------------------------------
 
     def schema_version(self) -> int:
+        """The file's schema version (SQLite's `user_version`)."""
         return self._w.execute("PRAGMA user_version").fetchone()[0]
 
     def _migrate(self) -> None:
@@ -289,6 +294,7 @@ class SQLiteEventStore(SQLReads):
     def append(
         self, job_id: str, bodies: Sequence[Body], *, expected_seq: int | None = None
     ) -> tuple[JobState, tuple[Event, ...]]:
+        """Check and fold `bodies` onto the job's state and store them, in one write transaction (`EventLog.append`)."""
         with self._write() as conn:
             new_state, events = self._append_in(conn, job_id, bodies, expected_seq)
         return new_state, events
@@ -303,6 +309,8 @@ class SQLiteEventStore(SQLReads):
         return new_state, events
 
     def append_batch(self, items: Sequence[AppendRequest]) -> list[AppendOutcome]:
+        """Every item in one transaction (one fsync), each in a savepoint: a refused item leaves no
+        trace and is returned as its exception, in place."""
         # One transaction, one fsync for the lot (group commit); each item in its own savepoint,
         # so a refused item leaves no trace and does not stop the others.
         outcomes: list[AppendOutcome] = []
@@ -318,6 +326,8 @@ class SQLiteEventStore(SQLReads):
         return outcomes
 
     def import_events(self, events: Sequence[Event]) -> int:
+        """Store events made elsewhere, in one transaction, each job's checked by folding it; how
+        many were new (`EventLog.import_events`)."""
         by_job: dict[str, list[Event]] = {}
         for e in events:
             by_job.setdefault(e.job_id, []).append(e)
@@ -340,6 +350,7 @@ class SQLiteEventStore(SQLReads):
         modes: Collection[str] | None = None,
         fits: QueueFilter | None = None,
     ) -> list[JobState]:
+        """Queued jobs by priority, then submission order, filtered in SQL as `JobProjections.queued` says."""
         skip = f" AND job_id NOT IN ({', '.join('?' * len(exclude))})" if exclude else ""
         only = f" AND mode IN ({', '.join('?' * len(modes))})" if modes is not None else ""
         node, bounds = SQLITE.fits(fits) if fits is not None else ("", ())
@@ -350,6 +361,7 @@ class SQLiteEventStore(SQLReads):
         return [JobState.model_validate_json(s) for (s,) in rows]
 
     def ping(self) -> None:
+        """Take the write lock and release it: raises unless the file takes a write now."""
         with self._write():  # takes the write lock and releases it: the file is writable now
             pass
 
@@ -364,14 +376,17 @@ class SQLiteEventStore(SQLReads):
         return rows[0] if rows else None
 
     def save_position(self, name: str, position: int) -> None:
+        """Keep `position` under `name`, committed before it returns."""
         with self._write() as conn:
             conn.execute(SQLITE.save_position, (name, position, self._clock().isoformat()))
 
     def save_deliveries(self, records: Sequence[Delivery]) -> None:
+        """Keep the records, each replacing the one of its (job, seq, url), in one transaction."""
         with self._write() as conn:
             conn.executemany(SQLITE.save_delivery, [(r.job_id, r.seq, r.url, r.model_dump_json()) for r in records])
 
     def close(self) -> None:
+        """Close the store's connections, once no read or write of this process is using them."""
         with self._lock, self._rlock, self._plock:
             self._p.close()
             self._r.close()

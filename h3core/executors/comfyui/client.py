@@ -38,12 +38,16 @@ class PromptRejected(Exception):
 
 @dataclass(frozen=True)
 class HistoryEntry:
+    """A finished prompt's record in /history: its status, the execution messages in order, and its
+    outputs by node id."""
+
     status: str  # "success" | "error"
     completed: bool
     messages: list[tuple[str, dict[str, Any]]]
     outputs: dict[str, dict[str, Any]]
 
     def last(self, kind: str) -> dict[str, Any] | None:
+        """The data of the last message of `kind` (e.g. "execution_error"), or None."""
         for name, data in reversed(self.messages):
             if name == kind:
                 return data
@@ -51,11 +55,15 @@ class HistoryEntry:
 
 
 class ComfyClient:
+    """One ComfyUI server's HTTP API over a pooled client; every call raises `Unreachable` when the
+    server does not answer or answers 5xx."""
+
     def __init__(self, base_url: str, *, timeout: float = 30.0, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport)
 
     async def aclose(self) -> None:
+        """Close the connection pool."""
         await self._http.aclose()
 
     async def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
@@ -120,6 +128,8 @@ class ComfyClient:
         return response.json()["name"]
 
     async def download(self, ref: dict[str, Any], dest: Path) -> None:
+        """Stream the output file `ref` names (its filename, subfolder and type, as /history lists it) from
+        /view into `dest`; an HTTP 4xx raises `httpx.HTTPStatusError`."""
         params = {"filename": ref["filename"], "subfolder": ref.get("subfolder", ""), "type": ref.get("type", "output")}
         try:
             async with self._http.stream("GET", "/view", params=params) as response:
@@ -133,4 +143,5 @@ class ComfyClient:
             raise Unreachable(f"GET /view {ref.get('filename')}: {exc}") from exc
 
     async def object_info(self) -> dict[str, Any]:
+        """GET /object_info: the node classes the server offers, by name."""
         return (await self._request("GET", "/object_info")).json()

@@ -60,6 +60,10 @@ STOP_POLL_S = 0.1
 
 @dataclass(frozen=True)
 class ComfyUISettings:
+    """Where the ComfyUI server is and how the executor treats it: polling, the bounds on a lost or
+    unreachable server and on a stop, its templates, how many prompts it runs at once, and what a stop
+    of h3core does to running prompts."""
+
     url: str
     client_id: str
     topology: str = "single-gpu"
@@ -82,6 +86,9 @@ def prompt_id_for(job_id: str, attempt: int) -> str:
 
 
 class ComfyUIExecutor(NoReports):
+    """Runs each attempt as a prompt of ours on one ComfyUI server, built from the mode's template; the
+    prompt outlives h3core (`Resumable`)."""
+
     name = "comfyui"
 
     def __init__(
@@ -159,6 +166,8 @@ class ComfyUIExecutor(NoReports):
         )
 
     def check(self, job: JobSpec) -> None:
+        """The mode's template must exist, have every node it uses on the server (as last read), take the
+        job's frames and build a graph from the request."""
         template = self._template(job)
         if self._info is not None and (missing := template.missing_on(self._info)):
             raise ExecutorFailure("invalid", f"ComfyUI at {self.settings.url} cannot run {template.name}: {'; '.join(missing)}")
@@ -189,6 +198,8 @@ class ComfyUIExecutor(NoReports):
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
+        """Keep the websocket up and read the server's nodes on each (re)connection; on exit stop both and
+        close the HTTP client."""
         async with anyio.create_task_group() as tg:
             await tg.start(self.feed.run)
             tg.start_soon(self._check_nodes)
@@ -202,9 +213,11 @@ class ComfyUIExecutor(NoReports):
             await self.client.aclose()
 
     def reference(self, job: JobSpec) -> str:
+        """The attempt's prompt id (`prompt_id_for`)."""
         return prompt_id_for(job.job_id, job.attempt)
 
     def info(self, job: JobSpec) -> dict[str, str]:
+        """The template, the server, and the request fields the template ignores."""
         t = self._template(job)
         out = {"template": t.name, "comfyui": self.settings.url}
         if t.ignores:
@@ -223,6 +236,8 @@ class ComfyUIExecutor(NoReports):
     # -- a job ------------------------------------------------------------------------------
 
     def run(self, job: JobSpec) -> AsyncIterator[Update]:
+        """Upload the job's media, submit its prompt and follow it to its end in /history; a cancel stops
+        the prompt (or leaves it running, when detached)."""
         return self._stopping_if_abandoned(job, self.reference(job), self._submit_and_follow(job))
 
     def resume(self, job: JobSpec, executor_ref: str) -> AsyncIterator[Update]:
@@ -289,7 +304,7 @@ class ComfyUIExecutor(NoReports):
         )
         return await self._finish(job, self._template(job), prompt_id, entry)
 
-    async def _submit_and_follow(self, job: JobSpec) -> AsyncIterator[Update]:
+    async def _submit_and_follow(self, job: JobSpec) -> AsyncGenerator[Update, None]:
         template = self._template(job)
         prompt_id = self.reference(job)
         yield Heartbeat("uploading")
@@ -372,7 +387,7 @@ class ComfyUIExecutor(NoReports):
             log.info("ComfyUI answers again (prompt %s)", prompt_id, extra=where)
         return answer
 
-    async def _follow(self, job: JobSpec, template: Template, prompt_id: str) -> AsyncIterator[Update]:
+    async def _follow(self, job: JobSpec, template: Template, prompt_id: str) -> AsyncGenerator[Update, None]:
         s = self.settings
         steps = job.request.steps
         last_step = job.last_step

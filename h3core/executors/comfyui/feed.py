@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.abc import ObjectReceiveStream
+from anyio.streams.memory import MemoryObjectSendStream
 from websockets.asyncio.client import connect
 from websockets.exceptions import WebSocketException
 
@@ -42,11 +43,14 @@ _QUIET_RECONNECTS = _ReconnectsAtDebug(logging.getLogger("websockets.client"))
 
 
 class SocketFeed:
+    """ComfyUI's websocket for one `clientId`, kept up by `run` and handed out by prompt: `follow` gets
+    the messages of one prompt, a hint dropped where its reader falls behind."""
+
     def __init__(self, base_url: str, client_id: str, *, buffer: int = 256) -> None:
         self.url = re.sub(r"^http", "ws", base_url.rstrip("/")) + f"/ws?clientId={client_id}"
         self.client_id = client_id
         self._buffer = buffer
-        self._subs: dict[str, set[ObjectSendStream[Message]]] = {}
+        self._subs: dict[str, set[MemoryObjectSendStream[Message]]] = {}
         self.connected = False
         self.connects = 0  # for tests and metrics: how often it (re)connected
         self._refused = 0  # connection attempts refused since the socket was last up
@@ -62,11 +66,12 @@ class SocketFeed:
             ping_interval=20,
             max_size=None,
             process_exception=self._refused_or_fatal,
-            reconnect_delays=RECONNECT.pauses,
+            reconnect_delays=RECONNECT.pauses,  # type: ignore[arg-type]  # a generator, typed Iterator; websockets calls next()
             logger=_QUIET_RECONNECTS,
         )  # a malformed URL raises here, at start: no try could ever connect
         task_status.started()
-        async with aclosing(aiter(connections)) as sockets:  # closed (and its socket) when cancelled
+        # websockets types its `__aiter__`, an async generator, as an AsyncIterator without `aclose`.
+        async with aclosing(aiter(connections)) as sockets:  # type: ignore[type-var]  # closed (and its socket) when cancelled
             async for ws in sockets:
                 self.connected = True
                 self.connects += 1
@@ -118,6 +123,8 @@ class SocketFeed:
 
     @asynccontextmanager
     async def follow(self, prompt_id: str) -> AsyncIterator[ObjectReceiveStream[Message]]:
+        """The websocket's messages about `prompt_id` while the block runs (at most `buffer` waiting; later
+        ones are dropped until it reads)."""
         send, receive = anyio.create_memory_object_stream[Message](self._buffer)
         self._subs.setdefault(prompt_id, set()).add(send)
         try:

@@ -45,6 +45,8 @@ class _Data(BaseModel):
 
 
 class Input(_Data):
+    """One input of one graph node, by node id and input name."""
+
     node: str
     input: str
 
@@ -57,17 +59,24 @@ class Unused(_Data):
 
 
 class Slot(_Data):
+    """Where one uploaded file goes in the graph, and what to prune when the request has none for it."""
+
     set: Input  # receives the uploaded file's name on the ComfyUI server
     unused: Unused = Unused()
 
 
 class Progress(_Data):
+    """Where the template's step progress is read: ComfyUI's websocket, or the server's log."""
+
     source: Literal["websocket", "log"] = "websocket"
     # For `log`: a regex with two groups, step and total (Raylight's samplers print tqdm bars).
     log_pattern: str = r"(\d+)/(\d+)\s*\["
 
 
 class Template(_Data):
+    """One workflow: an API-format graph and how a request binds to it (the module's docstring has the
+    fields); validating one checks its bindings against its graph."""
+
     name: str
     mode: Mode
     topology: Topology = "single-gpu"
@@ -92,6 +101,7 @@ class Template(_Data):
         return self
 
     def class_types(self) -> set[str]:
+        """The node classes the graph uses."""
         return {node["class_type"] for node in self.graph.values()}
 
     def bound_inputs(self) -> list[tuple[str, str]]:
@@ -180,8 +190,8 @@ def _links(graph: Mapping[str, Mapping[str, Any]]):
 def check(t: Template) -> list[str]:
     """Every way the bindings can disagree with the graph."""
     problems = []
-    for node_id, node in t.graph.items():
-        if "class_type" not in node or not isinstance(node.get("inputs"), dict):
+    for node_id, entry in t.graph.items():
+        if "class_type" not in entry or not isinstance(entry.get("inputs"), dict):
             problems.append(f"graph node {node_id} needs class_type and inputs")
     if problems:
         return problems
@@ -192,6 +202,7 @@ def check(t: Template) -> list[str]:
         elif i.input not in t.graph[i.node]["inputs"]:
             problems.append(f"{what}: node {i.node} ({t.graph[i.node]['class_type']}) has no input {i.input!r}")
 
+    name: str
     for name in VALUE_FIELDS:
         if not t.values.get(name) and name not in t.ignores:
             problems.append(f"values: no binding for {name!r} (bind it, or name it in ignores)")
@@ -217,9 +228,9 @@ def check(t: Template) -> list[str]:
     for name in NEEDED_MEDIA[t.mode]:
         if not t.media.get(name):
             problems.append(f"media: a {t.mode} template needs slots for {name!r}")
-    for what, node in (("sampler", t.sampler), ("output", t.output)):
-        if node is not None and node not in t.graph:
-            problems.append(f"{what}: node {node} is not in the graph")
+    for what, ref in (("sampler", t.sampler), ("output", t.output)):
+        if ref is not None and ref not in t.graph:
+            problems.append(f"{what}: node {ref} is not in the graph")
     for src, name, target in _links(t.graph):
         if target not in t.graph:
             problems.append(f"graph: node {src} input {name!r} links to missing node {target}")
@@ -233,6 +244,8 @@ def check(t: Template) -> list[str]:
 
 
 def load_template(path: Path | str, text: str | None = None) -> Template:
+    """The template in `text`, or else in the file at `path`; raises `TemplateError` naming `path` and what
+    is wrong."""
     where = str(path)
     try:
         data = json.loads(text if text is not None else Path(path).read_text())
@@ -246,6 +259,7 @@ def load_template(path: Path | str, text: str | None = None) -> Template:
 
 
 def builtin_templates() -> dict[str, Template]:
+    """The templates shipped in the `workflows` package, by name."""
     folder = resources.files("h3core.executors.comfyui").joinpath("workflows")
     out = {}
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):

@@ -49,6 +49,9 @@ RANK_ENV = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
 
 @dataclass(frozen=True)
 class ClusterSettings:
+    """Which Ray to use: an operator's cluster at `address`, or (None) a local one on loopback with
+    `cpus` logical CPUs."""
+
     address: str | None = None  # None: a local Ray on loopback
     cpus: int | None = None  # logical CPUs of a local Ray (None: this machine's, at least one per rank)
 
@@ -106,6 +109,7 @@ def _loopback(address: str) -> bool:
 
 
 def disconnect() -> None:
+    """Leave Ray (`ray.shutdown`): a head this process started ends with it."""
     import ray
 
     ray.shutdown()
@@ -204,7 +208,8 @@ class RayHost:
 
     def lost(self) -> str | None:
         """Why the head is lost (None: it answers). Any thread; one probe takes at most PROBE_TIMEOUT_S."""
-        from ray.core.generated.gcs_pb2 import GcsNodeInfo
+        # protobuf's generated module makes its message classes at import: mypy sees none of them.
+        from ray.core.generated.gcs_pb2 import GcsNodeInfo  # type: ignore[attr-defined]
 
         try:
             head = self._head()

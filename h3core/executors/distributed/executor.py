@@ -53,6 +53,10 @@ RECONNECT_BACKOFF_S = (1.0, 30.0)  # first and longest wait between tries to rea
 
 @dataclass(frozen=True)
 class DistributedSettings:
+    """How the distributed executor runs: the model folder, the topology of groups and how they split the
+    model, device and dtype, the attention kernel, the timers of its watchdogs, the groups' token budgets
+    and the Ray cluster."""
+
     model_dir: Path
     topology: Topology
     device: str = "cpu"  # "cpu" (gloo) or "cuda" (NCCL, one GPU per rank)
@@ -73,6 +77,9 @@ class DistributedSettings:
 
 
 class DistributedExecutor:
+    """The pipeline on groups of Ray actors: each job runs on one idle group whose budget fits it, and a
+    group that fails is rebuilt."""
+
     name = "pipeline"
 
     def __init__(
@@ -160,6 +167,8 @@ class DistributedExecutor:
         return host.outage if host is not None else None
 
     def capabilities(self) -> Capabilities:
+        """The model folder's limits, each group size's token budget and the kernel's bound; not ready until
+        a group is ready, nor while the Ray head is lost."""
         s = self.settings
         groups = tuple(
             GroupBudget(size=size, tokens=s.budgets[size], source="group_budgets setting, unverified")
@@ -192,6 +201,7 @@ class DistributedExecutor:
         return "no group can take a job: " + "; ".join(parts)
 
     def check(self, job: JobSpec) -> None:
+        """The model folder's pre-check, and a job whose tokens fit no group's budget is `invalid`."""
         self.limits.check(job.request)
         if not can_ever_fit(job.tokens, [g.plan for g in self.groups], self.settings.budgets):
             raise ExecutorFailure(
@@ -206,6 +216,8 @@ class DistributedExecutor:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
+        """Start or join Ray (unless given a host), build every group in the background and watch the groups
+        and the head; on exit stop the jobs, tear the groups down and close a host of its own."""
         own = self._shared_host is None
         host = RayHost(self.settings.cluster, ranks=self.settings.topology.devices) if own else self._shared_host
         assert host is not None
@@ -335,9 +347,11 @@ class DistributedExecutor:
     # -- the contract -------------------------------------------------------------------------
 
     def reference(self, job: JobSpec) -> str | None:
+        """None: the job runs on this executor's own groups, with no id of its own."""
         return None
 
     def info(self, job: JobSpec) -> dict[str, str]:
+        """The attention plan, device, dtype, model folder, group sizes and parallelism."""
         s = self.settings
         sizes = "+".join(str(n) for n in s.topology.group_sizes)
         return {
@@ -350,6 +364,8 @@ class DistributedExecutor:
         }
 
     async def run(self, job: JobSpec) -> AsyncIterator[Update]:
+        """Wait (with heartbeats) for the smallest idle group that fits the job and answers a ping, then run
+        the job on all its ranks, rank 0's steps streamed; a cancel stops every rank at one step boundary."""
         if self._tg is None:
             raise ExecutorFailure("executor_error", "the distributed executor is not running")
         self.check(job)

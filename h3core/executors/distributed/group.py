@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from h3core.domain.topology import GroupPlan
 from h3core.executors.base import ExecutorFailure
@@ -28,6 +28,9 @@ from h3core.executors.distributed.cluster import RANK_ENV, remote_rank
 from h3core.executors.distributed.rank import Payload, RankSpec
 from h3core.executors.pipeline.generate import Control
 from h3core.executors.reports import GroupHealth
+
+if TYPE_CHECKING:
+    from ray.util.placement_group import PlacementGroup
 
 # Lower is closer to the root cause.
 _PRIORITY = {"executor_lost": 0, "oom": 1, "invalid": 2}
@@ -42,6 +45,9 @@ class HeadLost(Exception):
 
 
 class Group:
+    """One group of `plan.size` ranks, one Ray actor each, placed together on one node; `health` is its
+    snapshot for /readyz and /metrics."""
+
     def __init__(
         self,
         plan: GroupPlan,
@@ -61,11 +67,12 @@ class Group:
         self.poll_s = poll_s
         self.lost = lost  # why the Ray head is lost, or None
         self.actors: list[Any] = []
-        self.placement = None
+        self.placement: PlacementGroup | None = None
         self.health = GroupHealth(index=plan.index, size=plan.size)
 
     @property
     def name(self) -> str:
+        """The group's name in messages and logs: "group <index>"."""
         return f"group {self.plan.index}"
 
     # -- life ---------------------------------------------------------------------------------

@@ -17,16 +17,23 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from h3core.domain.request import GenerationRequest
 from h3core.executors.pipeline.attention import Target, plan_for
 from h3core.executors.pipeline.driver import model_failure
 from h3core.executors.pipeline.generate import Control, Generator, Media, StopRequested
 
+if TYPE_CHECKING:
+    import torch
+
 
 @dataclass(frozen=True)
 class RankSpec:
+    """What every rank of a group loads and how it runs: the model folder, device and dtype, the attention
+    kernel decided at start, sharding (`fsdp`) and sequence parallelism (`ulysses`), and the bound on a
+    collective."""
+
     model_dir: str
     device: str = "cpu"  # "cpu" or "cuda" (Ray gives each rank its own GPU as cuda:0)
     dtype: str = "float32"
@@ -62,9 +69,11 @@ class SyncedStop:
         self.world = world
 
     def set(self) -> None:
+        """Set the local flag (rank 0's is the one every rank reads)."""
         self.local.set()
 
     def is_set(self) -> bool:
+        """Rank 0's flag, on every rank (a collective with more than one rank)."""
         if self.world == 1:
             return self.local.is_set()
         import torch
@@ -76,12 +85,15 @@ class SyncedStop:
 
 
 class RankWorker:
+    """One rank of a group: `setup` loads its share of the model, `run` runs each job in lockstep with
+    the other ranks; `poll`, `stop` and `ping` answer from other threads while a job runs."""
+
     def __init__(self, rank: int, world: int, spec: RankSpec) -> None:
         self.rank = rank
         self.world = world
         self.spec = spec
         self.generator: Generator | None = None
-        self.device = None
+        self.device: torch.device | None = None  # from `setup`
         self.events: deque[tuple] = deque()
         self._stop = threading.Event()
         self.busy = False
@@ -99,6 +111,9 @@ class RankWorker:
         return "file://" + str(Path(tempfile.mkdtemp(prefix="h3core-group-")) / "rendezvous")
 
     def setup(self, rendezvous: str) -> dict[str, Any]:
+        """Join the group's process group at `rendezvous` (with more than one rank) and load the model, the
+        transformer sharded over the ranks; returns what this rank reports of itself (pid, device, kernel,
+        load time, parameter bytes)."""
         import torch
 
         from h3core.executors.distributed import sharding
@@ -185,9 +200,11 @@ class RankWorker:
         return out
 
     def stop(self) -> None:
+        """Ask the running job to stop (on rank 0: every rank stops at the same step boundary)."""
         self._stop.set()
 
     def ping(self) -> dict[str, Any]:
+        """The rank's rank, pid, whether it runs a job, and how many it has run."""
         return {"rank": self.rank, "pid": os.getpid(), "busy": self.busy, "jobs": self.jobs}
 
 

@@ -61,6 +61,7 @@ class Target:
 
     @property
     def kind(self) -> str:
+        """The device's kind, "cpu" or "cuda", without its index."""
         return self.device.split(":")[0]
 
     @classmethod
@@ -109,6 +110,7 @@ class SageBuild:
 
     @property
     def major(self) -> int:
+        """The build's major version; 0 where it is unknown."""
         try:
             return int((self.version or "0").split(".")[0])
         except ValueError:
@@ -138,6 +140,9 @@ def sage_build() -> SageBuild:
 
 @dataclass(frozen=True)
 class Kernel:
+    """One attention kernel: its name, where it runs (`rules`), and how it is reached (an SDPA backend,
+    or a diffusers backend over a sageattention function)."""
+
     name: str
     rules: tuple[Rule, ...]
     sdpa: str | None = None  # torch's SDPBackend member, for the SDPA kernels
@@ -187,6 +192,8 @@ SAGE_FUNCTIONS = {
 
 
 def sage_function(kernel: str, build: SageBuild, capability: tuple[int, int] | None):
+    """The installed build's function that implements the sage `kernel` at `capability`, the preferred one
+    first; None where the build has none."""
     for name in SAGE_FUNCTIONS[kernel](build, capability):
         if name in build.functions:
             return build.functions[name]
@@ -233,6 +240,9 @@ CHOICES: tuple[str, ...] = ("auto", *KERNELS)
 
 @dataclass(frozen=True)
 class AttentionPlan:
+    """The one kernel a model's attention runs with, on one device: what the operator asked for, what
+    runs, and MATH's bound on a sequence."""
+
     kernel: str  # what runs: one of KERNELS
     choice: str  # what the operator asked for (auto or a kernel's name)
     device: str
@@ -244,6 +254,7 @@ class AttentionPlan:
         return self.math_max_tokens if self.kernel == "math" else None
 
     def describe(self) -> str:
+        """The plan for a log line: the kernel, what was asked, and MATH's bound where it applies."""
         bound = f"; up to {self.math_max_tokens} tokens" if self.kernel == "math" else ""
         return f"{self.kernel} (asked {self.choice}{bound})"
 

@@ -34,6 +34,9 @@ from h3core.executors.reports import ProbeRow
 
 @dataclass(frozen=True)
 class PipelineSettings:
+    """How the pipeline executor runs: the model folder, the device and dtype, the attention kernel
+    (or how to choose one at start) and where the text encoder and VAE go."""
+
     model_dir: Path
     device: str = "cpu"
     dtype: str = "float32"
@@ -51,6 +54,9 @@ class PipelineSettings:
 
 @dataclass
 class Counters:
+    """What the executor has done since it was built: model loads, jobs, OOMs, and the last finished
+    job's seconds by stage."""
+
     loads: int = 0  # model loads (one per executor start)
     jobs: int = 0
     ooms: int = 0
@@ -59,6 +65,8 @@ class Counters:
 
 
 class PipelineExecutor(NoReports):  # one device: no groups, no head
+    """One resident MiniMax-H3 model on one device, running one job at a time in a worker thread."""
+
     name = "pipeline"
 
     def __init__(self, settings: PipelineSettings, artifacts: ArtifactStore, upload_path: Callable[[str], Path]) -> None:
@@ -93,6 +101,8 @@ class PipelineExecutor(NoReports):  # one device: no groups, no head
     # -- life ---------------------------------------------------------------------------------
 
     def capabilities(self) -> Capabilities:
+        """The model folder's limits and the chosen kernel's bound; no mode is ready until the model has
+        loaded."""
         return self.limits.capabilities(
             hardware=self.hardware, kernel=self.plan.kernel, not_ready=self._not_ready(), **kernel_limit(self.plan)
         )
@@ -107,10 +117,13 @@ class PipelineExecutor(NoReports):  # one device: no groups, no head
         return None
 
     def check(self, job: JobSpec) -> None:
+        """The model folder's pre-check (`ModelLimits.check`)."""
         self.limits.check(job.request)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
+        """Load the model in the background (jobs wait for it); on exit stop the current job and abandon
+        a load still under way."""
         self._loaded = anyio.Event()
         async with anyio.create_task_group() as tg:
             self._tg = tg
@@ -148,13 +161,17 @@ class PipelineExecutor(NoReports):  # one device: no groups, no head
     # -- the contract -------------------------------------------------------------------------
 
     def reference(self, job: JobSpec) -> str | None:
+        """None: the job runs in this process, with no id of its own."""
         return None
 
     def info(self, job: JobSpec) -> dict[str, str]:
+        """The attention plan, device, dtype and model folder the job runs with."""
         s = self.settings
         return {"attention": self.plan.describe(), "device": s.device, "dtype": s.dtype, "model": str(s.model_dir)}
 
     async def run(self, job: JobSpec) -> AsyncIterator[Update]:
+        """Wait for the model (with heartbeats) and for the job before it, then run the job in a worker
+        thread; a cancel stops it at the next step boundary."""
         if self._loaded is None or self._tg is None:
             raise ExecutorFailure("executor_error", "the pipeline executor is not running")
         while not self._loaded.is_set():

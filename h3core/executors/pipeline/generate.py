@@ -61,6 +61,9 @@ class Media:
 
 @dataclass
 class Output:
+    """What one job made: the video and its sound (empty where the job did not decode), the steps it
+    ran, and the seconds each stage and each step took."""
+
     frames: np.ndarray  # uint8 [T, H, W, 3]
     audio: np.ndarray  # float32 [2, samples] in [-1, 1]
     sample_rate: int
@@ -86,7 +89,8 @@ class Generator:
     """The resident model plus one pipeline per stage; runs one job at a time."""
 
     def __init__(self, model: LoadedModel, plan: AttentionPlan, *, cache_size: int = 32) -> None:
-        from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3Blocks
+        # From its own module: mypy reads the package's name as diffusers' dummy placeholder class.
+        from diffusers.modular_pipelines.minimax_h3.modular_blocks_minimax_h3 import MiniMaxH3Blocks
 
         self.model = model
         self.plan = plan
@@ -140,6 +144,9 @@ class Generator:
         self.limits.check(request)
 
     def run(self, request: GenerationRequest, media: Media, control: Control) -> Output:
+        """Run one job through every stage, reporting steps and stages through `control`; raises
+        `StopRequested` once `control.stop` is set (checked between stages and after each step), and
+        `ExecutorFailure("invalid")` for a request the model refuses before its first step."""
         import torch
 
         self.check(request, media)
@@ -151,7 +158,7 @@ class Generator:
         step_seconds: list[float] = []
         inputs = self._inputs(request, media)
         key = _cache_key(request)
-        state = None
+        state: Any = None  # diffusers' PipelineState, from the first stage on
         encoded = True
         last = time.perf_counter()
 
@@ -191,9 +198,11 @@ class Generator:
                 else:
                     if name == "denoise":
                         last = time.perf_counter()
-                    state = self._stage(
-                        name, state, inputs, before_steps=lambda stage=name: stage != "decode" and not step_seconds
-                    )
+
+                    def before_steps(stage: str = name) -> bool:
+                        return stage != "decode" and not step_seconds
+
+                    state = self._stage(name, state, inputs, before_steps=before_steps)
                     if name == "text_encoder":
                         self.encodes += 1
                         self._remember(key, {k: state.get(k) for k in self._encoder_outputs})
@@ -205,7 +214,7 @@ class Generator:
             kept = raw if control.keep_raw else None
             return Output(frames, sound, int(rate), len(step_seconds), seconds, step_seconds, encoded, kept)
         finally:
-            state = inputs = None
+            del state, inputs  # the job's tensors are released before the collection below
             for pipe in self.stages.values():
                 pipe.h3_after_step = None
             gc.collect()
@@ -308,6 +317,7 @@ def _cache_key(request: GenerationRequest) -> tuple:
 
 @contextlib.contextmanager
 def quiet(logger: str):
+    """Let `logger` log only errors inside the block, then restore its level."""
     log = logging.getLogger(logger)
     level = log.level
     log.setLevel(logging.ERROR)

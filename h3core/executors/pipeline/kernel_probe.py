@@ -62,7 +62,7 @@ from h3core.executors.reports import ProbeRow
 log = logging.getLogger("h3core.attention")
 
 DEFAULT_TOLERANCE = 0.05  # sage's int8 quantisation is ~1e-2 off; the 1.0.6 padding bug 0.2 at 135 tokens
-ERROR_LENGTHS = (1024, 135)  # aligned to 64, and not: 57 padded keys in the last 64-key block
+ERROR_LENGTHS: tuple[int, ...] = (1024, 135)  # aligned to 64, and not: 57 padded keys in the last 64-key block
 TIMED_TOKENS = {"cuda": 16384, "cpu": 1024}
 REPEATS = {"cuda": (2, 5), "cpu": (1, 3)}  # warm-up calls, timed calls
 PROBE_VERSION = 1  # bump when what the probe measures changes: older cache entries stop matching
@@ -78,6 +78,9 @@ Progress = Callable[[str, "ProbeRow | None"], None]  # (kernel, None) before mea
 
 @dataclass(frozen=True)
 class Decision:
+    """The plan that runs and the probe's table behind it (one row per kernel), with the tolerance and
+    lengths it was judged at; `cached` where it was read from the cache rather than measured."""
+
     plan: AttentionPlan
     rows: tuple[ProbeRow, ...]
     tolerance: float
@@ -85,6 +88,7 @@ class Decision:
     cached: bool = False
 
     def to_json(self) -> dict:
+        """The decision as the cache and the child's JSON line keep it (`cached` is left out)."""
         return {
             "plan": dataclasses.asdict(self.plan),
             "rows": [dataclasses.asdict(r) for r in self.rows],
@@ -94,6 +98,7 @@ class Decision:
 
     @classmethod
     def from_json(cls, data: dict, *, cached: bool = False) -> Decision:
+        """The decision `to_json` wrote; raises `KeyError` or `TypeError` for data of another shape."""
         return cls(
             AttentionPlan(**data["plan"]),
             tuple(ProbeRow(**r) for r in data["rows"]),
@@ -325,6 +330,7 @@ def versions() -> dict[str, str]:
 
 
 def cache_key(choice: str, target: Target, tolerance: float, math_max_tokens: int, kernels: Mapping[str, Kernel]) -> str:
+    """The cache entry's key: a hash of everything the decision depends on, the library versions included."""
     data = {
         "choice": choice,
         "target": dataclasses.asdict(target),
@@ -404,8 +410,8 @@ def at_start(
     except ModelError as exc:
         raise AttentionError(str(exc)) from exc
     if in_child:
-        target = {"device": device, "dtype": dtype, "heads": heads, "head_dim": head_dim}
-        decision = decide_in_child(choice, target, tolerance=tolerance, math_max_tokens=math_max_tokens, cache=cache)
+        target_args = {"device": device, "dtype": dtype, "heads": heads, "head_dim": head_dim}
+        decision = decide_in_child(choice, target_args, tolerance=tolerance, math_max_tokens=math_max_tokens, cache=cache)
     else:
         target = Target.detect(device, dtype, heads, head_dim)
         decision = decide(choice, target, tolerance=tolerance, math_max_tokens=math_max_tokens, cache=cache)
@@ -497,6 +503,9 @@ def _stand_ins(spec: str | None) -> tuple[Mapping[str, Kernel] | None, Mapping[s
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The probe's command line, and the entry of `decide_in_child`'s child: print the decision (a table,
+    or JSON lines with `--json` and `--progress`) and return 0, or 2 after an `AttentionError`, its
+    message the last line on stderr; exits 3 (`POISONED`) where the device is unusable after a kernel."""
     p = argparse.ArgumentParser(description="Probe the attention kernels at a model's geometry and print the decision.")
     p.add_argument("--choice", default="auto", choices=CHOICES)
     p.add_argument("--device", default="cpu")

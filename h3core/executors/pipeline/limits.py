@@ -23,6 +23,9 @@ from h3core.executors.pipeline.model import ModelFacts
 
 @dataclass(frozen=True)
 class ModelLimits:
+    """What a model folder lets the pipeline run: its facts (clip window, name), whether ref2va and
+    video references are possible, and the reference slots."""
+
     facts: ModelFacts
     ref2va: bool  # the transformer_ref part is there
     video_references: bool  # Qwen3-VL's video processor can be built
@@ -53,6 +56,7 @@ class ModelLimits:
 
     @property
     def window(self) -> FrameWindow:
+        """The clip window of the model's facts."""
         f = self.facts
         return FrameWindow(min_seconds=f.min_seconds, max_seconds=f.max_seconds, source=f"model facts of {f.name}")
 
@@ -67,6 +71,8 @@ class ModelLimits:
         max_tokens_reason: str = "",
         topology: str | None = None,
     ) -> Capabilities:
+        """The capabilities these limits give, with the executor's hardware, kernel and budgets; every
+        served mode is unready with `not_ready` as the reason where that is not None."""
         modes = []
         for mode in MODES:
             if mode == "ref2va" and not self.ref2va:

@@ -30,12 +30,16 @@ class ModelError(Exception):
 
 @dataclass(frozen=True)
 class ModelFacts:
+    """What a checkpoint's configs do not say: its name and the clip lengths it was trained for."""
+
     name: str = "minimax-h3"
     min_seconds: float = 5.0  # the released checkpoint's window (diffusers refuses outside it)
     max_seconds: float = 15.0
 
     @classmethod
     def read(cls, root: Path) -> ModelFacts:
+        """The folder's `h3core-model.json`, or the released model's facts without one; raises `ModelError`
+        for a file that is not valid JSON or has a key the facts do not have."""
         path = root / FACTS_FILE
         if not path.exists():
             return cls()
@@ -62,10 +66,12 @@ class LoadedModel:
         return self.placement.get(part, self.device)
 
     def has(self, name: str) -> bool:
+        """Whether the component `name` was loaded (`transformer_ref` is optional)."""
         return self.components.get(name) is not None
 
     @property
     def video_processor_available(self) -> bool:
+        """Whether the processor has a video processor, so video references can be read."""
         return getattr(self.components["processor"], "video_processor", None) is not None
 
 
@@ -159,7 +165,7 @@ def load_model(
         MiniMaxH3Scheduler,
         MiniMaxH3Transformer3DModel,
     )
-    from transformers import Qwen2TokenizerFast, Qwen3VLForConditionalGeneration
+    from transformers import Qwen2Tokenizer, Qwen3VLForConditionalGeneration  # transformers 5: Qwen2TokenizerFast is its alias
 
     quiet_progress_bars()
     root = Path(root)
@@ -202,7 +208,7 @@ def load_model(
     timed("scheduler", lambda p: MiniMaxH3Scheduler.from_pretrained(p, local_files_only=True))
     timed("audio_scheduler", lambda p: MiniMaxH3Scheduler.from_pretrained(p, local_files_only=True))
     timed("text_encoder", model(Qwen3VLForConditionalGeneration, "text_encoder"))
-    timed("tokenizer", lambda p: Qwen2TokenizerFast.from_pretrained(p, local_files_only=True))
+    timed("tokenizer", lambda p: Qwen2Tokenizer.from_pretrained(p, local_files_only=True))
     timed(
         "processor",
         lambda p: make_processor(

@@ -53,6 +53,9 @@ class ProbeError(Exception):
 
 @dataclass(frozen=True)
 class ProbeSpec:
+    """What the probe builds and how it measures: the geometry (or a model folder's configs), the device,
+    dtype and attention kernel, the prompt's length, and the memory cap and reserve."""
+
     geometry: str = "released"  # "released" (diffusers' defaults) or "tiny" (h3core's tiny configs)
     model_dir: str | None = None  # take the configs (and the model's name) from this folder instead
     device: str = "cpu"
@@ -221,13 +224,15 @@ class Bench:
             peak = int(torch.cuda.max_memory_allocated(self.device))
             torch.cuda.reset_peak_memory_stats(self.device)
             return peak
-        peak = _proc_status("VmHWM")
+        hwm = _proc_status("VmHWM")
         _reset_peak_rss()
-        return peak
+        return hwm
 
     # -- one point ---------------------------------------------------------------------------
 
     def measure(self, width: int, height: int, frames: int) -> Measurement:
+        """Run one one-step job at this canvas and frame count: its time and peaks by stage, or the stage it
+        ran out of memory in; raises `ProbeError` for any other failure."""
         import torch
 
         from h3core.executors.pipeline.driver import model_failure
@@ -347,6 +352,8 @@ def _serve(spec: ProbeSpec, lines: Iterable[str], reply: Callable[[dict[str, Any
 
 
 def main() -> None:
+    """The child's entry: read a `ProbeSpec` and then one point per line on stdin, answer each with one
+    JSON line on stdout."""
     # The protocol has stdout to itself: anything else printed (C libraries included) goes to stderr.
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
@@ -386,10 +393,12 @@ class ProbeProcess:
         self.build_seconds: float = ready["build_seconds"]
 
     def measure(self, width: int, height: int, frames: int) -> Measurement:
+        """The child's measurement of one point; raises `ProbeError` where it failed or died."""
         self._send({"width": width, "height": height, "frames": frames})
         return Measurement.model_validate(self._receive()["measurement"])
 
     def close(self) -> None:
+        """End the child: close its input and wait for it to exit (killed after 60 s)."""
         if self._proc.poll() is None:
             self._proc.stdin.close()  # type: ignore[union-attr]
             try:
@@ -424,6 +433,7 @@ class ProbeProcess:
 
 @contextmanager
 def probe_process(spec: ProbeSpec) -> Iterator[ProbeProcess]:
+    """A measuring child for `spec`, closed on exit; raises `ProbeError` where the model does not build or the child dies."""
     worker = ProbeProcess(spec)
     try:
         yield worker

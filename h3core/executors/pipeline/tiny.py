@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 TRANSFORMER = dict(
     num_attention_heads=2,
@@ -72,7 +73,7 @@ SPECIAL_TOKENS = (
 )
 # The tiny model has no training behind it, so the 5-15 s window the released model keeps is
 # meaningless for it; it declares its own (see model.ModelFacts).
-FACTS = {"name": "minimax-h3-tiny", "min_seconds": 0.0, "max_seconds": 15.0}
+FACTS: dict[str, Any] = {"name": "minimax-h3-tiny", "min_seconds": 0.0, "max_seconds": 15.0}
 
 
 def make_tiny(out: Path, *, seed: int = 0, transformer: dict | None = None) -> Path:

@@ -9,7 +9,7 @@ import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from functools import cache
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -173,7 +173,7 @@ async def job_page(
                 deleted = svc.artifacts.deleted_at(state.artifact.path)
             except ValueError:
                 deleted = None
-        context = {
+        context: dict[str, Any] = {
             "job": state,
             "row": rows([state], now)[0],
             "params": request_fields,

@@ -70,6 +70,8 @@ class Filter:
         return bool(self.mode or self.text or self.since or (self.status and not self.store_status))
 
     def statuses(self) -> tuple[str, ...] | None:
+        """The job statuses the filter keeps, None for any: `queued` takes the jobs still `submitted`
+        too, and `ended` is done, failed and cancelled."""
         if self.status == "ended":
             return ENDED
         if self.status == "queued":
@@ -77,6 +79,8 @@ class Filter:
         return (self.status,) if self.status else None
 
     def matches(self, state: JobState, now: datetime) -> bool:
+        """Whether the job passes every part of the filter at `now`: status, mode, text (in the prompt,
+        or the start of the id) and the `since` window."""
         wanted = self.statuses()
         if wanted is not None and state.status not in wanted:
             return False
@@ -132,9 +136,11 @@ def page(
         if scanned >= budget:
             cut_short = True
             break
-        where = {"after": cursor, "oldest_first": True} if backwards else {"before": cursor}
         asked = min(size, budget - scanned)
-        batch = store.list_jobs(status=wanted.store_status, limit=asked, **where)
+        if backwards:
+            batch = store.list_jobs(status=wanted.store_status, limit=asked, after=cursor, oldest_first=True)
+        else:
+            batch = store.list_jobs(status=wanted.store_status, limit=asked, before=cursor)
         scanned += len(batch)
         past_window = False
         for order, state in batch:
@@ -189,10 +195,12 @@ class Row:
 
     @property
     def cancellable(self) -> bool:
+        """Whether the row offers a cancel: the job is queued or running and no cancel was asked."""
         return self.status in ("queued", "running") and not self.cancel_requested
 
     @property
     def ended(self) -> bool:
+        """Whether the job has ended: done, failed or cancelled."""
         return self.status in ENDED
 
 
@@ -208,7 +216,10 @@ def eta_seconds(state: JobState) -> float | None:
 
 
 def row(state: JobState, now: datetime) -> Row:
-    status: Phase = "queued" if state.status == "submitted" else state.status  # type: ignore[assignment]
+    """The job as its queue row shows it at `now`: a `submitted` job as queued, a done one at its last
+    step, its elapsed time from its first start (or, not started, from its submission), and the ETA
+    `eta_seconds` gives."""
+    status: Phase = "queued" if state.status == "submitted" else state.status
     total = state.total or state.request.steps
     step = state.step if status == "running" else (total if status == "done" else state.step)
     start = state.started_at

@@ -16,10 +16,15 @@ __all__ = ["Bar", "EventRow", "Mark", "Timeline", "event_rows", "timeline"]
 # What a Running event's `info` may say about where the attempt ran, by the executors' keys.
 KERNEL_KEYS = ("kernel", "attention")
 GROUP_KEYS = ("group", "groups", "device_group", "device")
+# What an attempt's bar says of how it ended (no outcome yet: "running").
+_OUTCOMES: dict[type, str] = {AttemptFailed: "retried", Failed: "failed", Done: "done", Cancelled: "cancelled"}
 
 
 @dataclass(frozen=True)
 class Bar:
+    """A bar of the timeline: a wait in the queue or an attempt, placed in percent of the axis, with how
+    it ended and, for an attempt, its progress and where it ran."""
+
     kind: str  # "queue" or "attempt"
     label: str
     left: float  # percent of the axis
@@ -33,6 +38,9 @@ class Bar:
 
 @dataclass(frozen=True)
 class Mark:
+    """A moment between the bars (resumed, detached, cancel asked, recovered): its label, its place in
+    percent of the axis, and its time."""
+
     label: str
     at: float  # percent of the axis
     when: str
@@ -40,6 +48,9 @@ class Mark:
 
 @dataclass
 class Timeline:
+    """A job's timeline: the axis's start and span as text, its bars and its marks (all empty for a job
+    with no events)."""
+
     start: str
     span: str
     bars: list[Bar] = field(default_factory=list)
@@ -58,6 +69,7 @@ class EventRow:
 
 
 def event_rows(events: Sequence[Event]) -> list[EventRow]:
+    """The event table's rows: each event with its time, the time since the one before, and its fields."""
     out, previous = [], None
     for e in events:
         delta = "" if previous is None else "+" + dur((e.at - previous.at).total_seconds())
@@ -71,6 +83,7 @@ def _first(info: dict[str, str], keys: Sequence[str]) -> str | None:
 
 
 def timeline(events: Sequence[Event], now: datetime) -> Timeline:
+    """The job's timeline from its events: a job that has ended spans its log, a live one runs to `now`."""
     if not events:
         return Timeline(start="", span="")
     t0 = events[0].at
@@ -94,7 +107,7 @@ def timeline(events: Sequence[Event], now: datetime) -> Timeline:
             )
         info = infos.get(t.number, {})
         o = t.outcome
-        outcome = {AttemptFailed: "retried", Failed: "failed", Done: "done", Cancelled: "cancelled"}.get(type(o), "running")
+        outcome = _OUTCOMES.get(type(o), "running")
         detail = f"{o.kind}: {o.message}" if isinstance(o, AttemptFailed | Failed) else ""
         stop = t.ended or end
         step = f" step {t.step}/{t.total}" if t.step is not None else ""
@@ -122,14 +135,14 @@ def timeline(events: Sequence[Event], now: datetime) -> Timeline:
         line.bars.append(bar("queue", label, waiting_since, stop, outcome, detail=detail))
     for e in events:
         b = e.body
-        label = {"resumed": "resumed", "detached": "detached", "cancel_requested": "cancel asked", "recovered": "recovered"}.get(
+        mark = {"resumed": "resumed", "detached": "detached", "cancel_requested": "cancel asked", "recovered": "recovered"}.get(
             e.type
         )
-        if label is None:
+        if mark is None:
             continue
         if isinstance(b, Recovered):
-            label = f"recovered attempt {b.attempt}'s committed video"
+            mark = f"recovered attempt {b.attempt}'s committed video"
         elif isinstance(b, CancelRequested) and b.reason:
-            label = f"cancel asked: {b.reason}"
-        line.marks.append(Mark(label, pos(e.at), ts(e.at)))
+            mark = f"cancel asked: {b.reason}"
+        line.marks.append(Mark(mark, pos(e.at), ts(e.at)))
     return line

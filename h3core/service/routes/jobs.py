@@ -24,8 +24,9 @@ from h3core.service import files
 from h3core.service.cancelling import CANCEL_ANSWER_S, cancel, refusal
 from h3core.service.context import Service
 from h3core.service.openapi import file_responses
+from h3core.service.requests import JobCreate
 from h3core.service.submission import in_thread, job_state, submit
-from h3core.service.views import ApiStatus, JobCreate, JobPage, JobView, job_view, problems
+from h3core.service.views import ApiStatus, JobPage, JobView, job_view, problems
 
 STREAM_RESYNC_S = 10.0  # also catch events stored by other processes (a CLI cancel)
 
@@ -88,6 +89,9 @@ async def create_job(
     data: JSONBody[JobCreate],
     idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key", min_length=1, max_length=200)] = None,
 ) -> Response[JobView]:
+    """Submit a job: 201 with its view and Location, or 200 replaying the job an Idempotency-Key
+    already made. Refused: 422 (over a ceiling, a webhook refused), 409 (the key reused with another
+    body), 503 (shutting down)."""
     webhook = _webhook(data)
     try:
         # Exactly one request per key is told it created the job (201); the others replay it (200).
@@ -116,6 +120,7 @@ async def create_job(
 
 @get("/jobs/{job_id:str}", summary="A job's status", responses=problems(401, 404, 422))
 async def get_job(svc: NamedDependency[Service], job_id: FromPath[str]) -> JobView:
+    """The job's view, with its queue position and what it waits for while queued; 404 for an unknown id."""
     return await _view(svc, job_state(svc, job_id))
 
 
@@ -126,6 +131,9 @@ async def list_jobs(
     cursor: Annotated[str | None, QueryParameter(pattern=r"^\d{1,18}$")] = None,
     limit: Annotated[int, QueryParameter(ge=1, le=500)] = 50,
 ) -> JobPage:
+    """A page of jobs, newest first, of one status if `status` is given; `next_cursor` asks for the next
+    page, null on the last."""
+
     def read() -> tuple[list[tuple[int, JobState]], dict[str, datetime | None]]:
         rows = svc.store.list_jobs(status=status, limit=limit + 1, before=int(cursor) if cursor else None)
         return rows, {s.job_id: _deleted_at(svc, s) for _, s in rows[:limit] if s.artifact is not None}
@@ -152,6 +160,8 @@ async def list_jobs(
     "`done`: its work finished before the cancel could take effect, and its video is kept.",
 )
 async def cancel_job(svc: NamedDependency[Service], job_id: FromPath[str]) -> JobView:
+    """Cancel the job: 202 with its view once it has ended or `CANCEL_ANSWER_S` has passed; 409 when it
+    had ended already, or finished before the cancel could take effect."""
     try:
         state = await cancel(svc, job_id)
     except KeyError:
@@ -167,6 +177,7 @@ async def cancel_job(svc: NamedDependency[Service], job_id: FromPath[str]) -> Jo
 
 @get("/jobs/{job_id:str}/events", summary="A job's event log", responses=problems(401, 404, 422))
 async def job_events(svc: NamedDependency[Service], job_id: FromPath[str]) -> list[Event]:
+    """The job's event log, in seq order; 404 for an unknown id."""
     job_state(svc, job_id)
     return await in_thread(svc.store.events, job_id)
 
@@ -179,6 +190,7 @@ async def job_events(svc: NamedDependency[Service], job_id: FromPath[str]) -> li
     "failure, and `trying`, `delivered` or `given_up`. Saved as deliveries end (within a fraction of a second).",
 )
 async def job_webhooks(svc: NamedDependency[Service], job_id: FromPath[str]) -> list[Delivery]:
+    """The job's webhook delivery records, one per event and endpoint; 404 for an unknown id."""
     job_state(svc, job_id)
     return await in_thread(svc.store.deliveries, job_id)
 
@@ -245,6 +257,8 @@ _VIDEO_ERRORS = problems(401, 404, 409, 410, 416, 422)
 
 @get("/jobs/{job_id:str}/video", summary="The finished video (supports Range)", responses=_VIDEO_ERRORS, media_type="video/mp4")
 async def job_video(svc: NamedDependency[Service], request: Request, job_id: FromPath[str]) -> Stream:
+    """The job's video, whole or the byte range a Range asks for, once it is found to be the file its
+    record describes: 409 before there is one, 410 once it is deleted, missing or changed."""
     return files.stream(await _video(svc, request, job_id))
 
 
@@ -255,6 +269,7 @@ async def job_video(svc: NamedDependency[Service], request: Request, job_id: Fro
     media_type="video/mp4",
 )
 async def job_video_head(svc: NamedDependency[Service], request: Request, job_id: FromPath[str]) -> Response[None]:
+    """GET's status and headers for the job's video (its size, ETag, the range), without the body."""
     return files.head(await _video(svc, request, job_id))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import anyio
 from litestar import Request, Response, get
 from litestar.di import NamedDependency
@@ -27,6 +29,7 @@ from h3core.service.views import (
 
 @get("/healthz", summary="The process is up", sync_to_thread=False)
 def healthz() -> dict[str, str]:
+    """Ok while the process answers at all: liveness, nothing checked."""
     return {"status": "ok"}
 
 
@@ -34,16 +37,24 @@ def healthz() -> dict[str, str]:
     "/readyz",
     summary="The store is writable and the executor can run at least one mode",
     description="With API tokens set, a caller without a valid token is told the status only.",
-    responses={503: ResponseSpec(data_container=ReadyView | ReadyStatus, description="not ready, and why")},
+    # A union of models: Litestar documents it, though its annotation of `data_container` leaves unions out.
+    responses={
+        503: ResponseSpec(data_container=ReadyView | ReadyStatus, description="not ready, and why"),  # type: ignore[arg-type]
+    },
 )
 async def readyz(svc: NamedDependency[Service], request: Request) -> Response[ReadyView | ReadyStatus]:
+    """`readiness`'s answer; with tokens set, a caller without a valid one is told the status only
+    (`ReadyStatus`)."""
     answer = await readiness(svc)
     if svc.settings.api_tokens and not bearer_matches(request.headers.get("authorization"), svc.settings.api_tokens):
         return Response(ReadyStatus(status=answer.content.status), status_code=answer.status_code)
-    return answer
+    return cast("Response[ReadyView | ReadyStatus]", answer)  # a `Response` is invariant in its content's type
 
 
 async def readiness(svc: Service) -> Response[ReadyView]:
+    """The readiness view, 200 when ready and 503 when not: ready is the store writable, the runner
+    accepting (api role: a runner process or node alive) and a mode the executor can run. The view says
+    why not, and shows the modes, device groups, attention probe and runner nodes."""
     # The store and the runner lock through `svc.readiness` (reused for H3_READY_CACHE seconds:
     # service/readiness.py); everything else from memory, on every request.
     checks: dict[str, str] = {}
@@ -95,11 +106,14 @@ def _attention(executor: Executor) -> list[AttentionRowView] | None:
 
 @get("/metrics", summary="Prometheus metrics", media_type="text/plain; version=0.0.4")
 async def metrics(svc: NamedDependency[Service]) -> bytes:
+    """The Prometheus metrics, rendered on a worker thread (the store is read at scrape time)."""
     return await anyio.to_thread.run_sync(svc.metrics.render)
 
 
 @get("/ceilings", summary="Frame limits per resolution and mode, from the code that judges submissions", responses=problems(401))
 async def ceilings(svc: NamedDependency[Service]) -> CeilingsView:
+    """The deployment's ceilings: the largest request of each shape admitted now, and the executor,
+    profile and token budgets they follow from, by the contract that judges submissions."""
     return ceilings_view(svc.contract.current(), svc.contract.ceilings())
 
 

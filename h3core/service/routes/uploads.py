@@ -46,6 +46,9 @@ class _RawFileOperation(Operation):
     operation_class=_RawFileOperation,
 )
 async def upload(svc: NamedDependency[Service], request: Request) -> Upload:
+    """Store the body as an upload (its type from Content-Type, its kind's limit applied as it streams)
+    and answer its record, whose id requests name. A refusal answers `UploadRejected`'s status, naming
+    the limit where one was passed."""
     try:
         return await svc.uploads.put(request.headers.get("content-type", ""), request.stream())
     except UploadRejected as exc:

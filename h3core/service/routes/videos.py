@@ -55,9 +55,9 @@ from h3core.service.openai_videos import (
     video_status,
 )
 from h3core.service.openapi import RawSchema, add_component, file_responses, ref
+from h3core.service.requests import JobCreate, not_an_object
 from h3core.service.submission import in_thread, submit
 from h3core.service.validation import field_errors
-from h3core.service.views import JobCreate, not_an_object
 
 # A placeholder upload id, to validate a request before its input_reference is stored.
 _PENDING_UPLOAD = "u_" + "0" * 32
@@ -101,13 +101,17 @@ def document(openapi: OpenAPI, models: Sequence[str]) -> None:
         "properties": {**scalar, "input_reference": {"type": "string", "format": "binary", "minLength": 1}},  # an empty file: 400
     }
     images = "image/png, image/jpeg"  # (webp is taken too; these are the ones a client can be expected to make)
-    operation = openapi.paths["/v1/videos"].post  # type: ignore[index, union-attr]
+    assert openapi.paths is not None
+    operation = openapi.paths["/v1/videos"].post
+    assert operation is not None
     operation.request_body = RequestBody(
         required=True,
         content={
-            "application/json": OpenAPIMediaType(schema=RawSchema(ref(VideoCreate))),
+            # RawSchema: written by `to_schema`, as the Schema that Litestar's annotation asks for is.
+            "application/json": OpenAPIMediaType(schema=RawSchema(ref(VideoCreate))),  # type: ignore[arg-type]
             "multipart/form-data": OpenAPIMediaType(
-                schema=RawSchema(form), encoding={"input_reference": Encoding(content_type=images)}
+                schema=RawSchema(form),  # type: ignore[arg-type]
+                encoding={"input_reference": Encoding(content_type=images)},
             ),
         },
     )
@@ -257,6 +261,8 @@ async def _submit(
     opt={OWN_CONTENT_TYPES_OPT: True, BODY_OPT: "json_or_form"},
 )
 async def create_video(svc: NamedDependency[Service], request: Request, idempotency_key: _IdempotencyKey = None) -> Video:
+    """Create a video from OpenAI's parameters and h3core's own fields, as JSON or the SDK's form:
+    validated before an `input_reference` is stored, then submitted as a job; answers its video object."""
     params, form = await _params(request)
     ref = params.get("input_reference")
     fields = request_fields(params, served=svc.settings.openai_models, first_frame=_PENDING_UPLOAD if ref is not None else None)
@@ -277,6 +283,7 @@ async def create_video(svc: NamedDependency[Service], request: Request, idempote
 async def remix_video(
     svc: NamedDependency[Service], video_id: FromPath[str], data: JSONBody[Remix], idempotency_key: _IdempotencyKey = None
 ) -> Video:
+    """A new video with the source video's request and a new prompt, recorded as remixed from it."""
     source = _state(svc, video_id)
     try:
         request = GenerationRequest.model_validate({**source.request.model_dump(), "prompt": data.prompt})
@@ -291,6 +298,7 @@ async def remix_video(
 
 @get("/{video_id:str}", summary="A video", responses=_errors(401, 404))
 async def retrieve_video(svc: NamedDependency[Service], video_id: FromPath[str]) -> Response[Video]:
+    """The video object, with `openai-poll-after-ms` until it has ended."""
     state = _state(svc, video_id)
     wait = poll_after_ms(state, datetime.now(UTC))
     return Response(_video(svc, state), headers={"openai-poll-after-ms": str(wait)} if wait is not None else {})
@@ -302,8 +310,10 @@ def _page(svc: Service, cursor: int | None, limit: int, oldest_first: bool) -> V
     data: list[Video] = []
     more = False
     while not more:
-        edge = {"after": cursor} if oldest_first else {"before": cursor}
-        rows = svc.store.list_jobs(limit=limit + 1, oldest_first=oldest_first, **edge)
+        if oldest_first:
+            rows = svc.store.list_jobs(limit=limit + 1, oldest_first=True, after=cursor)
+        else:
+            rows = svc.store.list_jobs(limit=limit + 1, oldest_first=False, before=cursor)
         for _, state in rows:
             if _deleted_at(svc, state) is not None:
                 continue
@@ -324,6 +334,8 @@ async def list_videos(
     limit: Annotated[int, QueryParameter(ge=1, le=100)] = 20,
     order: FromQuery[Literal["asc", "desc"]] = "desc",
 ) -> VideoList:
+    """A page of videos, newest first (`order=asc`: oldest first), past the video `after`; deleted ones
+    are left out."""
     cursor = None
     if after is not None:
         cursor = svc.store.cursor_of(after)
@@ -341,6 +353,8 @@ async def list_videos(
     responses=_errors(401, 404),
 )
 async def delete_video(svc: NamedDependency[Service], video_id: FromPath[str]) -> VideoDeleted:
+    """Delete the video: gone from /v1/videos at once, cancelled if it is live, and its file deleted
+    if it has ended with one; its job and log stay on /v1/jobs."""
     state = _state(svc, video_id)
     await in_thread(svc.artifacts.delete_video, video_id)  # first: gone from here whatever follows
     if not state.terminal:
@@ -370,6 +384,9 @@ async def video_content(
     video_id: FromPath[str],
     variant: FromQuery[Literal["video", "thumbnail", "spritesheet"]] = "video",
 ) -> Response:
+    """The finished video's file (whole, or the byte range a Range asks for), or a thumbnail or
+    spritesheet made from it; no video yet, or one deleted, missing or damaged, is a 404 whose code
+    says why."""
     state = _state(svc, video_id)
     artifact = state.artifact
     if artifact is None:
@@ -421,6 +438,8 @@ def owns(path: str) -> bool:
 
 
 def on_http_error(_: Request, exc: HTTPException) -> Response:
+    """An `HTTPException` in OpenAI's shape, its code the exception's own or the status's: on these
+    routes, and under /v1/videos where no route matched."""
     code = getattr(exc, "code", None) or _CODES.get(exc.status_code)  # an exception's own (BodyNotJson), or the status's
     body = error_body(exc.status_code, exc.detail or "request refused", code=code)
     return Response(body, status_code=exc.status_code, headers=exc.headers or {})

@@ -129,14 +129,14 @@ class Worker:
         for uid in run.outputs_to_execute:
             todo.add_node(uid)
         while todo.pending:
-            uid = todo.next()
-            if uid is None:
+            ready = todo.next()
+            if ready is None:
                 failure = NodeFailure("graph.DependencyCycleError", "Dependency cycle detected", [])
                 self._handle_error(run, next(iter(todo.pending)), failure, [])
                 return
-            if not await self._execute_node(run, uid):
+            if not await self._execute_node(run, ready):
                 return
-            todo.done(uid)
+            todo.done(ready)
         run.success = True
         self._add_message(run, "execution_success", {"prompt_id": run.prompt_id}, broadcast=False)
 
