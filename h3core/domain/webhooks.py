@@ -221,12 +221,19 @@ class Allow:
 
 def address_refusal(address: str, allow: Allow) -> str | None:
     """What `address` (an IP, as resolved) is, if a delivery may not go there ("a loopback
-    address"); None if it may."""
+    address"); None if it may. An IPv6 address that carries an IPv4 one (mapped, compatible,
+    SIIT, NAT64, 6to4, Teredo) is refused if any IPv4 it may reach is: Python calls most of
+    these forms global, yet through a translator they reach the IPv4 host they name."""
     ip: IpAddress = ipaddress.ip_address(address.split("%", 1)[0])  # a scope id (fe80::1%eth0) is no part of it
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     if allow.address(ip):
         return None
+    if isinstance(ip, ipaddress.IPv6Address):
+        for inner in embedded_ipv4(ip):
+            why = address_refusal(str(inner), allow)
+            if why is not None:
+                return f"an address that reaches {inner}, {why}"
     for refused, why in (
         (ip.is_unspecified, "unspecified"),
         (ip.is_loopback, "loopback"),
@@ -236,5 +243,53 @@ def address_refusal(address: str, allow: Allow) -> str | None:
         (not ip.is_global, "not globally routable"),
     ):
         if refused:
-            return f"a {why} address"
+            return f"{'an' if why[0] in 'aeiou' else 'a'} {why} address"
+    return None
+
+
+_NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: the operator picks the prefix length
+_SIIT = ipaddress.IPv6Network("::ffff:0:0:0/96")  # RFC 2765's IPv4-translated addresses
+_COMPATIBLE = ipaddress.IPv6Network("::/96")  # the deprecated IPv4-compatible addresses
+
+
+def _rfc6052(ip: ipaddress.IPv6Address, prefix: int) -> ipaddress.IPv4Address:
+    """The IPv4 address embedded after a `prefix`-bit NAT64 prefix (RFC 6052 §2.2: bits 64-71 are
+    skipped)."""
+    bits = int(ip)
+    if prefix == 96:
+        return ipaddress.IPv4Address(bits & 0xFFFFFFFF)
+    # Bits 0..63 after the prefix, then 72.. until 32 bits are taken.
+    head = 64 - prefix
+    high = (bits >> 64) & ((1 << head) - 1)
+    low = (bits >> (64 - 8 - (32 - head))) & ((1 << (32 - head)) - 1)
+    return ipaddress.IPv4Address((high << (32 - head)) | low)
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """Every IPv4 address a translator or tunnel may take `ip` to: its SIIT, IPv4-compatible,
+    NAT64 (the well-known prefix; every prefix length the local-use one allows), 6to4 and Teredo
+    (server and client) forms. Empty for an address of none of these forms."""
+    found: list[ipaddress.IPv4Address] = []
+    if ip in _SIIT or (ip in _COMPATIBLE and int(ip) > 1):  # :: and ::1 are themselves, not IPv4
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    if ip in _NAT64_WELL_KNOWN:
+        found.append(_rfc6052(ip, 96))
+    if ip in _NAT64_LOCAL:
+        found += [_rfc6052(ip, prefix) for prefix in (96, 64, 56, 48)]  # the usual one first
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    if ip.teredo is not None:
+        found += list(ip.teredo)
+    return found
+    for refused, why in (
+        (ip.is_unspecified, "unspecified"),
+        (ip.is_loopback, "loopback"),
+        (ip.is_link_local, "link-local (cloud metadata services answer there)"),
+        (ip.is_multicast, "multicast"),
+        (ip.is_private, "private"),
+        (not ip.is_global, "not globally routable"),
+    ):
+        if refused:
+            return f"{'an' if why[0] in 'aeiou' else 'a'} {why} address"
     return None

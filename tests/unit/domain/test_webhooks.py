@@ -133,3 +133,47 @@ def test_the_openai_shape_names_the_video_and_says_completed_or_failed():
 
 def payload_of(shape: str, event) -> dict:
     return Endpoint(url="https://h/x", shape=shape, events=("completed",)).body(event)
+
+
+# Each form an IPv6 address can carry an IPv4 one in, with the IPv4 host it reaches through a
+# translator or tunnel (the attacks of issue 38: all were accepted, Python calls them global).
+EMBEDDING = [
+    ("64:ff9b::a9fe:a9fe", "169.254.169.254"),  # NAT64, the well-known prefix
+    ("64:ff9b::10.0.0.1", "10.0.0.1"),
+    ("64:ff9b:1::a9fe:a9fe", "169.254.169.254"),  # NAT64, the local-use prefix (RFC 8215)
+    ("64:ff9b:1:a9fe:a9:fe00::", "169.254.169.254"),  # the same, at a /48 prefix (RFC 6052 §2.2)
+    ("2002:a9fe:a9fe::1", "169.254.169.254"),  # 6to4
+    ("::169.254.169.254", "169.254.169.254"),  # IPv4-compatible
+    ("::127.0.0.1", "127.0.0.1"),
+    ("::ffff:0:7f00:1", "127.0.0.1"),  # SIIT
+    ("::ffff:10.0.0.1", "10.0.0.1"),  # IPv4-mapped
+    ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "10.0.0.1"),  # Teredo: the client, bits inverted
+]
+
+
+# Refused whatever IPv4 host they carry: the local-use NAT64 prefix (any of its prefix lengths may
+# be the operator's, so every reading is judged; Python counts the prefix private too) and Teredo.
+ALWAYS_REFUSED = ("64:ff9b:1:", "2001:0:")
+
+
+@pytest.mark.parametrize(("address", "inner"), EMBEDDING)
+def test_an_ipv6_address_that_reaches_a_private_ipv4_one_is_refused_naming_it(address, inner):
+    why = address_refusal(address, Allow())
+    assert why is not None
+    if address.startswith(ALWAYS_REFUSED):
+        return
+    assert inner in why or (address.startswith("::ffff:") and "private" in why), why
+    network = "169.254.0.0/16" if inner.startswith("169.254") else f"{inner}/32"
+    assert address_refusal(address, Allow([network])) is None, "allowing the IPv4 host lets its forms through"
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::5db8:d70e",  # NAT64 to 93.184.215.14
+        "2002:5db8:d70e::1",  # 6to4 of 93.184.215.14
+        "2606:4700:4700::1111",  # a native public IPv6 address: no IPv4 in it
+    ],
+)
+def test_the_same_forms_of_a_public_ipv4_host_pass(address):
+    assert address_refusal(address, Allow()) is None
