@@ -37,7 +37,8 @@ def _validation_error(_: Request, exc: ValidationException) -> Response:
 
 
 def _http_error(request: Request, exc: HTTPException) -> Response:
-    if videos.owns(request.url.path):  # no route matched (404, 405) under /v1/videos
+    # The scope's path, not `request.url`: a URL is built from the Host header, which may not parse.
+    if videos.owns(request.scope["path"]):  # no route matched (404, 405) under /v1/videos
         return videos.on_http_error(request, exc)
     headers = exc.headers or {}
     body = {"detail": exc.detail}
@@ -47,7 +48,7 @@ def _http_error(request: Request, exc: HTTPException) -> Response:
 
 
 def _internal_error(request: Request, exc: Exception) -> Response:
-    logging.getLogger("h3core.service").exception("unhandled error on %s %s", request.method, request.url.path)
+    logging.getLogger("h3core.service").exception("unhandled error on %s %s", request.method, request.scope["path"])
     return _problem(HTTP_500_INTERNAL_SERVER_ERROR, "internal error; the server log has the details")
 
 

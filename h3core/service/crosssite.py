@@ -100,6 +100,20 @@ class CrossSitePolicy:
         return host is not None and parts.scheme == scheme and parts.netloc.lower() == host.strip().lower() and not parts.path
 
 
+@functools.lru_cache(maxsize=256)
+def well_formed(host: str) -> bool:
+    """Whether a Host header is a host with an optional port from 0 to 65535 (`name`, `name:8100`,
+    `[::1]:8100`): anything else breaks every reader of the request's URL."""
+    host = host.strip()
+    try:
+        parts = urlsplit(f"//{host}")
+        port = parts.port
+    except ValueError:  # a port that is not a number, or out of range; brackets that do not close
+        return False
+    colon = ":" in host.rpartition("]")[2]  # a port separator, after an IPv6 address's brackets
+    return not host or (bool(parts.hostname) and (port is not None or not colon))
+
+
 @functools.lru_cache(maxsize=256)  # a handful of Host values recur; parsing an address costs ~20 us
 def _answered(host: str, names: frozenset[str]) -> bool:
     name = hostname(host)
@@ -159,6 +173,8 @@ class CrossSiteGuard(ASGIMiddleware):
         if repeated is not None:
             return _refuse(400, repeated, f"{repeated} is given more than once; send it once")
         host = headers.get("host")
+        if host is not None and not well_formed(host):
+            return _refuse(400, "Host", f"Host {host!r} is not a host with an optional port (0 to 65535)")
         if not self.policy.host_allowed(host):
             return _refuse(
                 400,

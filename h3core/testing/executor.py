@@ -101,7 +101,9 @@ class ExecutorContract:
         assert found is not None and found.recorded == artifact, "committed through the artifact store"
         assert (found.size, found.sha256) == (artifact.bytes, artifact.sha256)
 
-    async def test_a_cancelled_run_stops_leaves_no_video_and_frees_the_executor(self, executor, artifacts, job_request):
+    async def test_a_cancelled_run_stops_leaves_no_video_and_frees_the_executor(
+        self, executor: Executor, artifacts: ArtifactStore, job_request: GenerationRequest
+    ) -> None:
         job = _spec(job_request)
         finished: list[Result] = []
         async with self.running(executor):

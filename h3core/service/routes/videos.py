@@ -446,7 +446,7 @@ def on_http_error(_: Request, exc: HTTPException) -> Response:
 
 
 def _on_internal(request: Request, exc: Exception) -> Response:
-    logging.getLogger("h3core.service").exception("unhandled error on %s %s", request.method, request.url.path)
+    logging.getLogger("h3core.service").exception("unhandled error on %s %s", request.method, request.scope["path"])
     return Response(error_body(500, "internal error; the server log has the details", code="internal_error"), status_code=500)
 
 

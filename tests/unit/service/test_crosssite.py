@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from h3core.runtime.settings import Settings
-from h3core.service.crosssite import CrossSiteGuard, CrossSitePolicy, hostname
+from h3core.service.crosssite import CrossSiteGuard, CrossSitePolicy, hostname, well_formed
 
 LOCAL = CrossSitePolicy.of(Settings(), listen_host="127.0.0.1")
 
@@ -134,3 +134,26 @@ def test_a_header_the_guard_reads_given_twice_is_400_naming_it(headers, name):
             refusal[1]["errors"] == [{"field": name, "message": refusal[1]["detail"]}]
             and "more than once" in refusal[1]["detail"]
         )
+
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1", "127.0.0.1:8100", "[::1]:8100", "[::1]", "localhost", "Example.COM:0", "a.b:65535"]
+)
+def test_a_host_with_a_port_in_range_or_none_is_well_formed(host):
+    assert well_formed(host)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:x", "localhost:99999", "[::1]:x", "[::1", "a:", "a:-1", ":80", "a:65536"])
+def test_a_host_whose_port_is_no_port_is_not(host):
+    assert not well_formed(host)
+
+
+@pytest.mark.parametrize("tokens", [[], ["t" * 32]])
+def test_a_host_with_a_bad_port_is_answered_400_or_404_never_500(make_client, tokens):
+    with make_client(api_tokens=tokens) as client:
+        for host in ("127.0.0.1:x", "localhost:99999", "[::1]:x"):
+            for path in ("/nope", "/v1/jobs", "/v1/videos/nope/content", "/healthz"):
+                r = client.get(path, headers={"host": host})
+                assert r.status_code == (404 if path == "/nope" else 400), (host, path, r.status_code, r.text)
+                if r.status_code == 400:
+                    assert r.json()["errors"][0]["field"] == "Host"
