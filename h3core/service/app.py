@@ -12,6 +12,7 @@ from litestar.di import Provide
 from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.status_codes import HTTP_422_UNPROCESSABLE_ENTITY, HTTP_500_INTERNAL_SERVER_ERROR
+from litestar.types import Message, Scope
 
 from h3core.runtime.settings import Settings
 from h3core.service.auth import bearer_guard
@@ -45,6 +46,13 @@ def _http_error(request: Request, exc: HTTPException) -> Response:
     if isinstance(exc.extra, dict):
         body.update(exc.extra)
     return Response(body, status_code=exc.status_code, headers=headers)
+
+
+async def _nosniff(message: Message, scope: Scope) -> None:
+    """Every response, errors and 404s included, tells browsers not to guess its type: a video or
+    an upload served back is never taken for a page's script or style."""
+    if message["type"] == "http.response.start":
+        message["headers"] = [*message.get("headers", ()), (b"x-content-type-options", b"nosniff")]
 
 
 def _internal_error(request: Request, exc: Exception) -> Response:
@@ -90,6 +98,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
         lifespan=[lifespan],
         plugins=[ModelStrictness()],
         middleware=[CrossSiteGuard(cross_site)],
+        before_send=[_nosniff],
         cors_config=cross_site.cors(),
         request_class=ServiceRequest,
         logging_config=None,  # the process configures logging (h3core.runtime.logs), not the app it embeds
@@ -123,6 +132,7 @@ def create_metrics_app(settings: Settings, svc: Service) -> Litestar:
         route_handlers=[ops.metrics],
         dependencies={"svc": Provide(lambda: svc, sync_to_thread=False)},
         middleware=[CrossSiteGuard(CrossSitePolicy.of(settings, listen_host=settings.metrics_host))],
+        before_send=[_nosniff],
         openapi_config=None,
         logging_config=None,
         debug=False,

@@ -9,7 +9,8 @@ reaches it for any page it shows. Three rules, checked before any handler runs:
   `H3_ALLOWED_HOSTS` when it is set). Anything else: 400.
 - **Origin.** A page may send a cross-origin request with no preflight (a form post, `fetch` with
   a text body); the browser says whose page it is in `Origin`. A request whose `Origin` is neither
-  this service's own nor in `H3_CORS_ORIGINS` is refused: 403. The listed origins get Litestar's
+  this service's own nor in `H3_CORS_ORIGINS` is refused: 403, and so is a state-changing one
+  with no `Origin` that a browser marks `Sec-Fetch-Site: cross-site`. The listed origins get Litestar's
   CORS answers (preflight and headers).
 - **Content type.** A state-changing request carries JSON (`application/json`) or nothing; the
   upload route checks its own (the file types it lists). Anything else, a form or `text/plain`
@@ -126,7 +127,7 @@ def _refuse(status: int, header: str, detail: str) -> ASGIResponse:
     return ASGIResponse(body=body, status_code=status, media_type="application/json")
 
 
-_WANTED = frozenset({b"host", b"origin", b"content-type", b"content-length", b"transfer-encoding"})
+_WANTED = frozenset({b"host", b"origin", b"content-type", b"content-length", b"transfer-encoding", b"sec-fetch-site"})
 # Headers whose single value the rules act on: a second copy is refused, never chosen between.
 _SINGLE = {"host": "Host", "origin": "Origin", "content-type": "Content-Type"}
 
@@ -187,6 +188,9 @@ class CrossSiteGuard(ASGIMiddleware):
             return _refuse(403, "Origin", f"requests from pages on {origin} are refused; allow an origin with H3_CORS_ORIGINS")
         assert scope["type"] == ScopeType.HTTP  # `scopes`: the guard sees HTTP requests only
         if scope["method"] in UNSAFE_METHODS:
+            # A browser that names no Origin still says the request comes from another site.
+            if origin is None and headers.get("sec-fetch-site", "").strip().lower() == "cross-site":
+                return _refuse(403, "Sec-Fetch-Site", "a request a page on another site sent is refused")
             return self._content_type(scope, headers)
         return None
 

@@ -157,3 +157,19 @@ def test_a_host_with_a_bad_port_is_answered_400_or_404_never_500(make_client, to
                 assert r.status_code == (404 if path == "/nope" else 400), (host, path, r.status_code, r.text)
                 if r.status_code == 400:
                     assert r.json()["errors"][0]["field"] == "Host"
+
+
+def test_every_response_tells_browsers_not_to_sniff_its_type(make_client):
+    with make_client() as client:
+        for path in ("/healthz", "/nope", "/v1/jobs", "/v1/jobs/nope"):
+            assert client.get(path).headers.get("x-content-type-options") == "nosniff", path
+
+
+def test_a_state_changing_request_a_browser_marks_cross_site_is_refused_without_an_origin(make_client):
+    body = {"prompt": "a red fox", "frames": 24, "width": 64, "height": 64, "steps": 1}
+    with make_client() as client:
+        refused = client.post("/v1/jobs", json=body, headers={"Sec-Fetch-Site": "cross-site"})
+        assert refused.status_code == 403 and refused.json()["errors"][0]["field"] == "Sec-Fetch-Site"
+        for site in ("same-origin", "none"):  # the service's own pages; a user's own typing
+            assert client.post("/v1/jobs", json=body, headers={"Sec-Fetch-Site": site}).status_code == 201
+        assert client.get("/v1/jobs", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 200  # reads change nothing
