@@ -76,6 +76,11 @@ def console_err() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`n` and the word for that many: "1 job", "14 jobs", "2 videos"."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print `message` as one error line on standard error and exit with `code` (2 by default: the
     request is wrong)."""

@@ -34,6 +34,7 @@ from h3core.cli.common import (
     first_error,
     job_named,
     open_store,
+    plural,
     ts,
     video_now,
 )
@@ -139,7 +140,10 @@ def verify(
     out.print(f"checked {len(job_ids)} jobs, {n_events} events: {summary}")
     if not logs_only:
         how = "size only" if quick else "size and sha256"
-        out.print(f"checked {checked} videos in {videos.root} ({how})" + (f", {len(deleted)} of them deleted" if deleted else ""))
+        out.print(
+            f"checked {plural(checked, 'video')} in {videos.root} ({how})"
+            + (f", {len(deleted)} of them deleted" if deleted else "")
+        )
     for job_id, path, when in deleted:
         out.print(
             Text.assemble(
@@ -227,7 +231,7 @@ def export(
                 f.close()
             else:
                 f.flush()
-    console_err().print(f"exported {count} events of {len(jobs)} jobs" + (f" to {output}" if output else ""))
+    console_err().print(f"exported {plural(count, 'event')} of {plural(len(jobs), 'job')}" + (f" to {output}" if output else ""))
 
 
 @app.command("import")
@@ -331,4 +335,4 @@ def backup(
         source.close()
     with open_store(destination) as copy:
         n = len(copy.job_ids())
-    console().print(f"backed up {db} to {destination}: {n} jobs")
+    console().print(f"backed up {db} to {destination}: {plural(n, 'job')}")
