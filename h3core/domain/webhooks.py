@@ -282,14 +282,3 @@ def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     if ip.teredo is not None:
         found += list(ip.teredo)
     return found
-    for refused, why in (
-        (ip.is_unspecified, "unspecified"),
-        (ip.is_loopback, "loopback"),
-        (ip.is_link_local, "link-local (cloud metadata services answer there)"),
-        (ip.is_multicast, "multicast"),
-        (ip.is_private, "private"),
-        (not ip.is_global, "not globally routable"),
-    ):
-        if refused:
-            return f"{'an' if why[0] in 'aeiou' else 'a'} {why} address"
-    return None

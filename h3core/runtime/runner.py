@@ -34,7 +34,7 @@ from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.base import EventStore
 from h3core.adapters.store.nodes import NodeLeases
 from h3core.adapters.uploads import UploadStore
-from h3core.domain.admission import AdmissionPolicy, AdmitAll
+from h3core.domain.admission import AdmissionPolicy
 from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
 from h3core.domain.webhooks import WebhookTarget
@@ -84,10 +84,10 @@ class Runner:
         self.config = config or RunnerConfig()
         # By default a request is judged against what the executor says it can run; on a store
         # shared by runner nodes, against what any live node can run.
-        local: LiveContract | None = LiveContract(executor.capabilities)
+        local = LiveContract(executor.capabilities)
         if admission is None:
             nodes = store if isinstance(store, NodeLeases) and store.node_id is not None else None
-            admission = FleetContract(nodes, local=local) if nodes is not None else (local or AdmitAll())
+            admission = FleetContract(nodes, local=local) if nodes is not None else local
         # A node of a shared store claims the jobs its own executor's contract admits.
         mine = admission.local if isinstance(admission, FleetContract) else admission
         local = mine if isinstance(mine, LiveContract) else local
@@ -98,9 +98,7 @@ class Runner:
         self.board = board
         self._journal = self.submissions.journal
         self._supervisor = Supervisor(self._journal, executor, self.config, on_end=self._poke)
-        self._claimer = Claimer(
-            self._journal, executor, self.config, self._supervisor.busy, contract=local.current if local is not None else None
-        )
+        self._claimer = Claimer(self._journal, executor, self.config, self._supervisor.busy, contract=local.current)
         self.submissions.on_submitted = self._poke
         self.submissions.on_cancel = self._supervisor.cancel
         self.heartbeat: NodeHeartbeat | None = None  # on a store shared by runner nodes, while running

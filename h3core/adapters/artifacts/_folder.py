@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from h3core.adapters.artifacts.base import sha256_file
+from h3core.domain.events import Artifact
 from h3core.domain.ids import is_job_id
 from h3core.domain.retention import StoredFile
 
@@ -32,6 +33,19 @@ class AttemptFolders:
         d = self._dir(job_id)
         d.mkdir(parents=True, exist_ok=True)
         return d / f"attempt-{attempt}{suffix}{PART}"
+
+    def _record_of(self, staged: Path, *, frames: int, duration_s: float, media_type: str) -> tuple[Path, Artifact]:
+        """Where a staged video goes when committed, and the record of what it holds there."""
+        final = staged.with_name(staged.name.removesuffix(PART))
+        artifact = Artifact(
+            path=str(final.relative_to(self.root)),
+            bytes=staged.stat().st_size,
+            sha256=sha256_file(staged),
+            frames=frames,
+            duration_s=duration_s,
+            media_type=media_type,
+        )
+        return final, artifact
 
     def measure(self, rel_path: str, *, hashed: bool = True) -> tuple[int | None, str | None]:
         """(size, sha256) of a file now; (None, None) when it is not a regular file; sha256 None

@@ -71,17 +71,9 @@ class LocalArtifactStore(AttemptFolders):
     ) -> Artifact:
         """Fsync the staged video, write its record durably, then rename it into place (the module's
         order: no crash leaves a whole video without its record)."""
-        final = staged.with_name(staged.name.removesuffix(_PART))
         with open(staged, "rb") as f:
             os.fsync(f.fileno())
-        artifact = Artifact(
-            path=str(final.relative_to(self.root)),
-            bytes=staged.stat().st_size,
-            sha256=sha256_file(staged),
-            frames=frames,
-            duration_s=duration_s,
-            media_type=media_type,
-        )
+        final, artifact = self._record_of(staged, frames=frames, duration_s=duration_s, media_type=media_type)
         # The record first: a crash before the rename leaves a complete `.part` that its record
         # names (recovery finishes the rename), never a complete video that nothing records. One
         # fsync of the folder makes both names durable; were the video's name to land without

@@ -12,8 +12,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from h3core.adapters.artifacts._folder import PART, AttemptFolders
-from h3core.adapters.artifacts.base import sha256_file
+from h3core.adapters.artifacts._folder import AttemptFolders
 from h3core.domain.adoption import FoundArtifact
 from h3core.domain.events import Artifact
 from h3core.domain.retention import StoredFile
@@ -34,16 +33,8 @@ class MemoryArtifactStore(AttemptFolders):
         self, staged: Path, *, job_id: str, attempt: int, frames: int, duration_s: float, media_type: str = "video/mp4"
     ) -> Artifact:
         """Record the staged video in memory, then rename it into place."""
-        final = staged.with_name(staged.name.removesuffix(PART))
         self._dir(job_id)  # a job id that is no safe name is refused before anything is recorded
-        artifact = Artifact(
-            path=str(final.relative_to(self.root)),
-            bytes=staged.stat().st_size,
-            sha256=sha256_file(staged),
-            frames=frames,
-            duration_s=duration_s,
-            media_type=media_type,
-        )
+        final, artifact = self._record_of(staged, frames=frames, duration_s=duration_s, media_type=media_type)
         self._records[(job_id, attempt)] = artifact
         os.replace(staged, final)
         return artifact
