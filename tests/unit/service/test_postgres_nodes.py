@@ -70,6 +70,9 @@ def test_a_job_running_on_one_node_streams_from_another_and_a_cancel_there_reach
         )
         runs_on = running[0]["body"]["info"]["node"]
         other = b if runs_on == "a" else a  # streams and cancels where the job does not run
+        # Its last progress (step 1: it hangs at step 2) is stored before the cancel, so none can
+        # follow the cancel's event on a loaded machine.
+        poll(lambda: [e for e in a.get(f"/v1/jobs/{job}/events").json() if e["body"]["type"] == "progress"], 30, "step 1")
         seen: list[str] = []
         last = len(other.get(f"/v1/jobs/{job}/events").json())
 
