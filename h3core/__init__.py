@@ -16,10 +16,10 @@ from h3core.adapters.store import (
 )
 from h3core.domain.admission import (
     AdmissionPolicy,
+    AdmissionRules,
     Admit,
     AdmitAll,
     Ceiling,
-    Contract,
     Decision,
     Refuse,
 )
@@ -65,7 +65,7 @@ from h3core.runtime import (
     JobFailed,
     JobNotDone,
     Jobs,
-    LiveContract,
+    LocalAdmission,
     NotCancellable,
     Refused,
     Runner,
@@ -92,7 +92,7 @@ __all__ = [
     "Capabilities",
     "Ceiling",
     "Conflict",
-    "Contract",
+    "AdmissionRules",
     "Decision",
     "Done",
     "Event",
@@ -123,7 +123,7 @@ __all__ = [
     "JobState",
     "Jobs",
     "Keyframes",
-    "LiveContract",
+    "LocalAdmission",
     "LocalArtifactStore",
     "MemoryArtifactStore",
     "MemoryEventStore",

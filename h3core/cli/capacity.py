@@ -23,7 +23,7 @@ from h3core.domain.capacity import CapacityProfile, Evidence, Fit, Outcome, evid
 from h3core.domain.probe import GIB, probed_profile
 from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
-from h3core.runtime.contracts import CapabilityFile, LiveContract, capabilities_path
+from h3core.runtime.admission import CapabilityFile, LocalAdmission, capabilities_path
 from h3core.runtime.node import build_executor
 from h3core.runtime.settings import Settings, SettingsError
 
@@ -100,7 +100,7 @@ def show(db: DbOption = Path("h3core.db"), profile: ProfileOption = None, execut
 
 
 def _show(caps: Capabilities, where: str, profile: str | None) -> None:
-    contract = LiveContract(lambda: caps, builtin_profiles(), profile=profile_named(profile)).current()
+    contract = LocalAdmission(lambda: caps, builtin_profiles(), profile=profile_named(profile)).current()
     prof, caps = contract.profile, contract.caps
     out = console()
     out.print(Text.assemble(("executor ", "bold"), (caps.executor, "bold"), f"  ({where})"))

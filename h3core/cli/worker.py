@@ -43,9 +43,9 @@ from h3core.domain.events import (
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 from h3core.runtime import IdempotencyMismatch, Refused, Runner, Submissions
-from h3core.runtime.fleet import FleetContract
+from h3core.runtime.fleet import FleetAdmission
 from h3core.runtime.logs import configure as configure_logging
-from h3core.runtime.node import build_node, submit_contract
+from h3core.runtime.node import build_node, service_admission
 from h3core.runtime.settings import Settings, SettingsError
 from h3core.runtime.store_retry import StoreUnavailable
 
@@ -79,10 +79,10 @@ def enqueue(
         fail(f"invalid setting: {first_error(exc)}")
     with open_store(db, create=True) as store:
         try:
-            contract = submit_contract(store, settings)
+            contract = service_admission(store, settings)
         except ProfileError as exc:
             fail(str(exc))
-        if isinstance(contract, FleetContract):
+        if isinstance(contract, FleetAdmission):
             contract.refresh()
         submissions = Submissions(store, settings.runner_config(), admission=contract)  # no writer task: one append
         try:

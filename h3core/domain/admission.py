@@ -1,7 +1,7 @@
 """Admission: may this request become a job? A pure judgement over the request alone.
 
 A refused request never becomes a job: the caller gets the reason and the limit instead.
-`Contract` is the one judgement of the service: the capacity profile (what fits in memory on
+`AdmissionRules` is the one judgement of the service: the capacity profile (what fits in memory on
 measured hardware) and the executor's capabilities (its modes, its model's clip window, its
 groups' budgets, its kernel's limit, its upload slots) together. `/v1/ceilings` is computed by
 the same code: `ceiling(shape)` is, by construction, the largest frame count `decide` admits for
@@ -100,8 +100,8 @@ class CeilingRow(BaseModel):
 
 class QueueFilter(BaseModel):
     """A necessary condition for a queued job to run on a node, cheap enough for a store to apply
-    to its stored states (a claim's pre-filter): a job it drops, the node's `Contract` would refuse.
-    The exact judgement stays `Contract.why_not`; this only keeps unrunnable rows out of the read."""
+    to its stored states (a claim's pre-filter): a job it drops, the node's `AdmissionRules` would refuse.
+    The exact judgement stays `AdmissionRules.why_not`; this only keeps unrunnable rows out of the read."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -111,7 +111,7 @@ class QueueFilter(BaseModel):
 
     def passes(self, frames: int, tokens: int | None) -> bool:
         """Whether a job of `frames` requested frames and `tokens` (None: not stored, it passes) may
-        run here; a job that fails it, the node's `Contract` would refuse."""
+        run here; a job that fails it, the node's `AdmissionRules` would refuse."""
         return (
             self.min_frames <= frames
             and (self.max_frames is None or frames <= self.max_frames)
@@ -127,7 +127,7 @@ class _Limit(BaseModel):
     verified: bool = True
 
 
-class Contract:
+class AdmissionRules:
     """What is admitted is what the executor will run. Pure: a function of its inputs."""
 
     def __init__(self, capabilities: Capabilities, profile: CapacityProfile | None = None) -> None:

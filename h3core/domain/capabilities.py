@@ -5,7 +5,7 @@ which modes it serves (a ComfyUI lacking a mode's nodes serves the others), the 
 its model, the token budget of each of its device groups, the longest sequence its attention
 kernel may take, how many uploads of each kind its graph or model accepts, and whether each
 mode can start a job *now*. `Capabilities` is that statement, as data; admission judges every
-request against it and the profile together (`h3core.domain.admission.Contract`), so a request
+request against it and the profile together (`h3core.domain.admission.AdmissionRules`), so a request
 the executor would refuse is refused at submission instead of being queued to fail later.
 
 Two different "no"s: a mode that is not *served* can never run here (a submit is refused,

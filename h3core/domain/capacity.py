@@ -8,7 +8,7 @@ stated share of the gap to the smallest that did not. A budget with no out-of-me
 it is *unverified*: it says what ran, not where memory ends.
 
 Admission itself (the profile judged together with what the executor can run) is
-`h3core.domain.admission.Contract`.
+`h3core.domain.admission.AdmissionRules`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Admission across runner nodes: a request is admitted if at least one node could run it.
 
 Nodes sharing one store may differ (a longer clip window, a larger token budget, other modes);
-each is judged by its own `Contract`, and a job then waits in the queue until a node that can run
+each is judged by its own `AdmissionRules`, and a job then waits in the queue until a node that can run
 it claims it. A request no node admits is refused with the refusal of the node that comes closest
 (the largest ceiling for its shape), naming that node. Pure: a function of the nodes' contracts.
 """
@@ -10,18 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from h3core.domain.admission import Admit, CeilingRow, Contract, Decision, Refuse
+from h3core.domain.admission import AdmissionRules, Admit, CeilingRow, Decision, Refuse
 from h3core.domain.geometry import Media
 from h3core.domain.request import GenerationRequest
 
-__all__ = ["NodeContract", "ceilings_across", "decide_across"]
+__all__ = ["NodeRules", "ceilings_across", "decide_across"]
 
-NodeContract = tuple[str, Contract]  # a node's id and what it can run
+NodeRules = tuple[str, AdmissionRules]  # a node's id and what it can run
 
 
-def decide_across(
-    nodes: Sequence[NodeContract], request: GenerationRequest, media: Mapping[str, Media] | None = None
-) -> Decision:
+def decide_across(nodes: Sequence[NodeRules], request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
     """The first node's admission that admits (its tokens and frames), else the refusal of the
     node with the largest ceiling for the request's shape (the first of equals), naming it."""
     if not nodes:
@@ -37,7 +35,7 @@ def decide_across(
     return closest.model_copy(update={"detail": f"{where}: {closest.detail}"})
 
 
-def ceilings_across(nodes: Sequence[NodeContract]) -> list[CeilingRow]:
+def ceilings_across(nodes: Sequence[NodeRules]) -> list[CeilingRow]:
     """/v1/ceilings over several nodes: per shape the largest ceiling among them (the first of
     equals), its `why` naming the node; shapes are every node's offered resolutions, in order."""
     if not nodes:

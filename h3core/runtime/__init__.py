@@ -7,11 +7,11 @@ It sits on the domain, the adapters and the executors; the HTTP service and the 
 Modules with a leading underscore are the runner's parts, private to this package.
 """
 
+from h3core.runtime.admission import CapabilityFile, LocalAdmission
 from h3core.runtime.bus import EventBus
 from h3core.runtime.config import RunnerConfig
-from h3core.runtime.contracts import CapabilityFile, LiveContract
 from h3core.runtime.errors import IdempotencyMismatch, InvalidSubmission, NotCancellable, Refused, ShuttingDown
-from h3core.runtime.fleet import FleetContract
+from h3core.runtime.fleet import FleetAdmission
 from h3core.runtime.jobs import JobCancelled, JobFailed, JobNotDone, Jobs
 from h3core.runtime.node import Node, build_node
 from h3core.runtime.runner import Runner
@@ -22,14 +22,14 @@ from h3core.runtime.subscription import Subscription
 __all__ = [
     "CapabilityFile",
     "EventBus",
-    "FleetContract",
+    "FleetAdmission",
     "IdempotencyMismatch",
     "InvalidSubmission",
     "JobCancelled",
     "JobFailed",
     "JobNotDone",
     "Jobs",
-    "LiveContract",
+    "LocalAdmission",
     "Node",
     "NotCancellable",
     "Refused",

@@ -4,9 +4,9 @@ Every slot free at once is filled from one read of the queue and one group commi
 events; only jobs in a mode the executor can start now are taken, the others wait in order.
 
 On a store shared by runner nodes, a node takes only the jobs its own contract admits (modes,
-uploads, window, caps, kernel limit, budget: `Contract.why_not`, with the tokens admission stored);
+uploads, window, caps, kernel limit, budget: `AdmissionRules.why_not`, with the tokens admission stored);
 the others stay queued for a node that can run them. The store drops most of those itself
-(`Contract.queue_filter`, a necessary condition, in SQL); the ones it lets through are judged here
+(`AdmissionRules.queue_filter`, a necessary condition, in SQL); the ones it lets through are judged here
 once and remembered as not for this node until its capabilities change. On a store of one runner
 there is no other node: a job its executor refuses is failed `invalid`, as ever.
 """
@@ -21,7 +21,7 @@ import anyio
 import anyio.abc
 
 from h3core.adapters.store.nodes import NodeLeases
-from h3core.domain.admission import Contract
+from h3core.domain.admission import AdmissionRules
 from h3core.domain.capabilities import MODES, Capabilities
 from h3core.domain.events import Body, Failed, Running
 from h3core.domain.state import IllegalEvent, JobState
@@ -47,7 +47,7 @@ class Claimer:
         executor: Executor,
         config: RunnerConfig,
         busy: set[str],
-        contract: Callable[[], Contract] | None = None,
+        contract: Callable[[], AdmissionRules] | None = None,
     ) -> None:
         """`busy`: the ids of jobs whose task is alive here (a retry is queued while its task ends).
         `contract`: what this node can run now, by which a node on a shared store picks its jobs."""
@@ -60,7 +60,7 @@ class Claimer:
         node = journal.store.node_id if isinstance(journal.store, NodeLeases) else None
         self._node = {"node": node} if node is not None else {}
         self._contract = contract if node is not None else None
-        self._judged_by: Contract | None = None  # the contract `not_here` was judged by
+        self._judged_by: AdmissionRules | None = None  # the contract `not_here` was judged by
         self.not_here: set[str] = set()  # queued jobs this node cannot run: left to the other nodes
 
     def poke(self) -> None:
@@ -124,7 +124,7 @@ class Claimer:
             with anyio.move_on_after(self.config.poll_interval_s):
                 await wake.wait()
 
-    def _mine(self) -> Contract | None:
+    def _mine(self) -> AdmissionRules | None:
         """This node's contract now (None: the store has no other node); a change of what it can
         run forgets which jobs it could not."""
         if self._contract is None:
@@ -135,7 +135,7 @@ class Claimer:
         self._judged_by = contract
         return contract
 
-    def _start(self, state: JobState, caps: Capabilities, mine: Contract | None) -> Body | None:
+    def _start(self, state: JobState, caps: Capabilities, mine: AdmissionRules | None) -> Body | None:
         """The event that starts a queued job's next attempt, or fails it if the executor refuses.
         It records where the attempt runs (`caps.identity()`) beside what the executor chose.
         None: on a shared store, a job this node cannot run (another node may): it stays queued."""

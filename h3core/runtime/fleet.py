@@ -1,8 +1,8 @@
 """Admission on a store shared by runner nodes: a request is judged against every live node.
 
 Each runner node states its executor's capabilities in its heartbeat (`NodeInfo.capabilities`);
-`FleetContract` judges a submission against each live node's own `Contract` (profiles matched as
-`LiveContract` matches them) and admits it if one node can run it (`h3core.domain.fleet`). This
+`FleetAdmission` judges a submission against each live node's own `AdmissionRules` (profiles matched as
+`LocalAdmission` matches them) and admits it if one node can run it (`h3core.domain.fleet`). This
 node's capabilities come fresh from its executor; the others' from the store, read by `watch` in
 a worker thread every `interval_s`, so a submit never waits for the store. With no live node, the
 last statements of the known nodes are used with no mode ready: the jobs are admitted and wait.
@@ -17,20 +17,20 @@ import anyio
 from anyio.abc import TaskStatus
 
 from h3core.adapters.store.nodes import NodeLeases, NodeRow
-from h3core.domain.admission import CeilingRow, Contract, Decision
+from h3core.domain.admission import AdmissionRules, CeilingRow, Decision
 from h3core.domain.capabilities import Capabilities, ModeReadiness
 from h3core.domain.capacity import CapacityProfile
-from h3core.domain.fleet import NodeContract, ceilings_across, decide_across
+from h3core.domain.fleet import NodeRules, ceilings_across, decide_across
 from h3core.domain.geometry import Media
 from h3core.domain.request import GenerationRequest
-from h3core.runtime.contracts import LiveContract, contract_for, unknown
+from h3core.runtime.admission import LocalAdmission, rules_for, unknown
 
-__all__ = ["FleetContract"]
+__all__ = ["FleetAdmission"]
 
 log = logging.getLogger("h3core.nodes")
 
 
-class FleetContract:
+class FleetAdmission:
     """An `AdmissionPolicy` over every live runner node of a shared store (the module docstring).
 
     `local`: this process's own executor's contract, where it runs one (a runner node); None for an
@@ -42,7 +42,7 @@ class FleetContract:
         profiles: Sequence[CapacityProfile] = (),
         *,
         profile: CapacityProfile | None = None,
-        local: LiveContract | None = None,
+        local: LocalAdmission | None = None,
         interval_s: float = 1.0,
     ) -> None:
         self.store = store
@@ -50,9 +50,9 @@ class FleetContract:
         self.explicit = profile
         self.local = local
         self.interval_s = interval_s
-        self._others: tuple[NodeContract, ...] = ()  # live nodes but this one
-        self._fallback: tuple[NodeContract, ...] = ()  # known nodes' last statements, none ready
-        self._built: dict[str, tuple[Capabilities, Contract]] = {}  # each node's contract, until its statement changes
+        self._others: tuple[NodeRules, ...] = ()  # live nodes but this one
+        self._fallback: tuple[NodeRules, ...] = ()  # known nodes' last statements, none ready
+        self._built: dict[str, tuple[Capabilities, AdmissionRules]] = {}  # each node's contract, until its statement changes
 
     # -- reading the nodes (a worker thread) ------------------------------------------------
 
@@ -66,11 +66,11 @@ class FleetContract:
         me = self.store.node_id
         stated = [r for r in rows if r.capabilities is not None and r.node_id != me]
         live = [r for r in stated if r.alive()]
-        built: dict[str, tuple[Capabilities, Contract]] = {}
+        built: dict[str, tuple[Capabilities, AdmissionRules]] = {}
 
-        def contract(node: str, caps: Capabilities) -> NodeContract:
+        def contract(node: str, caps: Capabilities) -> NodeRules:
             was = self._built.get(node)
-            built[node] = was if was is not None and was[0] == caps else (caps, contract_for(caps, self.profiles, self.explicit))
+            built[node] = was if was is not None and was[0] == caps else (caps, rules_for(caps, self.profiles, self.explicit))
             return node, built[node][1]
 
         others = tuple(contract(r.node_id, r.capabilities) for r in live if r.capabilities is not None)
@@ -99,21 +99,21 @@ class FleetContract:
 
     # -- judging ----------------------------------------------------------------------------
 
-    def nodes(self) -> list[NodeContract]:
+    def nodes(self) -> list[NodeRules]:
         """The nodes a request is judged against: this one first, then the live others; with none
         live, the known ones' last statements (not ready), else the statement of nothing known."""
         mine = [(self.store.node_id or "local", self.local.current())] if self.local is not None else []
         live = [*mine, *self._others]
         if live:
             return live
-        return list(self._fallback) or [("none", contract_for(unknown(), self.profiles, self.explicit))]
+        return list(self._fallback) or [("none", rules_for(unknown(), self.profiles, self.explicit))]
 
     def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
         """Admit the request if any node can run it (queued for that node); else the refusal of the
         node that comes closest."""
         return decide_across(self.nodes(), request, media)
 
-    def current(self) -> Contract:
+    def current(self) -> AdmissionRules:
         """The contract /v1/ceilings describes the deployment by: this node's, else the first node's."""
         return self.nodes()[0][1]
 

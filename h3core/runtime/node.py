@@ -28,17 +28,17 @@ from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
 from h3core.domain.capacity import CapacityProfile
 from h3core.domain.webhooks import Allow
 from h3core.executors.base import Executor
+from h3core.runtime.admission import CapabilityFile, LocalAdmission, ServiceAdmission, capabilities_path
 from h3core.runtime.bus import EventBus
-from h3core.runtime.contracts import CapabilityFile, LiveContract, ServiceContract, capabilities_path
 from h3core.runtime.delivery_process import DeliveryProcess, delivery_for
 from h3core.runtime.executor_factory import make_executor
-from h3core.runtime.fleet import FleetContract
+from h3core.runtime.fleet import FleetAdmission
 from h3core.runtime.runner import Runner
 from h3core.runtime.settings import Settings
 from h3core.runtime.submissions import Submissions, WebhookPolicy
 from h3core.runtime.tail import StoreTail
 
-__all__ = ["Files", "Node", "build_executor", "build_node", "fleet_interval", "open_files", "submit_contract", "webhook_policy"]
+__all__ = ["Files", "Node", "build_executor", "build_node", "fleet_interval", "open_files", "service_admission", "webhook_policy"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class Node:
     store: EventStore
     files: Files
     # What requests are judged by: the profile and what can run (on PostgreSQL, on any live node).
-    contract: ServiceContract
+    contract: ServiceAdmission
     submissions: Submissions
     runner: Runner | None
     executor: Executor | None
@@ -102,15 +102,15 @@ def _profile(settings: Settings) -> CapacityProfile | None:
     return load_profile_ref(ref) if ref is not None else None
 
 
-def submit_contract(store: EventStore, settings: Settings) -> ServiceContract:
+def service_admission(store: EventStore, settings: Settings) -> ServiceAdmission:
     """What a process with no executor judges a submit by: on PostgreSQL every live runner node's
     statement (the request is queued if one can run it), else what the runner on the SQLite file
     published. `ProfileError` for a capacity profile that cannot be read."""
     profile = _profile(settings)
     if isinstance(store, NodeLeases):  # PostgreSQL: the nodes state what they run in the store
-        return FleetContract(store, builtin_profiles(), profile=profile, interval_s=fleet_interval(settings))
+        return FleetAdmission(store, builtin_profiles(), profile=profile, interval_s=fleet_interval(settings))
     board = CapabilityFile(capabilities_path(settings.db), interval_s=settings.tail_interval)
-    return LiveContract(board.read, builtin_profiles(), profile=profile)
+    return LocalAdmission(board.read, builtin_profiles(), profile=profile)
 
 
 def build_node(settings: Settings, *, store: EventStore | None = None, executor: Executor | None = None) -> Node:
@@ -131,15 +131,15 @@ def build_node(settings: Settings, *, store: EventStore | None = None, executor:
     bus = EventBus()
     tail = StoreTail(store, bus, interval_s=settings.tail_interval) if shared else None
     if settings.role == "api":  # no executor here: the runner process has it, and states what it can run
-        judged_by = submit_contract(store, settings)
+        judged_by = service_admission(store, settings)
         submissions = Submissions(store, config, admission=judged_by, uploads=files.uploads, webhooks=policy)
         return Node(settings, store, files, judged_by, submissions, None, None, bus, tail, None)
     if executor is None:
         executor = build_executor(settings, files)
     profile = _profile(settings)
-    local = LiveContract(executor.capabilities, builtin_profiles(), profile=profile)
-    contract: ServiceContract = (  # on PostgreSQL: this node's executor, and every other live node's statement
-        FleetContract(store, builtin_profiles(), profile=profile, local=local, interval_s=fleet_interval(settings))
+    local = LocalAdmission(executor.capabilities, builtin_profiles(), profile=profile)
+    contract: ServiceAdmission = (  # on PostgreSQL: this node's executor, and every other live node's statement
+        FleetAdmission(store, builtin_profiles(), profile=profile, local=local, interval_s=fleet_interval(settings))
         if isinstance(store, NodeLeases)
         else local
     )

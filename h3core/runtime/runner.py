@@ -45,10 +45,10 @@ from h3core.runtime._queue_deadline import expire_queued
 from h3core.runtime._recovery import recover
 from h3core.runtime._supervisor import Supervisor
 from h3core.runtime._writer import GroupWriter
+from h3core.runtime.admission import CapabilityFile, LocalAdmission, publish_capabilities
 from h3core.runtime.bus import EventBus
 from h3core.runtime.config import RunnerConfig
-from h3core.runtime.contracts import CapabilityFile, LiveContract, publish_capabilities
-from h3core.runtime.fleet import FleetContract
+from h3core.runtime.fleet import FleetAdmission
 from h3core.runtime.ids import new_job_id
 from h3core.runtime.submissions import Submissions, WebhookPolicy
 
@@ -84,13 +84,13 @@ class Runner:
         self.config = config or RunnerConfig()
         # By default a request is judged against what the executor says it can run; on a store
         # shared by runner nodes, against what any live node can run.
-        local = LiveContract(executor.capabilities)
+        local = LocalAdmission(executor.capabilities)
         if admission is None:
             nodes = store if isinstance(store, NodeLeases) and store.node_id is not None else None
-            admission = FleetContract(nodes, local=local) if nodes is not None else local
+            admission = FleetAdmission(nodes, local=local) if nodes is not None else local
         # A node of a shared store claims the jobs its own executor's contract admits.
-        mine = admission.local if isinstance(admission, FleetContract) else admission
-        local = mine if isinstance(mine, LiveContract) else local
+        mine = admission.local if isinstance(admission, FleetAdmission) else admission
+        local = mine if isinstance(mine, LocalAdmission) else local
         self.submissions = Submissions(
             store, self.config, admission=admission, uploads=uploads, webhooks=webhooks, bus=bus, id_factory=id_factory
         )
@@ -201,7 +201,7 @@ class Runner:
                     await self._journal.read(nodes.leave)
 
     async def _run_node(self, task_status: TaskStatus[None], heartbeat: NodeHeartbeat | None, info=None) -> None:
-        if isinstance(self.admission, FleetContract):  # recovery admits imported logs by what every node can run
+        if isinstance(self.admission, FleetAdmission):  # recovery admits imported logs by what every node can run
             await self.admission.read()
         resumable = await recover(self._journal, self.executor, self.admission, self.artifacts)
         slots = anyio.Semaphore(self.slot_count())

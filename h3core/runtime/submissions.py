@@ -36,7 +36,7 @@ from h3core.runtime._journal import Journal
 from h3core.runtime.bus import EventBus
 from h3core.runtime.config import RunnerConfig
 from h3core.runtime.errors import InvalidSubmission, ShuttingDown
-from h3core.runtime.fleet import FleetContract
+from h3core.runtime.fleet import FleetAdmission
 from h3core.runtime.follow import follow
 from h3core.runtime.ids import new_job_id
 from h3core.runtime.store_retry import StoreUnavailable
@@ -88,7 +88,7 @@ class Submissions:
         self.bus = bus or EventBus()
         if admission is None:
             nodes = store if isinstance(store, NodeLeases) and store.node_id is not None else None
-            admission = FleetContract(nodes) if nodes is not None else AdmitAll()
+            admission = FleetAdmission(nodes) if nodes is not None else AdmitAll()
         self.journal = Journal(store, self.bus, retry_s=self.config.store_retry_s)
         self._intake = Intake(self.journal, admission, self.config.retry, id_factory)
         self._new_id = id_factory
@@ -233,7 +233,7 @@ class Submissions:
 
     async def watch_nodes(self, tg: anyio.abc.TaskGroup) -> None:
         """Where admission judges across nodes, keep their statements fresh (read once first)."""
-        if isinstance(self.admission, FleetContract):
+        if isinstance(self.admission, FleetAdmission):
             await tg.start(self.admission.watch)
 
     async def writing(self, work: Callable[[], Awaitable[None]]) -> None:

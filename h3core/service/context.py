@@ -16,8 +16,8 @@ from h3core.adapters.store.base import EventStore
 from h3core.adapters.store.location import runner_lock_for
 from h3core.adapters.uploads import LocalUploadStore
 from h3core.domain.webhooks import Allow
+from h3core.runtime.admission import ServiceAdmission
 from h3core.runtime.bus import EventBus
-from h3core.runtime.contracts import ServiceContract
 from h3core.runtime.delivery_process import DeliveryProcess
 from h3core.runtime.node import build_node
 from h3core.runtime.runner import Runner
@@ -41,7 +41,7 @@ class Service:
     uploads: LocalUploadStore
     # Admission and /v1/ceilings: the profile and what the executor can run (on PostgreSQL, what
     # any live runner node can run).
-    contract: ServiceContract
+    contract: ServiceAdmission
     submissions: Submissions  # every submit and cancel, whichever dialect it came in
     runner: Runner | None  # None in the api role: its jobs run in another process
     metrics: Metrics

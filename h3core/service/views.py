@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from h3core.domain.admission import Ceiling, CeilingRow, Contract
+from h3core.domain.admission import AdmissionRules, Ceiling, CeilingRow
 from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
 
@@ -285,7 +285,7 @@ def ceiling_view(row: CeilingRow) -> CeilingView:
     )
 
 
-def ceilings_view(contract: Contract, rows: Sequence[CeilingRow] | None = None) -> CeilingsView:
+def ceilings_view(contract: AdmissionRules, rows: Sequence[CeilingRow] | None = None) -> CeilingsView:
     """`contract` describes the deployment; `rows` (default: its own) may be several nodes' best."""
     caps, profile = contract.caps, contract.profile
     window = caps.window

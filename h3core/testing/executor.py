@@ -32,7 +32,7 @@ from h3core.domain.capabilities import Capabilities
 from h3core.domain.events import Progress
 from h3core.domain.request import GenerationRequest
 from h3core.executors.base import Executor, FinishedBeforeStop, Heartbeat, JobSpec, Result, Update
-from h3core.runtime.contracts import LiveContract
+from h3core.runtime.admission import LocalAdmission
 
 __all__ = ["ExecutorContract"]
 
@@ -126,7 +126,7 @@ class ExecutorContract:
 
     async def test_what_the_capabilities_admit_the_check_passes(self, executor, job_request):
         async with self.running(executor):
-            contract = LiveContract(executor.capabilities)
+            contract = LocalAdmission(executor.capabilities)
             for request in _variants(job_request):
                 decision = contract.decide(request)
                 if not isinstance(decision, Refuse):

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from h3core import FakeExecutor, FakeLimits, LiveContract, LocalArtifactStore
+from h3core import FakeExecutor, FakeLimits, LocalAdmission, LocalArtifactStore
 from h3core.domain.geometry import count_tokens
 from h3core.domain.request import GenerationRequest
 from h3core.executors.base import ExecutorFailure, JobSpec
@@ -62,7 +62,7 @@ def passes(check, request: GenerationRequest) -> bool:
     return True
 
 
-def agree(contract: LiveContract, check, request: GenerationRequest) -> None:
+def agree(contract: LocalAdmission, check, request: GenerationRequest) -> None:
     decision = contract.decide(request)
     assert decision.admitted == passes(check, request), (request, decision)
 
@@ -84,7 +84,7 @@ def agree(contract: LiveContract, check, request: GenerationRequest) -> None:
 )
 def test_the_fake_executor(tmp_path, limits, request):
     fake = FakeExecutor(LocalArtifactStore(tmp_path / "a"), limits=limits)
-    agree(LiveContract(fake.capabilities), lambda r: fake.check(spec(r)), request)
+    agree(LocalAdmission(fake.capabilities), lambda r: fake.check(spec(r)), request)
 
 
 # -- the in-process pipeline, by its model's facts and by diffusers itself ------------------------
@@ -147,7 +147,7 @@ def _diffusers_accepts(executor, generator, media_dir: Path, request: Generation
 @given(requests(frames=st.one_of(st.integers(1, 30), st.integers(330, 370), st.integers(1, 800))))
 def test_the_pipeline_executor_and_diffusers_itself(pipeline, request):
     executor, generator, media = pipeline
-    agree(LiveContract(executor.capabilities), lambda r: _diffusers_accepts(executor, generator, media, r), request)
+    agree(LocalAdmission(executor.capabilities), lambda r: _diffusers_accepts(executor, generator, media, r), request)
 
 
 # -- groups of devices, by their budgets ----------------------------------------------------------
@@ -176,7 +176,7 @@ def test_groups_of_devices(tiny_model, probe_cache, tmp_path, sizes, budgets, re
         LocalArtifactStore(tmp_path / "a"),
         lambda u: tmp_path / u,
     )
-    agree(LiveContract(executor.capabilities), lambda r: executor.check(spec(r)), request)
+    agree(LocalAdmission(executor.capabilities), lambda r: executor.check(spec(r)), request)
 
 
 # -- ComfyUI, by its templates and by the server's own prompt validation --------------------------
@@ -230,7 +230,7 @@ def test_comfyui_with_a_template_set(comfyui, tmp_path, topology, dropped, missi
         if not ok:
             raise ExecutorFailure("invalid", f"ComfyUI refused the graph: {error} {node_errors}")
 
-    contract = LiveContract(executor.capabilities)
+    contract = LocalAdmission(executor.capabilities)
     decision = contract.decide(request)
     if decision.admitted or decision.reason in ("mode_unavailable", "model_window"):
         agree(contract, check, request)

@@ -7,7 +7,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from h3core.adapters.profiles import ProfileError, load_profile
-from h3core.domain.admission import Contract
+from h3core.domain.admission import AdmissionRules
 from h3core.domain.capabilities import Capabilities
 from h3core.domain.capacity import CapacityProfile, Shape, applicable
 from h3core.domain.request import GenerationRequest
@@ -15,7 +15,7 @@ from h3core.domain.request import GenerationRequest
 PROFILE = load_profile()
 # The deployment the built-in profile describes: ComfyUI + Raylight, no clip window of its own.
 PROFILE_SAYS, DEPLOYMENT = applicable([PROFILE], Capabilities(executor="comfyui", topology="raylight", model="minimax-h3"))
-POLICY = Contract(DEPLOYMENT, PROFILE_SAYS)
+POLICY = AdmissionRules(DEPLOYMENT, PROFILE_SAYS)
 
 
 def test_the_profile_describes_the_deployment_and_gives_its_budget():
@@ -95,7 +95,7 @@ def test_reference_limits_say_they_are_unverified():
 
 def test_a_rejecting_reference_policy_refuses_every_reference_request():
     profile = PROFILE.model_copy(update={"references": PROFILE.references.model_copy(update={"policy": "reject"})})
-    policy = Contract(DEPLOYMENT, profile)
+    policy = AdmissionRules(DEPLOYMENT, profile)
     decision = policy.decide(GenerationRequest(prompt="p", mode="ref2va", references={"images": ["a"]}, frames=5))
     assert not decision.admitted and "no measured memory budget" in decision.detail
     assert decision.ceiling.max_frames == 0 and decision.ceiling.verified is False and decision.reason == "unverified"

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from h3core.adapters.profiles import load_profile
-from h3core.domain.admission import Contract
+from h3core.domain.admission import AdmissionRules
 from h3core.domain.capabilities import Capabilities, FrameWindow, GroupBudget, ModeReadiness
 from h3core.domain.capacity import Shape, applicable
 from h3core.domain.fleet import ceilings_across, decide_across
@@ -58,7 +58,7 @@ def test_a_window_admits_exactly_the_frames_between_its_ends(window, frames):
 @given(capabilities, shapes, st.integers(1, 1400))
 def test_every_stated_limit_is_applied_in_both_directions(caps, shape, frames):
     request = shape.request(frames)
-    decision = Contract(caps).decide(request)
+    decision = AdmissionRules(caps).decide(request)
     tokens = count_tokens(request).total
     best = max(caps.groups, key=lambda g: (g.tokens is None, g.tokens or 0))
     sequence = tokens + text_rows_bound(request)
@@ -78,7 +78,7 @@ def test_every_stated_limit_is_applied_in_both_directions(caps, shape, frames):
 
 @given(capabilities, shapes)
 def test_the_ceiling_is_what_submission_admits(caps, shape):
-    contract = Contract(caps)
+    contract = AdmissionRules(caps)
     row = contract.ceiling(shape)
     if row.max_frames:
         assert contract.decide(shape.request(row.min_frames)).admitted
@@ -92,7 +92,7 @@ def test_the_ceiling_is_what_submission_admits(caps, shape):
 
 @given(capabilities, shapes, st.integers(1, 1300))
 def test_above_the_window_start_a_refused_length_stays_refused(caps, shape, n):
-    contract = Contract(caps)
+    contract = AdmissionRules(caps)
     low = caps.window.min_frames if caps.window is not None else 1
     if n >= low and not contract.decide(shape.request(n)).admitted:
         assert not contract.decide(shape.request(n + 1)).admitted
@@ -100,7 +100,7 @@ def test_above_the_window_start_a_refused_length_stays_refused(caps, shape, n):
 
 def test_a_mode_that_is_served_but_not_ready_is_admitted_to_wait():
     caps = Capabilities(executor="x", modes=(ModeReadiness(mode="t2va", ready=False, reason="server down"),))
-    contract = Contract(caps)
+    contract = AdmissionRules(caps)
     assert contract.decide(GenerationRequest(prompt="p", frames=48)).admitted
     refused = contract.decide(GenerationRequest(prompt="p", mode="fl2va", keyframes={"first": "k"}, frames=48))
     assert refused.reason == "mode_unavailable" and "not served" in refused.detail
@@ -109,7 +109,7 @@ def test_a_mode_that_is_served_but_not_ready_is_admitted_to_wait():
 
 def test_upload_slots_and_reference_rules_are_the_executors():
     caps = Capabilities(executor="x", media={"references.videos": 0, "keyframes.last": 0}, max_references=3, audio_alone=False)
-    contract = Contract(caps)
+    contract = AdmissionRules(caps)
 
     def refs(**kw):
         return contract.decide(GenerationRequest(prompt="p", mode="ref2va", references=kw, frames=48))
@@ -128,11 +128,11 @@ def test_upload_slots_and_reference_rules_are_the_executors():
 
 def test_the_kernel_limit_and_an_unverified_budget_name_themselves():
     caps = Capabilities(executor="x", max_tokens=10_000, max_tokens_reason="only MATH runs here")
-    refused = Contract(caps).decide(GenerationRequest(prompt="p", width=832, height=480, frames=200))
+    refused = AdmissionRules(caps).decide(GenerationRequest(prompt="p", width=832, height=480, frames=200))
     assert refused.reason == "vram" and "10000-token limit" in refused.detail and "only MATH" in refused.detail
     assert "with the prompt's" in refused.detail
     caps = Capabilities(executor="x", groups=(GroupBudget(size=1, tokens=10_000, verified=False, source="probe"),))
-    refused = Contract(caps).decide(GenerationRequest(prompt="p", width=832, height=480, frames=200))
+    refused = AdmissionRules(caps).decide(GenerationRequest(prompt="p", width=832, height=480, frames=200))
     assert refused.reason == "unverified" and refused.ceiling.verified is False
 
 
@@ -141,7 +141,7 @@ def test_a_job_goes_to_any_group_it_fits_so_the_largest_budget_binds():
         executor="x",
         groups=(GroupBudget(size=1, tokens=20_000, verified=True), GroupBudget(size=2, tokens=60_000, verified=True)),
     )
-    contract = Contract(caps)
+    contract = AdmissionRules(caps)
     assert contract.decide(GenerationRequest(prompt="p", width=832, height=480, frames=300)).admitted  # ~36k: the 2-group
     assert not contract.decide(GenerationRequest(prompt="p", width=832, height=480, frames=600)).admitted
 
@@ -172,7 +172,7 @@ def test_token_limits_hold_to_the_token(shape, frames, delta, verified, where):
         caps = Capabilities(executor="x", max_tokens=limit)
     else:
         caps = Capabilities(executor="x", groups=(GroupBudget(size=1, tokens=limit, verified=verified),))
-    decision = Contract(caps).decide(request)
+    decision = AdmissionRules(caps).decide(request)
     assert decision.admitted == (tokens <= limit)
     if not decision.admitted:
         assert decision.reason == ("vram" if where == "kernel" or verified else "unverified")
@@ -185,7 +185,7 @@ profiles_or_none = st.sampled_from([None, "1xh200-bf16"]).map(lambda name: name 
 def test_the_claims_pre_filter_never_drops_a_job_the_node_would_run(caps, profile, shape, frames, tokens):
     """A queued job (with the tokens its admission stored, or none) that the node's exact judgement
     runs passes the store's pre-filter; and the judgement of a job is admission's for its request."""
-    contract = Contract(caps, profile)
+    contract = AdmissionRules(caps, profile)
     request = shape.request(frames)
     if contract.why_not(request, tokens) is None:
         assert contract.queue_filter().passes(frames, tokens)
@@ -196,14 +196,14 @@ def test_the_claims_pre_filter_never_drops_a_job_the_node_would_run(caps, profil
 def test_without_token_limits_the_pre_filter_is_the_judgement_of_frames(window, frames, tokens):
     """The other direction: where only the window and the API cap bound a job, the pre-filter drops
     exactly what the judgement refuses (`FrameWindow.admits(f)` iff `min_frames <= f <= max_frames`)."""
-    contract = Contract(Capabilities(executor="x", window=window))
+    contract = AdmissionRules(Capabilities(executor="x", window=window))
     request = GenerationRequest(prompt="p", width=64, height=64, frames=frames)
     assert contract.queue_filter().passes(frames, tokens) == (contract.why_not(request, tokens) is None)
 
 
 @given(st.lists(capabilities, min_size=1, max_size=3), shapes, st.integers(1, 1400))
 def test_across_nodes_a_request_is_admitted_iff_one_node_admits_it_else_the_largest_ceiling_refuses(caps, shape, frames):
-    nodes = [(f"n{i}", Contract(c)) for i, c in enumerate(caps)]
+    nodes = [(f"n{i}", AdmissionRules(c)) for i, c in enumerate(caps)]
     request = shape.request(frames)
     each = [contract.decide(request) for _, contract in nodes]
     decision = decide_across(nodes, request)

@@ -1,4 +1,4 @@
-"""Admission across the runner nodes of a shared store (`FleetContract`), from the nodes' statements
+"""Admission across the runner nodes of a shared store (`FleetAdmission`), from the nodes' statements
 as the store returns them: live nodes judge, this node's executor first; with none alive, the last
 statements admit jobs to wait."""
 
@@ -12,8 +12,8 @@ import pytest
 from h3core.adapters.store.nodes import NodeRow
 from h3core.domain.capabilities import Capabilities, FrameWindow
 from h3core.domain.request import GenerationRequest
-from h3core.runtime.contracts import LiveContract
-from h3core.runtime.fleet import FleetContract
+from h3core.runtime.admission import LocalAdmission
+from h3core.runtime.fleet import FleetAdmission
 from tests.waiting import until
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
@@ -60,7 +60,7 @@ def req(frames: int) -> GenerationRequest:
 
 def test_a_request_is_admitted_if_any_live_node_can_run_it_else_refused_naming_the_closest():
     store = Store(None, [row("small", 5.0), row("big", 20.0), row("dead", 60.0, age_s=99.0), row("old", None)])
-    fleet = FleetContract(store)
+    fleet = FleetAdmission(store)
     assert fleet.decide(req(240)).admitted  # before any read: no node known, nothing refused blind
     fleet.refresh()
     assert fleet.decide(req(240)).admitted and fleet.decide(req(240)).frames == 243
@@ -75,7 +75,7 @@ def test_a_request_is_admitted_if_any_live_node_can_run_it_else_refused_naming_t
 def test_this_nodes_executor_is_judged_fresh_and_first():
     mine = caps(5.0)
     store = Store("small", [row("small", 60.0), row("big", 20.0)])  # its own row is an older statement
-    fleet = FleetContract(store, local=LiveContract(lambda: mine))
+    fleet = FleetAdmission(store, local=LocalAdmission(lambda: mine))
     fleet.refresh()
     assert [n for n, _ in fleet.nodes()] == ["small", "big"] and fleet.current().caps.window.max_seconds == 5.0
     assert fleet.decide(req(240)).admitted  # the big node can
@@ -86,7 +86,7 @@ def test_this_nodes_executor_is_judged_fresh_and_first():
 
 def test_with_no_live_node_the_last_statements_admit_jobs_to_wait():
     store = Store(None, [row("a", 5.0, age_s=99.0, beat=1), row("b", 20.0, age_s=99.0, beat=2)])
-    fleet = FleetContract(store)
+    fleet = FleetAdmission(store)
     fleet.refresh()
     assert [n for n, _ in fleet.nodes()] == ["b", "a"]  # the latest statement first
     assert fleet.decide(req(240)).admitted  # b could run it: it waits queued for b (or a node like it)
@@ -102,7 +102,7 @@ def test_with_no_live_node_the_last_statements_admit_jobs_to_wait():
 @pytest.mark.anyio
 async def test_a_failed_read_of_the_nodes_keeps_the_last_statements_and_the_watch_goes_on():
     store = Store(None, [row("big", 20.0)])
-    fleet = FleetContract(store, interval_s=0.01)
+    fleet = FleetAdmission(store, interval_s=0.01)
     reads = []
 
     def away() -> list[NodeRow]:

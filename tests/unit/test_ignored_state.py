@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from h3core.adapters.lock import runner_lock_path
-from h3core.runtime.contracts import capabilities_path
+from h3core.runtime.admission import capabilities_path
 from h3core.runtime.executor_factory import attention_cache_path, tiny_model_dir
 from h3core.runtime.settings import Settings
 

@@ -9,7 +9,7 @@ import pytest
 from pydantic import SecretStr
 
 import h3core
-from h3core import FakeExecutor, LiveContract
+from h3core import FakeExecutor, LocalAdmission
 from h3core.runtime.node import build_node
 from h3core.runtime.settings import Settings, default_node_id
 from h3core.runtime.tail import StoreTail
@@ -29,7 +29,7 @@ def test_a_node_that_runs_jobs_has_one_runner_whose_submissions_the_doors_use(tm
         assert node.submissions is node.runner.submissions, "one write side for the runner and the doors"
         assert node.submissions.uploads is node.files.uploads
         assert node.runner.artifacts is node.files.artifacts
-        assert isinstance(node.contract, LiveContract) and node.runner.admission is node.contract
+        assert isinstance(node.contract, LocalAdmission) and node.runner.admission is node.contract
         assert node.tail is None and node.bus is node.runner.bus, "alone on its SQLite file: its own events"
         assert node.webhooks is None and not node.submissions.webhooks.signing
     finally:

@@ -368,14 +368,14 @@ async def test_inert_fields_are_accepted_with_a_warning(make_runner):
 
 async def test_a_frame_count_is_said_snapped_only_where_the_executor_makes_another(make_runner, tmp_path):
     from h3core.domain.capabilities import Capabilities
-    from h3core.runtime.contracts import LiveContract
+    from h3core.runtime.admission import LocalAdmission
 
     async with make_runner() as runner:  # the fake writes exactly the frames asked
         job = await runner.submit(request(frames=24))
         await wait_until(ended(runner, job.job_id))
     assert job.warnings == () and runner.store.get(job.job_id).artifact.frames == 24
     model = Capabilities(executor="pipeline")  # the model's 17n + 5
-    submissions = Submissions(SQLiteEventStore(tmp_path / "model.db", durable=False), admission=LiveContract(lambda: model))
+    submissions = Submissions(SQLiteEventStore(tmp_path / "model.db", durable=False), admission=LocalAdmission(lambda: model))
     job = (await submissions.submit(request(frames=24))).state
     assert job.warnings == ("24 frames snapped to 39: MiniMax-H3 makes 17n+5",)  # recorded with the job
 

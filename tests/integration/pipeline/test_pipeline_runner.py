@@ -221,7 +221,7 @@ async def test_a_model_folder_whose_facts_widen_the_window_makes_a_30_second_cli
     import json
     import shutil
 
-    from h3core import Contract
+    from h3core import AdmissionRules
     from h3core.executors.pipeline.model import FACTS_FILE
 
     wide = tmp_path / "wide"
@@ -229,7 +229,7 @@ async def test_a_model_folder_whose_facts_widen_the_window_makes_a_30_second_cli
     facts = json.loads((wide / FACTS_FILE).read_text())
     (wide / FACTS_FILE).write_text(json.dumps({**facts, "max_seconds": 30.0}))
     async with make_runner(model_dir=wide) as runner:
-        contract = Contract(runner.executor.capabilities())
+        contract = AdmissionRules(runner.executor.capabilities())
         assert contract.ceiling(req(width=32, height=32)).max_frames == 719  # 17 * 42 + 5: 29.96 s
         assert not contract.decide(req(width=32, height=32, frames=720)).admitted
         job = await runner.submit(req(width=32, height=32, frames=719, steps=1))

@@ -45,7 +45,7 @@ def test_show_prints_the_executors_effective_ceilings_not_the_profiles_alone(tmp
 
 def test_show_reads_what_the_running_executor_published(tmp_path):
     from h3core.domain.capabilities import Capabilities, ModeReadiness
-    from h3core.runtime.contracts import CapabilityFile, capabilities_path
+    from h3core.runtime.admission import CapabilityFile, capabilities_path
 
     db = tmp_path / "h3.db"
     CapabilityFile(capabilities_path(db)).publish(

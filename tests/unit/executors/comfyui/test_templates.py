@@ -160,7 +160,7 @@ def test_an_operator_adds_or_replaces_a_template_without_code(tmp_path):
 
 def test_a_graph_that_makes_the_frames_asked_says_so_and_its_jobs_are_not_warned_of_a_snap(tmp_path):
     from h3core.adapters.artifacts import LocalArtifactStore
-    from h3core.domain.admission import Contract
+    from h3core.domain.admission import AdmissionRules
     from h3core.domain.request import GenerationRequest
     from h3core.executors.comfyui.executor import ComfyUIExecutor, ComfyUISettings
 
@@ -172,6 +172,6 @@ def test_a_graph_that_makes_the_frames_asked_says_so_and_its_jobs_are_not_warned
     asked = GenerationRequest(prompt="p", width=448, height=256, frames=48)
     demo, model = caps(t2va="core-nodes-t2va"), caps()
     assert demo.exact_frames == ("t2va",) and model.exact_frames == ()
-    assert Contract(demo).decide(asked).frames == 48 and asked.warnings(48) == ()
-    assert Contract(model).decide(asked).frames == 56
+    assert AdmissionRules(demo).decide(asked).frames == 48 and asked.warnings(48) == ()
+    assert AdmissionRules(model).decide(asked).frames == 56
     assert asked.warnings(56) == ("48 frames snapped to 56: MiniMax-H3 makes 17n+5",)

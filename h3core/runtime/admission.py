@@ -1,10 +1,10 @@
-"""The live admission contract: the pure `Contract`, rebuilt whenever what the executor can run
+"""The live admission contract: the pure `AdmissionRules`, rebuilt whenever what the executor can run
 changes (a ComfyUI came back, a model finished loading, a group died).
 
 The capabilities come from a source: the executor itself when it runs in this process, or the
 file a runner process publishes beside the store (`CapabilityFile`) for an API process that
 admits jobs another process runs. Either way, submission and `/v1/ceilings` judge with the
-same `Contract`, built from the same capabilities and the capacity profile that describes them.
+same `AdmissionRules`, built from the same capabilities and the capacity profile that describes them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from h3core.adapters.store.location import is_postgres_url, local_dir
-from h3core.domain.admission import CeilingRow, Contract, Decision
+from h3core.domain.admission import AdmissionRules, CeilingRow, Decision
 from h3core.domain.capabilities import MODES, Capabilities, ModeReadiness
 from h3core.domain.capacity import CapacityProfile, applicable
 from h3core.domain.geometry import Media
@@ -32,15 +32,15 @@ if TYPE_CHECKING:
 CapabilitySource = Callable[[], Capabilities]
 
 
-class ServiceContract(Protocol):
-    """What the service asks of its admission contract: `LiveContract` (one executor) or
-    `h3core.runtime.fleet.FleetContract` (every live node of a shared store)."""
+class ServiceAdmission(Protocol):
+    """What the service asks of its admission contract: `LocalAdmission` (one executor) or
+    `h3core.runtime.fleet.FleetAdmission` (every live node of a shared store)."""
 
     def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
         """Admit the request (its tokens counted, its frames as they will be made) or refuse it with the limit."""
         ...
 
-    def current(self) -> Contract:
+    def current(self) -> AdmissionRules:
         """The contract that describes the deployment."""
         ...
 
@@ -53,17 +53,17 @@ class ServiceContract(Protocol):
         ...
 
 
-def contract_for(caps: Capabilities, profiles: Sequence[CapacityProfile], explicit: CapacityProfile | None) -> Contract:
+def rules_for(caps: Capabilities, profiles: Sequence[CapacityProfile], explicit: CapacityProfile | None) -> AdmissionRules:
     """The contract of `caps`: the first of `profiles` that describes them gives the budgets;
     `explicit`, the operator's choice, applies whatever the hardware says."""
     if explicit is not None:
         profile, effective = applicable([explicit.model_copy(update={"match": ()})], caps)
     else:
         profile, effective = applicable(profiles, caps)
-    return Contract(effective, profile)
+    return AdmissionRules(effective, profile)
 
 
-class LiveContract:
+class LocalAdmission:
     """An `AdmissionPolicy` over the executor's current capabilities.
 
     `profiles` are matched against the capabilities (the first that describes a group gives its
@@ -76,16 +76,16 @@ class LiveContract:
         self.source = source
         self.profiles = tuple(profiles)
         self.explicit = profile
-        self._cached: tuple[Capabilities, Contract] | None = None
+        self._cached: tuple[Capabilities, AdmissionRules] | None = None
         self._lock = threading.Lock()
 
-    def current(self) -> Contract:
+    def current(self) -> AdmissionRules:
         """The contract of the capabilities as they are now (built again only when they change)."""
         caps = self.source()
         with self._lock:
             if self._cached is not None and (self._cached[0] is caps or self._cached[0] == caps):
                 return self._cached[1]
-            contract = contract_for(caps, self.profiles, self.explicit)
+            contract = rules_for(caps, self.profiles, self.explicit)
             self._cached = (caps, contract)
             return contract
 
@@ -161,7 +161,7 @@ class CapabilityFile:
         self.path.unlink(missing_ok=True)
 
 
-@functools.cache  # the same object every time: a submit compares it by identity (LiveContract)
+@functools.cache  # the same object every time: a submit compares it by identity (LocalAdmission)
 def unknown(executor: str = "unknown") -> Capabilities:
     """What an API process assumes before any runner process has stated its capabilities."""
     why = "no runner process has stated what it can run yet"
