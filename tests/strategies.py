@@ -10,11 +10,16 @@ from h3core.domain.events import (
     Body,
     Cancelled,
     CancelRequested,
+    Checkpoint,
+    Checkpointed,
+    CheckpointRejected,
     Detached,
     Done,
     Failed,
     Progress,
     Recovered,
+    Released,
+    Restored,
     Resumed,
     Running,
     Submitted,
@@ -93,6 +98,21 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
         attempt=st.sampled_from([max(attempt, 1), attempt + 1]),
     )
     recovered = st.builds(Recovered, attempt=st.sampled_from([max(attempt, 1), attempt + 1]), artifact=st.just(artifact()))
+    fresh = st.builds(
+        Checkpoint,
+        attempt=st.sampled_from([max(attempt, 1), max(attempt, 1), attempt + 1]),
+        step=st.sampled_from([max(step, 1), max(step, 1), max(step - 1, 1), step + 1]),
+        total=st.sampled_from([total, total, total + 1]),
+        path=st.sampled_from(["c/a", "c/b"]),
+        bytes=st.just(1),
+        sha256=st.sampled_from(["0" * 64, "1" * 64]),
+    )
+    known = st.sampled_from(state.checkpoints) if state and state.checkpoints else fresh
+    checkpointed = st.builds(Checkpointed, checkpoint=fresh)
+    near = st.sampled_from([max(attempt, 1), max(attempt, 1), attempt + 1])
+    restored = st.builds(Restored, attempt=near, checkpoint=st.one_of(known, known, fresh))
+    rejected = st.builds(CheckpointRejected, attempt=near, checkpoint=st.one_of(known, fresh), reason=st.just("r"))
+    released = st.builds(Released, attempt=near, reason=st.just("shutdown"), step=st.sampled_from([None, step]))
     anything = st.one_of(
         submissions,
         _admitted,
@@ -106,6 +126,10 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
         _cancel_requested,
         _cancelled,
         recovered,
+        checkpointed,
+        restored,
+        rejected,
+        released,
     )
     if state is None:
         likely = [submissions] * 8
@@ -123,6 +147,11 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
             _failed,
             _cancel_requested,
             recovered,
+            checkpointed,
+            checkpointed,
+            restored,
+            rejected,
+            released,
         ]
         if state.cancel_requested:
             likely.append(_cancelled)

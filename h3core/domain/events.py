@@ -119,6 +119,61 @@ class Progress(_Body):
     total: int = Field(ge=1)
 
 
+class Checkpoint(_Model):
+    """A denoising checkpoint: the state an attempt's loop had after step `step` of `total`,
+    stored at `path` (relative to the artifact store's root) with its size and sha256. Any attempt
+    of the job may continue from it. Part of `checkpointed`, `restored` and `checkpoint_rejected`."""
+
+    attempt: int = Field(ge=1)  # the attempt that wrote it
+    step: int = Field(ge=1)
+    total: int = Field(ge=1)
+    path: str = Field(min_length=1)
+    bytes: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class Checkpointed(_Body):
+    """The running attempt stored a denoising checkpoint (written and synced before this event):
+    a later attempt may continue from it instead of from step 0."""
+
+    type: Literal["checkpointed"] = "checkpointed"
+    checkpoint: Checkpoint
+    # How long the denoising loop waited for it (the copy off the device), and how long the
+    # write took in all: what a checkpoint cost this job.
+    paused_s: float = Field(default=0.0, ge=0)
+    write_s: float = Field(default=0.0, ge=0)
+
+
+class Restored(_Body):
+    """The running attempt continues from `checkpoint` (its size and sha256 checked): its first
+    step is the checkpoint's step + 1, and the steps before it are not computed again."""
+
+    type: Literal["restored"] = "restored"
+    attempt: int = Field(ge=1)
+    checkpoint: Checkpoint
+
+
+class CheckpointRejected(_Body):
+    """A checkpoint the running attempt could have continued from is unusable (missing, truncated,
+    its sha256 not the one recorded): it is never used, and the one before it (or step 0) is."""
+
+    type: Literal["checkpoint_rejected"] = "checkpoint_rejected"
+    attempt: int = Field(ge=1)
+    checkpoint: Checkpoint
+    reason: str
+
+
+class Released(_Body):
+    """h3core itself stopped the running attempt (a graceful stop: a deploy, an operator's
+    `serve` stopped) and handed the job back to the queue: not a failure, so the next attempt does
+    not count against the retry policy. `step`: the last step the attempt reached."""
+
+    type: Literal["released"] = "released"
+    attempt: int = Field(ge=1)
+    reason: str
+    step: int | None = Field(default=None, ge=0)
+
+
 class Artifact(_Model):
     """A finished video. `path` is relative to the artifact store's root, never a client's.
     Part of `done` and `recovered`: changing it changes their versions."""
@@ -201,7 +256,11 @@ Body = Annotated[
     | Failed
     | CancelRequested
     | Cancelled
-    | Recovered,
+    | Recovered
+    | Checkpointed
+    | Restored
+    | CheckpointRejected
+    | Released,
     Field(discriminator="type"),
 ]
 TERMINAL_TYPES = frozenset({"done", "failed", "cancelled"})

@@ -37,9 +37,10 @@ class RetryPolicy(BaseModel):
             raise ValueError(error)
         return tuple(sorted(set(kinds)))
 
-    def allows_retry(self, kind: str, attempt: int, *, not_started: int = 0) -> bool:
+    def allows_retry(self, kind: str, attempt: int, *, not_started: int = 0, released: int = 0) -> bool:
         """May a job whose attempt number `attempt` failed with `kind` run again? `not_started`:
-        how many of its earlier attempts never started (they do not count)."""
+        how many of its earlier attempts never started; `released`: how many h3core's own graceful
+        stops handed back (neither counts: only failures spend the budget)."""
         if kind == "not_started":
             return not_started < MAX_NOT_STARTED
-        return kind in self.retry_on and attempt - not_started < self.max_attempts
+        return kind in self.retry_on and attempt - not_started - released < self.max_attempts

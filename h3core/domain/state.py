@@ -4,9 +4,12 @@ The rules that make a job impossible to lose or leave stuck live here, in one pu
 one `Submitted`, first; `Running` only from queued; `Detached` and `Resumed` only for the running
 attempt and the work its `Running` named; `Progress` only while running, monotone,
 within its total; exactly one terminal event and nothing after it; a retry only where the job's
-own retry policy allows it (an attempt that never started does not count); a `Done` that says
-the cancel came too late only after one was requested; after `Recovered`, only the `Done` of the
-video it names. Anything else raises `IllegalEvent` and never reaches a store.
+own retry policy allows it (an attempt that never started, or that h3core's own graceful stop
+handed back with `Released`, does not count); a `Done` that says the cancel came too late only
+after one was requested; after `Recovered`, only the `Done` of the video it names. A checkpoint
+only of a step the running attempt reached, past its previous one; an attempt continues
+(`Restored`) only from a checkpoint the log holds, before its first step. Anything else raises
+`IllegalEvent` and never reaches a store.
 """
 
 from __future__ import annotations
@@ -24,12 +27,17 @@ from h3core.domain.events import (
     Body,
     Cancelled,
     CancelRequested,
+    Checkpoint,
+    Checkpointed,
+    CheckpointRejected,
     Detached,
     Done,
     Event,
     Failed,
     Progress,
     Recovered,
+    Released,
+    Restored,
     Resumed,
     Running,
     Submitted,
@@ -40,6 +48,8 @@ from h3core.domain.webhooks import WebhookTarget
 
 Status = Literal["submitted", "queued", "running", "done", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+# The checkpoints a job keeps: the newest, and the one before it in case the newest is unusable.
+CHECKPOINTS_KEPT = 2
 
 
 class IllegalEvent(ValueError):
@@ -98,6 +108,9 @@ class JobState(BaseModel):
     attempt_errors: tuple[Error, ...] = ()  # failures that were retried
     artifact: Artifact | None = None
     recovered: Artifact | None = None  # the running attempt's video, found committed after a crash
+    checkpoints: tuple[Checkpoint, ...] = ()  # the newest last, at most CHECKPOINTS_KEPT
+    restored_from: int | None = None  # the step the current attempt continued from
+    released: int = 0  # attempts h3core's own graceful stops handed back (not failures)
 
     @property
     def terminal(self) -> bool:
@@ -108,6 +121,21 @@ class JobState(BaseModel):
     def not_started(self) -> int:
         """Attempts whose work never started (`not_started`): they do not count against the policy."""
         return sum(e.kind == "not_started" for e in self.attempt_errors)
+
+    @property
+    def spent(self) -> int:
+        """Attempts that count against the retry policy: those that started and did not end
+        handed back by h3core's own graceful stop."""
+        return self.attempt - self.not_started - self.released
+
+    def allows_retry(self, kind: str) -> bool:
+        """Whether the running attempt, failing with `kind`, earns another under the job's policy."""
+        return self.retry.allows_retry(kind, self.attempt, not_started=self.not_started, released=self.released)
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """The newest checkpoint a next attempt would continue from (None: from step 0)."""
+        return self.checkpoints[-1] if self.checkpoints else None
 
 
 def _illegal(event: Event, code: str, message: str) -> IllegalEvent:
@@ -175,6 +203,7 @@ def apply(state: JobState | None, event: Event) -> JobState:
                     "resumed_at": None,
                     "step": None,
                     "total": None,
+                    "restored_from": None,
                 }
             )
         case Resumed() | Detached():
@@ -221,7 +250,7 @@ def apply(state: JobState | None, event: Event) -> JobState:
                 raise _illegal(event, "attempt_order", f"attempt {body.attempt} is not the running one ({state.attempt})")
             if state.cancel_requested:
                 raise _illegal(event, "retry_after_cancel", "a job whose cancel was requested is not retried")
-            if not state.retry.allows_retry(body.kind, body.attempt, not_started=state.not_started):
+            if not state.allows_retry(body.kind):
                 raise _illegal(
                     event,
                     "retry_not_allowed",
@@ -255,6 +284,8 @@ def apply(state: JobState | None, event: Event) -> JobState:
             if body.attempt != state.attempt:
                 raise _illegal(event, "attempt_order", f"attempt {body.attempt} is not the running one ({state.attempt})")
             return state.model_copy(update={**common, "recovered": body.artifact})
+        case Checkpointed() | Restored() | CheckpointRejected() | Released():
+            return _attempt_event(state, event, common)
         case CancelRequested():
             if state.status != "running":
                 raise _illegal(
@@ -270,6 +301,53 @@ def apply(state: JobState | None, event: Event) -> JobState:
                 raise _illegal(event, "cancel_not_requested", "a running job is cancelled only after 'cancel_requested'")
             return state.model_copy(update={**common, "status": "cancelled", "finished_at": event.at})
     raise _illegal(event, "unknown_event", f"unknown event type {body.type!r}")  # pragma: no cover
+
+
+def _attempt_event(state: JobState, event: Event, common: dict) -> JobState:
+    """The rules of the running attempt's checkpoints and of its release (the module docstring)."""
+    body = event.body
+    assert isinstance(body, Checkpointed | Restored | CheckpointRejected | Released)
+    if state.status != "running":
+        raise _illegal(event, "not_running", f"'{body.type}' only while running, job is '{state.status}'")
+    attempt = body.checkpoint.attempt if isinstance(body, Checkpointed) else body.attempt
+    if attempt != state.attempt:
+        raise _illegal(event, "attempt_order", f"attempt {attempt} is not the running one ({state.attempt})")
+    match body:
+        case Checkpointed():
+            cp = body.checkpoint
+            if cp.step > cp.total or (state.total is not None and cp.total != state.total):
+                raise _illegal(event, "checkpoint_step", f"checkpoint of step {cp.step}/{cp.total}, job at total {state.total}")
+            if state.step is None or cp.step > state.step:
+                raise _illegal(event, "checkpoint_ahead", f"checkpoint of step {cp.step}, but the attempt reached {state.step}")
+            mine = [c.step for c in state.checkpoints if c.attempt == state.attempt]
+            floor = max(mine, default=state.restored_from or 0)
+            if cp.step <= floor:
+                raise _illegal(event, "checkpoint_not_monotone", f"checkpoint of step {cp.step} is not past step {floor}")
+            return state.model_copy(update={**common, "checkpoints": (*state.checkpoints, cp)[-CHECKPOINTS_KEPT:]})
+        case Restored() | CheckpointRejected():
+            if state.step is not None:
+                raise _illegal(event, "after_first_step", f"'{body.type}' only before the attempt's first step")
+            if body.checkpoint not in state.checkpoints:
+                raise _illegal(event, "unknown_checkpoint", f"the log holds no checkpoint {body.checkpoint.path}")
+            if isinstance(body, CheckpointRejected):
+                kept = tuple(c for c in state.checkpoints if c != body.checkpoint)
+                return state.model_copy(update={**common, "checkpoints": kept})
+            cp = body.checkpoint
+            return state.model_copy(update={**common, "step": cp.step, "total": cp.total, "restored_from": cp.step})
+        case Released():
+            if state.cancel_requested:
+                raise _illegal(event, "release_after_cancel", "a job whose cancel was requested ends; it is not handed back")
+            return state.model_copy(
+                update={
+                    **common,
+                    "status": "queued",
+                    "released": state.released + 1,
+                    "step": None,
+                    "total": None,
+                    "restored_from": None,
+                }
+            )
+    raise AssertionError(body)  # pragma: no cover
 
 
 def fold(events: Iterable[Event], state: JobState | None = None) -> JobState | None:

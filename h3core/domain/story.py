@@ -12,12 +12,17 @@ from h3core.domain.events import (
     AttemptFailed,
     Cancelled,
     CancelRequested,
+    Checkpoint,
+    Checkpointed,
+    CheckpointRejected,
     Detached,
     Done,
     Event,
     Failed,
     Progress,
     Recovered,
+    Released,
+    Restored,
     Resumed,
     Running,
     Submitted,
@@ -100,7 +105,21 @@ def fields(event: Event) -> str:
             return f"kind={b.kind}  message={b.message!r}" + (f"  detail={b.detail!r}" if b.detail else "")
         case CancelRequested() | Cancelled():
             return f"reason={b.reason!r}"
+        case Checkpointed():
+            return f"{_checkpoint(b.checkpoint)}  paused={dur(b.paused_s)}  write={dur(b.write_s)}"
+        case Restored():
+            c = b.checkpoint
+            return f"attempt={b.attempt}  continues after step {c.step}/{c.total}  ({_checkpoint(c)})"
+        case CheckpointRejected():
+            return f"attempt={b.attempt}  {_checkpoint(b.checkpoint)}  unusable: {b.reason}"
+        case Released():
+            at = f" after step {b.step}" if b.step is not None else ""
+            return f"attempt={b.attempt}{at}  handed back by h3core's own stop ({b.reason}): not a failure, no attempt spent"
     return ""  # pragma: no cover
+
+
+def _checkpoint(c: Checkpoint) -> str:
+    return f"step {c.step}/{c.total} of attempt {c.attempt}  path={c.path}  bytes={c.bytes}  sha256={c.sha256}"
 
 
 @dataclass
@@ -113,8 +132,9 @@ class Try:
     step: int | None = None
     total: int | None = None
     ended: datetime | None = None
-    outcome: AttemptFailed | Failed | Done | Cancelled | None = None
+    outcome: AttemptFailed | Failed | Done | Cancelled | Released | None = None
     resumed: list[Resumed] = field(default_factory=list)  # re-attached after h3core restarts
+    restored: int | None = None  # the step it continued from (a checkpoint), if it did
 
     @property
     def resumes(self) -> str:
@@ -144,18 +164,23 @@ def tries(events: Sequence[Event]) -> list[Try]:
             current.step, current.total = b.step, b.total
         elif isinstance(b, Resumed) and current is not None:
             current.resumed.append(b)
-        elif isinstance(b, AttemptFailed | Failed | Done | Cancelled) and current is not None:
+        elif isinstance(b, Restored) and current is not None:
+            current.restored = b.checkpoint.step
+        elif isinstance(b, AttemptFailed | Failed | Done | Cancelled | Released) and current is not None:
             current.ended, current.outcome = e.at, b
             current = None
     return tries
 
 
 def earlier(tries: list[Try]) -> str:
-    """'attempt 1 failed executor_lost after step 3/10 — lost the worker' for each retried attempt."""
+    """'attempt 1 failed executor_lost after step 3/10 — lost the worker' for each retried attempt,
+    and 'attempt 2 handed back by h3core's own stop (shutdown) after step 7/10' for each released one."""
     out = []
     for t in tries:
         if isinstance(t.outcome, AttemptFailed):
             out.append(f"attempt {t.number} failed {t.outcome.kind} {t.where} — {short(t.outcome.message, 200)}")
+        elif isinstance(t.outcome, Released):
+            out.append(f"attempt {t.number} handed back by h3core's own stop ({t.outcome.reason}) {t.where}")
     return "; ".join(out)
 
 
@@ -203,7 +228,7 @@ def why(state: JobState, events: Sequence[Event], now: datetime) -> str:
             text += f". Not retried: {state.not_started + 1} attempts never started"
         elif err.kind not in policy.retry_on:
             text += f". Not retried: the job's policy retries only {', '.join(policy.retry_on) or 'nothing'}"
-        elif state.attempt - state.not_started >= policy.max_attempts:
+        elif state.spent >= policy.max_attempts:
             text += f". Not retried: attempt {state.attempt} was the last of {policy.max_attempts} allowed"
         return text + f". It ended {dur(since_submit)} after submission."
 

@@ -44,7 +44,7 @@ class Attempt:
 
 def failure_event(state: JobState, kind: FailureKind, message: str, detail: str | None) -> Body:
     """A retry where the job's own policy allows one, else the terminal failure."""
-    if not state.cancel_requested and state.retry.allows_retry(kind, state.attempt, not_started=state.not_started):
+    if not state.cancel_requested and state.allows_retry(kind):
         return AttemptFailed(kind=kind, message=message, detail=detail, attempt=state.attempt, tokens=state.tokens)
     return Failed(kind=kind, message=message, detail=detail, tokens=state.tokens)
 

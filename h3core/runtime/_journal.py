@@ -18,11 +18,14 @@ from h3core.domain.events import (
     Body,
     Cancelled,
     CancelRequested,
+    CheckpointRejected,
     Detached,
     Done,
     Failed,
     Progress,
     Recovered,
+    Released,
+    Restored,
     Resumed,
     Running,
 )
@@ -82,6 +85,9 @@ _ABOVE_DEBUG = frozenset(
         "failed",
         "cancel_requested",
         "cancelled",
+        "restored",
+        "checkpoint_rejected",
+        "released",
     }
 )
 
@@ -144,6 +150,23 @@ def log_written(state: JobState, bodies: Sequence[Body]) -> None:
                 log.warning("job %s failed (%s): %s", state.job_id, body.kind, body.message, extra=extra)
             case CancelRequested():
                 log.info("job %s: cancel requested (%s)", state.job_id, body.reason, extra=extra)
+            case Restored():
+                extra |= {"step": body.checkpoint.step, "path": body.checkpoint.path}
+                log.info(
+                    "job %s: attempt %d continues after step %d (a checkpoint)",
+                    state.job_id,
+                    body.attempt,
+                    body.checkpoint.step,
+                    extra=extra,
+                )
+            case CheckpointRejected():
+                extra |= {"step": body.checkpoint.step, "path": body.checkpoint.path}
+                log.warning(
+                    "job %s: checkpoint of step %d unusable: %s", state.job_id, body.checkpoint.step, body.reason, extra=extra
+                )
+            case Released():
+                extra |= {"step": body.step, "reason": body.reason}
+                log.info("job %s: attempt %d handed back to the queue (%s)", state.job_id, body.attempt, body.reason, extra=extra)
             case Cancelled():
                 log.info("job %s cancelled: %s", state.job_id, body.reason, extra=extra)
             case _:  # submitted: its admission (or refusal) follows in the same append

@@ -16,12 +16,16 @@ from h3core.domain.events import (
     AttemptFailed,
     Body,
     Cancelled,
+    Checkpointed,
+    CheckpointRejected,
     Detached,
     Done,
     Event,
     Failed,
     Progress,
     Recovered,
+    Released,
+    Restored,
     Resumed,
     Running,
 )
@@ -137,7 +141,20 @@ async def _end_dead_attempt(journal: Journal, artifacts: ArtifactStore | None, s
 
 # What only a runner writes (an API process on the same store writes submits and cancels): the
 # newest of these is when the previous runner process was last seen.
-RUNNER_WRITES = (Running, Resumed, Detached, Progress, Done, AttemptFailed, Failed, Recovered)
+RUNNER_WRITES = (
+    Running,
+    Resumed,
+    Detached,
+    Progress,
+    Done,
+    AttemptFailed,
+    Failed,
+    Recovered,
+    Checkpointed,
+    Restored,
+    CheckpointRejected,
+    Released,
+)
 RECENT = 1000  # how far back the store is read for it
 
 

@@ -42,6 +42,10 @@ try:  # ... and later than the third
     from h3core.domain.webhooks import WebhookTarget
 except ImportError:  # pragma: no cover
     WebhookTarget = None
+try:  # ... and later than the fourth
+    from h3core.domain.events import Checkpoint, Checkpointed, CheckpointRejected, Released, Restored
+except ImportError:  # pragma: no cover
+    Checkpoint = Checkpointed = CheckpointRejected = Released = Restored = None
 
 
 def _artifact(job: str, attempt: int) -> Artifact:
@@ -153,6 +157,28 @@ def logs() -> dict[str, list[list]]:
             [Running(attempt=1, executor="fake")],
             [Progress(step=8, total=8)],
             [Done(artifact=_artifact("webhook", 1))],
+        ]
+    if Checkpoint is not None:  # schema 4: checkpoints, restored, checkpoint_rejected, released
+
+        def cp(attempt: int, step: int, digit: str) -> Checkpoint:
+            return Checkpoint(
+                attempt=attempt, step=step, total=8, path=f"checkpoints/ckpt/{attempt}-{step}.pt", bytes=9120, sha256=digit * 64
+            )
+
+        out["checkpointed"] = [
+            [t2va, Admitted()],
+            [Running(attempt=1, executor="pipeline")],
+            *[[Progress(step=i, total=8)] for i in (1, 2, 3)],
+            [Checkpointed(checkpoint=cp(1, 2, "a"), paused_s=0.012, write_s=0.4)],
+            [Progress(step=4, total=8)],
+            [Checkpointed(checkpoint=cp(1, 4, "b"), paused_s=0.011, write_s=0.38)],
+            [Progress(step=5, total=8)],
+            [Released(attempt=1, reason="h3core stopped gracefully (SIGTERM)", step=5)],
+            [Running(attempt=2, executor="pipeline")],
+            [CheckpointRejected(attempt=2, checkpoint=cp(1, 4, "b"), reason="sha256 differs: the file is not the one written")],
+            [Restored(attempt=2, checkpoint=cp(1, 2, "a"))],
+            *[[Progress(step=i, total=8)] for i in (3, 8)],
+            [Done(artifact=_artifact("checkpointed", 2))],
         ]
     if Recovered is not None:
         out["recovered"] = [

@@ -15,12 +15,17 @@ from h3core.domain.events import (
     Body,
     Cancelled,
     CancelRequested,
+    Checkpoint,
+    Checkpointed,
+    CheckpointRejected,
     Detached,
     Done,
     Event,
     Failed,
     Progress,
     Recovered,
+    Released,
+    Restored,
     Resumed,
     Running,
     Submitted,
@@ -47,6 +52,9 @@ class Ref:
     executor_ref: str | None = None
     recovered: object = None
     not_started: int = 0  # attempts that failed `not_started`: they do not count against the policy
+    released: int = 0  # attempts h3core's graceful stops handed back: they do not count either
+    checkpoints: tuple[Checkpoint, ...] = ()  # the two newest
+    restored_from: int | None = None
 
     def legal(self, b: Body) -> bool:
         if self.status in ("done", "failed", "cancelled"):
@@ -74,7 +82,23 @@ class Ref:
                     return False
                 if b.kind == "not_started":  # nothing ran: retried whatever the policy, up to a bound
                     return self.not_started < MAX_NOT_STARTED
-                return b.kind in policy.retry_on and b.attempt - self.not_started < policy.max_attempts
+                return b.kind in policy.retry_on and b.attempt - self.not_started - self.released < policy.max_attempts
+            case Checkpointed():
+                c = b.checkpoint
+                own = [x.step for x in self.checkpoints if x.attempt == self.attempt]
+                floor = max(own) if own else (self.restored_from or 0)
+                return (
+                    running
+                    and c.attempt == self.attempt
+                    and c.step <= c.total
+                    and (self.total is None or c.total == self.total)
+                    and self.step is not None
+                    and floor < c.step <= self.step
+                )
+            case Restored() | CheckpointRejected():
+                return running and b.attempt == self.attempt and self.step is None and b.checkpoint in self.checkpoints
+            case Released():
+                return running and b.attempt == self.attempt and not self.cancel_requested
             case Recovered():
                 return running and b.attempt == self.attempt
             case CancelRequested():
@@ -93,7 +117,24 @@ class Ref:
             case Admitted():
                 return replace(self, status="queued")
             case Running():
-                return replace(self, status="running", attempt=b.attempt, executor_ref=b.executor_ref, step=None, total=None)
+                return replace(
+                    self,
+                    status="running",
+                    attempt=b.attempt,
+                    executor_ref=b.executor_ref,
+                    step=None,
+                    total=None,
+                    restored_from=None,
+                )
+            case Checkpointed():
+                return replace(self, checkpoints=(*self.checkpoints, b.checkpoint)[-2:])
+            case CheckpointRejected():
+                return replace(self, checkpoints=tuple(c for c in self.checkpoints if c != b.checkpoint))
+            case Restored():
+                c = b.checkpoint
+                return replace(self, step=c.step, total=c.total, restored_from=c.step)
+            case Released():
+                return replace(self, status="queued", step=None, total=None, restored_from=None, released=self.released + 1)
             case Progress():
                 return replace(self, step=b.step, total=b.total)
             case AttemptFailed():
@@ -148,11 +189,35 @@ def legal_bodies(ref: Ref) -> st.SearchStrategy[Body]:
             likely.append(st.just(Resumed(attempt=ref.attempt, executor_ref=ref.executor_ref, after_s=1.0)))
             likely.append(st.just(Detached(attempt=ref.attempt, executor_ref=ref.executor_ref)))
         policy = ref.submitted.retry
-        if not ref.cancel_requested and policy.retry_on and ref.attempt - ref.not_started < policy.max_attempts:
+        if not ref.cancel_requested and policy.retry_on and ref.attempt - ref.not_started - ref.released < policy.max_attempts:
             failing = st.builds(
                 AttemptFailed, kind=st.sampled_from(policy.retry_on), message=st.just("m"), attempt=st.just(ref.attempt)
             )
             likely += [failing] * 2
+        if ref.step is not None:
+            own = [x.step for x in ref.checkpoints if x.attempt == ref.attempt]
+            floor = max(own) if own else (ref.restored_from or 0)
+            if floor < ref.step:
+                likely += [
+                    st.builds(
+                        Checkpointed,
+                        checkpoint=st.builds(
+                            Checkpoint,
+                            attempt=st.just(ref.attempt),
+                            step=st.integers(floor + 1, ref.step),
+                            total=st.just(total),
+                            path=st.just(f"c/{ref.attempt}"),
+                            bytes=st.just(1),
+                            sha256=st.just("a" * 64),
+                        ),
+                    )
+                ] * 2
+        elif ref.checkpoints:
+            known = st.sampled_from(ref.checkpoints)
+            likely.append(st.builds(Restored, attempt=st.just(ref.attempt), checkpoint=known))
+            likely.append(st.builds(CheckpointRejected, attempt=st.just(ref.attempt), checkpoint=known, reason=st.just("r")))
+        if not ref.cancel_requested:
+            likely.append(st.builds(Released, attempt=st.just(ref.attempt), reason=st.just("shutdown")))
         if not ref.cancel_requested and ref.not_started < MAX_NOT_STARTED:
             likely.append(st.just(AttemptFailed(kind="not_started", message="m", attempt=ref.attempt)))
         likely.append(st.builds(Cancelled) if ref.cancel_requested else st.builds(CancelRequested))

@@ -225,6 +225,7 @@ def test_the_runner_logs_the_same_records_whether_debug_is_on_or_off_less_the_de
     from h3core.runtime._journal import log_written
     from tests.factories import artifact
 
+    CKPT = ev.Checkpoint(attempt=1, step=1, total=2, path="checkpoints/j/1-1.pt", bytes=1, sha256="a" * 64)
     bodies = [
         submitted(),
         Admitted(tokens=7),
@@ -239,6 +240,10 @@ def test_the_runner_logs_the_same_records_whether_debug_is_on_or_off_less_the_de
         ev.CancelRequested(reason="asked"),
         ev.Cancelled(reason="asked"),
         ev.Recovered(attempt=1, artifact=artifact()),
+        ev.Checkpointed(checkpoint=CKPT),
+        ev.Restored(attempt=1, checkpoint=CKPT),
+        ev.CheckpointRejected(attempt=1, checkpoint=CKPT, reason="sha256 differs"),
+        ev.Released(attempt=1, reason="shutdown", step=1),
     ]
     union = typing.get_args(typing.get_args(ev.Body)[0])  # Annotated[Union[...], its discriminator]
     assert {type(b) for b in bodies} == set(union), "a body type this test does not log"
@@ -253,4 +258,4 @@ def test_the_runner_logs_the_same_records_whether_debug_is_on_or_off_less_the_de
     every = records(logging.DEBUG)
     assert len(every) == len(bodies)
     assert records(logging.INFO) == [r for r in every if r[0] != "DEBUG"]
-    assert {r[2]["event"] for r in every if r[0] == "DEBUG"} == {"submitted", "progress"}
+    assert {r[2]["event"] for r in every if r[0] == "DEBUG"} == {"submitted", "progress", "checkpointed"}

@@ -135,9 +135,15 @@ def timeline(events: Sequence[Event], now: datetime) -> Timeline:
         line.bars.append(bar("queue", label, waiting_since, stop, outcome, detail=detail))
     for e in events:
         b = e.body
-        mark = {"resumed": "resumed", "detached": "detached", "cancel_requested": "cancel asked", "recovered": "recovered"}.get(
-            e.type
-        )
+        mark = {
+            "resumed": "resumed",
+            "detached": "detached",
+            "cancel_requested": "cancel asked",
+            "recovered": "recovered",
+            "restored": "continued from a checkpoint",
+            "released": "handed back by h3core's stop",
+            "checkpoint_rejected": "checkpoint unusable",
+        }.get(e.type)
         if mark is None:
             continue
         if isinstance(b, Recovered):
