@@ -47,6 +47,38 @@ class ArtifactStoreContract:
     def test_it_is_an_artifact_store(self, artifacts):
         assert isinstance(artifacts, ArtifactStore)
 
+    def test_a_checkpoint_reads_back_as_written_and_is_listed_with_its_step(self, artifacts):
+        data = b"latents" * 1000
+        path, size, sha = artifacts.put_checkpoint(JOB, 1, 4, data)
+        assert (size, sha) == (len(data), hashlib.sha256(data).hexdigest()) and not Path(path).is_absolute()
+        assert artifacts.read_checkpoint(path) == data
+        assert artifacts.measure(path) == (size, sha)
+        later, _, _ = artifacts.put_checkpoint(JOB, 2, 9, b"later")
+        listed = artifacts.checkpoint_files(JOB)
+        assert [(f.path, f.attempt, f.checkpoint, f.partial) for f in listed] == [(path, 1, 4, False), (later, 2, 9, False)]
+        assert {f.path for f in artifacts.files() if f.checkpoint is not None} == {path, later}
+        assert artifacts.checkpoint_files(OTHER) == []
+
+    def test_checkpoints_belong_to_the_job_not_to_an_attempt(self, artifacts):
+        path, _, _ = artifacts.put_checkpoint(JOB, 1, 3, b"state")
+        _commit(artifacts, attempt=1)
+        artifacts.discard(JOB, 1)
+        assert path not in {f.path for f in artifacts.attempt_files(JOB, 1)}
+        assert artifacts.read_checkpoint(path) == b"state", "discarding a failed attempt keeps what the next continues from"
+        artifacts.remove(path)
+        assert artifacts.checkpoint_files(JOB) == []
+        with pytest.raises(FileNotFoundError):
+            artifacts.read_checkpoint(path)
+
+    def test_a_checkpoint_is_never_read_from_outside_the_store_or_from_a_video(self, artifacts):
+        artifact = _commit(artifacts)
+        with pytest.raises(ValueError):
+            artifacts.read_checkpoint(artifact.path)
+        with pytest.raises(ValueError):
+            artifacts.read_checkpoint("../outside.ckpt")
+        with pytest.raises(ValueError):
+            artifacts.put_checkpoint("../escape", 1, 1, b"x")
+
     def test_a_staged_video_is_not_committed_and_is_listed_as_partial(self, artifacts):
         staged = _stage(artifacts)
         assert artifacts.committed(JOB, 1) is None

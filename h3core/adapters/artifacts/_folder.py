@@ -3,6 +3,7 @@ files named `attempt-N.*`, paths checked to stay under the root."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -13,7 +14,19 @@ from h3core.domain.ids import is_job_id
 from h3core.domain.retention import StoredFile
 
 _ATTEMPT_FILE = re.compile(r"^attempt-(\d{1,9})\.")
+# A denoising checkpoint: `checkpoint-<attempt>-<step>.ckpt`, apart from the attempt's own files so
+# that discarding a failed attempt keeps what the next one continues from.
+_CHECKPOINT_FILE = re.compile(r"^checkpoint-(\d{1,9})-(\d{1,9})\.ckpt(\.part)?$")
 PART = ".part"  # a staged file's suffix: not a video until its commit renames it
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the names in folder `path` durable (a rename into it, a file made in it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class AttemptFolders:
@@ -78,6 +91,47 @@ class AttemptFolders:
             self.remove(f.path)
         return removed
 
+    def put_checkpoint(self, job_id: str, attempt: int, step: int, data: bytes) -> tuple[str, int, str]:
+        """Write a checkpoint crash-safe: staged, fsynced, renamed into place, its folder synced.
+        (path, size, sha256) of what is now durably there."""
+        d = self._dir(job_id)
+        d.mkdir(parents=True, exist_ok=True)
+        final = d / f"checkpoint-{attempt}-{step}.ckpt"
+        staged = final.with_name(final.name + PART)
+        with open(staged, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(staged, final)
+        fsync_dir(d)
+        return str(final.relative_to(self.root)), len(data), hashlib.sha256(data).hexdigest()
+
+    def read_checkpoint(self, rel_path: str) -> bytes:
+        """A checkpoint's bytes as stored (FileNotFoundError where it is gone)."""
+        path = self.resolve(rel_path)
+        if _CHECKPOINT_FILE.match(path.name) is None or path.name.endswith(PART):
+            raise ValueError(f"{rel_path!r} is not a checkpoint")
+        return path.read_bytes()
+
+    def checkpoint_files(self, job_id: str) -> list[StoredFile]:
+        """The job's checkpoint files (written or being written), oldest step first."""
+        d = self._dir(job_id)
+        out = []
+        for attempt, step, rel in self._checkpoint_files(d):
+            try:
+                size = (self.root / rel).stat().st_size
+            except FileNotFoundError:
+                continue
+            out.append(StoredFile(job_id, attempt, rel, size, rel.endswith(PART), checkpoint=step))
+        return sorted(out, key=lambda f: (f.checkpoint or 0, f.attempt))
+
+    def _checkpoint_files(self, d: Path) -> list[tuple[int, int, str]]:
+        try:
+            names = sorted(e.name for e in os.scandir(d) if e.is_file(follow_symlinks=False))
+        except FileNotFoundError:
+            return []
+        return [(int(m.group(1)), int(m.group(2)), f"{d.name}/{n}") for n in names if (m := _CHECKPOINT_FILE.match(n))]
+
     def _attempt_files(self, d: Path) -> list[tuple[int, str]]:
         try:
             entries = sorted(os.scandir(d), key=lambda e: e.name)
@@ -91,7 +145,7 @@ class AttemptFolders:
         return out
 
     def files(self) -> list[StoredFile]:
-        """Every attempt file under a job's folder; anything else in the store is not ours to judge."""
+        """Every attempt file and checkpoint under a job's folder; anything else in the store is not ours to judge."""
         out = []
         for d in sorted(self.root.iterdir()):
             if not (d.is_dir() and not d.is_symlink() and is_job_id(d.name)):
@@ -102,6 +156,7 @@ class AttemptFolders:
                 except FileNotFoundError:
                     continue  # removed meanwhile
                 out.append(StoredFile(job_id=d.name, attempt=attempt, path=rel, bytes=size, partial=rel.endswith(PART)))
+            out += self.checkpoint_files(d.name)
         return out
 
     def remove(self, rel_path: str) -> None:

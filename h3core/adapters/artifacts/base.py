@@ -17,6 +17,12 @@ checks them; run it against yours):
 - **Listing and cleanup.** `attempt_files` lists an attempt's files with size and sha256, `discard`
   removes them all and says what they were, `files` lists every attempt file with its job and
   attempt, `remove(path)` deletes one (a missing one is no error).
+- **Checkpoints.** `put_checkpoint(job_id, attempt, step, data)` stores a denoising checkpoint
+  crash-safe (staged, synced, then renamed: a crash leaves the whole checkpoint or none at its
+  name) and returns its (path, size, sha256); `read_checkpoint(path)` gives its bytes back
+  (FileNotFoundError once gone); `checkpoint_files(job_id)` lists the job's, oldest step first.
+  Checkpoints belong to the job, not to an attempt: `attempt_files` and `discard` leave them;
+  `files` lists them with their step; `remove` deletes one.
 - **Reading.** `measure(path)` is a file's size and sha256 now ((None, None) for no file; sha256
   None unless `hashed`); `resolve(path)` gives the file to serve, and refuses (`ValueError`) a
   path that would leave the store.
@@ -71,7 +77,20 @@ class ArtifactStore(Protocol):
         ...
 
     def files(self) -> list[StoredFile]:
-        """Every attempt file in the store, with its job, attempt, size and whether it is partial."""
+        """Every attempt file and checkpoint in the store, with its job, attempt, size, whether it
+        is partial, and a checkpoint's step."""
+        ...
+
+    def put_checkpoint(self, job_id: str, attempt: int, step: int, data: bytes) -> tuple[str, int, str]:
+        """Store a checkpoint of `attempt` at `step` crash-safe; its (path, size, sha256)."""
+        ...
+
+    def read_checkpoint(self, rel_path: str) -> bytes:
+        """A checkpoint's bytes as stored; FileNotFoundError where it is gone."""
+        ...
+
+    def checkpoint_files(self, job_id: str) -> list[StoredFile]:
+        """The job's checkpoint files (partial ones too), oldest step first."""
         ...
 
     def remove(self, rel_path: str) -> None:

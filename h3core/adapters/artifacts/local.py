@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from h3core.adapters.artifacts._folder import PART, AttemptFolders
+from h3core.adapters.artifacts._folder import PART, AttemptFolders, fsync_dir
 from h3core.adapters.artifacts.base import media_type, sha256_file
 from h3core.domain.adoption import FoundArtifact
 from h3core.domain.events import Artifact
@@ -52,12 +52,7 @@ def _marked(marker: Path) -> datetime | None:
         return None
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_fsync_dir = fsync_dir
 
 
 class LocalArtifactStore(AttemptFolders):
