@@ -118,6 +118,9 @@ class Capabilities(_Data):
     media: Mapping[str, int] = Field(default_factory=dict)  # most uploads per field (request.UPLOAD_KINDS); absent: the API's own
     max_references: int | None = Field(default=None, ge=0)  # references of any kind, in all
     audio_alone: bool = True  # False: an audio reference needs an image or video reference beside it
+    # Whether it checkpoints its denoising loop (and continues from a checkpoint): the in-process
+    # pipeline and its groups do; ComfyUI owns its loop and does not (its re-attach covers restarts).
+    checkpoints: bool = False
     # Most attempts it runs at once, where it bounds that itself (a ComfyUI runs one prompt at a
     # time): the runner starts no more, and the rest wait queued in h3core. None: the runner's slots.
     concurrency: int | None = Field(default=None, ge=1)

@@ -22,6 +22,20 @@ An executor is given a `JobSpec` and returns an async iterator (`run`). It must:
   message. The executor never writes events: the runner writes every event, terminal ones
   included.
 
+**Checkpoints**, where `capabilities().checkpoints` says it keeps them (never otherwise):
+
+- With `job.checkpoints` (a `CheckpointPolicy`) it stores the state its denoising loop needs to
+  continue exactly (latents, scheduler, RNG: whatever the loop carries) through the artifact
+  store's `put_checkpoint` whenever the policy says one is due, and yields `CheckpointSaved`
+  once it is durably there, after the `Progress` of its step.
+- With `job.resume` (a checkpoint the runner has checked against its recorded size and sha256)
+  it continues after the checkpoint's step: its first `Progress` is that step + 1, and its video
+  is the one an uninterrupted run with the same seed on the same device makes.
+- `save_on_stop(job)` (`Checkpointing`) is asked just before h3core's own graceful stop cancels
+  the iteration: the cleanup then ends the step in flight, stores a checkpoint of the last step
+  reached (where past the last stored one), and raises `StoppedWithCheckpoint(saved)` in place of
+  the cancellation, so the next attempt continues from there.
+
 `running()` is an async context manager the runner holds for the executor's whole life: on
 entry it loads what the executor needs (once, before any job) and starts any background tasks
 it owns (a websocket, a watchdog) in its own task group; on exit it stops them and releases
@@ -50,27 +64,49 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from h3core.domain.capabilities import Capabilities
-from h3core.domain.events import Artifact, Progress
+from h3core.domain.checkpoints import CheckpointPolicy
+from h3core.domain.events import Artifact, Checkpoint, Progress
 from h3core.domain.failures import FailureKind
 from h3core.domain.request import GenerationRequest
 from h3core.executors.reports import GroupHealth, HeadHealth, ProbeRow
 
 
 @dataclass(frozen=True)
+class Resume:
+    """A checkpoint to continue from, and its bytes as read and checked (size and sha256) by the runner."""
+
+    checkpoint: Checkpoint
+    data: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One attempt at a job, as the runner hands it to an executor: the job's id, the attempt's number,
-    its request, the sequence length admission computed for it (`tokens`, None where not stored), and
-    the last step already logged when the attempt is being resumed."""
+    its request, the sequence length admission computed for it (`tokens`, None where not stored), the
+    last step already logged when the attempt is being resumed, when to checkpoint (`checkpoints`,
+    None: never) and the checkpoint to continue from (`resume`)."""
 
     job_id: str
     attempt: int
     request: GenerationRequest
     tokens: int | None = None
     last_step: int = 0  # when resuming an attempt: the last step already in the log
+    checkpoints: CheckpointPolicy | None = None
+    resume: Resume | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointSaved:
+    """A checkpoint the attempt stored (durably, through the artifact store), with what it cost:
+    `paused_s`, how long the denoising loop waited for it; `write_s`, the whole write."""
+
+    checkpoint: Checkpoint
+    paused_s: float = 0.0
+    write_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -87,7 +123,7 @@ class Result:
     artifact: Artifact
 
 
-Update = Progress | Heartbeat | Result
+Update = Progress | Heartbeat | CheckpointSaved | Result
 
 
 class ExecutorFailure(Exception):
@@ -111,6 +147,15 @@ class FinishedBeforeStop(Exception):
     def __init__(self, result: Result) -> None:
         super().__init__(f"finished before the stop took effect: {result.artifact.path}")
         self.result = result
+
+
+class StoppedWithCheckpoint(Exception):
+    """Raised by an executor's cleanup in place of the cancellation of h3core's graceful stop (after
+    `save_on_stop`): the attempt stopped at a step boundary and stored `saved` there."""
+
+    def __init__(self, saved: CheckpointSaved) -> None:
+        super().__init__(f"stopped after step {saved.checkpoint.step}, checkpointed at {saved.checkpoint.path}")
+        self.saved = saved
 
 
 # What torch's host allocator raises when the machine's memory runs out: a RuntimeError, not a MemoryError.
@@ -207,7 +252,7 @@ class Resumable(Protocol):
     iteration is cancelled: True leaves the work running (the cleanup does not stop it, the
     runner writes nothing, the attempt stays `running` in the log and the next start resumes
     it, or fails it `executor_lost` if the work is gone); False stops it as a cancel would,
-    and the attempt is recorded `interrupted`."""
+    and the attempt is handed back (`released`: not a failure)."""
 
     def resume(self, job: JobSpec, executor_ref: str) -> AsyncIterator[Update]:
         """Follow the running attempt `executor_ref` names, as `run` would past `job.last_step`; raise
@@ -217,4 +262,16 @@ class Resumable(Protocol):
     def detach(self, job: JobSpec, executor_ref: str) -> bool:
         """Whether to leave the attempt's work running when h3core stops gracefully (True), or stop it
         as a cancel would (False)."""
+        ...
+
+
+@runtime_checkable
+class Checkpointing(Protocol):
+    """An executor that checkpoints its denoising loop (`capabilities().checkpoints`): before h3core's
+    own graceful stop cancels an attempt, `save_on_stop` asks it to store a checkpoint where it stops
+    (the module's docstring)."""
+
+    def save_on_stop(self, job: JobSpec) -> None:
+        """The cancellation that follows is h3core's graceful stop: end the step in flight, store a
+        checkpoint there, and raise `StoppedWithCheckpoint` from the cleanup."""
         ...

@@ -8,6 +8,11 @@ video with the request's frame count, drawn small, so downloads work end to end:
 mp4 where PyAV and numpy are installed (the service, pipeline and comfyui extras), else a
 YUV4MPEG2 (`.y4m`, no sound) written in pure Python, so the core library runs without codecs.
 
+It keeps checkpoints as the pipeline does: its "denoising state" is a hash chain over the steps
+(from the seed), stored as a checkpoint where the job's policy says and continued from on resume,
+and the video it draws depends on the chain's end, so a resumed job makes the same video as an
+uninterrupted one only if it continued from exactly the state it stopped at.
+
 `FakeLimits` gives it limits of its own (modes, a clip window, a token budget, upload slots),
 which it states in `capabilities()` and enforces in `check()`, and `set_ready` makes modes
 unready (as a server that went away), so the contract between admission, dispatch and an
@@ -16,8 +21,11 @@ executor can be tested without a model.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import re
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -30,10 +38,19 @@ import anyio
 
 from h3core.adapters.artifacts import ArtifactStore, media_type
 from h3core.domain.capabilities import MODES, Capabilities, FrameWindow, GroupBudget, ModeReadiness
-from h3core.domain.events import Progress
+from h3core.domain.events import Checkpoint, Progress
 from h3core.domain.failures import FAILURE_KINDS, FailureKind
 from h3core.domain.geometry import FPS, count_tokens, snap_frames
-from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, NoReports, Result, Update
+from h3core.executors.base import (
+    CheckpointSaved,
+    ExecutorFailure,
+    Heartbeat,
+    JobSpec,
+    NoReports,
+    Result,
+    StoppedWithCheckpoint,
+    Update,
+)
 
 _DIRECTIVE = re.compile(r"\[fake\s+([^\]]*)\]")
 _MAX_PREVIEW_SIDE = 128
@@ -129,6 +146,8 @@ class FakeExecutor(NoReports):
         self.runs = 0  # attempts started, for tests
         self.cleanups = 0  # attempts whose cleanup ran
         self.finishing: set[str] = set()  # jobs in their final encode now, for tests
+        self.steps_run = 0  # steps computed, in all attempts (what a resume saves)
+        self._save_on_stop: set[tuple[str, int]] = set()
 
     def capabilities(self) -> Capabilities:
         """Its `FakeLimits`, with every mode unready before `running()` is entered or while `set_ready`
@@ -161,6 +180,7 @@ class FakeExecutor(NoReports):
             groups=(budget,),
             media=dict(lim.media),
             exact_frames=MODES,  # it writes the frames asked, not the model's 17n + 5
+            checkpoints=True,
         )
 
     def set_ready(self, ready: bool, reason: str = "not ready", modes: tuple[str, ...] = MODES) -> None:
@@ -215,22 +235,40 @@ class FakeExecutor(NoReports):
         match = _DIRECTIVE.search(job.request.prompt)
         return FakePlan.parse(match.group(1), plan) if match else plan
 
+    def save_on_stop(self, job: JobSpec) -> None:
+        """The stop that follows is h3core's own: checkpoint where the attempt stops."""
+        self._save_on_stop.add((job.job_id, job.attempt))
+
     async def run(self, job: JobSpec) -> AsyncIterator[Update]:
-        """Follow the job's plan step by step, then write the video under a shielded scope (a cancel
-        during the encode comes too late)."""
+        """Follow the job's plan step by step (from its checkpoint, where it resumes), checkpointing
+        as its policy says, then write the video under a shielded scope (a cancel during the encode
+        comes too late)."""
         plan = self.plan_for(job)
         total = job.request.steps
         self.check(job)
         self.runs += 1
+        first, chain = 1, _chain_start(job)
+        if job.resume is not None:
+            first, chain = _continue(job)
+            first += 1
+        policy = job.checkpoints
+        saved = (first - 1, time.monotonic())  # the last checkpoint's step (or where it began), and when
+        reached = first - 1
         try:
             yield Heartbeat("loaded")
-            for step in range(1, total + 1):
+            for step in range(first, total + 1):
                 if plan.hang_at == step:
                     await anyio.sleep_forever()
                 if plan.fail_at == step and job.attempt <= plan.fail_attempts:
                     _raise(plan.kind, step)
                 await anyio.sleep(plan.step_seconds)
+                chain, reached = _step(chain, step), step
+                self.steps_run += 1
                 yield Progress(step=step, total=total)
+                if policy is not None and policy.due(step, total, saved[0], time.monotonic() - saved[1]):
+                    done = await anyio.to_thread.run_sync(self._checkpoint, job, step, chain)
+                    saved = (step, time.monotonic())
+                    yield done
             if plan.no_result:
                 return
             # Past the last step a stop no longer takes effect (as a model's decode and encode): the
@@ -239,22 +277,39 @@ class FakeExecutor(NoReports):
                 self.finishing.add(job.job_id)
                 try:
                     await anyio.sleep(plan.encode_seconds)
-                    artifact = await anyio.to_thread.run_sync(self._write, job)
+                    artifact = await anyio.to_thread.run_sync(self._write, job, chain)
                 finally:
                     self.finishing.discard(job.job_id)
             yield Result(artifact)
+        except anyio.get_cancelled_exc_class():
+            if (job.job_id, job.attempt) not in self._save_on_stop or reached <= saved[0]:
+                raise
+            with anyio.CancelScope(shield=True):  # the step in flight is dropped: the state is the last one reached
+                at_stop = await anyio.to_thread.run_sync(self._checkpoint, job, reached, chain)
+            raise StoppedWithCheckpoint(at_stop) from None
         finally:
+            self._save_on_stop.discard((job.job_id, job.attempt))
             with anyio.CancelScope(shield=True):
                 await anyio.sleep(plan.cleanup_seconds)
                 self.cleanups += 1
 
-    def _write(self, job: JobSpec):  # runs in a worker thread
+    def _checkpoint(self, job: JobSpec, step: int, chain: str) -> CheckpointSaved:  # runs in a worker thread
+        t0 = time.perf_counter()
+        data = json.dumps({"job_id": job.job_id, "step": step, "total": job.request.steps, "chain": chain}).encode()
+        path, size, sha = self.artifacts.put_checkpoint(job.job_id, job.attempt, step, data)
+        cp = Checkpoint(attempt=job.attempt, step=step, total=job.request.steps, path=path, bytes=size, sha256=sha)
+        return CheckpointSaved(cp, paused_s=time.perf_counter() - t0, write_s=time.perf_counter() - t0)
+
+    def _write(self, job: JobSpec, chain: str):  # runs in a worker thread
         r = job.request
-        key = (r.width, r.height, r.frames, r.seed)
+        # The chain's end seeds the drawing: only a run that went through every step from the
+        # seed (in one attempt or continued from checkpoints) draws this video.
+        seed = int(chain[:15], 16)
+        key = (r.width, r.height, r.frames, seed)
         data = self._videos.get(key)
         if data is None:
             render = _render_mp4 if self.encoding == "mp4" else _render_y4m
-            data = render(*_preview_size(r.width, r.height), r.frames, r.seed)
+            data = render(*_preview_size(r.width, r.height), r.frames, seed)
             self._videos[key] = data
             while len(self._videos) > 8:
                 self._videos.popitem(last=False)
@@ -269,6 +324,28 @@ class FakeExecutor(NoReports):
             duration_s=r.frames / r.fps,
             media_type=media_type(staged.name.removesuffix(".part")),
         )
+
+
+def _chain_start(job: JobSpec) -> str:
+    return hashlib.sha256(f"fake:{job.request.seed}".encode()).hexdigest()
+
+
+def _step(chain: str, step: int) -> str:
+    return hashlib.sha256(f"{chain}:{step}".encode()).hexdigest()
+
+
+def _continue(job: JobSpec) -> tuple[int, str]:
+    """The step and chain a checkpoint holds, checked to be this job's."""
+    assert job.resume is not None
+    try:
+        held = json.loads(job.resume.data)
+        step, chain = int(held["step"]), str(held["chain"])
+        ours = held["job_id"] == job.job_id and held["total"] == job.request.steps and step == job.resume.checkpoint.step
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ExecutorFailure("executor_error", f"checkpoint {job.resume.checkpoint.path} does not read: {exc}") from exc
+    if not ours:
+        raise ExecutorFailure("executor_error", f"checkpoint {job.resume.checkpoint.path} is not of this job's step")
+    return step, chain
 
 
 def _describe(plan: FakePlan) -> str:

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from h3core.domain.events import AttemptFailed, Body, Cancelled, Detached, Done, Failed
+from h3core.domain.events import AttemptFailed, Body, Cancelled, Detached, Done, Failed, Released
 from h3core.domain.failures import FailureKind
 from h3core.domain.state import JobState
-from h3core.executors.base import Result
+from h3core.executors.base import CheckpointSaved, Result
 from h3core.runtime._writer import Queued
 from h3core.runtime.config import RunnerConfig
 
@@ -35,6 +35,7 @@ class Attempt:
     resume: bool = False  # re-attached after a restart: follow, do not start
     stopping: bool = False  # h3core is stopping while the attempt runs
     detached: bool = False  # ...and the executor leaves its work running for the next start
+    at_stop: CheckpointSaved | None = None  # the checkpoint the executor stored where h3core's stop stopped it
     reported: list[Queued] = field(default_factory=list)  # progress handed to the writer, oldest first
 
     def wake(self) -> None:
@@ -52,7 +53,8 @@ def failure_event(state: JobState, kind: FailureKind, message: str, detail: str 
 def end_event(a: Attempt, config: RunnerConfig, *, interrupted: bool, grace_expired: bool) -> Body:
     """The event that ends the attempt: its result (`done`, with a cancel requested meanwhile
     recorded as too late: the work had finished), a retry or a terminal failure; `detached` for
-    one whose work runs on after a stop (resumed at the next start)."""
+    one whose work runs on after a stop (resumed at the next start); `released` for one h3core's
+    own graceful stop ended (not a failure: the next attempt does not count against the policy)."""
     state = a.state
     if a.result is not None and not grace_expired:
         return Done(artifact=a.result.artifact, tokens=state.tokens, cancel_too_late=state.cancel_requested)
@@ -81,7 +83,7 @@ def end_event(a: Attempt, config: RunnerConfig, *, interrupted: bool, grace_expi
     if a.stop_reason is not None:
         return failure_event(state, a.stop_reason, why or "", None)
     if why is not None:
-        return failure_event(state, "interrupted", why, None)
+        return Released(attempt=state.attempt, reason="h3core was stopped gracefully while the job ran", step=state.step)
     if a.error is not None:
         return failure_event(state, *a.error)
     return failure_event(state, "executor_error", "executor finished without a result", None)

@@ -4,24 +4,46 @@ Each attempt is two tasks: the driver iterates the executor (in a shielded scope
 runner reaches it only through the watcher) and the watcher stops it on a cancel, a stall, a
 deadline or a stop of h3core, ending the job itself if the executor will not stop within its
 grace. Whatever happens, `_end` writes the attempt's end once, shielded.
+
+Checkpoints: an attempt of an executor that keeps them starts from the newest checkpoint the log
+holds whose file still has its recorded size and sha256 (`restored`; each unusable one is
+`checkpoint_rejected` and the one before it is tried), logs each checkpoint the executor stores
+(`checkpointed`, after its step's progress) and removes those the log no longer keeps; a
+graceful stop asks the executor to checkpoint where it stops. Once the job ends, its checkpoints go.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Collection
 from contextlib import aclosing
+from dataclasses import replace
 from typing import cast
 
 import anyio
 import anyio.abc
 
+from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.base import Conflict
 from h3core.adapters.store.nodes import LeaseLost
-from h3core.domain.events import Artifact, Body, Progress
+from h3core.domain.events import Artifact, Body, Checkpoint, Checkpointed, CheckpointRejected, Progress, Restored
 from h3core.domain.state import JobState
-from h3core.executors.base import Executor, FinishedBeforeStop, Heartbeat, JobSpec, Result, Resumable, Update, classify
+from h3core.executors.base import (
+    Checkpointing,
+    CheckpointSaved,
+    Executor,
+    FinishedBeforeStop,
+    Heartbeat,
+    JobSpec,
+    Result,
+    Resumable,
+    Resume,
+    StoppedWithCheckpoint,
+    Update,
+    classify,
+)
 from h3core.runtime._attempt import Attempt, end_event
 from h3core.runtime._journal import Journal, log_written
 from h3core.runtime._recovery import can_resume
@@ -37,11 +59,21 @@ PROGRESS_IN_FLIGHT = 16
 
 
 class Supervisor:
-    def __init__(self, journal: Journal, executor: Executor, config: RunnerConfig, *, on_end: Callable[[], None]) -> None:
-        """`on_end`: called once an attempt's task has ended and its slot is free."""
+    def __init__(
+        self,
+        journal: Journal,
+        executor: Executor,
+        config: RunnerConfig,
+        *,
+        on_end: Callable[[], None],
+        artifacts: ArtifactStore | None = None,
+    ) -> None:
+        """`on_end`: called once an attempt's task has ended and its slot is free. `artifacts`: where
+        checkpoints are read back and removed (None: no checkpoints are kept)."""
         self.journal = journal
         self.executor = executor
         self.config = config
+        self.artifacts = artifacts
         self.on_end = on_end
         self.attempts: dict[str, Attempt] = {}
         self.busy: set[str] = set()  # job ids whose task is alive (cleanup may outlive the attempt)
@@ -88,10 +120,17 @@ class Supervisor:
                 slots.release()
                 self.on_end()
 
+    def _checkpoints(self) -> bool:
+        """Whether this runner's attempts keep checkpoints: an executor that keeps them, a policy
+        that asks for them and a store to put them in."""
+        return self.artifacts is not None and self.config.checkpoints.enabled and self.executor.capabilities().checkpoints
+
     async def _drive(self, a: Attempt, scope: anyio.CancelScope) -> None:
         spec = _spec(a.state)
         try:
             with scope:
+                if self._checkpoints() and not a.resume:
+                    spec = await self._restore(a, spec)
                 if a.resume:
                     assert isinstance(self.executor, Resumable) and a.state.executor_ref is not None
                     source = self.executor.resume(spec, a.state.executor_ref)
@@ -108,11 +147,16 @@ class Supervisor:
                         elif isinstance(update, Progress):
                             if not a.ended:
                                 await self._report(a, update)
+                        elif isinstance(update, CheckpointSaved):
+                            if not a.ended:
+                                await self._logged(a, update)
                         elif not isinstance(update, Heartbeat):
                             raise TypeError(f"executor yielded {update!r}, not Progress, Heartbeat or Result")
                 await self._settle(a)  # a refused progress event fails the attempt
             if a.result is None and not scope.cancel_called:
                 a.error = ("executor_error", "executor finished without a result", None)
+        except StoppedWithCheckpoint as stopped:  # h3core's own stop, and the executor checkpointed there
+            a.at_stop = stopped.saved
         except FinishedBeforeStop as finished:  # stopped (a cancel, a stall) after the work had finished
             try:
                 a.result = _checked(finished.result)
@@ -134,10 +178,55 @@ class Supervisor:
             a.driver_done = True
             a.wake()
 
-    async def _report(self, a: Attempt, update: Progress) -> None:
+    async def _report(self, a: Attempt, update: Body) -> None:
         self._settled(a)
         a.reported.append(self.journal.writer.enqueue(a.state.job_id, [update]))
         await self._settle(a, keep=PROGRESS_IN_FLIGHT)
+
+    async def _logged(self, a: Attempt, saved: CheckpointSaved) -> None:
+        """Log a checkpoint the executor stored (after its step's progress; the executor does not
+        wait for it to be written), then remove the ones the log no longer keeps: a job holds its
+        newest two, and those still on their way to the log, whatever its length."""
+        await self._report(a, Checkpointed(checkpoint=saved.checkpoint, paused_s=saved.paused_s, write_s=saved.write_s))
+        coming = {b.checkpoint.path for item in a.reported for b in item.bodies if isinstance(b, Checkpointed)}
+        await self._prune(a.state, also=coming)
+
+    async def _prune(self, state: JobState, also: Collection[str] = ()) -> None:
+        """Remove the job's checkpoint files its log does not keep (all of them once it ended), but
+        those in `also`."""
+        if self.artifacts is None:
+            return
+        artifacts = self.artifacts
+        keep = set() if state.terminal else {c.path for c in state.checkpoints} | set(also)
+
+        def prune() -> None:
+            for f in artifacts.checkpoint_files(state.job_id):
+                if f.path not in keep:
+                    artifacts.remove(f.path)
+
+        try:
+            await anyio.to_thread.run_sync(prune)
+        except (OSError, ValueError) as exc:  # a file left behind is gc's to remove, never the job's failure
+            log.warning("job %s: its old checkpoints were not removed: %s", state.job_id, exc, extra={"job_id": state.job_id})
+
+    async def _restore(self, a: Attempt, spec: JobSpec) -> JobSpec:
+        """The attempt's spec with the newest usable checkpoint to continue from (each unusable one
+        logged `checkpoint_rejected`, then the one before it tried; none: from step 0)."""
+        assert self.artifacts is not None
+        spec = replace(spec, checkpoints=self.config.checkpoints)
+        for cp in reversed(a.state.checkpoints):
+            if cp.total != a.state.request.steps:
+                why: str | None = f"made for {cp.total} steps, the job has {a.state.request.steps}"
+                data = b""
+            else:
+                data, why = await anyio.to_thread.run_sync(_read_checked, self.artifacts, cp)
+            if why is None:
+                a.state = await self.journal.append(a.state.job_id, [Restored(attempt=a.state.attempt, checkpoint=cp)])
+                return replace(spec, resume=Resume(cp, data), last_step=cp.step)
+            rejected = CheckpointRejected(attempt=a.state.attempt, checkpoint=cp, reason=why)
+            a.state = await self.journal.append(a.state.job_id, [rejected])
+            log.warning("job %s: checkpoint %s unusable: %s", a.state.job_id, cp.path, why, extra={"job_id": a.state.job_id})
+        return spec
 
     async def _settle(self, a: Attempt, *, keep: int = 0, quiet: bool = False) -> None:
         """Wait until at most `keep` of the attempt's progress events are unwritten."""
@@ -177,6 +266,9 @@ class Supervisor:
         if not driver.cancel_called and not a.cancel and not a.driver_done and resumable:
             assert isinstance(self.executor, Resumable) and a.state.executor_ref is not None
             a.detached = self.executor.detach(_spec(a.state), a.state.executor_ref)
+        graceful = self.journal.lost is None and not driver.cancel_called and not a.cancel and not a.driver_done
+        if graceful and not a.detached and isinstance(self.executor, Checkpointing) and self._checkpoints():
+            self.executor.save_on_stop(_spec(a.state))
         driver.cancel()
 
     async def _watch_attempt(self, a: Attempt, driver: anyio.CancelScope) -> None:
@@ -214,9 +306,13 @@ class Supervisor:
 
     async def _write_end(self, a: Attempt, *, interrupted: bool, grace_expired: bool) -> None:
         await self._settle(a, quiet=True)  # the terminal event comes after every progress event
-        body = end_event(a, self.config, interrupted=interrupted, grace_expired=grace_expired)
         try:
+            if a.at_stop is not None:
+                await self._log_at_stop(a, a.at_stop)
+            body = end_event(a, self.config, interrupted=interrupted, grace_expired=grace_expired)
             await self._write_outcome(a, body, interrupted=interrupted, grace_expired=grace_expired)
+            if a.state.terminal or a.state.status == "queued":
+                await self._prune(a.state)
         except StoreUnavailable as exc:
             log.error(
                 "job %s: its end (%s) cannot be written, the store is unusable; it stays %s until the next start ends it",
@@ -224,6 +320,21 @@ class Supervisor:
                 body.type,
                 a.state.status,
                 extra={"job_id": a.state.job_id, "attempt": a.state.attempt, "error": str(exc)},
+            )
+
+    async def _log_at_stop(self, a: Attempt, saved: CheckpointSaved) -> None:
+        """Log the checkpoint stored where h3core's stop stopped the attempt (its step's progress
+        first, where the stop came before the runner logged it)."""
+        cp = saved.checkpoint
+        bodies: list[Body] = []
+        if a.state.step is None or a.state.step < cp.step:
+            bodies.append(Progress(step=cp.step, total=cp.total))
+        bodies.append(Checkpointed(checkpoint=cp, paused_s=saved.paused_s, write_s=saved.write_s))
+        try:
+            a.state = await self.journal.append(a.state.job_id, bodies, expected_seq=a.state.last_seq)
+        except (Conflict, ValueError) as exc:  # refused (a cancel meanwhile, a lease lost): the stop ends it as it would
+            log.warning(
+                "job %s: the checkpoint at its stop is not logged: %s", a.state.job_id, exc, extra={"job_id": a.state.job_id}
             )
 
     async def _write_outcome(self, a: Attempt, body: Body, *, interrupted: bool, grace_expired: bool) -> None:
@@ -250,6 +361,21 @@ def _checked(result: Result) -> Result:
     if not isinstance(result.artifact, Artifact):
         raise TypeError(f"executor returned {result.artifact!r}, not an Artifact")
     return result
+
+
+def _read_checked(artifacts: ArtifactStore, cp: Checkpoint) -> tuple[bytes, str | None]:
+    """The checkpoint's bytes, and why they are unusable (None: its recorded size and sha256)."""
+    try:
+        data = artifacts.read_checkpoint(cp.path)
+    except FileNotFoundError:
+        return b"", "its file is missing"
+    except (OSError, ValueError) as exc:
+        return b"", f"its file does not read: {exc}"
+    if len(data) != cp.bytes:
+        return b"", f"truncated or grown: {len(data)} bytes, {cp.bytes} recorded"
+    if hashlib.sha256(data).hexdigest() != cp.sha256:
+        return b"", "its sha256 differs from the one recorded"
+    return data, None
 
 
 def _spec(state: JobState) -> JobSpec:

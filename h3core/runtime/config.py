@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from h3core.domain.checkpoints import CheckpointPolicy
 from h3core.domain.retry import RetryPolicy
 
 __all__ = ["RunnerConfig"]
@@ -31,3 +32,6 @@ class RunnerConfig(BaseModel):
     # runs lasts without a heartbeat (beats come every third of it); past it another node ends the
     # attempt as interrupted and the retry policy decides what follows.
     lease_s: float = Field(default=30.0, gt=0)
+    # When an executor that keeps denoising checkpoints stores one (`capabilities().checkpoints`);
+    # a policy with both criteria off turns them off.
+    checkpoints: CheckpointPolicy = CheckpointPolicy(every_steps=5, every_s=120.0)

@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 from h3core.adapters.store.location import is_postgres_url
 from h3core.adapters.uploads import DEFAULT_MAX_PIXELS
 from h3core.domain.capabilities import MODES
+from h3core.domain.checkpoints import CheckpointPolicy
 from h3core.domain.failures import unknown_kinds
 from h3core.domain.retry import DEFAULT_RETRY_ON, RetryPolicy
 from h3core.domain.topology import Topology
@@ -97,6 +98,10 @@ class Settings(BaseSettings):
     attempt_deadline: float | None = Field(default=None, gt=0)
     queue_timeout: float | None = Field(default=None, gt=0)  # a job not started this long after admission fails `deadline`
     cancel_grace: float = Field(default=30.0, ge=0)
+    # Denoising checkpoints (executors that keep them): after every this many steps, and/or this
+    # many seconds of denoising; 0 turns a criterion off, both 0 turns checkpoints off.
+    checkpoint_every_steps: int = Field(default=5, ge=0)
+    checkpoint_every_s: float = Field(default=120.0, ge=0)
     slots: int = Field(default=1, ge=1, le=256)
     max_attempts: int = Field(default=2, ge=1, le=100)
     retry_on: Annotated[list[str], NoDecode] = list(DEFAULT_RETRY_ON)
@@ -299,6 +304,7 @@ class Settings(BaseSettings):
             cancel_grace_s=self.cancel_grace,
             store_retry_s=self.store_retry,
             lease_s=self.lease,
+            checkpoints=CheckpointPolicy(every_steps=self.checkpoint_every_steps, every_s=self.checkpoint_every_s),
             retry=RetryPolicy(max_attempts=self.max_attempts, retry_on=tuple(self.retry_on)),
         )
 

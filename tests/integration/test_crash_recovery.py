@@ -15,7 +15,7 @@ import pytest
 
 from h3core.adapters.artifacts import LocalArtifactStore, sha256_file
 from h3core.adapters.store.sqlite import SQLiteEventStore
-from h3core.domain.events import AttemptFailed, Done, Failed, Recovered, Running
+from h3core.domain.events import AttemptFailed, Done, Recovered, Running
 from h3core.domain.state import fold
 from tests.integration.conftest import clean_env, cli, enqueue, poll
 
@@ -199,7 +199,7 @@ def test_a_finished_video_with_no_record_is_adopted_not_run_again(paths, store, 
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_graceful_stop_records_the_running_attempt_as_interrupted_and_retryable(paths, store, workers, sig):
+def test_graceful_stop_hands_the_running_attempt_back_checkpointed_not_failed(paths, store, workers, sig):
     db, artifacts = paths
     ids = enqueue(db, 2, steps=50)
     worker = workers.start(db, artifacts, "--fake-step-seconds", "0.2")
@@ -210,29 +210,41 @@ def test_graceful_stop_records_the_running_attempt_as_interrupted_and_retryable(
 
     assert not [s for s in store.unfinished() if s.status == "running"], "nothing left running"
     state = store.get(victim.job_id)
-    assert state.status == "queued" and state.attempt == 1
-    last = store.events(victim.job_id)[-1].body
-    assert isinstance(last, AttemptFailed) and (last.kind, last.attempt) == ("interrupted", 1)
-    assert f"{victim.job_id} #{state.last_seq} attempt_failed attempt=1  kind=interrupted" in worker.log()
+    assert (state.status, state.attempt, state.released, state.spent, state.attempt_errors) == ("queued", 1, 1, 0, ())
+    events = store.events(victim.job_id)
+    assert [e.type for e in events[-2:]] == ["checkpointed", "released"], "checkpointed where it stopped"
+    assert events[-2].body.checkpoint.step == state.checkpoint.step == max(e.body.step for e in events if e.type == "progress")
+    assert f"{victim.job_id} #{state.last_seq} released attempt=1" in worker.log()
     other = store.get(ids[1])
     assert other.status == "queued" and other.attempt == 0
     assert cli("verify", "--db", db, "--artifacts", artifacts).exit_code == 0
 
 
-def test_graceful_stop_fails_the_job_when_its_policy_allows_one_attempt(paths, store, workers):
+def test_three_graceful_restarts_during_one_job_spend_no_attempt_and_redo_no_step(paths, store, workers):
+    """Deploys (SIGTERM) during a long job, even with a policy of one attempt: each hands the job
+    back checkpointed, the next start continues after that step, and it ends done."""
     db, artifacts = paths
-    ids = enqueue(db, 2, steps=50, max_attempts=1)
-    worker = workers.start(db, artifacts, "--fake-step-seconds", "0.2", "--max-attempts", "1")
-    victim = poll(lambda: running_with_progress(store), 60, "a running job with progress", worker.log)[0]
-
+    (job_id,) = enqueue(db, 1, steps=30, max_attempts=1)
+    reached = 0
+    for restart in range(3):
+        worker = workers.start(db, artifacts, "--fake-step-seconds", "0.2", "--max-attempts", "1")
+        poll(lambda r=reached: (store.get(job_id).step or 0) >= r + 3, 60, f"progress after restart {restart}", worker.log)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(10) == 0, worker.log()
+        state = store.get(job_id)
+        assert (state.status, state.released, state.attempt_errors) == ("queued", restart + 1, ())
+        reached = state.checkpoint.step
+    worker = workers.start(db, artifacts, "--fake-step-seconds", "0.01", "--max-attempts", "1")
+    done = poll(lambda: store.get(job_id) if store.get(job_id).status == "done" else None, 60, "the job done", worker.log)
+    assert (done.attempt, done.released, done.spent, done.attempt_errors) == (4, 3, 1, ())
+    events = store.events(job_id)
+    steps = [e.body.step for e in events if e.type == "progress"]
+    assert len(steps) <= 30 + 3, f"{len(steps)} steps logged for a 30-step job and 3 restarts"
+    assert sorted(set(steps)) == list(range(1, 31))
+    restored = [e.body.checkpoint.step for e in events if e.type == "restored"]
+    assert len(restored) == 3 and restored == sorted(restored)
     worker.signal(signal.SIGTERM)
-    assert worker.wait(10) == 0, worker.log()
-
-    state = store.get(victim.job_id)
-    assert state.status == "failed" and state.error.kind == "interrupted"
-    assert isinstance(store.events(victim.job_id)[-1].body, Failed)
-    assert store.get(ids[1]).status == "queued"
-    assert not [s for s in store.unfinished() if s.status == "running"]
+    worker.wait(10)
 
 
 def test_a_second_worker_on_the_same_store_exits_3_while_the_first_runs(paths, store, workers):

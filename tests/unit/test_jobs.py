@@ -119,14 +119,16 @@ async def test_a_store_path_takes_the_runner_lock_and_keeps_the_jobs(tmp_path):
         await jobs.get(job.job_id)
 
 
-@pytest.mark.parametrize(("attempts", "outcome", "stored"), [(1, "failed", "failed"), (2, "ShuttingDown", "queued")])
-async def test_closing_while_a_job_runs_records_the_interruption_and_ends_its_waiters(tmp_path, attempts, outcome, stored):
-    """The last attempt interrupted: the waiter gets the failed state. One left: the job waits
-    queued for the next start, and the waiter is told the runner stopped first."""
+@pytest.mark.parametrize("attempts", [1, 2])
+async def test_closing_while_a_job_runs_hands_it_back_and_the_next_start_continues_it(tmp_path, attempts):
+    """A graceful stop is not a failure, whatever the retry budget: the attempt checkpoints where
+    it stops and is `released`, the waiter is told the runner stopped, and the next start
+    continues after that step, spending no attempt of the budget."""
     outcomes: list[str] = []
+    plans = {1: FakePlan(hang_at=3), 2: FakePlan(step_seconds=0.01)}
     async with anyio.create_task_group() as tg:
-        async with jobs_on(tmp_path, plan=FakePlan(hang_at=2), retry=RetryPolicy(max_attempts=attempts)) as jobs:
-            job = await jobs.submit(request())
+        async with jobs_on(tmp_path, plan=plans[1], retry=RetryPolicy(max_attempts=attempts)) as jobs:
+            job = await jobs.submit(request(steps=6))
 
             async def waiter() -> None:
                 try:
@@ -135,15 +137,22 @@ async def test_closing_while_a_job_runs_records_the_interruption_and_ends_its_wa
                     outcomes.append(type(exc).__name__)
 
             tg.start_soon(waiter)
-            await wait_until(lambda: jobs.runner.store.get(job.job_id).step == 1)
-    assert outcomes == [outcome]
+            await wait_until(lambda: jobs.runner.store.get(job.job_id).step == 2)
+    assert outcomes == ["ShuttingDown"]
     store = SQLiteEventStore(tmp_path / "h3.db")
     try:
         state = store.get(job.job_id)
-        assert state.status == stored
-        assert (state.error or state.attempt_errors[-1]).kind == "interrupted"
+        assert (state.status, state.released, state.spent, state.attempt_errors) == ("queued", 1, 0, ())
+        assert state.checkpoint is not None and state.checkpoint.step == 2, "checkpointed where it stopped"
     finally:
         store.close()
+    async with jobs_on(tmp_path, plan=plans[2], retry=RetryPolicy(max_attempts=attempts)) as again:
+        done = await again.result(job.job_id)
+        events = await again.events(job.job_id)
+    assert done.status == "done" and done.spent == 1
+    second = [e.body for e in events if e.seq > state.last_seq]
+    assert [b.type for b in second[:2]] == ["running", "restored"]
+    assert [b.step for b in second if b.type == "progress"] == [3, 4, 5, 6], "no step computed twice"
 
 
 async def test_a_store_the_caller_owns_stays_open(tmp_path):

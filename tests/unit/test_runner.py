@@ -26,6 +26,7 @@ from h3core import (
     Submissions,
 )
 from h3core.adapters.artifacts import sha256_file
+from h3core.domain.checkpoints import CheckpointPolicy
 from h3core.executors.base import FinishedBeforeStop, Result
 from h3core.runtime._supervisor import PROGRESS_IN_FLIGHT
 from tests.factories import request, submitted
@@ -247,7 +248,7 @@ async def test_the_executor_does_not_wait_for_each_progress_event_to_be_written(
 
     store.append_batch = held
 
-    async with make_runner(store=store) as runner:
+    async with make_runner(store=store, checkpoints=CheckpointPolicy()) as runner:  # progress alone in flight
         real = runner.executor.run
 
         async def counted(spec):
@@ -268,17 +269,19 @@ async def test_the_executor_does_not_wait_for_each_progress_event_to_be_written(
     assert [e.body.step for e in store.events(job) if e.type == "progress"] == list(range(1, 41))
 
 
-async def test_stopping_the_runner_mid_job_records_an_interruption_and_a_restart_finishes_it(make_runner, tmp_path):
+async def test_stopping_the_runner_mid_job_hands_it_back_and_a_restart_finishes_it(make_runner, tmp_path):
     store = SQLiteEventStore(tmp_path / "shared.db", durable=False)
     async with make_runner(plan=FakePlan(step_seconds=0.05), store=store) as runner:
         job = await runner.submit(request(steps=40))
         await wait_until(lambda: (store.get(job.job_id).step or 0) >= 2)
-    # The runner's own task was cancelled: the job is not left running.
+    # The runner's own task was cancelled: the job is not left running, and no failure is recorded.
     state = store.get(job.job_id)
-    assert state.status == "queued" and state.attempt_errors[-1].kind == "interrupted"
+    assert state.status == "queued" and state.released == 1 and state.attempt_errors == ()
+    assert store.events(job.job_id)[-1].type == "released"
     async with make_runner(plan=FakePlan(step_seconds=0.0), store=store) as runner:
         await wait_until(ended(runner, job.job_id))
-    assert store.get(job.job_id).status == "done" and store.get(job.job_id).attempt == 2
+    done = store.get(job.job_id)
+    assert done.status == "done" and done.attempt == 2 and done.spent == 1
 
 
 async def test_recovery_ends_jobs_a_dead_process_left_running(make_runner, tmp_path):
