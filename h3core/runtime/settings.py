@@ -12,12 +12,13 @@ import ipaddress
 import os
 import socket
 import tomllib
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, TomlConfigSettingsSource
 
 from h3core.adapters.store.location import is_postgres_url
 from h3core.adapters.uploads import DEFAULT_MAX_PIXELS
@@ -53,23 +54,27 @@ def _split(value: Any) -> Any:
     return value
 
 
-class _TomlFile(PydanticBaseSettingsSource):
-    """Values from the TOML file named by H3_CONFIG, below the environment in priority."""
+class _TomlFile(TomlConfigSettingsSource):
+    """pydantic-settings' TOML source on the file H3_CONFIG names, made strict: the stock source
+    skips a file that is not there and passes an unknown key on as an "extra"; a named file that
+    cannot be read, or a key that is no setting, stops the process here, naming the file."""
 
-    def get_field_value(self, field, field_name):  # pragma: no cover - __call__ does the work
-        return None, field_name, False
+    def __init__(self, settings_cls: type[BaseSettings]) -> None:
+        self.named = os.environ.get("H3_CONFIG") or None  # read per Settings(): `--config` sets it first
+        self.names = set(settings_cls.model_fields)  # the base sets settings_cls only after reading the file
+        if self.named is not None and not Path(self.named).expanduser().is_file():
+            self._read_file(Path(self.named))  # raises SettingsError with the OS's reason (missing, a folder)
+        super().__init__(settings_cls, toml_file=self.named)
 
-    def __call__(self) -> dict[str, Any]:
-        path = os.environ.get("H3_CONFIG")
-        if not path:
-            return {}
+    def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:
         try:
-            data = tomllib.loads(Path(path).read_text())
+            data = super()._read_file(file_path)
         except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise SettingsError(f"H3_CONFIG={path}: {exc}") from exc
-        unknown = set(data) - set(self.settings_cls.model_fields)
+            raise SettingsError(f"H3_CONFIG={self.named}: {exc}") from exc
+        # Exact names: the stock source would also take `SLOTS` for `slots` (case-insensitive).
+        unknown = set(data) - self.names
         if unknown:
-            raise SettingsError(f"H3_CONFIG={path}: unknown setting(s) {sorted(unknown)}")
+            raise SettingsError(f"H3_CONFIG={self.named}: unknown setting(s) {sorted(unknown)}")
         return data
 
 
