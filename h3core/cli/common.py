@@ -191,12 +191,6 @@ def first_error(exc: ValidationError) -> str:
     return "; ".join(shown) + more
 
 
-def setting_option(envvar: str, help: str, **kw):
-    """An option for one of the service's settings (h3core/runtime/settings.py): unset unless
-    given, so that the environment and the config file keep their say."""
-    return typer.Option(envvar=envvar, help=help, show_default=False, **kw)
-
-
 def require_extra(extra: str, *modules: str) -> None:
     """Exit 2 naming the extra to install when one of `modules` (an optional dependency) is missing."""
     from importlib.util import find_spec

@@ -32,10 +32,10 @@ from h3core.cli.common import (
     first_error,
     open_store,
     require_extra,
-    setting_option,
     take_runner_lock,
     ts,
 )
+from h3core.cli.flags import settings_flags
 from h3core.cli.replay import fields
 from h3core.domain.events import (
     Event,
@@ -162,72 +162,39 @@ async def _serve_runner(
 
 
 @app.command()
+@settings_flags(
+    "executor",
+    "artifacts",
+    "slots",
+    "stall_timeout",
+    "fake_step_seconds",
+    "max_attempts",
+    "poll_interval",
+    "model_dir",
+    "device",
+    "store_retry",
+    "log_format",
+    "log_level",
+    help={  # where the worker's flag says more than the setting's description
+        "executor": "pipeline, comfyui or fake, as `serve` runs it.",
+        "max_attempts": "Retry policy of jobs submitted through this runner. Jobs already stored keep the "
+        "policy recorded when they were enqueued (see `enqueue --max-attempts`).",
+        "config": "A TOML settings file (the names of `serve`'s options).",
+    },
+)
 def worker(
+    given: dict[str, Any],
     db: DbOption = Path("h3core.db"),
-    executor: Annotated[
-        str | None, setting_option("H3_EXECUTOR", "pipeline, comfyui or fake, as `serve` runs it \\[pipeline].")
-    ] = None,
-    artifacts: Annotated[Path | None, setting_option("H3_ARTIFACTS", "Where finished videos go \\[artifacts].")] = None,
-    slots: Annotated[int | None, setting_option("H3_SLOTS", "Jobs run at once \\[1].")] = None,
-    stall_timeout: Annotated[
-        float | None, setting_option("H3_STALL_TIMEOUT", "Seconds without progress before an attempt is stalled \\[600].")
-    ] = None,
-    fake_step_seconds: Annotated[
-        float | None, setting_option("H3_FAKE_STEP_SECONDS", "The fake executor's time per step \\[0.5].")
-    ] = None,
-    max_attempts: Annotated[
-        int | None,
-        setting_option(
-            "H3_MAX_ATTEMPTS",
-            "Retry policy of jobs submitted through this runner. Jobs already stored keep the "
-            "policy recorded when they were enqueued (see `enqueue --max-attempts`) \\[2].",
-        ),
-    ] = None,
-    poll_interval: Annotated[
-        float | None, setting_option("H3_POLL_INTERVAL", "Seconds between looks for work other processes stored \\[0.5].")
-    ] = None,
-    model_dir: Annotated[
-        Path | None,
-        setting_option(
-            "H3_MODEL_DIR", "MiniMax-H3 weights, diffusers layout (pipeline) \\[a tiny random model beside the store]."
-        ),
-    ] = None,
-    device: Annotated[str | None, setting_option("H3_DEVICE", "Torch device of the pipeline \\[cpu].")] = None,
-    config: Annotated[Path | None, setting_option("H3_CONFIG", "A TOML settings file (the names of `serve`'s options).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print one line per event written.")] = False,
     profile: ProfileOption = None,
-    store_retry: Annotated[
-        float | None,
-        setting_option("H3_STORE_RETRY", "Seconds a failing store is retried before the worker exits non-zero \\[30]."),
-    ] = None,
-    log_format: Annotated[
-        str | None, setting_option("H3_LOG_FORMAT", "Log records as text or JSON lines (json) \\[text].")
-    ] = None,
-    log_level: Annotated[str | None, setting_option("H3_LOG_LEVEL", "debug, info, warning or error \\[info].")] = None,
 ) -> None:
     """Run the store's queued jobs until SIGTERM or SIGINT (a graceful stop), with the executor
     `serve` would run: the same settings (these flags, every other `serve` setting from its H3_*
     variable or the --config file). `--executor fake` runs the fake."""
-    if config is not None:
-        os.environ["H3_CONFIG"] = str(config)
-    given: dict[str, Any] = {  # the flags as given: Settings validates them
-        "db": db,
-        "executor": executor,
-        "artifacts": artifacts,
-        "slots": slots,
-        "stall_timeout": stall_timeout,
-        "fake_step_seconds": fake_step_seconds,
-        "max_attempts": max_attempts,
-        "poll_interval": poll_interval,
-        "model_dir": model_dir,
-        "device": device,
-        "capacity_profile": profile,
-        "store_retry": store_retry,
-        "log_format": log_format,
-        "log_level": log_level,
-    }
+    # The flags as given (Settings validates them), with those the worker names its own way.
+    given = {**given, "db": db} | ({"capacity_profile": profile} if profile is not None else {})
     try:
-        settings = Settings(**{k: v for k, v in given.items() if v is not None})
+        settings = Settings(**given)
         settings.runner_config()  # settings that cannot run together stop it here (SettingsError)
         configure_logging(settings.log_format, settings.log_level)
     except ValidationError as exc:

@@ -1,7 +1,11 @@
 """The service's settings: defaults, then a TOML file, then `H3_*` environment, then flags.
 
-Every setting has an environment variable (`H3_` + its name in capitals) and a `serve` flag;
-`H3_CONFIG` (or `--config`) names an optional TOML file with the same names as keys.
+Every setting is declared once, as a field of `Settings`: its default, its bounds, its description.
+From the field come its environment variable (`H3_` + its name in capitals) and its flag on
+`serve` (h3core/cli/flags.py: the description is the flag's help), all but the `NoFlag` secrets;
+`H3_CONFIG` (or `--config`) names an optional TOML file with the same names as keys. A description
+says in brackets what an unset setting (a default of None or empty) means; a flag's help shows any
+other default from the field itself.
 """
 
 from __future__ import annotations
@@ -12,12 +16,13 @@ import ipaddress
 import os
 import socket
 import tomllib
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, TomlConfigSettingsSource
 
 from h3core.adapters.store.location import is_postgres_url
 from h3core.adapters.uploads import DEFAULT_MAX_PIXELS
@@ -44,6 +49,11 @@ def _postgres_url(value: str) -> str:
 PostgresUrl = Annotated[str, AfterValidator(_postgres_url)]
 
 
+class NoFlag:
+    """Marks a setting that no command has a flag for (`Annotated[..., NoFlag]`): a secret, which on a
+    command line would show in `ps` to every user of the machine; its variable or the file sets it."""
+
+
 class SettingsError(ValueError):
     """A setting that cannot work, with the setting named."""
 
@@ -54,23 +64,27 @@ def _split(value: Any) -> Any:
     return value
 
 
-class _TomlFile(PydanticBaseSettingsSource):
-    """Values from the TOML file named by H3_CONFIG, below the environment in priority."""
+class _TomlFile(TomlConfigSettingsSource):
+    """pydantic-settings' TOML source on the file H3_CONFIG names, made strict: the stock source
+    skips a file that is not there and passes an unknown key on as an "extra"; a named file that
+    cannot be read, or a key that is no setting, stops the process here, naming the file."""
 
-    def get_field_value(self, field, field_name):  # pragma: no cover - __call__ does the work
-        return None, field_name, False
+    def __init__(self, settings_cls: type[BaseSettings]) -> None:
+        self.named = os.environ.get("H3_CONFIG") or None  # read per Settings(): `--config` sets it first
+        self.names = set(settings_cls.model_fields)  # the base sets settings_cls only after reading the file
+        if self.named is not None and not Path(self.named).expanduser().is_file():
+            self._read_file(Path(self.named))  # raises SettingsError with the OS's reason (missing, a folder)
+        super().__init__(settings_cls, toml_file=self.named)
 
-    def __call__(self) -> dict[str, Any]:
-        path = os.environ.get("H3_CONFIG")
-        if not path:
-            return {}
+    def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:
         try:
-            data = tomllib.loads(Path(path).read_text())
+            data = super()._read_file(file_path)
         except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise SettingsError(f"H3_CONFIG={path}: {exc}") from exc
-        unknown = set(data) - set(self.settings_cls.model_fields)
+            raise SettingsError(f"H3_CONFIG={self.named}: {exc}") from exc
+        # Exact names: the stock source would also take `SLOTS` for `slots` (case-insensitive).
+        unknown = set(data) - self.names
         if unknown:
-            raise SettingsError(f"H3_CONFIG={path}: unknown setting(s) {sorted(unknown)}")
+            raise SettingsError(f"H3_CONFIG={self.named}: unknown setting(s) {sorted(unknown)}")
         return data
 
 
@@ -80,92 +94,180 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="H3_", extra="forbid", frozen=True)
 
-    role: Role = "all"
-    tail_interval: float = Field(default=0.05, gt=0, le=10)  # api role: how often it looks for new events
-    host: str = "127.0.0.1"
-    port: int = Field(default=8100, ge=0, le=65535)
-    # A SQLite file, or a postgresql:// URL (several runner and API nodes on one store).
-    db: Annotated[PostgresUrl | Path, Field(union_mode="left_to_right")] = Path("h3core.db")
-    artifacts: Path = Path("artifacts")
-    uploads: Path = Path("uploads")
-    executor: ExecutorName = "pipeline"
-    api_tokens: Annotated[list[str], NoDecode] = []
-    # Model names the OpenAI-compatible Videos API answers to; video objects report the first.
-    openai_models: Annotated[list[str], NoDecode] = Field(default=["minimax-h3"], min_length=1)
-    fake_step_seconds: float = Field(default=0.5, ge=0)
-    stall_timeout: float = Field(default=600.0, gt=0)
-    poll_interval: float = Field(default=0.5, gt=0, le=60)  # how often a runner looks for work others stored
-    attempt_deadline: float | None = Field(default=None, gt=0)
-    queue_timeout: float | None = Field(default=None, gt=0)  # a job not started this long after admission fails `deadline`
-    cancel_grace: float = Field(default=30.0, ge=0)
-    # Denoising checkpoints (executors that keep them): after every this many steps, and/or this
-    # many seconds of denoising; 0 turns a criterion off, both 0 turns checkpoints off.
-    checkpoint_every_steps: int = Field(default=5, ge=0)
-    checkpoint_every_s: float = Field(default=120.0, ge=0)
-    slots: int = Field(default=1, ge=1, le=256)
-    max_attempts: int = Field(default=2, ge=1, le=100)
-    retry_on: Annotated[list[str], NoDecode] = list(DEFAULT_RETRY_ON)
-    capacity_profile: str | None = None  # a TOML file or a built-in profile's name; unset: the built-in one that matches
-    model_dir: Path | None = None  # none: the pipeline serves a tiny random model written beside the store
-    device: str = "cpu"  # torch device of the pipeline executor ("cpu", "cuda", "cuda:1")
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    attention: Literal["auto", "cudnn", "flash", "efficient", "sage-fp16", "sage-fp8", "sage-triton", "math"] = "auto"
-    attention_math_max_tokens: int = Field(default=4096, ge=0)  # longest sequence allowed on the MATH kernel
-    attention_tolerance: float = Field(default=0.05, gt=0, le=1)  # relative L1 error a kernel may have at start
-    prompt_cache: int = Field(default=32, ge=0)  # prompt embeddings kept by the pipeline executor
-    text_encoder_device: str | None = None  # where the text encoder lives (unset: with the transformer)
-    vae_device: str | None = None  # where both VAEs live (unset: with the transformer)
-    # Set: the pipeline runs on groups of Ray actors, one per device (device "cpu" or "cuda").
-    devices: int | None = Field(default=None, ge=1, le=1024)
-    group_size: str = "1"  # ranks per group: one size ("2") or the sizes in order ("2,1,1")
-    parallel: Literal["fsdp+ulysses", "fsdp", "ulysses"] = "fsdp+ulysses"
-    group_budgets: Annotated[dict[int, int], NoDecode] = {}  # tokens a group of each size fits: "1=40000,2=90000"
-    group_timeout: float = Field(default=120.0, gt=0)  # bound on every collective of a group
-    watchdog_interval: float = Field(default=10.0, gt=0)  # seconds between pings of idle groups
-    rank_threads: int | None = Field(default=None, ge=1)  # torch threads per rank on a CPU
-    ray_address: str | None = None  # an existing Ray cluster; unset: a local Ray on loopback
-    comfyui_url: str | None = None
-    comfyui_topology: Literal["single-gpu", "raylight"] = "single-gpu"
-    comfyui_templates: Path | None = None  # a folder of extra workflow templates (*.json)
-    # The template per mode, by name: "t2va=core-nodes-t2va"; a mode not named: minimax-h3-{mode}-{topology}
-    comfyui_template: Annotated[dict[str, str], NoDecode] = {}
-    comfyui_concurrency: int = Field(default=1, ge=1, le=256)  # prompts ComfyUI runs at once; h3core sends no more
-    comfyui_on_stop: Literal["detach", "interrupt"] = "detach"  # a stop of h3core leaves running prompts running, or not
-    comfyui_log: Path | None = None  # ComfyUI's log, for Raylight's progress bars
-    comfyui_lost_after: float = Field(default=15.0, gt=0)  # prompt in neither queue nor history
-    comfyui_unreachable_after: float = Field(default=300.0, gt=0)
-    # Host names answered besides loopback ones ("*": any); without tokens the rest are refused.
-    allowed_hosts: Annotated[list[str], NoDecode] = []
-    # Origins (scheme://host[:port]) whose pages may call the API from a browser; others are refused.
-    cors_origins: Annotated[list[str], NoDecode] = []
-    metrics_port: int | None = Field(default=None, ge=1, le=65535)  # set: /metrics on its own listener (HTTP roles)
-    metrics_host: str = "127.0.0.1"
-    max_body_bytes: int = Field(default=1 << 20, ge=1024)  # JSON requests
-    max_upload_bytes: int = Field(default=500 << 20, ge=1024)
+    role: Role = Field(
+        default="all", description="all: HTTP and runner in one process; api: HTTP only; runner: jobs only (no HTTP)."
+    )
+    tail_interval: float = Field(
+        default=0.05, gt=0, le=10, description="api role: seconds between looks for events the runner process stored."
+    )
+    host: str = Field(default="127.0.0.1", description="Address to listen on.")
+    port: int = Field(default=8100, ge=0, le=65535, description="Port.")
+    # Several runner and API nodes share one store on PostgreSQL.
+    db: Annotated[PostgresUrl | Path, Field(union_mode="left_to_right")] = Field(
+        default=Path("h3core.db"), description="The store: a SQLite file or a postgresql:// URL."
+    )
+    artifacts: Path = Field(default=Path("artifacts"), description="Folder for videos.")
+    uploads: Path = Field(default=Path("uploads"), description="Folder for keyframes and references.")
+    executor: ExecutorName = Field(default="pipeline", description="pipeline, comfyui or fake.")
+    api_tokens: Annotated[list[str], NoDecode, NoFlag] = Field(
+        default=[], description="Bearer tokens, comma-separated, each at least 16 characters [none]."
+    )
+    openai_models: Annotated[list[str], NoDecode] = Field(
+        default=["minimax-h3"],
+        min_length=1,
+        description="Model names /v1/videos answers to, comma-separated; the first is reported.",
+    )
+    fake_step_seconds: float = Field(default=0.5, ge=0, description="The fake executor's time per step.")
+    stall_timeout: float = Field(default=600.0, gt=0, description="Seconds without progress before a job is stalled.")
+    poll_interval: float = Field(
+        default=0.5, gt=0, le=60, description="Seconds between a runner's looks for work other processes stored."
+    )
+    attempt_deadline: float | None = Field(
+        default=None, gt=0, description="Seconds an attempt may run before it fails `deadline` [unset]."
+    )
+    queue_timeout: float | None = Field(
+        default=None, gt=0, description="Seconds a job may wait unstarted after admission, then fails 'deadline' [no limit]."
+    )
+    cancel_grace: float = Field(default=30.0, ge=0, description="Seconds an executor gets to stop a cancelled or stalled job.")
+    # Executors that keep denoising checkpoints (the pipeline, its groups, the fake); both 0: none.
+    checkpoint_every_steps: int = Field(
+        default=5, ge=0, description="Store a denoising checkpoint after every this many steps (0: not by steps)."
+    )
+    checkpoint_every_s: float = Field(
+        default=120.0, ge=0, description="Store a denoising checkpoint after this many seconds of denoising (0: not by time)."
+    )
+    slots: int = Field(default=1, ge=1, le=256, description="Jobs run at once.")
+    max_attempts: int = Field(default=2, ge=1, le=100, description="Retry policy: attempts per job.")
+    retry_on: Annotated[list[str], NoDecode] = Field(
+        default=list(DEFAULT_RETRY_ON), description="Retry policy: failure kinds retried."
+    )
+    capacity_profile: str | None = Field(
+        default=None,
+        description="Capacity profile (a TOML file or a built-in name) applied whatever the hardware "
+        "[the built-in one that describes the executor, if any].",
+    )
+    model_dir: Path | None = Field(
+        default=None,
+        description="MiniMax-H3 weights, diffusers layout (pipeline) [a tiny random model beside the store].",
+    )
+    device: str = Field(default="cpu", description="Torch device of the pipeline.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        default="float32", description="float32, bfloat16 or float16 (pipeline)."
+    )
+    attention: Literal["auto", "cudnn", "flash", "efficient", "sage-fp16", "sage-fp8", "sage-triton", "math"] = Field(
+        default="auto",
+        description="auto (measured at start), cudnn, flash, efficient, sage-fp16, sage-fp8 (both unverified on a GPU), "
+        "sage-triton or math (pipeline).",
+    )
+    attention_math_max_tokens: int = Field(default=4096, ge=0, description="Longest sequence the MATH kernel may take.")
+    attention_tolerance: float = Field(
+        default=0.05, gt=0, le=1, description="Relative L1 error an attention kernel may show at start."
+    )
+    prompt_cache: int = Field(default=32, ge=0, description="Prompt embeddings the pipeline keeps.")
+    text_encoder_device: str | None = Field(
+        default=None, description="Where the text encoder lives, e.g. cpu beside a GPU transformer [with the transformer]."
+    )
+    vae_device: str | None = Field(default=None, description="Where both VAEs live [with the transformer].")
+    devices: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Run the pipeline on this many devices as groups of Ray actors [unset: in-process].",
+    )
+    group_size: str = Field(default="1", description="Ranks per group, or the sizes in order (2,1,1); each group is one slot.")
+    parallel: Literal["fsdp+ulysses", "fsdp", "ulysses"] = Field(
+        default="fsdp+ulysses", description="fsdp+ulysses, fsdp or ulysses within a group."
+    )
+    group_budgets: Annotated[dict[int, int], NoDecode] = Field(
+        default={}, description="Tokens a group of each size fits, measured (1=40000,2=90000) [unlimited]."
+    )
+    group_timeout: float = Field(default=120.0, gt=0, description="Seconds any collective may wait for a partner rank.")
+    watchdog_interval: float = Field(default=10.0, gt=0, description="Seconds between pings of idle groups.")
+    rank_threads: int | None = Field(default=None, ge=1, description="Torch threads per rank on a CPU [torch's default].")
+    ray_address: str | None = Field(default=None, description="An existing Ray cluster [unset: a local Ray on loopback].")
+    comfyui_url: str | None = Field(default=None, description="ComfyUI server (comfyui executor).")
+    comfyui_topology: Literal["single-gpu", "raylight"] = Field(default="single-gpu", description="single-gpu or raylight.")
+    comfyui_templates: Path | None = Field(default=None, description="A folder of extra workflow templates.")
+    comfyui_template: Annotated[dict[str, str], NoDecode] = Field(
+        default={},
+        description="The template per mode, by name: t2va=core-nodes-t2va,fl2va=... [minimax-h3-MODE-TOPOLOGY].",
+    )
+    comfyui_concurrency: int = Field(
+        default=1, ge=1, le=256, description="Prompts ComfyUI runs at once; jobs beyond it wait queued in h3core."
+    )
+    comfyui_on_stop: Literal["detach", "interrupt"] = Field(
+        default="detach", description="On SIGTERM: detach (prompts run on; the next start re-attaches) or interrupt."
+    )
+    comfyui_log: Path | None = Field(default=None, description="ComfyUI's log file (Raylight progress).")
+    comfyui_lost_after: float = Field(
+        default=15.0, gt=0, description="Seconds a prompt may be in neither ComfyUI's queue nor history."
+    )
+    comfyui_unreachable_after: float = Field(
+        default=300.0, gt=0, description="Seconds ComfyUI may not answer before its jobs fail."
+    )
+    # Without tokens, a Host header not named here is refused (it stops DNS rebinding).
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default=[], description="Host names answered besides loopback ones, comma-separated (* for any) [none]."
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default=[], description="Origins whose pages may call the API (scheme://host:port), comma-separated [none]."
+    )
+    metrics_port: int | None = Field(
+        default=None, ge=1, le=65535, description="Serve /metrics on this port instead of the API's [unset]."
+    )
+    metrics_host: str = Field(default="127.0.0.1", description="Address of the /metrics listener.")
+    max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest JSON request body, in bytes.")
+    max_upload_bytes: int = Field(
+        default=500 << 20, ge=1024, description="Largest upload in bytes (each kind has a lower bound of its own)."
+    )
     # A request must arrive at a pace: its headers within header_timeout, its body within
     # body_timeout of them, each extended by a second per min_request_rate bytes (service/deadlines.py).
-    header_timeout: float = Field(default=20.0, gt=0)
-    body_timeout: float = Field(default=20.0, gt=0)
-    min_request_rate: float = Field(default=500.0, gt=0)  # bytes per second
-    keep_alive_timeout: float = Field(default=5.0, gt=0)  # idle seconds between a connection's requests
-    max_connections: int = Field(default=512, ge=1)  # beyond it, new requests are answered 503
-    max_upload_pixels: int = Field(default=DEFAULT_MAX_PIXELS, ge=1)  # an image's width x height; larger is refused (422)
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["text", "json"] = "text"
-    store_retry: float = Field(default=30.0, gt=0)  # seconds a failing store is retried before the process exits
-    # PostgreSQL store: this runner node's id (unset: the host name) and how long its lease on what
-    # it runs lasts without a heartbeat before another node takes the attempt over.
-    node: str | None = Field(default=None, min_length=1, max_length=200)
-    lease: float = Field(default=30.0, ge=1, le=3600)
-    # Seconds /readyz reuses its look at the store (and the runner process); 0: it looks on every request.
-    ready_cache: float = Field(default=1.0, ge=0, le=60)
-    # Signs webhooks (Standard Webhooks, `whsec_...`; two, comma-separated, while rotating one out);
-    # unset, POST /v1/jobs refuses a `webhook` and no endpoint is sent to.
-    webhook_secret: SecretStr | None = None
-    # The deployment's endpoints, sent every job's events: jobs=URL, jobs:start+progress+completed=URL, openai=URL.
-    webhook_endpoints: Annotated[list[str], NoDecode] = []
-    # Hosts and address ranges (CIDR) webhooks may reach although private, loopback or link-local.
-    webhooks_allow: Annotated[list[str], NoDecode] = []
+    header_timeout: float = Field(default=20.0, gt=0, description="Seconds a request's line and headers may take to arrive.")
+    body_timeout: float = Field(default=20.0, gt=0, description="Seconds a request's body may take after its headers.")
+    min_request_rate: float = Field(
+        default=500.0, gt=0, description="Bytes per second of a request that earn it one more second."
+    )
+    keep_alive_timeout: float = Field(default=5.0, gt=0, description="Idle seconds a connection is kept between requests.")
+    max_connections: int = Field(default=512, ge=1, description="Connections served at once; requests beyond get 503.")
+    max_upload_pixels: int = Field(
+        default=DEFAULT_MAX_PIXELS, ge=1, description="Largest image upload, width x height in pixels."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="debug, info, warning or error.")
+    log_format: Literal["text", "json"] = Field(default="text", description="Log records as text or JSON lines (json).")
+    store_retry: float = Field(
+        default=30.0, gt=0, description="Seconds a failing store is retried before the process exits non-zero."
+    )
+    # A restarted node keeps its id (the host name), so it takes its own attempts back at once.
+    node: str | None = Field(
+        default=None, min_length=1, max_length=200, description="PostgreSQL store: this runner node's id [the host name]."
+    )
+    lease: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description="PostgreSQL store: seconds without a heartbeat before others take a node's jobs over.",
+    )
+    ready_cache: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        description="Seconds /readyz reuses its look at the store and the runner process; 0: every request.",
+    )
+    # Unset, POST /v1/jobs refuses a `webhook` and no endpoint is sent to.
+    webhook_secret: Annotated[SecretStr | None, NoFlag] = Field(
+        default=None,
+        description="Signs webhooks (Standard Webhooks): whsec_ then the base64 of at least 16 random bytes; "
+        "two, comma-separated, while one is rotated out [unset].",
+    )
+    webhook_endpoints: Annotated[list[str], NoDecode] = Field(
+        default=[],
+        description="Endpoints sent every job's events, comma-separated: jobs=URL, jobs:start+progress=URL, openai=URL; "
+        "openai@ENV_NAME=URL: signed with the secret in ENV_NAME [none].",
+    )
+    webhooks_allow: Annotated[list[str], NoDecode] = Field(
+        default=[],
+        description="Hosts and CIDR ranges webhooks may reach although private or loopback, comma-separated [none].",
+    )
 
     @field_validator(
         "api_tokens",
