@@ -5,7 +5,8 @@ projections it has `leases`, a `NodeLeases` that keeps a row per node (its ident
 its executor can run, its last heartbeat) and a lease per running attempt, taken by the `running`
 (or `resumed`) event the node writes and renewed by the node's heartbeat. The store is opened for
 one node (`leases.node_id`) or for none (an API process: it reads the nodes and writes unfenced).
-Its contract:
+The contract, which `h3core.testing.nodes.NodeLeasesContract` checks against PostgreSQL and the
+fake (`memory_leases.MemoryNodeLeases`, fencing a `MemoryNodesEventStore`):
 
 - **Fenced writes.** A store opened for a node (`node_id` set) refuses, with `LeaseLost`, any
   event but `cancel_requested` on a running job whose lease another node holds: a node that lost
@@ -33,7 +34,7 @@ memory) has one runner and no nodes.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -204,7 +205,7 @@ class Fence:
     change an append makes, `changes` is what to write back before the write commits. Pure: each
     implementation of `NodeLeases` reads and writes the leases its own way, and decides alike."""
 
-    def __init__(self, node_id: str | None, held: dict[str, tuple[str, int] | None]) -> None:
+    def __init__(self, node_id: str | None, held: Mapping[str, tuple[str, int] | None]) -> None:
         """`held`: (node, attempt) of each running job's lease, as read in the write; jobs with none are left out."""
         self.node_id = node_id
         self._held = dict(held)
