@@ -173,11 +173,11 @@ def trials(server, work: Path, n: int, lease: float, seed: int) -> None:
         flooder.start()
         for trial in range(n):
             time.sleep(rng.uniform(1.0, 3.0))
-            busy = set(store.lease_holders().values())
+            busy = set(store.leases.lease_holders().values())
             victim = rng.choice([r for r in runners if r.name in busy] or runners)  # one running something, if any is
             victim.kill()
             at = datetime.now(UTC)
-            held = {j: store.get(j).attempt for j, node in store.lease_holders().items() if node == victim.name}
+            held = {j: store.get(j).attempt for j, node in store.leases.lease_holders().items() if node == victim.name}
             console.print(f"trial {trial + 1}: SIGKILL {victim.name}, holding {len(held)} attempts")
 
             def ended(job: str, attempt: int) -> bool:
@@ -195,7 +195,7 @@ def trials(server, work: Path, n: int, lease: float, seed: int) -> None:
                 killed.append((job, (end.at - at).total_seconds(), named, attempt, end.type))
             victim.start()
             _until(
-                lambda victim=victim: any(n.node_id == victim.name and n.pid == victim.proc.pid for n in store.nodes()),
+                lambda victim=victim: any(n.node_id == victim.name and n.pid == victim.proc.pid for n in store.leases.nodes()),
                 120,
                 f"{victim.name} to rejoin",
             )

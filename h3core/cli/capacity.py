@@ -14,7 +14,7 @@ from rich.text import Text
 
 from h3core.adapters.profiles import ProfileError, builtin_profiles, dump_profile, load_profile, load_profile_ref
 from h3core.adapters.store.location import is_postgres_url
-from h3core.adapters.store.nodes import NodeLeases
+from h3core.adapters.store.nodes import WithNodeLeases
 from h3core.cli.app import app
 from h3core.cli.common import EXIT_DATA, DbOption, console, console_err, fail, first_error, open_store
 from h3core.domain.admission import DEFAULT_API_MAX_FRAMES, DEFAULT_RESOLUTIONS
@@ -64,8 +64,8 @@ def _stated(db: Path) -> list[tuple[Capabilities, str]]:
     SQLite runner's published file (none: nothing stated)."""
     if is_postgres_url(db):
         with open_store(db) as store:
-            assert isinstance(store, NodeLeases)
-            rows = [r for r in store.nodes() if r.alive() and r.capabilities is not None]
+            assert isinstance(store, WithNodeLeases)
+            rows = [r for r in store.leases.nodes() if r.alive() and r.capabilities is not None]
         return [(r.capabilities, f"as node {r.node_id} on {db} states it") for r in rows if r.capabilities is not None]
     board = CapabilityFile(capabilities_path(db))
     return [(board.read(), f"as the runner on {db} states it")] if board.path.exists() else []

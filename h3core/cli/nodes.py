@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from h3core.adapters.store.location import is_postgres_url, parse_location
-from h3core.adapters.store.nodes import NodeLeases, NodeRow
+from h3core.adapters.store.nodes import NodeRow, WithNodeLeases
 from h3core.cli.app import app
 from h3core.cli.common import EXIT_DATA, DbOption, console, fail, open_store
 
@@ -29,8 +29,8 @@ def nodes(
     if not is_postgres_url(db):
         fail(f"{db} is a SQLite store: one runner, no nodes (its runner holds {db}.runner.lock)")
     with open_store(db) as store:
-        assert isinstance(store, NodeLeases)
-        rows = store.nodes()
+        assert isinstance(store, WithNodeLeases)
+        rows = store.leases.nodes()
     if as_json:
         for n in rows:
             typer.echo(json.dumps({**n.model_dump(mode="json"), "alive": n.alive()}))

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from h3core.adapters.store.nodes import NodeLeases
+from h3core.adapters.store.nodes import node_leases
 from h3core.domain.admission import AdmissionRules
 from h3core.domain.capabilities import MODES, Capabilities
 from h3core.domain.events import Body, Failed, Running
@@ -57,7 +57,8 @@ class Claimer:
         self.busy = busy
         self._wake = anyio.Event()
         # On a store shared by runner nodes, each attempt's `running` event names its node.
-        node = journal.store.node_id if isinstance(journal.store, NodeLeases) else None
+        leases = node_leases(journal.store)
+        node = leases.node_id if leases is not None else None
         self._node = {"node": node} if node is not None else {}
         self._contract = contract if node is not None else None
         self._judged_by: AdmissionRules | None = None  # the contract `not_here` was judged by

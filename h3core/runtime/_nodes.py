@@ -24,7 +24,7 @@ from collections.abc import Callable
 import anyio
 
 from h3core.adapters.artifacts import ArtifactStore
-from h3core.adapters.store.nodes import NodeInfo, NodeLeases
+from h3core.adapters.store.nodes import NodeInfo, NodeLeases, node_leases
 from h3core.executors.base import Executor
 from h3core.runtime._journal import Journal
 from h3core.runtime._recovery import end_dead_attempt
@@ -34,12 +34,12 @@ __all__ = ["NodeHeartbeat", "node_info", "take_over_expired", "watch_nodes"]
 log = logging.getLogger("h3core.nodes")
 
 
-def node_info(store: NodeLeases, executor: Executor, slots: int, role: str) -> NodeInfo:
+def node_info(leases: NodeLeases, executor: Executor, slots: int, role: str) -> NodeInfo:
     """What this node says of itself (asked on the event loop: the executor's capabilities)."""
-    assert store.node_id is not None
+    assert leases.node_id is not None
     caps = executor.capabilities()
     return NodeInfo(
-        node_id=store.node_id,
+        node_id=leases.node_id,
         host=socket.gethostname(),
         pid=os.getpid(),
         role=role,
@@ -53,14 +53,14 @@ def node_info(store: NodeLeases, executor: Executor, slots: int, role: str) -> N
 class NodeHeartbeat:
     """Beats every `every_s` from its own thread until stopped; `info` is what it beats with."""
 
-    def __init__(self, store: NodeLeases, info: NodeInfo, every_s: float) -> None:
-        self.store = store
+    def __init__(self, leases: NodeLeases, info: NodeInfo, every_s: float) -> None:
+        self.leases = leases
         self.info = info
         self.every_s = every_s
         self.renewed: set[str] = set()  # the jobs whose leases the last beat renewed
         self.beats = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"h3core-heartbeat-{store.node_id}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"h3core-heartbeat-{leases.node_id}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -72,28 +72,28 @@ class NodeHeartbeat:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.renewed = self.store.beat(self.info)
+                self.renewed = self.leases.beat(self.info)
                 self.beats += 1
             except Exception as exc:  # the store is away: beat again; past the lease, others take over
-                log.warning("node %s: heartbeat failed: %s", self.store.node_id, exc, extra={"error": str(exc)})
+                log.warning("node %s: heartbeat failed: %s", self.leases.node_id, exc, extra={"error": str(exc)})
             self._stop.wait(self.every_s)
 
 
 async def take_over_expired(journal: Journal, artifacts: ArtifactStore | None, lease_s: float) -> int:
     """End the attempts of nodes that stopped beating (each lease taken over first: one node wins
     it). Returns how many this node ended."""
-    store = journal.store
-    assert isinstance(store, NodeLeases) and store.node_id is not None
+    leases = node_leases(journal.store)
+    assert leases is not None
     ended = 0
-    for lease in await journal.read(store.expired, lease_s):
-        if not await journal.read(store.take_lease, lease, lease_s):
+    for lease in await journal.read(leases.expired, lease_s):
+        if not await journal.read(leases.take_lease, lease, lease_s):
             continue  # another node took it, or its holder beat again
-        state = await journal.read(store.get, lease.job_id)
+        state = await journal.read(journal.store.get, lease.job_id)
         if state is None or state.status != "running" or state.attempt != lease.attempt:
             continue  # it ended meanwhile
         message = (
             f"node {lease.node_id} stopped heartbeating while attempt {lease.attempt} ran: its lease was "
-            f"{lease.age_s:.1f}s old (lease {lease_s:g}s); ended by node {store.node_id}"
+            f"{lease.age_s:.1f}s old (lease {lease_s:g}s); ended by node {leases.node_id}"
         )
         log.warning("job %s: %s", lease.job_id, message, extra={"job_id": lease.job_id, "node": lease.node_id})
         if await end_dead_attempt(journal, artifacts, state, message) is not None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.base import Conflict, EventStore
-from h3core.adapters.store.nodes import NodeLeases
+from h3core.adapters.store.nodes import node_leases
 from h3core.domain.admission import AdmissionPolicy, Refuse
 from h3core.domain.adoption import Adopt, Discard, adoption, judge
 from h3core.domain.events import (
@@ -49,10 +49,10 @@ async def recover(
     # On a store shared by runner nodes, another node's running attempts are its own (or, once
     # its lease expires, whichever node takes the lease over: h3core.runtime._nodes). Read before
     # the jobs: one claimed in between is refused to us at the write (`end_dead_attempt`).
-    store = journal.store
+    leases = node_leases(journal.store)
     others = {}
-    if isinstance(store, NodeLeases) and store.node_id is not None:
-        others = {j: n for j, n in (await journal.read(store.lease_holders)).items() if n != store.node_id}
+    if leases is not None:
+        others = {j: n for j, n in (await journal.read(leases.lease_holders)).items() if n != leases.node_id}
     # Load fully, then write (docs/design.md §2.3): the list is materialised before any append.
     unfinished = await journal.read(journal.store.unfinished)
     # Read before this process writes anything: when the previous runner was last seen writing.
@@ -114,9 +114,9 @@ async def _still_dead(journal: Journal, state: JobState, attempt: int) -> bool:
     """Is `attempt` still running, unfollowed, with no other node holding it?"""
     if state.status != "running" or state.attempt != attempt:
         return False
-    store = journal.store
-    if isinstance(store, NodeLeases) and store.node_id is not None:
-        return (await journal.read(store.lease_holders)).get(state.job_id) in (None, store.node_id)
+    leases = node_leases(journal.store)
+    if leases is not None:
+        return (await journal.read(leases.lease_holders)).get(state.job_id) in (None, leases.node_id)
     return True
 
 

@@ -31,7 +31,7 @@ import anyio
 from anyio.abc import Process, TaskStatus
 from pydantic import BaseModel, SecretStr
 
-from h3core.adapters.store.nodes import Turn, Turns
+from h3core.adapters.store.nodes import Turn, WithTurns
 from h3core.domain.webhooks import Endpoint
 from h3core.runtime.logs import configure
 from h3core.runtime.settings import Settings, endpoint_secrets, secret_list
@@ -217,11 +217,11 @@ async def _wait_for_turn(store: object) -> Turn | None:
     """On a store shared by nodes, wait for the deployment's one delivery turn: every node that
     has the secret may deliver, one at a time, or each would send every event. None: the store
     has one runner (SQLite), whose process is the only one delivering."""
-    if not isinstance(store, Turns):
+    if not isinstance(store, WithTurns):
         return None
     waiting = False
     while True:
-        turn = await anyio.to_thread.run_sync(store.take_turn, TURN)
+        turn = await anyio.to_thread.run_sync(store.turns.take_turn, TURN)
         if turn is not None:
             if waiting:
                 log.info("this node delivers the webhooks now (the node that did has stopped)")

@@ -38,14 +38,14 @@ class FleetAdmission:
 
     def __init__(
         self,
-        store: NodeLeases,
+        leases: NodeLeases,
         profiles: Sequence[CapacityProfile] = (),
         *,
         profile: CapacityProfile | None = None,
         local: LocalAdmission | None = None,
         interval_s: float = 1.0,
     ) -> None:
-        self.store = store
+        self.leases = leases
         self.profiles = tuple(profiles)
         self.explicit = profile
         self.local = local
@@ -58,12 +58,12 @@ class FleetAdmission:
 
     def refresh(self) -> None:
         """Read the nodes' statements from the store (blocking: call it from a worker thread)."""
-        self.update(self.store.nodes())
+        self.update(self.leases.nodes())
 
     def update(self, rows: Sequence[NodeRow]) -> None:
         """Judge by these node rows from now on: the live others' statements (each one's contract
         built again only when its statement changed), and the last known ones for when none is live."""
-        me = self.store.node_id
+        me = self.leases.node_id
         stated = [r for r in rows if r.capabilities is not None and r.node_id != me]
         live = [r for r in stated if r.alive()]
         built: dict[str, tuple[Capabilities, AdmissionRules]] = {}
@@ -102,7 +102,7 @@ class FleetAdmission:
     def nodes(self) -> list[NodeRules]:
         """The nodes a request is judged against: this one first, then the live others; with none
         live, the known ones' last statements (not ready), else the statement of nothing known."""
-        mine = [(self.store.node_id or "local", self.local.current())] if self.local is not None else []
+        mine = [(self.leases.node_id or "local", self.local.current())] if self.local is not None else []
         live = [*mine, *self._others]
         if live:
             return live

@@ -23,7 +23,7 @@ from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.profiles import builtin_profiles, load_profile_ref
 from h3core.adapters.store.base import EventStore
 from h3core.adapters.store.location import open_store_at
-from h3core.adapters.store.nodes import NodeLeases
+from h3core.adapters.store.nodes import WithNodeLeases
 from h3core.adapters.uploads import DEFAULT_LIMITS, LocalUploadStore
 from h3core.domain.capacity import CapacityProfile
 from h3core.domain.webhooks import Allow
@@ -107,8 +107,8 @@ def service_admission(store: EventStore, settings: Settings) -> ServiceAdmission
     statement (the request is queued if one can run it), else what the runner on the SQLite file
     published. `ProfileError` for a capacity profile that cannot be read."""
     profile = _profile(settings)
-    if isinstance(store, NodeLeases):  # PostgreSQL: the nodes state what they run in the store
-        return FleetAdmission(store, builtin_profiles(), profile=profile, interval_s=fleet_interval(settings))
+    if isinstance(store, WithNodeLeases):  # PostgreSQL: the nodes state what they run in the store
+        return FleetAdmission(store.leases, builtin_profiles(), profile=profile, interval_s=fleet_interval(settings))
     board = CapabilityFile(capabilities_path(settings.db), interval_s=settings.tail_interval)
     return LocalAdmission(board.read, builtin_profiles(), profile=profile)
 
@@ -139,8 +139,8 @@ def build_node(settings: Settings, *, store: EventStore | None = None, executor:
     profile = _profile(settings)
     local = LocalAdmission(executor.capabilities, builtin_profiles(), profile=profile)
     contract: ServiceAdmission = (  # on PostgreSQL: this node's executor, and every other live node's statement
-        FleetAdmission(store, builtin_profiles(), profile=profile, local=local, interval_s=fleet_interval(settings))
-        if isinstance(store, NodeLeases)
+        FleetAdmission(store.leases, builtin_profiles(), profile=profile, local=local, interval_s=fleet_interval(settings))
+        if isinstance(store, WithNodeLeases)
         else local
     )
     runner = Runner(

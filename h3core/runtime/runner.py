@@ -32,7 +32,7 @@ from anyio.abc import TaskStatus
 
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.base import EventStore
-from h3core.adapters.store.nodes import NodeLeases
+from h3core.adapters.store.nodes import node_leases
 from h3core.adapters.uploads import UploadStore
 from h3core.domain.admission import AdmissionPolicy
 from h3core.domain.request import GenerationRequest
@@ -86,8 +86,8 @@ class Runner:
         # shared by runner nodes, against what any live node can run.
         local = LocalAdmission(executor.capabilities)
         if admission is None:
-            nodes = store if isinstance(store, NodeLeases) and store.node_id is not None else None
-            admission = FleetAdmission(nodes, local=local) if nodes is not None else local
+            leases = node_leases(store)
+            admission = FleetAdmission(leases, local=local) if leases is not None else local
         # A node of a shared store claims the jobs its own executor's contract admits.
         mine = admission.local if isinstance(admission, FleetAdmission) else admission
         local = mine if isinstance(mine, LocalAdmission) else local
@@ -171,25 +171,20 @@ class Runner:
 
         Raises `StoreUnavailable` once the store has failed for `store_retry_s`: every running
         attempt is stopped first (their ends cannot be written: the next start records them)."""
-        nodes = self._node_store()
-        if nodes is not None:  # before any task group: `NodeTaken` reaches the caller as it is
-            info = node_info(nodes, self.executor, self.slot_count(), "runner")
-            await anyio.to_thread.run_sync(nodes.join, info, self.config.lease_s)
+        leases = node_leases(self.store)  # on a store shared by runner nodes, this one's
+        if leases is not None:  # before any task group: `NodeTaken` reaches the caller as it is
+            info = node_info(leases, self.executor, self.slot_count(), "runner")
+            await anyio.to_thread.run_sync(leases.join, info, self.config.lease_s)
         async with self.executor.running():
             await self.submissions.writing(functools.partial(self._run_jobs, task_status))
 
-    def _node_store(self) -> NodeLeases | None:
-        """The store as one node among several (PostgreSQL opened with a node id), or None."""
-        store = self.store
-        return store if isinstance(store, NodeLeases) and store.node_id is not None else None
-
     async def _run_jobs(self, task_status: TaskStatus[None]) -> None:
-        nodes = self._node_store()
-        if nodes is None:
+        leases = node_leases(self.store)
+        if leases is None:
             await self._run_node(task_status, None)
             return
-        info = functools.partial(node_info, nodes, self.executor, self.slot_count(), "runner")
-        heartbeat = NodeHeartbeat(nodes, info(), self.config.lease_s / 3)
+        info = functools.partial(node_info, leases, self.executor, self.slot_count(), "runner")
+        heartbeat = NodeHeartbeat(leases, info(), self.config.lease_s / 3)
         heartbeat.start()
         self.heartbeat = heartbeat
         try:
@@ -198,7 +193,7 @@ class Runner:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(heartbeat.stop)
                 if self._journal.lost is None:
-                    await self._journal.read(nodes.leave)
+                    await self._journal.read(leases.leave)
 
     async def _run_node(self, task_status: TaskStatus[None], heartbeat: NodeHeartbeat | None, info=None) -> None:
         if isinstance(self.admission, FleetAdmission):  # recovery admits imported logs by what every node can run

@@ -24,7 +24,7 @@ import anyio.abc
 from anyio.abc import TaskStatus
 
 from h3core.adapters.store.base import EventStore
-from h3core.adapters.store.nodes import NodeLeases
+from h3core.adapters.store.nodes import node_leases
 from h3core.adapters.uploads import UploadStore
 from h3core.domain.admission import AdmissionPolicy, AdmitAll
 from h3core.domain.geometry import Media
@@ -87,8 +87,8 @@ class Submissions:
         self.webhooks = webhooks or WebhookPolicy()
         self.bus = bus or EventBus()
         if admission is None:
-            nodes = store if isinstance(store, NodeLeases) and store.node_id is not None else None
-            admission = FleetAdmission(nodes) if nodes is not None else AdmitAll()
+            leases = node_leases(store)
+            admission = FleetAdmission(leases) if leases is not None else AdmitAll()
         self.journal = Journal(store, self.bus, retry_s=self.config.store_retry_s)
         self._intake = Intake(self.journal, admission, self.config.retry, id_factory)
         self._new_id = id_factory

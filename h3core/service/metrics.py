@@ -11,7 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 
 from h3core.adapters.store.base import EventStore
-from h3core.adapters.store.nodes import NodeLeases
+from h3core.adapters.store.nodes import NodeLeases, WithNodeLeases
 from h3core.domain.events import AttemptFailed, Failed
 from h3core.domain.state import TERMINAL
 from h3core.executors.base import Executor
@@ -43,15 +43,15 @@ class _NodeCollector:
     """The runner nodes of a store shared by several (PostgreSQL): each one's liveness, slots,
     attempts leased and heartbeat age, by the store's clock."""
 
-    def __init__(self, store: NodeLeases) -> None:
-        self.store = store
+    def __init__(self, leases: NodeLeases) -> None:
+        self.leases = leases
 
     def collect(self):
         up = GaugeMetricFamily("h3core_node_up", "1 while the runner node beats within its lease.", labels=["node"])
         slots = GaugeMetricFamily("h3core_node_slots", "Attempts the runner node runs at once.", labels=["node"])
         leases = GaugeMetricFamily("h3core_node_leases", "Attempts the runner node runs now (leases held).", labels=["node"])
         age = GaugeMetricFamily("h3core_node_beat_age_seconds", "Seconds since the node's last heartbeat.", labels=["node"])
-        for n in self.store.nodes():
+        for n in self.leases.nodes():
             up.add_metric([n.node_id], 1 if n.alive() else 0)
             slots.add_metric([n.node_id], n.slots)
             leases.add_metric([n.node_id], n.leases)
@@ -159,8 +159,8 @@ class Metrics:
     def __init__(self, store: EventStore, executor: Executor | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_StoreCollector(store))
-        if isinstance(store, NodeLeases):
-            self.registry.register(_NodeCollector(store))
+        if isinstance(store, WithNodeLeases):
+            self.registry.register(_NodeCollector(store.leases))
         if executor is not None:  # each reports only what the executor has (its reports are not None)
             self.registry.register(_GroupCollector(executor))
             self.registry.register(_AttentionCollector(executor))

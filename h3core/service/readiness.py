@@ -26,7 +26,7 @@ import anyio
 
 from h3core.adapters.lock import RunnerLock
 from h3core.adapters.store.base import EventStore
-from h3core.adapters.store.nodes import NodeLeases, NodeRow
+from h3core.adapters.store.nodes import NodeRow, WithNodeLeases
 
 __all__ = ["Readiness", "Recent"]
 
@@ -103,7 +103,7 @@ class Readiness:
             return f"not writable: {exc}"
 
     async def _runner(self) -> str | None:
-        if isinstance(self._db, NodeLeases):  # PostgreSQL: runner nodes beat in the store
+        if isinstance(self._db, WithNodeLeases):  # PostgreSQL: runner nodes beat in the store
             alive = [n for n in await self.nodes() if n.alive()]
             return ", ".join(f"node {n.node_id} ({n.slots} slots)" for n in alive) or None
         if self.runner_lock is None:
@@ -115,6 +115,6 @@ class Readiness:
         return await self._nodes.get()
 
     async def _read_nodes(self) -> list[NodeRow]:
-        if not isinstance(self._db, NodeLeases):
+        if not isinstance(self._db, WithNodeLeases):
             return []
-        return await anyio.to_thread.run_sync(self._db.nodes)
+        return await anyio.to_thread.run_sync(self._db.leases.nodes)

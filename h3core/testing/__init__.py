@@ -3,6 +3,9 @@
 - `h3core.testing.store`: `EventStoreContract`, the event-store contract as a pytest class to
   run against any store (needs pytest);
 - `h3core.testing.artifacts`: `ArtifactStoreContract`, the artifact-store contract, likewise;
+- `h3core.testing.nodes`: `NodeLeasesContract`, the node-lease contract (fenced writes, leases
+  ending with their attempt, optimistic takeover, the store's clock) for any store shared by
+  runner nodes, likewise;
 - `h3core.testing.executor`: `ExecutorContract`, the executor contract (progress, one result,
   cancellation, `check` against capabilities), for any executor (needs pytest and anyio);
 - `h3core.testing.factories`: builders of valid requests, artifacts and job logs;

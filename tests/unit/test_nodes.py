@@ -13,7 +13,7 @@ import pytest
 from anyio.from_thread import start_blocking_portal
 
 from h3core import FakeExecutor, FakeLimits, FakePlan, LocalArtifactStore, RetryPolicy, Runner, RunnerConfig
-from h3core.adapters.store.nodes import LeaseLost, NodeLeases
+from h3core.adapters.store.nodes import LeaseLost, WithNodeLeases
 from h3core.adapters.store.postgres import PostgresEventStore
 from h3core.domain.events import Admitted, AttemptFailed, CancelRequested, Progress, Running
 from h3core.executors.base import Heartbeat as Beat
@@ -38,8 +38,8 @@ async def nodes(
     artifacts = LocalArtifactStore(tmp_path / "artifacts")
     stores = [PostgresEventStore(url, node=name) for name in names]
     runners = [
-        Runner(s, FakeExecutor(artifacts, default=plan, limits=(limits or {}).get(s.node_id)), config(**kw), artifacts=artifacts)
-        for s in stores
+        Runner(s, FakeExecutor(artifacts, default=plan, limits=(limits or {}).get(name)), config(**kw), artifacts=artifacts)
+        for name, s in zip(names, stores, strict=True)
     ]
     try:
         async with anyio.create_task_group() as tg:
@@ -65,7 +65,7 @@ async def test_two_nodes_share_one_queue_and_no_job_is_claimed_twice(pg_url, tmp
         for j in jobs:
             (attempt, node), *more = runs(a.store, j.job_id)
             assert not more and attempt == 1 and node in ("a", "b"), runs(a.store, j.job_id)
-        assert {n.node_id: (n.slots, n.executor, n.alive()) for n in a.store.nodes()} == {
+        assert {n.node_id: (n.slots, n.executor, n.alive()) for n in a.store.leases.nodes()} == {
             "a": (2, "fake", True),
             "b": (2, "fake", True),
         }
@@ -128,12 +128,12 @@ def test_a_node_that_lost_its_lease_cannot_write_onto_the_attempt(pg_url):
     a.append("j", [Progress(step=1, total=4)])  # a holds the lease: its writes pass
     with pytest.raises(LeaseLost):
         b.append("j", [Progress(step=2, total=4)])
-    (lease,) = poll(lambda: b.expired(0.05), 10, "a's lease to age past 0.05 s")
+    (lease,) = poll(lambda: b.leases.expired(0.05), 10, "a's lease to age past 0.05 s")
     assert (lease.job_id, lease.node_id) == ("j", "a") and lease.age_s >= 0.05
-    assert b.take_lease(lease, 0.05) and not a.take_lease(lease, 0.05)  # one wins
+    assert b.leases.take_lease(lease, 0.05) and not a.leases.take_lease(lease, 0.05)  # one wins
     state = b.append("j", [AttemptFailed(kind="interrupted", message="a stopped beating", attempt=1)])[0]
     state = b.append("j", [Running(attempt=2, executor="x")], expected_seq=state.last_seq)[0]
-    assert a.beat(a_info()) == set()  # a comes back: it renews nothing
+    assert a.leases.beat(a_info()) == set()  # a comes back: it renews nothing
     with pytest.raises(LeaseLost, match="leased to node b"):
         a.append("j", [Progress(step=2, total=4)])
     with pytest.raises(LeaseLost):
@@ -175,12 +175,12 @@ def test_the_heartbeat_goes_on_while_the_executor_blocks_the_event_loop(pg_url, 
         beats = runner.heartbeat.beats
         deadline = time.monotonic() + BlockingExecutor.block_s
         while time.monotonic() < deadline and store.get(job.job_id).status == "running":
-            assert watcher.expired(1.0) == [], "the lease expired while the node was alive"
+            assert watcher.leases.expired(1.0) == [], "the lease expired while the node was alive"
             time.sleep(0.1)
         assert runner.heartbeat.beats > beats, "no beat while the event loop was blocked"
         poll(lambda: store.get(job.job_id).status == "done", 30, "the job to finish")
         future.cancel()
-    assert isinstance(store, NodeLeases) and [e.type for e in store.events(job.job_id)].count("attempt_failed") == 0
+    assert isinstance(store, WithNodeLeases) and [e.type for e in store.events(job.job_id)].count("attempt_failed") == 0
     store.close()
     watcher.close()
 
@@ -189,13 +189,13 @@ async def test_a_second_process_under_a_live_nodes_id_is_refused(pg_url, tmp_pat
     from h3core.adapters.store.nodes import NodeTaken
 
     live = PostgresEventStore(pg_url, node="gpu")
-    live.join(a_info().model_copy(update={"node_id": "gpu", "host": "elsewhere", "pid": 7}), 30)
+    live.leases.join(a_info().model_copy(update={"node_id": "gpu", "host": "elsewhere", "pid": 7}), 30)
     artifacts = LocalArtifactStore(tmp_path / "artifacts")
     store = PostgresEventStore(pg_url, node="gpu")
     runner = Runner(store, FakeExecutor(artifacts), config(), artifacts=artifacts)
     with pytest.raises(NodeTaken, match="node gpu is alive: process 7 on elsewhere"):
         await runner.run()
-    live.leave()  # a graceful stop: the id is free again
+    live.leases.leave()  # a graceful stop: the id is free again
     async with anyio.create_task_group() as tg:
         await tg.start(runner.run)
         tg.cancel_scope.cancel()
@@ -217,9 +217,9 @@ async def test_ending_a_dead_attempt_reads_again_after_a_conflict_and_leaves_ano
         dead.append(job, [Running(attempt=1, executor="x")])
     stale_j, stale_k = dead.get("j"), dead.get("k")
     me.append("j", [CancelRequested(reason="from an API node")])  # after the taker read the job
-    for lease in poll(lambda: (e := me.expired(0.05)) and len(e) == 2 and e, 10, "both leases to age"):
+    for lease in poll(lambda: (e := me.leases.expired(0.05)) and len(e) == 2 and e, 10, "both leases to age"):
         holder = me if lease.job_id == "j" else b
-        assert holder.take_lease(Expired(**{**lease.model_dump(), "node_id": "dead"}), 0.05)
+        assert holder.leases.take_lease(Expired(**{**lease.model_dump(), "node_id": "dead"}), 0.05)
     b.append("k", [AttemptFailed(kind="interrupted", message="b took it over", attempt=1)])
     b.append("k", [Running(attempt=2, executor="x")])  # and runs it again, live
     journal = Journal(me, EventBus(), retry_s=5)

@@ -1,12 +1,19 @@
 """Several runner nodes on one store: who they are, and the lease each holds on what it runs.
 
-A store that honours `NodeLeases` (PostgreSQL's) keeps a row per node (its identity, slots, what
+A store shared by runner nodes (PostgreSQL's) is `WithNodeLeases`: besides the event log and its
+projections it has `leases`, a `NodeLeases` that keeps a row per node (its identity, slots, what
 its executor can run, its last heartbeat) and a lease per running attempt, taken by the `running`
-(or `resumed`) event the node writes and renewed by the node's heartbeat. Its contract:
+(or `resumed`) event the node writes and renewed by the node's heartbeat. The store is opened for
+one node (`leases.node_id`) or for none (an API process: it reads the nodes and writes unfenced).
+The contract, which `h3core.testing.nodes.NodeLeasesContract` checks against PostgreSQL and the
+fake (`memory_leases.MemoryNodeLeases`, fencing a `MemoryNodesEventStore`):
 
 - **Fenced writes.** A store opened for a node (`node_id` set) refuses, with `LeaseLost`, any
   event but `cancel_requested` on a running job whose lease another node holds: a node that lost
   its lease (it stopped beating, another took over) cannot write onto an attempt it no longer owns.
+  The check is made inside the append's own write (its transaction, under its lock), never before
+  it: a lease taken over between a check and the write would let the write through. `Fence` is
+  that check and the lease changes an append makes, for an implementation to run inside its write.
 - **Leases end with their attempt.** An append that leaves the job not running drops its lease.
 - **Takeover is optimistic.** `take_lease` moves a lease only if it is still held by the node the
   caller saw and still older than the lease length, in one statement: of two nodes taking over, or
@@ -14,13 +21,20 @@ its executor can run, its last heartbeat) and a lease per running attempt, taken
 - **Ages are the server's.** Beats and lease ages use the store's clock, so nodes' clocks may
   differ without a lease expiring early or late.
 
-A store shared by nodes may also honour `Turns`: work that one process of the deployment must do
-at a time (delivering webhooks from the log) waits for a named turn. At most one holder per name;
-a turn ends when released or when its holder's process dies, and `held()` says whether it still is.
+A store shared by nodes may also be `WithTurns`: its `turns` are work that one process of the
+deployment must do at a time (delivering webhooks from the log), each waiting for a named turn.
+At most one holder per name; a turn ends when released or when its holder's process dies, and
+`held()` says whether it still is.
+
+Callers ask a store for these parts with `isinstance(store, WithNodeLeases)` (or `node_leases`,
+for a store opened as a node) and `isinstance(store, WithTurns)`; a store without them (SQLite,
+memory) has one runner and no nodes.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -28,8 +42,24 @@ from pydantic import BaseModel
 
 from h3core.adapters.store.base import Conflict
 from h3core.domain.capabilities import Capabilities
+from h3core.domain.events import Body, CancelRequested, Resumed, Running
+from h3core.domain.state import JobState
 
-__all__ = ["Expired", "LeaseLost", "NodeInfo", "NodeLeases", "NodeRow", "NodeTaken", "Turn", "Turns"]
+__all__ = [
+    "Expired",
+    "Fence",
+    "LeaseLost",
+    "NodeInfo",
+    "NodeLeases",
+    "NodeRow",
+    "NodeTaken",
+    "Turn",
+    "Turns",
+    "WithNodeLeases",
+    "WithTurns",
+    "another_live_process",
+    "node_leases",
+]
 
 
 class LeaseLost(Conflict):
@@ -82,7 +112,9 @@ class Expired(BaseModel):
 
 @runtime_checkable
 class NodeLeases(Protocol):
-    """Nodes and leases (the module docstring states the contract)."""
+    """Nodes and leases (the module docstring states the contract). `node_id`: the node this
+    process is, whose writes are fenced and whose `running` events take leases; None for a
+    process that is no node (it reads the nodes; `join`, `beat`, `leave` and `take_lease` raise)."""
 
     node_id: str | None
 
@@ -130,8 +162,91 @@ class Turn(Protocol):
 
 @runtime_checkable
 class Turns(Protocol):
-    """An optional capability: named turns, each held by one process of the deployment at a time (the module docstring)."""
+    """Named turns, each held by one process of the deployment at a time (the module docstring)."""
 
     def take_turn(self, name: str) -> Turn | None:
         """Hold the turn `name` if no other process does; None if one does."""
         ...
+
+
+@runtime_checkable
+class WithNodeLeases(Protocol):
+    """An optional capability: an event store shared by runner nodes, whose `leases` fence its
+    appends (the module docstring)."""
+
+    @property
+    def leases(self) -> NodeLeases:
+        """The store's nodes and leases, over the same database as its log."""
+        ...
+
+
+@runtime_checkable
+class WithTurns(Protocol):
+    """An optional capability: an event store whose `turns` let one process of the deployment at
+    a time do a named piece of work (the module docstring)."""
+
+    @property
+    def turns(self) -> Turns:
+        """The store's named turns."""
+        ...
+
+
+def node_leases(store: object) -> NodeLeases | None:
+    """The store's leases where it was opened as a node (`WithNodeLeases`, a `node_id`); None for
+    a store without nodes or one opened for no node (an API process)."""
+    if isinstance(store, WithNodeLeases) and store.leases.node_id is not None:
+        return store.leases
+    return None
+
+
+class Fence:
+    """The leases of the jobs one write touches, read inside that write (its transaction, under
+    its lock): `check` refuses what the contract's fenced writes refuse, `record` makes the lease
+    change an append makes, `changes` is what to write back before the write commits. Pure: each
+    implementation of `NodeLeases` reads and writes the leases its own way, and decides alike."""
+
+    def __init__(self, node_id: str | None, held: Mapping[str, tuple[str, int] | None]) -> None:
+        """`held`: (node, attempt) of each running job's lease, as read in the write; jobs with none are left out."""
+        self.node_id = node_id
+        self._held = dict(held)
+
+    def check(self, state: JobState | None, bodies: Sequence[Body]) -> None:
+        """Raise `LeaseLost` where `bodies` go onto a running attempt another node leases (a cancel
+        request comes from anywhere; a store opened for no node is not fenced)."""
+        lease = self._held.get(state.job_id) if state is not None else None
+        if self.node_id is None or state is None or state.status != "running" or lease is None:
+            return
+        if lease != (self.node_id, state.attempt) and not all(isinstance(b, CancelRequested) for b in bodies):
+            raise LeaseLost(f"job {state.job_id}: attempt {state.attempt} is leased to node {lease[0]}, not {self.node_id}")
+
+    def record(self, state: JobState, bodies: Sequence[Body]) -> None:
+        """`bodies` were folded into `state`: a job no longer running loses its lease, an attempt
+        this node starts (`running`) or re-attaches to (`resumed`) is leased to it."""
+        if state.status != "running":
+            self._held[state.job_id] = None
+        elif self.node_id is not None and any(isinstance(b, Running | Resumed) for b in bodies):
+            self._held[state.job_id] = (self.node_id, state.attempt)
+
+    def changes(self, touched: set[str]) -> dict[str, tuple[str, int] | None]:
+        """The leases of the jobs the write stored events for, each to take (and renew) as
+        (node, attempt) or to drop as None; a job that had none and took none is left out."""
+        return {j: lease for j, lease in self._held.items() if j in touched}
+
+
+def another_live_process(was: NodeInfo, info: NodeInfo) -> bool:
+    """Whether `was`, the process that last beat under a node id, is another process than `info`'s
+    that may still run: so `join` refuses the id (`NodeTaken`). One of this host whose pid is gone
+    does not count (a node restarted on its host takes its id back at once)."""
+    if (was.host, was.pid) == (info.host, info.pid):
+        return False
+    return was.host != info.host or _pid_alive(was.pid)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True

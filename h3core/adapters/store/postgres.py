@@ -18,27 +18,35 @@ the proc array first), so a reader that sees position n sees every position belo
 
 Positions, deliveries and nodes' heartbeats are written without the events lock: they write no event.
 
-The schema is versioned as SQLite's is (`MIGRATIONS`; the version in `schema_version`), migrated
-under an advisory lock so nodes starting together migrate once. Everything lives in the
-connection's `search_path` schema: one database can hold several stores.
+**Its parts.** The store is the event log and its projections, with two more parts for the nodes
+that share it, over the same connections (`_postgres.Connections`: one pool, one write lock):
+`leases` (`postgres_leases.PostgresNodeLeases`, the nodes and their leases) and `turns`
+(`postgres_turns.PostgresTurns`). One coupling is kept on purpose: an append checks and moves
+the leases of the jobs it writes inside its own transaction (`PostgresNodeLeases.fence` and
+`settle`), under the events lock: a check made before the write would let a node whose lease
+another append moved meanwhile write onto the attempt.
+
+The schema, the parts' tables included, is versioned as SQLite's is (`MIGRATIONS`; the version in
+`schema_version`), migrated under an advisory lock so nodes starting together migrate once.
+Everything lives in the connection's `search_path` schema: one database can hold several stores.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from h3core.adapters.store._postgres import Connections
 from h3core.adapters.store._sql import POSTGRES, SQLReads, fold_fingerprint, refolded, unstored
 from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
-from h3core.adapters.store.nodes import Expired, LeaseLost, NodeInfo, NodeRow, NodeTaken
+from h3core.adapters.store.postgres_leases import PostgresNodeLeases
+from h3core.adapters.store.postgres_turns import PostgresTurns
 from h3core.adapters.store.sqlite import SchemaTooNew
 from h3core.domain.admission import QueueFilter
-from h3core.domain.events import Body, CancelRequested, Event, Resumed, Running, Submitted
+from h3core.domain.events import Body, Event, Submitted
 from h3core.domain.state import IllegalEvent, JobState, extend
 from h3core.domain.webhooks import Delivery
 
@@ -125,7 +133,8 @@ _INSERT_EVENTS = (
 
 class PostgresEventStore(SQLReads):
     """The event store on the PostgreSQL server at `url`, shared by several nodes (the module
-    docstring), over a pool of at most `pool_size` connections; migrated when opened."""
+    docstring), over a pool of at most `pool_size` connections; migrated when opened. Its
+    `leases` and `turns` are its parts for nodes (`WithNodeLeases`, `WithTurns`)."""
 
     _sql = POSTGRES
 
@@ -139,30 +148,13 @@ class PostgresEventStore(SQLReads):
         node: str | None = None,
     ) -> None:
         """`node`: this process's node id when it runs jobs beside other nodes: its writes are
-        fenced by leases and its `running` events take one (h3core.adapters.store.nodes)."""
-        import psycopg
-        from psycopg_pool import ConnectionPool
-
-        # Once, directly: an unreachable server or a refused login fails here at once, where the
-        # pool would retry it for its whole timeout.
-        psycopg.connect(url, connect_timeout=max(1, int(connect_timeout_s))).close()
+        fenced by leases and its `running` events take one (`leases.node_id`; h3core.adapters.store.nodes)."""
+        self._db = Connections(url, pool_size=pool_size, connect_timeout_s=connect_timeout_s)
         self.url = url
         self.path = url  # what messages name the store by (as SQLite's path)
-        self.node_id = node
         self._clock = clock
-        self._committed_at = -float("inf")
-        self._pool = ConnectionPool(
-            url,
-            min_size=1,
-            max_size=pool_size,
-            kwargs={"autocommit": True},
-            timeout=connect_timeout_s,
-            open=False,
-            name="h3core",
-        )
-        self._pool.open(wait=True, timeout=connect_timeout_s)
-        # One write transaction of this store at a time: they would only queue for the table lock.
-        self._write_lock = threading.Lock()
+        self._leases = PostgresNodeLeases(self._db, node)
+        self._turns = PostgresTurns(self._db)
         self._listener: psycopg.Connection | None = None  # LISTENs for other writers' commits
         self._listen_lock = threading.Lock()
         try:
@@ -171,27 +163,25 @@ class PostgresEventStore(SQLReads):
             self._channel = "h3core_events." + self._read("SELECT current_schema()")[0][0]
             self._refold()
         except BaseException:
-            self._pool.close()
+            self._db.close()
             raise
 
-    # -- connections ----------------------------------------------------------------------
+    @property
+    def leases(self) -> PostgresNodeLeases:
+        """The nodes and their leases (`NodeLeases`), which fence this store's appends."""
+        return self._leases
+
+    @property
+    def turns(self) -> PostgresTurns:
+        """Named turns, one holder each across the deployment (`Turns`)."""
+        return self._turns
+
+    # -- connections (SQLReads reads through these) -----------------------------------------
 
     def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
-        with self._pool.connection() as conn:
-            return conn.execute(sql, params).fetchall()
+        return self._db.read(sql, params)
 
     _point = _read  # every read takes a pooled connection of its own: none waits behind a scan
-
-    def _write(self, fn: Callable[[psycopg.Connection], Any], *, events: bool = True) -> Any:
-        """`fn(conn)` in one transaction; with `events`, holding the events table lock (the module
-        docstring: positions drawn in commit order)."""
-        with self._write_lock, self._pool.connection() as conn:
-            with conn.transaction():
-                if events:
-                    conn.execute("LOCK TABLE events IN EXCLUSIVE MODE")
-                out = fn(conn)
-            self._committed_at = time.monotonic()
-            return out
 
     # -- schema ---------------------------------------------------------------------------
 
@@ -200,7 +190,7 @@ class PostgresEventStore(SQLReads):
         return self._read("SELECT version FROM schema_version")[0][0]
 
     def _migrate(self) -> None:
-        with self._pool.connection() as conn, conn.transaction():
+        with self._db.pool.connection() as conn, conn.transaction():
             # Nodes starting together: one migrates, the others wait and find it done.
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.h3core.migrate'))")
             schema = conn.execute("SELECT current_schema()").fetchone()
@@ -232,7 +222,7 @@ class PostgresEventStore(SQLReads):
             _upsert(conn, refolded(conn, POSTGRES), {})
             conn.execute(POSTGRES.save_fold, (fingerprint,))
 
-        self._write(refold)
+        self._db.write(refold)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -249,15 +239,16 @@ class PostgresEventStore(SQLReads):
         """Every item folded onto the states read once, then written in one transaction that holds
         the events lock; a refused item writes nothing and is returned as its exception, in
         place."""
-        return self._write(lambda conn: self._append_in(conn, items))
+        return self._db.write(lambda conn: self._append_in(conn, items))
 
     def _append_in(self, conn: psycopg.Connection, items: Sequence[AppendRequest]) -> list[AppendOutcome]:
         """Every item folded in memory onto the states read once, then written in a few statements.
-        A refused item writes nothing (it is checked whole before anything is written)."""
+        A refused item writes nothing (it is checked whole before anything is written). The leases
+        are read, checked and written back in this transaction (the module docstring)."""
         states = _states(conn, {job_id for job_id, _, _ in items})
         keys = [b.idempotency_key for _, bodies, _ in items for b in bodies[:1] if isinstance(b, Submitted) and b.idempotency_key]
         taken = set(_key_owners(conn, keys))
-        leases = _leases(conn, [j for j, s in states.items() if s is not None and s.status == "running"])
+        fence = self._leases.fence(conn, states)
         at = self._clock()
         outcomes: list[AppendOutcome] = []
         written: list[Event] = []
@@ -265,7 +256,7 @@ class PostgresEventStore(SQLReads):
             try:
                 state = states.get(job_id)
                 precheck(state, job_id, bodies, expected_seq)
-                self._fence(state, bodies, leases.get(job_id))
+                fence.check(state, bodies)
                 new_state, events = extend(state, job_id, bodies, at)
                 if state is None and new_state.idempotency_key is not None:
                     if new_state.idempotency_key in taken:
@@ -277,24 +268,12 @@ class PostgresEventStore(SQLReads):
             states[job_id] = new_state
             written.extend(events)
             outcomes.append((new_state, events))
-            if new_state.status != "running":
-                leases[job_id] = None
-            elif self.node_id is not None and any(isinstance(b, Running | Resumed) for b in bodies):
-                leases[job_id] = (self.node_id, new_state.attempt)
+            fence.record(new_state, bodies)
         if written:
             _store(conn, written, {s.job_id: s for s in states.values() if s is not None})
             conn.execute("SELECT pg_notify(%s, '')", (self._channel,))  # delivered at commit, to `wait_for_events`
-            touched = {e.job_id for e in written}
-            _set_leases(conn, {j: lease for j, lease in leases.items() if j in touched})
+            self._leases.settle(conn, fence, {e.job_id for e in written})
         return outcomes
-
-    def _fence(self, state: JobState | None, bodies: Sequence[Body], lease: tuple[str, int] | None) -> None:
-        """A node writes onto a running attempt only while it holds its lease (a cancel request
-        comes from anywhere)."""
-        if self.node_id is None or state is None or state.status != "running" or lease is None:
-            return
-        if lease != (self.node_id, state.attempt) and not all(isinstance(b, CancelRequested) for b in bodies):
-            raise LeaseLost(f"job {state.job_id}: attempt {state.attempt} is leased to node {lease[0]}, not {self.node_id}")
 
     def import_events(self, events: Sequence[Event]) -> int:
         """As the contract says; the new events take positions in the order given."""
@@ -320,7 +299,7 @@ class PostgresEventStore(SQLReads):
                 conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
             return len(fresh)
 
-        return self._write(imported)
+        return self._db.write(imported)
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -344,11 +323,11 @@ class PostgresEventStore(SQLReads):
         """Raise unless the server answers and takes writes (a standby does not)."""
         if self._read("SHOW transaction_read_only") != [("off",)]:
             raise RuntimeError(f"{self.url} is read-only (a standby?)")
-        self._committed_at = time.monotonic()
+        self._db.committed_at = time.monotonic()
 
     def committed_within(self, seconds: float) -> bool:
         """Did this store commit (or ping) within the last `seconds`? (/readyz, as SQLite's.)"""
-        return time.monotonic() - self._committed_at < seconds
+        return self._db.committed_within(seconds)
 
     def wait_for_events(self, timeout_s: float) -> bool:
         """Block until a transaction (of any process) stores events, or `timeout_s` passes: True
@@ -358,7 +337,7 @@ class PostgresEventStore(SQLReads):
 
         with self._listen_lock:
             if self._listener is None or self._listener.closed:
-                self._listener = psycopg.connect(self.url, autocommit=True)
+                self._listener = self._db.session()
                 self._listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self._channel)))
                 return True
             for _ in self._listener.notifies(timeout=timeout_s, stop_after=1):
@@ -377,7 +356,7 @@ class PostgresEventStore(SQLReads):
 
     def save_position(self, name: str, position: int) -> None:
         """Keep `position` under `name`, committed before it returns (without the events lock)."""
-        self._write(
+        self._db.write(
             lambda conn: conn.execute(POSTGRES.save_position, (name, position, self._clock().isoformat())),
             events=False,
         )
@@ -392,179 +371,19 @@ class PostgresEventStore(SQLReads):
                     [(r.job_id, r.seq, r.url, r.model_dump_json()) for r in records],
                 )
 
-        self._write(save, events=False)
-
-    # -- nodes and leases (h3core.adapters.store.nodes) ----------------------------------
-
-    def _me(self) -> str:
-        if self.node_id is None:
-            raise RuntimeError("this store was opened without a node id")
-        return self.node_id
-
-    def join(self, info: NodeInfo, lease_s: float) -> None:
-        """Register this node with its lease length; `NodeTaken` if another live process beats under
-        its id (one of this host that is gone does not count)."""
-        me = self._me()
-
-        def join(conn: psycopg.Connection) -> None:
-            row = conn.execute(
-                "SELECT info, extract(epoch FROM now() - beat_at)::float8, left_at FROM nodes WHERE node_id = %s FOR UPDATE",
-                (me,),
-            ).fetchone()
-            if row is not None and row[2] is None and row[1] <= lease_s:
-                was = NodeInfo.model_validate_json(row[0])
-                if (was.host, was.pid) != (info.host, info.pid) and not (was.host == info.host and not _pid_alive(was.pid)):
-                    raise NodeTaken(
-                        f"node {me} is alive: process {was.pid} on {was.host} beat {row[1]:.1f}s ago; "
-                        f"give this one another id (H3_NODE) or wait {lease_s - row[1]:.0f}s"
-                    )
-            conn.execute(
-                "INSERT INTO nodes (node_id, info, lease_s, started_at, beat_at) VALUES (%s, %s, %s, now(), now()) "
-                "ON CONFLICT (node_id) DO UPDATE SET info = excluded.info, lease_s = excluded.lease_s, "
-                "started_at = now(), beat_at = now(), left_at = NULL",
-                (me, info.model_dump_json(), lease_s),
-            )
-
-        self._write(join, events=False)
-
-    def beat(self, info: NodeInfo) -> set[str]:
-        """Record a beat and renew this node's leases, without waiting for a group commit; the jobs whose leases it renewed."""
-        me = self._me()
-
-        def beat(conn: psycopg.Connection) -> set[str]:
-            conn.execute("UPDATE nodes SET beat_at = now(), info = %s WHERE node_id = %s", (info.model_dump_json(), me))
-            rows = conn.execute("UPDATE leases SET renewed_at = now() WHERE node_id = %s RETURNING job_id", (me,)).fetchall()
-            return {j for (j,) in rows}
-
-        # Not behind this process's write lock: a beat must not wait for a group commit.
-        with self._pool.connection() as conn, conn.transaction():
-            return beat(conn)
-
-    def leave(self) -> None:
-        """Mark this node left (a graceful stop)."""
-        self._write(lambda conn: conn.execute("UPDATE nodes SET left_at = now() WHERE node_id = %s", (self._me(),)), events=False)
-
-    def nodes(self) -> list[NodeRow]:
-        """Every node, by id, with its last beat's age by the server's clock and how many leases it holds."""
-        rows = self._read(
-            "SELECT n.info, n.started_at, n.beat_at, extract(epoch FROM now() - n.beat_at)::float8, n.left_at, n.lease_s, "
-            "(SELECT count(*) FROM leases l WHERE l.node_id = n.node_id) FROM nodes n ORDER BY n.node_id"
-        )
-        return [
-            NodeRow(
-                **json.loads(info),
-                started_at=started,
-                beat_at=beat,
-                beat_age_s=age,
-                left_at=left,
-                lease_s=lease_s,
-                leases=leases,
-            )
-            for info, started, beat, age, left, lease_s, leases in rows
-        ]
-
-    def lease_holders(self) -> dict[str, str]:
-        """Each leased job's node."""
-        return dict(self._read("SELECT job_id, node_id FROM leases"))
-
-    def expired(self, lease_s: float) -> list[Expired]:
-        """Other nodes' leases not renewed for more than `lease_s` (by the server's clock), oldest first."""
-        rows = self._read(
-            "SELECT job_id, attempt, node_id, extract(epoch FROM now() - renewed_at)::float8 FROM leases "
-            "WHERE renewed_at < now() - make_interval(secs => %s) AND node_id IS DISTINCT FROM %s ORDER BY renewed_at",
-            (lease_s, self.node_id),
-        )
-        return [Expired(job_id=j, attempt=a, node_id=n, age_s=age) for j, a, n, age in rows]
-
-    def take_lease(self, lease: Expired, lease_s: float) -> bool:
-        """Move `lease` to this node, in one statement, only if it is still the holder's and still
-        expired; False if it was not (another took it, or the holder beat)."""
-        me = self._me()
-        with self._pool.connection() as conn:
-            moved = conn.execute(
-                "UPDATE leases SET node_id = %s, renewed_at = now() WHERE job_id = %s AND attempt = %s AND node_id = %s "
-                "AND renewed_at < now() - make_interval(secs => %s)",
-                (me, lease.job_id, lease.attempt, lease.node_id, lease_s),
-            ).rowcount
-        return moved == 1
-
-    def take_turn(self, name: str) -> _SessionTurn | None:
-        """A session advisory lock on a connection of its own, outside the pool: the database
-        ends it with the session, so a killed holder's turn is free once its socket closes."""
-        import psycopg
-
-        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
-        try:
-            row = conn.execute("SELECT pg_try_advisory_lock(hashtext(current_schema() || '.h3core.turn.' || %s))", (name,))
-            (taken,) = row.fetchone() or (False,)
-        except BaseException:
-            conn.close()
-            raise
-        if not taken:
-            conn.close()
-            return None
-        return _SessionTurn(conn)
+        self._db.write(save, events=False)
 
     def close(self) -> None:
         """Close the listening connection and the pool."""
         with self._listen_lock:
             if self._listener is not None:
                 self._listener.close()
-        self._pool.close()
-
-
-class _SessionTurn:
-    """A turn held by one database session (`PostgresEventStore.take_turn`)."""
-
-    def __init__(self, conn: psycopg.Connection) -> None:
-        self._conn = conn
-
-    def held(self) -> bool:
-        try:
-            self._conn.execute("SELECT 1")
-        except Exception:  # the session is gone, and its lock with it
-            return False
-        return True
-
-    def release(self) -> None:
-        self._conn.close()
+        self._db.close()
 
 
 def _states(conn: psycopg.Connection, job_ids: Collection[str]) -> dict[str, JobState | None]:
     rows = conn.execute("SELECT job_id, state FROM jobs WHERE job_id = ANY(%s)", (list(job_ids),)).fetchall()
     return {job_id: JobState.model_validate_json(s) for job_id, s in rows}
-
-
-def _leases(conn: psycopg.Connection, job_ids: Sequence[str]) -> dict[str, tuple[str, int] | None]:
-    if not job_ids:
-        return {}
-    rows = conn.execute("SELECT job_id, node_id, attempt FROM leases WHERE job_id = ANY(%s)", (list(job_ids),)).fetchall()
-    return {job_id: (node, attempt) for job_id, node, attempt in rows}
-
-
-def _set_leases(conn: psycopg.Connection, leases: dict[str, tuple[str, int] | None]) -> None:
-    """Take the leases given as (node, attempt), drop those given as None."""
-    gone = [j for j, lease in leases.items() if lease is None]
-    held = {j: lease for j, lease in leases.items() if lease is not None}
-    if gone:
-        conn.execute("DELETE FROM leases WHERE job_id = ANY(%s)", (gone,))
-    if held:
-        conn.execute(
-            "INSERT INTO leases (job_id, node_id, attempt, renewed_at) SELECT j, n, a, now() "
-            "FROM unnest(%s::text[], %s::text[], %s::int[]) AS x(j, n, a) "
-            "ON CONFLICT (job_id) DO UPDATE SET node_id = excluded.node_id, attempt = excluded.attempt, renewed_at = now()",
-            (list(held), [n for n, _ in held.values()], [a for _, a in held.values()]),
-        )
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _key_owners(conn: psycopg.Connection, keys: Sequence[str]) -> dict[str, str]:

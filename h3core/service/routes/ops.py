@@ -9,7 +9,7 @@ from litestar import Request, Response, get
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 
-from h3core.adapters.store.nodes import NodeLeases
+from h3core.adapters.store.nodes import node_leases
 from h3core.executors.base import Executor
 from h3core.runtime.settings import Settings
 from h3core.service.auth import bearer_matches
@@ -85,7 +85,7 @@ async def readiness(svc: Service) -> Response[ReadyView]:
     rows = await svc.readiness.nodes()
     nodes = [NodeView(**n.model_dump(), alive=n.alive()) for n in rows] if rows else None
     view = ReadyView(
-        node=svc.store.node_id if isinstance(svc.store, NodeLeases) else None,
+        node=leases.node_id if (leases := node_leases(svc.store)) is not None else None,
         nodes=nodes,
         status="ready" if ok else "not ready",
         executor=executor,

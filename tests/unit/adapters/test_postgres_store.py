@@ -118,15 +118,15 @@ def test_the_database_refuses_update_delete_and_truncate_of_events(pg_url):
 def test_a_turn_has_one_holder_and_is_free_once_released_or_its_session_ends(pg_url):
     a, b = PostgresEventStore(pg_url), PostgresEventStore(pg_url)
     try:
-        held = a.take_turn("webhooks")
+        held = a.turns.take_turn("webhooks")
         assert held is not None and held.held()
-        assert b.take_turn("webhooks") is None  # one holder per name
-        other = b.take_turn("another")
+        assert b.turns.take_turn("webhooks") is None  # one holder per name
+        other = b.turns.take_turn("another")
         assert other is not None  # names are apart
         other.release()
         held.release()
-        taken = b.take_turn("webhooks")
-        assert taken is not None and a.take_turn("webhooks") is None
+        taken = b.turns.take_turn("webhooks")
+        assert taken is not None and a.turns.take_turn("webhooks") is None
         # The holder's session ended by the server (a killed process's socket closes the same way):
         # the turn is free, and the holder says it no longer has it.
         with psycopg.connect(pg_url, autocommit=True) as admin:
@@ -134,7 +134,7 @@ def test_a_turn_has_one_holder_and_is_free_once_released_or_its_session_ends(pg_
                 "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"
             )
         assert not taken.held()
-        again = a.take_turn("webhooks")
+        again = a.turns.take_turn("webhooks")
         assert again is not None
         again.release()
     finally:

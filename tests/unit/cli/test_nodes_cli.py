@@ -56,7 +56,7 @@ def test_nodes_lists_each_node_with_its_slots_limits_and_last_beat(pg_url, tmp_p
     store = PostgresEventStore(pg_url, node="gpu-1")
     caps = Capabilities(executor="pipeline", window=FrameWindow(max_seconds=5.0), groups=(GroupBudget(size=1, tokens=120_000),))
     info = NodeInfo(node_id="gpu-1", host="box1", pid=42, role="runner", slots=4, executor="pipeline", modes=["t2va"])
-    store.join(info.model_copy(update={"capabilities": caps}), 30)
+    store.leases.join(info.model_copy(update={"capabilities": caps}), 30)
     cli = CliRunner()
     shown = cli.invoke(app, ["nodes", "--db", pg_url], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
@@ -64,7 +64,7 @@ def test_nodes_lists_each_node_with_its_slots_limits_and_last_beat(pg_url, tmp_p
     assert f"1-{caps.window.max_frames}" in shown.output and "120,000" in shown.output
     (row,) = [json.loads(line) for line in cli.invoke(app, ["nodes", "--db", pg_url, "--json"]).output.splitlines()]
     assert (row["node_id"], row["slots"], row["leases"], row["alive"]) == ("gpu-1", 4, 0, True)
-    store.leave()
+    store.leases.leave()
     assert "left" in cli.invoke(app, ["nodes", "--db", pg_url]).output
     store.close()
     sqlite = cli.invoke(app, ["nodes", "--db", str(tmp_path / "h3.db")])
@@ -75,7 +75,7 @@ def test_capacity_show_and_submit_judge_by_what_the_live_nodes_state(pg_url, tmp
     store = PostgresEventStore(pg_url, node="small")
     caps = Capabilities(executor="fake", window=FrameWindow(max_seconds=5.0))
     info = NodeInfo(node_id="small", host="box1", pid=42, role="runner", slots=1, executor="fake", modes=["t2va"])
-    store.join(info.model_copy(update={"capabilities": caps}), 30)
+    store.leases.join(info.model_copy(update={"capabilities": caps}), 30)
     cli = CliRunner()
     shown = cli.invoke(app, ["capacity", "show", "--db", pg_url], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
@@ -89,5 +89,5 @@ def test_capacity_show_and_submit_judge_by_what_the_live_nodes_state(pg_url, tmp
     # The id's line (another CLI test of this process may have left logging on a closed stream).
     job = re.search(r"^[0-9a-f]{32}$", taken.output, re.MULTILINE).group(0)
     assert store.get(job) is not None and store.get(job).status == "queued", taken.output
-    store.leave()
+    store.leases.leave()
     store.close()

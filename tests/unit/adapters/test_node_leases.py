@@ -1,0 +1,89 @@
+"""The node-lease contract (`h3core.testing.nodes`) run against PostgreSQL and the fake, the fake
+held to the event-store contract too, and fakes that break a clause failing it."""
+
+from __future__ import annotations
+
+import pytest
+
+from h3core.adapters.store.base import utc_now
+from h3core.adapters.store.memory import MemoryEventStore
+from h3core.adapters.store.memory_leases import MemoryNodeLeases, MemoryNodesEventStore
+from h3core.testing.nodes import NodeLeasesContract
+from h3core.testing.store import EventStoreContract
+
+
+class TestPostgresNodeLeases(NodeLeasesContract):
+    @pytest.fixture
+    def open_node(self, pg_url):
+        from h3core.adapters.store.postgres import PostgresEventStore
+
+        opened = []
+
+        def open_node(node, clock=utc_now):
+            opened.append(PostgresEventStore(pg_url, node=node, clock=clock, pool_size=2))
+            return opened[-1]
+
+        yield open_node
+        for s in opened:
+            s.close()
+
+
+def memory_nodes(store: MemoryNodesEventStore):
+    return lambda node, clock=utc_now: store.as_node(node, clock=clock)
+
+
+class TestMemoryNodeLeases(NodeLeasesContract):
+    @pytest.fixture
+    def open_node(self):
+        return memory_nodes(MemoryNodesEventStore())
+
+
+class TestMemoryNodesEventStore(EventStoreContract):
+    @pytest.fixture
+    def store(self):
+        return MemoryNodesEventStore(MemoryNodeLeases("a"))
+
+
+class _Unfenced(MemoryNodesEventStore):
+    append = MemoryEventStore.append  # checks no lease
+
+
+class _EveryTakerWins(MemoryNodeLeases):
+    def take_lease(self, lease, lease_s):
+        super().take_lease(lease, lease_s)
+        return True
+
+
+class _LeasesOutliveAttempts(MemoryNodeLeases):
+    def settle(self, fence, touched):
+        super().settle(fence, {j for j in touched if fence.changes({j})[j] is not None})
+
+
+class _AgedByTheNodesClock(MemoryNodesEventStore):
+    def append(self, job_id, bodies, *, expected_seq=None):
+        out = super().append(job_id, bodies, expected_seq=expected_seq)
+        lease = self.leases._table.leases.get(job_id)
+        if lease is not None:
+            lease.renewed_at = self._clock()  # the writing node's clock, not the store's
+        return out
+
+
+@pytest.mark.parametrize(
+    ("broken", "test"),
+    [
+        (_Unfenced(), NodeLeasesContract.test_a_node_cannot_write_onto_an_attempt_another_node_leases),
+        (
+            MemoryNodesEventStore(_EveryTakerWins()),
+            NodeLeasesContract.test_an_expired_lease_is_seen_by_other_nodes_only_and_one_of_two_takers_wins,
+        ),
+        (
+            MemoryNodesEventStore(_LeasesOutliveAttempts()),
+            NodeLeasesContract.test_a_lease_ends_with_its_attempt_and_the_next_attempt_takes_its_own,
+        ),
+        (_AgedByTheNodesClock(), NodeLeasesContract.test_beats_and_leases_age_by_the_stores_clock_not_the_nodes),
+    ],
+    ids=["unfenced", "every-taker-wins", "leases-outlive-attempts", "aged-by-the-nodes-clock"],
+)
+def test_the_contract_fails_a_store_that_breaks_it(broken, test):
+    with pytest.raises((AssertionError, pytest.fail.Exception)):
+        test(NodeLeasesContract(), memory_nodes(broken))
