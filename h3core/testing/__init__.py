@@ -3,9 +3,11 @@
 - `h3core.testing.store`: `EventStoreContract`, the event-store contract as a pytest class to
   run against any store (needs pytest);
 - `h3core.testing.artifacts`: `ArtifactStoreContract`, the artifact-store contract, likewise;
+- `h3core.testing.uploads`: `UploadStoreContract`, the upload-store contract, likewise (needs
+  anyio's pytest plugin and Pillow; PyAV and numpy for its video and sound cases);
 - `h3core.testing.executor`: `ExecutorContract`, the executor contract (progress, one result,
   cancellation, `check` against capabilities), for any executor (needs pytest and anyio);
-- `h3core.testing.factories`: builders of valid requests, artifacts and job logs;
+- `h3core.testing.factories`: builders of valid requests, artifacts, job logs and PNGs;
 - `h3core.testing.comfyui`: `FakeComfyUI`, a protocol-faithful fake ComfyUI server, with the
   protocol it reproduces in `comfyui_protocol/` (needs aiohttp).
 

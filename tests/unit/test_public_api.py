@@ -18,7 +18,14 @@ import pytest
 GOLDEN = Path(__file__).parents[1] / "golden"
 UPDATE = os.environ.get("H3_UPDATE_SNAPSHOTS") == "1"
 # The modules whose `__all__` is the public surface (h3core.testing's are imported one by one).
-MODULES = ["h3core", "h3core.testing.artifacts", "h3core.testing.executor", "h3core.testing.factories", "h3core.testing.store"]
+MODULES = [
+    "h3core",
+    "h3core.testing.artifacts",
+    "h3core.testing.executor",
+    "h3core.testing.factories",
+    "h3core.testing.store",
+    "h3core.testing.uploads",
+]
 
 
 def _signature(obj: object) -> str:
