@@ -5,6 +5,8 @@
 - `h3core.testing.artifacts`: `ArtifactStoreContract`, the artifact-store contract, likewise;
 - `h3core.testing.uploads`: `UploadStoreContract`, the upload-store contract, likewise (needs
   anyio's pytest plugin and Pillow; PyAV and numpy for its video and sound cases);
+- `h3core.testing.webhooks`: `WebhookTransportContract`, the webhook-transport contract, likewise,
+  with `LoopbackReceivers`, real receivers on loopback to run it against (needs anyio's plugin);
 - `h3core.testing.executor`: `ExecutorContract`, the executor contract (progress, one result,
   cancellation, `check` against capabilities), for any executor (needs pytest and anyio);
 - `h3core.testing.factories`: builders of valid requests, artifacts, job logs and PNGs;
