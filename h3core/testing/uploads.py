@@ -214,6 +214,7 @@ class UploadStoreContract:
         first = await uploads.put("image/png", chunks(data))
         second = await uploads.put("image/png", chunks(data))
         assert first.id != second.id
+        assert self.kept(uploads), "`kept` sees what the store holds (else its emptiness after a refusal says nothing)"
         assert all(re.fullmatch(ID_PATTERN, u.id) for u in (first, second))
         assert first.sha256 == second.sha256 == hashlib.sha256(data).hexdigest()
         assert uploads.get(first.id) == first and uploads.get(second.id) == second
