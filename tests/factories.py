@@ -1,9 +1,9 @@
 """Small builders for tests: requests, artifacts, whole job logs (shared with implementers in
-`h3core.testing.factories`), and a PNG."""
+`h3core.testing.factories`, a PNG among them), and a PNG that decodes to a gigabyte."""
 
 from __future__ import annotations
 
-from h3core.testing.factories import artifact, done_log, request, submitted
+from h3core.testing.factories import artifact, done_log, png, request, submitted
 
 __all__ = ["artifact", "done_log", "png", "request", "submitted"]
 
@@ -23,16 +23,3 @@ def bomb_png(width: int = 16000, height: int = 16000) -> bytes:
     idat.append(packer.flush())
     header = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", b"".join(idat)) + chunk(b"IEND", b"")
-
-
-def png(width: int = 64, height: int = 48) -> bytes:
-    """A valid, tiny RGB PNG."""
-    import struct
-    import zlib
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
-
-    rows = b"".join(b"\x00" + bytes([(x + y) % 256 for x in range(width) for _ in range(3)]) for y in range(height))
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")

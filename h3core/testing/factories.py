@@ -1,5 +1,5 @@
-"""Small builders of valid requests, artifacts and whole job logs, for tests of h3core and of
-code built on it (a store, an executor)."""
+"""Small builders of valid requests, artifacts, whole job logs and PNGs, for tests of h3core and of
+code built on it (a store, an executor, an upload store)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from h3core.domain.events import (
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 
-__all__ = ["artifact", "done_log", "request", "submitted"]
+__all__ = ["artifact", "done_log", "png", "request", "submitted"]
 
 
 def request(**kw) -> GenerationRequest:
@@ -42,3 +42,19 @@ def done_log(steps: int = 3) -> list[Body]:
         *[Progress(step=i, total=steps) for i in range(1, steps + 1)],
         Done(artifact=artifact()),
     ]
+
+
+def png(width: int = 64, height: int = 48, *, pixels: bool = True) -> bytes:
+    """A valid, tiny RGB PNG; with `pixels` False, its header alone: a PNG that declares a canvas
+    of any size in a few bytes and holds nothing to decode (what an upload store's probe reads)."""
+    import struct
+    import zlib
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    if not pixels:
+        return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b"")
+    rows = b"".join(b"\x00" + bytes([(x + y) % 256 for x in range(width) for _ in range(3)]) for y in range(height))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")

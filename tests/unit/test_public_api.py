@@ -25,6 +25,8 @@ MODULES = [
     "h3core.testing.factories",
     "h3core.testing.nodes",
     "h3core.testing.store",
+    "h3core.testing.uploads",
+    "h3core.testing.webhooks",
 ]
 
 

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from h3core.adapters.backoff import Backoff
 from h3core.adapters.store.sqlite import SQLiteEventStore
-from h3core.adapters.webhooks import DeliveryFailed, WebhookSender, target_refusal
+from h3core.adapters.webhooks import DeliveryFailed, MemoryTransport, PostFailed, WebhookSender, target_refusal
 from h3core.cli import app
 from h3core.domain.events import Submitted
 from h3core.domain.webhooks import Allow, WebhookTarget
@@ -375,3 +375,45 @@ async def test_a_delivering_process_that_dies_is_started_again_and_goes_on_from_
     assert [r.headers["webhook-id"] for r in rec.answered()] == ["msg_a_6", "msg_b_6"]
     assert delivery.starts == 2 and delivery.pid != first
     store.close()
+
+
+async def test_the_sender_hands_its_transport_the_checked_address_and_a_refused_target_never_reaches_it():
+    """Over the fake transport: what the transport is given is the address the check resolved and
+    the signed body; a target the check refuses, by address or by its name's answer, is never
+    handed to the transport at all."""
+    answers = {"hooks.example": ["93.184.215.14"], "rebound.example": ["10.0.0.1"]}
+
+    async def stub(host: str, port: int) -> list[str]:
+        return answers[host]
+
+    transport = MemoryTransport()
+    sender = WebhookSender(SECRET, Allow(), resolve=stub, transport=transport)
+    await sender.send("https://hooks.example/in?x=1", "msg_1", '{"a": 1}')
+    [sent] = transport.requests
+    assert (sent.address, sent.host, sent.port, sent.target) == ("93.184.215.14", "hooks.example", 443, "/in?x=1")
+    headers = dict(sent.headers)
+    assert Webhook(SECRET).verify(sent.body, headers) == {"a": 1} and headers["host"] == "hooks.example"
+    for url in ("http://127.0.0.1/hook", "http://rebound.example/hook", "ftp://hooks.example/hook"):
+        with pytest.raises(DeliveryFailed, match="refused target") as refused:
+            await sender.send(url, "msg_2", "{}")
+        assert not refused.value.retryable
+    assert len(transport.requests) == 1
+    await sender.aclose()
+    assert transport.closed == 1
+
+
+async def test_a_non_2xx_or_no_answer_from_the_transport_is_a_retryable_failure():
+    transport = MemoryTransport(302, 500, PostFailed("cannot connect"), 204)
+    sender = WebhookSender(SECRET, Allow(), transport=transport)
+    url = "http://93.184.215.14/hook"  # an address: no lookup
+    for why in ("the receiver answered 302", "the receiver answered 500", "cannot connect"):
+        with pytest.raises(DeliveryFailed, match=why) as failed:
+            await sender.send(url, "msg_1", "{}")
+        assert failed.value.retryable
+    await sender.send(url, "msg_1", "{}")
+    assert [r.address for r in transport.requests] == ["93.184.215.14"] * 4
+
+
+def test_a_sender_given_a_transport_takes_no_ssl_context_of_its_own():
+    with pytest.raises(ValueError, match="ssl_context"):
+        WebhookSender(SECRET, Allow(), transport=MemoryTransport(), ssl_context=ssl.create_default_context())

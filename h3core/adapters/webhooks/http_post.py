@@ -1,4 +1,5 @@
-"""One small HTTP/1.1 POST client for webhooks: to a given address, kept-alive connections, h11.
+"""`HttpPostClient`, the webhook transport (`h3core.adapters.webhooks.base`): one small HTTP/1.1
+POST client, to a given address, over kept-alive connections, with h11.
 
 Why not httpx: a webhook send is one POST whose answer's status is all that matters, and
 httpx's general machinery cost about 8 times the CPU per request of this (bench_webhooks.py and
@@ -23,16 +24,14 @@ import anyio
 import h11
 from anyio.abc import ByteStream
 
-__all__ = ["HttpPostClient", "PostFailed"]
+from h3core.adapters.webhooks.base import PostFailed, outgoing
+
+__all__ = ["HttpPostClient"]
 
 IDLE_S = 5.0
 MAX_BODY = 64 * 1024
 MAX_IDLE_PER_KEY = 16
 Key = tuple[str, str, str, int]  # scheme, host name, address, port
-
-
-class PostFailed(Exception):
-    """No answer: the connection, TLS, a timeout, or the protocol failed."""
 
 
 @dataclass
@@ -43,9 +42,9 @@ class _Connection:
 
 
 class HttpPostClient:
-    """POSTs to an address the caller checked, over kept-alive HTTP/1.1 connections (the module
-    docstring). `ssl_context`: what https servers' certificates are checked against (the system's
-    CAs by default)."""
+    """The webhook transport: POSTs to an address the caller checked, over kept-alive HTTP/1.1
+    connections (the module docstring). `ssl_context`: what https servers' certificates are
+    checked against (the system's CAs by default)."""
 
     def __init__(self, *, connect_timeout_s: float, read_timeout_s: float, ssl_context: ssl.SSLContext | None = None) -> None:
         self.connect_timeout_s = connect_timeout_s
@@ -54,14 +53,14 @@ class HttpPostClient:
         self._idle: dict[Key, list[_Connection]] = {}
         self._expired: list[_Connection] = []
 
-    async def post(
-        self, scheme: str, host: str, address: str, port: int, target: str, headers: Sequence[tuple[str, str]], body: bytes
-    ) -> int:
-        """POST `body` to `target` on `address`:`port`, naming `host`; the answer's status. `headers`
-        must hold `host`. PostFailed when there is no answer."""
+    async def post(self, url: str, headers: Sequence[tuple[str, str]], body: bytes, *, address: str) -> int:
+        """POST `body` to `url` at `address` (never a lookup of the URL's host), `host` and
+        `content-length` written here; the answer's status. PostFailed when there is no answer."""
+        out = outgoing(url, headers, body, address)
+        scheme, host, port = out.scheme, out.host, out.port
         key = (scheme, host, address, port)
         request = [
-            h11.Request(method="POST", target=target, headers=[*headers, ("content-length", str(len(body)))]),
+            h11.Request(method="POST", target=out.target, headers=list(out.headers)),
             h11.Data(data=body),
             h11.EndOfMessage(),
         ]

@@ -1,17 +1,20 @@
-"""Sending webhooks: a target checked after DNS resolution, and one signed POST (Standard Webhooks).
+"""Sending webhooks: a target checked after DNS resolution, and one signed POST (Standard Webhooks)
+through a transport (`h3core.adapters.webhooks.base`).
 
 `target_refusal` resolves the URL's host and refuses it if any address it resolves to is one a
 delivery may not reach (`h3core.domain.webhooks.address_refusal`): a name that resolves to a
 private address is refused like the address itself. The check runs at submission (a 422 there)
 and again before every send, so a name re-pointed since is refused then too; and a send connects
-to the address it checked (the name only in `host` and TLS's SNI: `h3core.adapters.http_post`),
-so a name that answers a public address to the check and a private one a moment later (DNS
-rebinding) cannot reach the private one. Answers are kept 30 s per host (`RESOLVE_TTL_S`).
+to the address it checked (the name only in `host` and TLS's SNI): the sender hands the transport
+that address, and a transport never looks a name up (its contract), so a name that answers a
+public address to the check and a private one a moment later (DNS rebinding) cannot reach the
+private one. Answers are kept 30 s per host (`RESOLVE_TTL_S`).
 
 `WebhookSender.send` POSTs one signed body: `webhook-id`, `webhook-timestamp` (now: receivers
 refuse old timestamps, and a retry is sent later than the first try) and `webhook-signature`,
-signed with the `standardwebhooks` package; connect and read timeouts; no redirect followed (a
-3xx is a failure, as is every answer but 2xx). Needs the `service` extra (h11, standardwebhooks).
+signed with the `standardwebhooks` package; through `HttpPostClient` by default, with connect and
+read timeouts; no redirect followed (a 3xx is a failure, as is every answer but 2xx). Needs the
+`service` extra (h11, standardwebhooks).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from urllib.parse import urlsplit
 import anyio
 from standardwebhooks import Webhook
 
-from h3core.adapters.http_post import HttpPostClient, PostFailed
+from h3core.adapters.webhooks.base import PostFailed, WebhookTransport
+from h3core.adapters.webhooks.http_post import HttpPostClient
 from h3core.domain.webhooks import Allow, address_refusal, url_refusal
 
 __all__ = [
@@ -118,7 +122,8 @@ async def target_refusal(url: str, allow: Allow, resolve: Resolve = system_resol
 
 
 class WebhookSender:
-    """Signs and POSTs webhook bodies, over kept-alive connections (`HttpPostClient`)."""
+    """Checks targets, signs webhook bodies and POSTs them through a transport (`HttpPostClient`,
+    over kept-alive connections, by default)."""
 
     def __init__(
         self,
@@ -128,18 +133,24 @@ class WebhookSender:
         resolve: Resolve = system_resolve,
         resolve_ttl_s: float = RESOLVE_TTL_S,
         ssl_context: ssl.SSLContext | None = None,
+        transport: WebhookTransport | None = None,
     ) -> None:
         """`secrets`: one, or several while one is rotated out (each delivery is signed with every
         one, so a receiver that knows either verifies it); none: only endpoints with their own.
         `resolve`: the resolver (tests stub it); its answers are kept `resolve_ttl_s`, per host and
-        port. `ssl_context`: the CAs https targets are checked against (the system's)."""
+        port. `transport`: what POSTs (an `HttpPostClient` by default); `ssl_context`: the CAs the
+        default one checks https targets against (the system's), none with a transport given."""
+        if transport is not None and ssl_context is not None:
+            raise ValueError("ssl_context is the default transport's: give it to the transport instead")
         self._default = self._signers_of(secrets)
         self.allow = allow
         self._resolve = resolve
         self.resolve_ttl_s = resolve_ttl_s
         self._resolved: dict[tuple[str, int], tuple[float, list[str]]] = {}
         self._by_secrets: dict[tuple[str, ...], list[Webhook]] = {}  # endpoints' own secrets, signers made once
-        self._http = HttpPostClient(connect_timeout_s=CONNECT_TIMEOUT_S, read_timeout_s=READ_TIMEOUT_S, ssl_context=ssl_context)
+        self.transport = transport or HttpPostClient(
+            connect_timeout_s=CONNECT_TIMEOUT_S, read_timeout_s=READ_TIMEOUT_S, ssl_context=ssl_context
+        )
 
     @staticmethod
     def _signers_of(secrets: str | Sequence[str]) -> list[Webhook]:
@@ -149,8 +160,8 @@ class WebhookSender:
         return [Webhook(secret) for secret in secrets]
 
     async def aclose(self) -> None:
-        """Close the kept-alive connections."""
-        await self._http.aclose()
+        """Close the transport's kept-alive connections."""
+        await self.transport.aclose()
 
     def headers(self, msg_id: str, body: str, at: datetime, signers: Sequence[Webhook] | None = None) -> dict[str, str]:
         """The Standard Webhooks headers of one delivery of `body`: its id, `at` as its timestamp,
@@ -194,9 +205,8 @@ class WebhookSender:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
             address = vetted.address or _literal(host) or (await self._lookup(host, port))[0]  # the last: allowed by name
-            headers = [("host", parts.netloc), *self.headers(msg_id, body, datetime.now(UTC), signers).items()]
-            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            status = await self._http.post(parts.scheme, host, address, port, target, headers, body.encode())
+            headers = self.headers(msg_id, body, datetime.now(UTC), signers)
+            status = await self.transport.post(url, list(headers.items()), body.encode(), address=address)
         except (PostFailed, OSError, IndexError) as exc:  # OSError, IndexError: an allowed name that does not resolve
             raise DeliveryFailed(str(exc) or type(exc).__name__, retryable=True) from exc
         if not 200 <= status < 300:
