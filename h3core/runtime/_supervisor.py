@@ -326,6 +326,8 @@ class Supervisor:
         """Log the checkpoint stored where h3core's stop stopped the attempt (its step's progress
         first, where the stop came before the runner logged it)."""
         cp = saved.checkpoint
+        if cp in a.state.checkpoints:
+            return  # logged while the attempt ran
         bodies: list[Body] = []
         if a.state.step is None or a.state.step < cp.step:
             bodies.append(Progress(step=cp.step, total=cp.total))

@@ -29,9 +29,21 @@ from h3core.adapters.artifacts.base import ArtifactStore
 from h3core.adapters.artifacts.local import LocalArtifactStore
 from h3core.domain.admission import Refuse
 from h3core.domain.capabilities import Capabilities
+from h3core.domain.checkpoints import CheckpointPolicy
 from h3core.domain.events import Progress
 from h3core.domain.request import GenerationRequest
-from h3core.executors.base import Executor, FinishedBeforeStop, Heartbeat, JobSpec, Result, Update
+from h3core.executors.base import (
+    Checkpointing,
+    CheckpointSaved,
+    Executor,
+    FinishedBeforeStop,
+    Heartbeat,
+    JobSpec,
+    Result,
+    Resume,
+    StoppedWithCheckpoint,
+    Update,
+)
 from h3core.runtime.admission import LocalAdmission
 
 __all__ = ["ExecutorContract"]
@@ -41,8 +53,8 @@ READY_S = 300.0
 RUN_S = 300.0
 
 
-def _spec(request: GenerationRequest, attempt: int = 1) -> JobSpec:
-    return JobSpec(job_id=uuid.uuid4().hex, attempt=attempt, request=request)
+def _spec(request: GenerationRequest, attempt: int = 1, **more) -> JobSpec:
+    return JobSpec(job_id=uuid.uuid4().hex, attempt=attempt, request=request, **more)
 
 
 async def _drain(executor: Executor, job: JobSpec) -> list[Update]:
@@ -91,7 +103,7 @@ class ExecutorContract:
             updates = await _drain(executor, job)
         assert updates and isinstance(updates[-1], Result), "a run ends with its result"
         assert sum(isinstance(u, Result) for u in updates) == 1, "exactly one result, nothing after it"
-        assert all(isinstance(u, Progress | Heartbeat | Result) for u in updates)
+        assert all(isinstance(u, Progress | Heartbeat | Result) for u in updates), "no checkpoint unless asked"
         steps = [u for u in updates if isinstance(u, Progress)]
         assert [p.step for p in steps] == sorted({p.step for p in steps}), "steps strictly increasing"
         assert len({p.total for p in steps}) <= 1, "one total within an attempt"
@@ -123,6 +135,69 @@ class ExecutorContract:
                 assert artifacts.committed(job.job_id, job.attempt) is None, "a stopped attempt commits nothing"
             again = await _drain(executor, _spec(job_request))
         assert isinstance(again[-1], Result), "the stopped attempt released what it held"
+
+    async def test_checkpoints_come_as_the_policy_says_and_a_continued_run_makes_the_same_video(
+        self, executor, artifacts, job_request
+    ):
+        """Where the capabilities say it keeps checkpoints: each stored after its step's progress,
+        never after the last step; continued from one, the run starts after its step and its video
+        is the uninterrupted one, byte for byte. Where they do not: it never yields one."""
+        job = _spec(job_request, checkpoints=CheckpointPolicy(every_steps=2))
+        async with self.running(executor):
+            keeps = executor.capabilities().checkpoints
+            updates = await _drain(executor, job)
+            saved = [u for u in updates if isinstance(u, CheckpointSaved)]
+            if not keeps:
+                assert saved == [], "an executor without checkpoints stores none"
+                return
+            total = job_request.steps
+            assert [s.checkpoint.step for s in saved] == list(range(2, total, 2))
+            for s in saved:
+                before = updates[: updates.index(s)]
+                assert any(isinstance(u, Progress) and u.step == s.checkpoint.step for u in before), "after its step"
+                assert (s.checkpoint.attempt, s.checkpoint.total) == (job.attempt, total)
+                assert artifacts.measure(s.checkpoint.path) == (s.checkpoint.bytes, s.checkpoint.sha256)
+            whole = updates[-1]
+            assert isinstance(whole, Result)
+            cp = saved[-1].checkpoint
+            again = JobSpec(job.job_id, 2, job_request, resume=Resume(cp, artifacts.read_checkpoint(cp.path)))
+            continued = await _drain(executor, again)
+        steps = [u.step for u in continued if isinstance(u, Progress)]
+        assert steps == list(range(cp.step + 1, total + 1)), "it starts after the checkpoint's step"
+        result = continued[-1]
+        assert isinstance(result, Result) and result.artifact.sha256 == whole.artifact.sha256, "the uninterrupted video"
+
+    async def test_a_stop_asked_to_checkpoint_stores_one_where_it_stops(self, executor, artifacts, job_request):
+        """Where it keeps checkpoints: `save_on_stop` then a cancel after a step ends the run with
+        `StoppedWithCheckpoint`, of a step it reached, stored as recorded."""
+        async with self.running(executor):
+            if not executor.capabilities().checkpoints:
+                return
+            saver = executor
+            assert isinstance(saver, Checkpointing), "an executor that keeps checkpoints takes `save_on_stop`"
+            job = _spec(job_request, checkpoints=CheckpointPolicy())
+            stopped: list[StoppedWithCheckpoint] = []
+            reached: list[int] = []
+            with anyio.fail_after(RUN_S):
+                async with anyio.create_task_group() as tg:
+
+                    async def run() -> None:
+                        try:
+                            async for update in executor.run(job):
+                                if isinstance(update, Progress):
+                                    reached.append(update.step)
+                                    saver.save_on_stop(job)
+                                    tg.cancel_scope.cancel()
+                        except StoppedWithCheckpoint as exc:
+                            stopped.append(exc)
+                        except FinishedBeforeStop:
+                            pass  # it had finished: nothing to continue
+
+                    tg.start_soon(run)
+        if stopped:
+            cp = stopped[0].saved.checkpoint
+            assert 1 <= cp.step < job_request.steps and cp.step >= reached[0]
+            assert artifacts.measure(cp.path) == (cp.bytes, cp.sha256)
 
     async def test_what_the_capabilities_admit_the_check_passes(self, executor, job_request):
         async with self.running(executor):

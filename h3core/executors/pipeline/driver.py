@@ -11,37 +11,54 @@ work no longer stops: a cancel then comes too late, and the video it finishes is
 from __future__ import annotations
 
 import math
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
 import anyio.abc
 import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 import numpy as np
 
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.video import write_mp4
-from h3core.domain.events import Artifact, Progress
-from h3core.executors.base import ExecutorFailure, FinishedBeforeStop, Heartbeat, JobSpec, Result, Update, classify, host_oom
+from h3core.domain.events import Artifact, Checkpoint, Progress
+from h3core.executors.base import (
+    CheckpointSaved,
+    ExecutorFailure,
+    FinishedBeforeStop,
+    Heartbeat,
+    JobSpec,
+    Result,
+    StoppedWithCheckpoint,
+    Update,
+    classify,
+    host_oom,
+)
 from h3core.executors.pipeline.attention import AttentionRefused
-from h3core.executors.pipeline.generate import Control, Media
+from h3core.executors.pipeline.generate import Control, Media, save_checkpoint
 
-Outcome = Artifact | ExecutorFailure | None  # None: stopped before it finished
+# None: stopped before it finished; CheckpointSaved: stopped by h3core's own stop, checkpointed there.
+Outcome = Artifact | ExecutorFailure | CheckpointSaved | None
 
 
 async def stream(tg: anyio.abc.TaskGroup, work: Callable[[Control], Outcome], control: Control) -> AsyncIterator[Update]:
     """Run `work(control)` in a worker thread; yield its steps and stages, then its `Result`."""
     send, receive = anyio.create_memory_object_stream[Update](math.inf)
+    token = anyio.lowlevel.current_token()
 
-    def report(update: Update) -> None:
+    def report(update: Update) -> None:  # from any thread: the job's, or its checkpoint writer's
         try:
-            anyio.from_thread.run_sync(send.send_nowait, update)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass  # the runner stopped listening (a cancel); the stop flag follows
+            anyio.from_thread.run_sync(send.send_nowait, update, token=token)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, RuntimeError):
+            pass  # the runner stopped listening (a cancel, the loop closing); the stop flag follows
 
     control.on_step = lambda step, total: report(Progress(step=step, total=total))
     control.on_stage = lambda stage: report(Heartbeat(stage))
+    control.on_saved = report
     outcome: list[Outcome] = []
     done = anyio.Event()
 
@@ -66,16 +83,62 @@ async def stream(tg: anyio.abc.TaskGroup, work: Callable[[Control], Outcome], co
         await stopped()
         if outcome and isinstance(outcome[0], Artifact):  # ...unless it was past the last one
             raise FinishedBeforeStop(Result(outcome[0])) from None
+        if outcome and isinstance(outcome[0], CheckpointSaved):  # h3core's own stop, checkpointed where it stopped
+            raise StoppedWithCheckpoint(outcome[0]) from None
         raise
     try:
         result = outcome[0]
         if isinstance(result, ExecutorFailure):
             raise result
-        if result is None:
+        if result is None or isinstance(result, CheckpointSaved):
             raise ExecutorFailure("executor_error", "the job stopped before it finished")
         yield Result(result)
     finally:
         await stopped()
+
+
+class CheckpointWriter:
+    """Writes the checkpoints a job's loop hands over in a thread of its own, one at a time, so the
+    loop waits only for the copy off the device: a checkpoint handed over while the one before it is
+    still being written waits for it (at most two are held). Each is reported (`on_saved`) once it is
+    durably stored."""
+
+    def __init__(self, artifacts: ArtifactStore, job: JobSpec, on_saved: Callable[[CheckpointSaved], None]) -> None:
+        self.artifacts = artifacts
+        self.job = job
+        self.on_saved = on_saved
+        self.last: CheckpointSaved | None = None  # the newest stored
+        self._pending: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def hand(self, held: dict) -> None:
+        """Store `held` (a snapshot of the loop) in the background; called from the job's thread."""
+        handed = time.perf_counter()
+        self.drain()
+        paused = time.perf_counter() - handed
+        thread = threading.Thread(target=self._write, args=(held, paused, handed), name=f"h3-checkpoint-{self.job.job_id[:8]}")
+        self._pending = thread
+        thread.start()
+
+    def drain(self) -> CheckpointSaved | None:
+        """Wait for the checkpoint being written; raise what its write raised. The newest stored."""
+        if self._pending is not None:
+            self._pending.join()
+            self._pending = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return self.last
+
+    def _write(self, held: dict, paused: float, handed: float) -> None:
+        try:
+            data = save_checkpoint(held)
+            path, size, sha = self.artifacts.put_checkpoint(self.job.job_id, self.job.attempt, held["step"], data)
+            cp = Checkpoint(attempt=self.job.attempt, step=held["step"], total=held["total"], path=path, bytes=size, sha256=sha)
+            self.last = CheckpointSaved(cp, paused_s=paused, write_s=time.perf_counter() - handed)
+            self.on_saved(self.last)
+        except BaseException as exc:  # noqa: BLE001 - a thread of its own: the job's thread re-raises it
+            self._error = exc
 
 
 def save_video(artifacts: ArtifactStore, job: JobSpec, frames: np.ndarray, audio: np.ndarray, sample_rate: int) -> Artifact:

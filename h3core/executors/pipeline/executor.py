@@ -22,10 +22,10 @@ import anyio.to_thread
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.domain.capabilities import Capabilities
 from h3core.domain.events import Artifact
-from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, NoReports, Update
+from h3core.executors.base import CheckpointSaved, ExecutorFailure, Heartbeat, JobSpec, NoReports, Update
 from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS
-from h3core.executors.pipeline.driver import media_for, model_failure, save_video, stream
-from h3core.executors.pipeline.generate import Control, Generator, Media, StopRequested
+from h3core.executors.pipeline.driver import CheckpointWriter, media_for, model_failure, save_video, stream
+from h3core.executors.pipeline.generate import Control, Generator, Media, StopRequested, load_checkpoint
 from h3core.executors.pipeline.kernel_probe import DEFAULT_TOLERANCE, at_start
 from h3core.executors.pipeline.limits import ModelLimits, kernel_limit
 from h3core.executors.pipeline.model import ModelError, device_name, load_model
@@ -103,9 +103,10 @@ class PipelineExecutor(NoReports):  # one device: no groups, no head
     def capabilities(self) -> Capabilities:
         """The model folder's limits and the chosen kernel's bound; no mode is ready until the model has
         loaded."""
-        return self.limits.capabilities(
+        caps = self.limits.capabilities(
             hardware=self.hardware, kernel=self.plan.kernel, not_ready=self._not_ready(), **kernel_limit(self.plan)
         )
+        return caps.model_copy(update={"checkpoints": True})
 
     def _not_ready(self) -> str | None:
         if self._tg is None:
@@ -191,20 +192,35 @@ class PipelineExecutor(NoReports):  # one device: no groups, no head
             finally:
                 self._current = None
 
+    def save_on_stop(self, job: JobSpec) -> None:
+        """The stop that follows is h3core's own: checkpoint the last step the job reaches."""
+        current = self._current
+        if current is not None:
+            current.save_on_stop = True
+
     # -- one job ------------------------------------------------------------------------------
 
-    def _job_sync(self, job: JobSpec, media: Media, control: Control) -> Artifact | ExecutorFailure | None:
+    def _job_sync(self, job: JobSpec, media: Media, control: Control) -> Artifact | ExecutorFailure | CheckpointSaved | None:
         """Runs in a worker thread: every exception becomes an outcome (nothing here is anyio's)."""
         assert self.generator is not None
         self.counters.jobs += 1
+        writer = CheckpointWriter(self.artifacts, job, control.on_saved)
         try:
-            out = self.generator.run(job.request, media, control)
+            if job.checkpoints is not None:
+                control.checkpoints, control.on_checkpoint = job.checkpoints, writer.hand
+            if job.resume is not None:
+                control.resume = load_checkpoint(job.resume.data)
+            try:
+                out = self.generator.run(job.request, media, control)
+            finally:
+                writer.drain()  # every checkpoint handed over is stored (and reported) before what follows
             t0 = time.perf_counter()
             artifact = save_video(self.artifacts, job, out.frames, out.audio, out.sample_rate)
             self.counters.last_job = {**out.seconds, "mux": time.perf_counter() - t0, "steps": float(out.steps)}
             return artifact
         except StopRequested:
-            return None
+            at_stop = writer.last
+            return at_stop if control.save_on_stop and at_stop is not None else None
         except Exception as exc:  # noqa: BLE001 - a worker thread: report whatever the model raised
             failure = model_failure(exc, where=self.settings.device, tokens=self.generator.last_tokens or job.tokens)
             self.counters.ooms += failure.kind == "oom"

@@ -8,6 +8,13 @@ and stop between steps. A block inserted at the end of every denoising loop repo
 and raises `StopRequested` once the executor asks the job to stop; it derives from
 BaseException so diffusers' per-block error logging does not treat a requested stop as a
 failure.
+
+Checkpoints: that block also copies what the loop carries (the video and audio latents, both
+schedulers' step index, the generator's state) off the device when the job's policy says one is
+due, or where a stop asked for one, and hands it to `Control.on_checkpoint`. Each denoising loop
+runs as `_Resumable`, which starts at a checkpoint's step with its state put back: every stage
+before the loop runs again (the same inputs draw the same noise), and the loop skips the steps
+the checkpoint holds, so the video is the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from h3core.domain.checkpoints import CheckpointPolicy
 from h3core.domain.geometry import snap_frames
 from h3core.domain.request import GenerationRequest
 from h3core.executors.base import ExecutorFailure
@@ -74,6 +82,10 @@ class Output:
     raw: np.ndarray | None = None  # float32 [T, H, W, 3] in [0, 1], before rounding (when asked for)
 
 
+# A checkpoint's layout: bumped when what it holds changes, so that an old one is refused, not misread.
+CHECKPOINT_FORMAT = 1
+
+
 @dataclass
 class Control:
     """What a running job shares with the thread that drives it."""
@@ -83,6 +95,11 @@ class Control:
     stop: threading.Event = field(default_factory=threading.Event)
     decode: bool = True  # False: stop after denoising (a rank that is not the one returning the video)
     keep_raw: bool = False  # also return the decoded video before it is rounded to 8 bits
+    checkpoints: CheckpointPolicy | None = None  # when to hand a checkpoint to `on_checkpoint`
+    on_checkpoint: Callable[[dict[str, Any]], None] | None = None  # the loop's state on the host, after its step
+    save_on_stop: bool = False  # a stop also hands over a checkpoint of the last step reached
+    resume: dict[str, Any] | None = None  # a checkpoint to continue from (`load_checkpoint`'s)
+    on_saved: Callable[[Any], None] = lambda saved: None  # where the executor reports a stored checkpoint
 
 
 class Generator:
@@ -111,6 +128,7 @@ class Generator:
         blocks = MiniMaxH3Blocks()
         for core in blocks.sub_blocks["denoise"].sub_blocks.values():
             loop = core.sub_blocks["denoise"]
+            loop.__class__ = _resumable(type(loop))
             loop.sub_blocks["h3core_step"] = _step_block()
             loop.set_progress_bar_config(disable=True)  # progress is the job's events, not a tqdm bar
         pipeline_class = _pipeline_class()
@@ -161,18 +179,32 @@ class Generator:
         state: Any = None  # diffusers' PipelineState, from the first stage on
         encoded = True
         last = time.perf_counter()
+        mark, generator = fingerprint(request), inputs["generator"]
+        if control.resume is not None and control.resume.get("fingerprint") != mark:
+            raise ExecutorFailure("executor_error", "the checkpoint is not of this request (its fingerprint differs)")
+        saved_step: int = control.resume["step"] if control.resume is not None else 0
+        saved_at = time.perf_counter()
 
-        def after_step(i: int, total: int) -> None:
-            nonlocal last
+        def after_step(i: int, total: int, components: Any, block_state: Any) -> None:
+            nonlocal last, saved_step, saved_at
             now = time.perf_counter()
             step_seconds.append(now - last)
             last = now
-            control.on_step(i + 1, total)
-            if control.stop.is_set():
+            step = i + 1
+            control.on_step(step, total)
+            stop = control.stop.is_set()
+            policy, hand = control.checkpoints, control.on_checkpoint
+            due = policy is not None and policy.due(step, total, saved_step, now - saved_at)
+            if hand is not None and (due or (stop and control.save_on_stop and saved_step < step < total)):
+                hand(_snapshot(components, block_state, generator, step, total, mark))
+                saved_step, saved_at = step, time.perf_counter()
+            if stop:
                 raise StopRequested
 
         for pipe in self.stages.values():
             pipe.h3_after_step = after_step
+            pipe.h3_resume = control.resume
+            pipe.h3_generator = generator
         try:
             for name in STAGES:
                 if control.stop.is_set():
@@ -216,7 +248,7 @@ class Generator:
         finally:
             del state, inputs  # the job's tensors are released before the collection below
             for pipe in self.stages.values():
-                pipe.h3_after_step = None
+                pipe.h3_after_step = pipe.h3_resume = pipe.h3_generator = None
             gc.collect()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
@@ -342,6 +374,8 @@ def _pipeline_class():
 
         h3_facts = None
         h3_after_step = None
+        h3_resume = None  # a checkpoint the denoising loop starts from
+        h3_generator = None  # the request's generator, whose state a checkpoint carries
         h3_device = None  # where this stage runs (diffusers' blocks place their tensors on `_execution_device`)
 
         @property
@@ -382,7 +416,94 @@ def _step_block():
         def __call__(self, components, block_state, i, t):
             callback = getattr(components, "h3_after_step", None)
             if callback is not None:
-                callback(i, len(block_state.timesteps))
+                callback(i, len(block_state.timesteps), components, block_state)
             return components, block_state
 
     return StepBlock()
+
+
+def fingerprint(request: GenerationRequest) -> dict[str, Any]:
+    """What a checkpoint must have been made for: the request's fields that shape the loop."""
+    return {"format": CHECKPOINT_FORMAT, **request.model_dump(mode="json", exclude={"fps"})}
+
+
+def _snapshot(components: Any, block_state: Any, generator: Any, step: int, total: int, mark: dict[str, Any]) -> dict[str, Any]:
+    """The loop's state after `step`, on the host (the one copy off the device the loop waits for)."""
+    return {
+        "fingerprint": mark,
+        "step": step,
+        "total": total,
+        "latents": block_state.latents.detach().to("cpu", copy=True),
+        "audio_latents": block_state.audio_latents.detach().to("cpu", copy=True),
+        "scheduler": _scheduler_state(components.scheduler),
+        "audio_scheduler": _scheduler_state(components.audio_scheduler),
+        "generator": generator.get_state() if generator is not None else None,
+    }
+
+
+def _scheduler_state(scheduler: Any) -> dict[str, int | None]:
+    return {"step_index": scheduler._step_index, "begin_index": scheduler._begin_index}
+
+
+def _restore(components: Any, block_state: Any, held: dict[str, Any]) -> None:
+    """Put a checkpoint's state back into the loop about to run its next step."""
+    like = block_state.latents
+    block_state.latents = held["latents"].to(device=like.device, dtype=like.dtype)
+    like = block_state.audio_latents
+    block_state.audio_latents = held["audio_latents"].to(device=like.device, dtype=like.dtype)
+    for name in ("scheduler", "audio_scheduler"):
+        target = getattr(components, name)
+        target._step_index = held[name]["step_index"]
+        target._begin_index = held[name]["begin_index"]
+    generator = getattr(components, "h3_generator", None)
+    if generator is not None and held.get("generator") is not None:
+        generator.set_state(held["generator"])
+
+
+def save_checkpoint(held: dict[str, Any]) -> bytes:
+    """A checkpoint as bytes (torch's format, tensors only: read back without unpickling code)."""
+    import io
+
+    import torch
+
+    out = io.BytesIO()
+    torch.save(held, out)
+    return out.getvalue()
+
+
+def load_checkpoint(data: bytes) -> dict[str, Any]:
+    """A checkpoint read back (`weights_only`: nothing but tensors and plain values is loaded)."""
+    import io
+
+    import torch
+
+    held = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    if not isinstance(held, dict) or held.get("fingerprint", {}).get("format") != CHECKPOINT_FORMAT:
+        raise ExecutorFailure("executor_error", "the checkpoint is not one this version reads")
+    return held
+
+
+_RESUMABLE: dict[type, type] = {}
+
+
+def _resumable(loop_class: type) -> type:
+    """`loop_class` (a diffusers denoising loop) that starts at a checkpoint's step when its pipeline
+    holds one (`h3_resume`), its state put back, the steps before it skipped."""
+    if loop_class not in _RESUMABLE:
+
+        def __call__(self, components, state):
+            block_state = self.get_block_state(state)
+            held = getattr(components, "h3_resume", None)
+            first = 0
+            if held is not None:
+                first = held["step"]
+                _restore(components, block_state, held)
+            for i, t in enumerate(block_state.timesteps):
+                if i < first:
+                    continue  # computed before the checkpoint: its state is in the latents put back
+                components, block_state = self.loop_step(components, block_state, i=i, t=t)
+            self.set_block_state(state, block_state)
+            return components, state
+
+        _RESUMABLE[loop_class] = type(f"Resumable{loop_class.__name__}", (loop_class,), {"__call__": __call__})
+    return _RESUMABLE[loop_class]
