@@ -103,8 +103,10 @@ async def create_job(
         raise _refuse(field, message) from None
     except Refused as exc:
         ceiling = exc.decision.ceiling.model_dump() if exc.decision.ceiling else None
+        decision = exc.decision
+        errors = [{"field": decision.field, "message": decision.detail}]  # as every other 422 names its field
         raise HTTPException(
-            status_code=422, detail=exc.decision.detail, extra={"ceiling": ceiling, "reason": exc.decision.reason}
+            status_code=422, detail=decision.detail, extra={"ceiling": ceiling, "reason": decision.reason, "errors": errors}
         ) from None
     except IdempotencyMismatch as exc:
         raise HTTPException(status_code=409, detail=str(exc), extra={"job_id": exc.job_id}) from None
