@@ -33,13 +33,11 @@ from pathlib import Path
 import anyio
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench._common import print_load_at_end, print_machine, show, table  # noqa: E402
-from h3core import LocalArtifactStore, NotCancellable, Runner, RunnerConfig, SQLiteEventStore  # noqa: E402
-from h3core.domain.request import GenerationRequest  # noqa: E402
-from h3core.executors.comfyui.executor import ComfyUIExecutor, ComfyUISettings, prompt_id_for  # noqa: E402
-from h3core.executors.comfyui.templates import builtin_templates  # noqa: E402
+from bench.common import parse, print_load_at_end, print_machine, show, table
+from h3core import LocalArtifactStore, NotCancellable, Runner, RunnerConfig, SQLiteEventStore
+from h3core.domain.request import GenerationRequest
+from h3core.executors.comfyui.executor import ComfyUIExecutor, ComfyUISettings, prompt_id_for
+from h3core.executors.comfyui.templates import builtin_templates
 
 TEMPLATES = {"t2va": "core-nodes-t2va"}
 
@@ -230,14 +228,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default=os.environ.get("H3_TEST_COMFYUI_URL", "http://127.0.0.1:8188"))
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--slots", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--skip", default="", help="comma-separated: cancels, dispatch, restart")
-    args = ap.parse_args()
+    args = parse(ap, argv, __spec__.name)
     skip = set(filter(None, args.skip.split(",")))
     comfy = Comfy(args.url)
     stats = comfy.http.get("/system_stats").json()["system"]

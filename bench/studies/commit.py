@@ -16,17 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import print_load_at_end, print_machine, show, table  # noqa: E402
-
-from h3core.adapters.artifacts import LocalArtifactStore, sha256_file  # noqa: E402
+from bench.common import parse, print_load_at_end, print_machine, show, table
+from h3core.adapters.artifacts import LocalArtifactStore, sha256_file
 
 VIDEO = os.urandom(20_000)  # about the fake's 64x64 video
 
@@ -60,12 +56,12 @@ def first_round(store: LocalArtifactStore, job_id: str) -> None:
     first_round_commit(staged)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--commits", type=int, default=300, help="commits per round and kind (default 300)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds per kind, alternating (default 3)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the artifact stores go (default: a new temp dir)")
-    args = ap.parse_args()
+    args = parse(ap, argv, __spec__.name)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-commit-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print_machine(workdir, "bench_commit: the crash-safe artifact commit against the first round's")

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -30,16 +29,13 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import ms, pct, print_load_at_end, print_machine, show, table  # noqa: E402
-from bench_http import Server  # noqa: E402
-
-from h3core import Admitted, Artifact, Cancelled, Done, Failed, GenerationRequest, Progress, Running, SQLiteEventStore, Submitted  # noqa: E402
-from h3core.runtime.settings import Settings  # noqa: E402
-from h3core.service.console.pages import render_queue  # noqa: E402
-from h3core.service.console.queue import Filter  # noqa: E402
-from h3core.service.context import build_service  # noqa: E402
+from bench.common import ms, parse, pct, print_load_at_end, print_machine, show, table
+from bench.throughput.http_load import Server
+from h3core import Admitted, Artifact, Cancelled, Done, Failed, GenerationRequest, Progress, Running, SQLiteEventStore, Submitted
+from h3core.runtime.settings import Settings
+from h3core.service.console.pages import render_queue
+from h3core.service.console.queue import Filter
+from h3core.service.context import build_service
 
 ARTIFACT = Artifact(path="x/attempt-1.mp4", bytes=1000, sha256="0" * 64, frames=24, duration_s=1.0)
 
@@ -156,7 +152,7 @@ def events_stored(server: Server) -> int:
         return conn.execute("SELECT count(*) FROM events").fetchone()[0]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--jobs", type=int, default=10_000)
@@ -164,7 +160,7 @@ def main() -> None:
     parser.add_argument("--running", type=int, default=200, help="0: skip the live part")
     parser.add_argument("--step", type=float, default=0.1)
     parser.add_argument("--seconds", type=float, default=15.0)
-    args = parser.parse_args()
+    args = parse(parser, argv, __spec__.name)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-console-"))
     root.mkdir(parents=True, exist_ok=True)
     print_machine(root, "Machine")

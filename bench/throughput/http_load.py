@@ -35,11 +35,8 @@ import aiohttp
 import anyio
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import console, ms, pct, print_load_at_end, print_machine, rate, show, table, version  # noqa: E402
-
-from h3core import (  # noqa: E402
+from bench.common import ROOT, console, ms, parse, pct, print_load_at_end, print_machine, rate, show, table, version
+from h3core import (
     Admitted,
     Artifact,
     Done,
@@ -51,9 +48,8 @@ from h3core import (  # noqa: E402
     SQLiteEventStore,
     Submitted,
 )
-from h3core.adapters.store.sqlite import SCHEMA_VERSION  # noqa: E402
+from h3core.adapters.store.sqlite import SCHEMA_VERSION
 
-ROOT = Path(__file__).resolve().parent.parent
 # Bump when the shape of the built store changes, so a cached file is not reused.
 HTTP_BUILD_VERSION = 1
 SUBMIT_BODY = {"prompt": "bench", "width": 64, "height": 64, "frames": 24, "steps": 5}
@@ -185,7 +181,9 @@ class Server:
         """Start and wait for `probe` (default: /readyz in the api role, whose runner is elsewhere; else /healthz)."""
         probe = probe or ("readyz" if self.role == "api" else "healthz")
         env = {k: v for k, v in os.environ.items() if not k.startswith("H3_")}
-        env.update(H3_EXECUTOR="fake", H3_FAKE_STEP_SECONDS="0", H3_SLOTS=str(self.slots), PYTHONPATH=str(self.code))
+        # The checkout's h3core first; this one's bench package after it, for the profiled server (a module of it).
+        pythonpath = os.pathsep.join(dict.fromkeys([str(self.code), *([str(ROOT)] if self.profile else [])]))
+        env.update(H3_EXECUTOR="fake", H3_FAKE_STEP_SECONDS="0", H3_SLOTS=str(self.slots), PYTHONPATH=pythonpath)
         env.update(H3_ROLE=self.role, H3_POLL_INTERVAL="0.05")  # a runner apart sees new work by polling
         env.update(self.env)
         for attempt in range(3):
@@ -196,7 +194,7 @@ class Server:
                 cmd = [*self.wrapper, sys.executable, "-m", "h3core.cli", "serve", *args]
                 stdin = subprocess.DEVNULL
             else:  # the same app under cProfile; stops when its stdin closes (see _serve_profiled.py)
-                cmd = [sys.executable, str(Path(__file__).with_name("_serve_profiled.py")), str(self.profile), *args]
+                cmd = [sys.executable, "-m", "bench.throughput._serve_profiled", str(self.profile), *args]
                 stdin = subprocess.PIPE
             with open(self.log, "ab") as out:
                 self.proc = subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self.root)
@@ -807,7 +805,7 @@ def breakdown(args: argparse.Namespace, cached: Path, ids: list[str], passes: li
             console.print(f"For comparison, the server process spent {ms(per)} ms of CPU per GET in the 'pollers only' pass.\n")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", type=Path, default=None, help="the stored-jobs DB is cached here (default: a new temp dir)")
     ap.add_argument("--jobs", type=int, default=100_000, help="finished jobs in the store (default 100,000)")
@@ -853,7 +851,7 @@ def main() -> None:
         help="run the service as two processes on the same store: H3_ROLE=runner (the jobs) and H3_ROLE=api (HTTP)",
     )
     ap.add_argument("--keep", action="store_true", help="keep each pass's DB and server log under WORKDIR/pass-NAME")
-    args = ap.parse_args()
+    args = parse(ap, argv, __spec__.name)
     names = [n.strip() for n in args.passes.split(",") if n.strip()]
     unknown = (set(names) | ({args.profile} if args.profile else set())) - {"mixed", "pollers only", "submits only"}
     if unknown:

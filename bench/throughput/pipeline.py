@@ -27,9 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import console, print_machine, show, table  # noqa: E402
+from bench.common import ROOT, console, parse, print_machine, show, table
 
 KERNELS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
 
@@ -43,7 +41,7 @@ def jobs(args) -> None:
     from h3core.executors.pipeline.model import load_model
     from h3core.executors.pipeline.tiny import make_tiny
 
-    tmp = Path(tempfile.mkdtemp(prefix="h3-bench-pipeline-"))
+    tmp = Path(tempfile.mkdtemp(prefix="h3-bench-pipeline-", dir=getattr(args, "workdir", None)))
     model_dir = Path(args.model_dir) if args.model_dir else make_tiny(tmp / "tiny")
     t0 = time.perf_counter()
     decision = at_start(model_dir, args.device, args.dtype, args.attention)  # what the executor does at start
@@ -153,11 +151,12 @@ def attention(args) -> None:
         ["kernel", *[f"{s} tokens" for s in seqs], "growth per 2x tokens"],
         caption=f"MiB ({how}), then milliseconds; each cell is a fresh process. `-` = the kernel does not run here.",
     )
-    for kernel in KERNELS:
+    for kernel in [k for k in args.kernels.split(",") if k]:
         cells, sizes = [], []
         for seq in seqs:
-            cmd = [sys.executable, __file__, "--one-call", json.dumps([kernel, seq, args.device, args.dtype])]
-            res = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+            cmd = [sys.executable, "-m", __spec__.name, "--one-call", json.dumps([kernel, seq, args.device, args.dtype])]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)  # cwd: where `bench` imports from
+            res = json.loads(done.stdout.strip().splitlines()[-1])
             if "error" in res:
                 cells.append("-")
                 continue
@@ -169,7 +168,7 @@ def attention(args) -> None:
     show(t)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir")
     p.add_argument("--device", default="cpu")
@@ -179,9 +178,11 @@ def main() -> None:
     p.add_argument("--frames", type=int, default=22)
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--seq", default="1024,2048,4096,8192")
+    p.add_argument("--kernels", default=",".join(KERNELS), help="SDPA kernels of part 2 (default: all four)")
     p.add_argument("--attention-only", action="store_true")
+    p.add_argument("--workdir", type=Path, default=None, help="where the tiny model and a video go (default: a new temp dir)")
     p.add_argument("--one-call", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = parse(p, argv, __spec__.name)
     if args.one_call:
         print(json.dumps(one_call(*json.loads(args.one_call))))
         return

@@ -14,21 +14,15 @@ ranges (jobs of a higher priority; jobs of the same one up to this) step only ov
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from _common import pct, print_load_at_end, print_machine, show, table  # noqa: E402
-
-from h3core.adapters.store.postgres import PostgresEventStore  # noqa: E402
-from h3core.adapters.store.sqlite import SQLiteEventStore  # noqa: E402
-from h3core.domain.events import Admitted  # noqa: E402
-from h3core.testing.factories import submitted  # noqa: E402
-from tests.pgserver import running_server  # noqa: E402
+from bench.common import parse, pct, postgres, print_load_at_end, print_machine, show, table
+from h3core.adapters.store.postgres import PostgresEventStore
+from h3core.adapters.store.sqlite import SQLiteEventStore
+from h3core.domain.events import Admitted
+from h3core.testing.factories import submitted
 
 ONE_RANGE = (
     "SELECT (SELECT count(*) FROM jobs o WHERE o.status = 'queued' AND "
@@ -47,18 +41,21 @@ def timed(store, job_id: str, reps: int) -> tuple[int, list[float]]:
     return position, out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None, pg: object | None = None) -> None:
+    """`pg`: a running tests.pgserver.PgServer to use (the smoke tests pass the suite's), else one is started."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backlogs", type=lambda s: [int(x) for x in s.split(",")], default=[1000, 10_000, 50_000])
     ap.add_argument("--reps", type=int, default=30, help="reads timed per case (default 30)")
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="h3qpos-"))
+    ap.add_argument("--workdir", type=Path, default=None, help="where its files go (default: a new temp dir)")
+    args = parse(ap, argv, __spec__.name)
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="h3qpos-"))
+    work.mkdir(parents=True, exist_ok=True)
     print_machine(work, "queue position read vs backlog")
     t = table(
         "queue_position(job): one read, as the backlog grows (every job priority 0)",
         ["store", "queued", "job (position)", "count", "p50 ms", "p99 ms"],
     )
-    with running_server() as server:
+    with postgres(pg) as server:
         for queued in args.backlogs:
             for kind in ("sqlite", "postgres"):
                 if kind == "sqlite":

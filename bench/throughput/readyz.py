@@ -19,7 +19,6 @@ import json
 import os
 import random
 import shutil
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -32,10 +31,8 @@ from typing import Any
 import aiohttp
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import console, ms, pct, print_load_at_end, print_machine, show, table, version  # noqa: E402
-from bench_http import SUBMIT_BODY, Server, cached_store, cpu_seconds, stored_ids  # noqa: E402
+from bench.common import console, ms, parse, pct, print_load_at_end, print_machine, show, table, version
+from bench.throughput.http_load import SUBMIT_BODY, Server, cached_store, cpu_seconds, stored_ids
 
 
 @dataclass
@@ -166,7 +163,7 @@ def report(passes: list[Probes], args: argparse.Namespace) -> None:
     show(t)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", type=Path, default=None, help="the stored-jobs DB is cached here (default: a new temp dir)")
     ap.add_argument("--jobs", type=int, default=5_000, help="finished jobs in the store (default 5,000)")
@@ -177,7 +174,7 @@ def main() -> None:
     ap.add_argument("--readers", type=int, default=32, help="closed-loop GET /v1/jobs/{id} loops (default 32)")
     ap.add_argument("--probe-every", type=float, default=0.1, help="seconds between /readyz probes (default 0.1)")
     ap.add_argument("--slots", type=int, default=4, help="H3_SLOTS for the server (default 4)")
-    args = ap.parse_args()
+    args = parse(ap, argv, __spec__.name)
     args.workdir = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-readyz-"))
     args.workdir.mkdir(parents=True, exist_ok=True)
     print_machine(args.workdir, "h3core /readyz under load")

@@ -14,18 +14,14 @@ from __future__ import annotations
 import argparse
 import gc
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import Timer, console, ms, pct, print_load_at_end, print_machine, rate, show, table  # noqa: E402
-
-from h3core import (  # noqa: E402
+from bench.common import Timer, console, ms, parse, pct, print_load_at_end, print_machine, rate, show, table
+from h3core import (
     FakeExecutor,
     FakePlan,
     GenerationRequest,
@@ -35,7 +31,7 @@ from h3core import (  # noqa: E402
     RunnerConfig,
     SQLiteEventStore,
 )
-from h3core.domain.state import TERMINAL  # noqa: E402
+from h3core.domain.state import TERMINAL
 
 
 def bench_request(steps: int) -> GenerationRequest:
@@ -146,7 +142,7 @@ def parse_bools(text: str) -> list[bool]:
     return [{"true": True, "false": False}[w.strip().lower()] for w in text.split(",")]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", type=Path, default=None, help="DB and artifacts go here (default: a new temp dir)")
     ap.add_argument("--jobs", type=int, default=2000, help="jobs per configuration (default 2000)")
@@ -155,7 +151,7 @@ def main() -> None:
     ap.add_argument("--durable", type=parse_bools, default=[False, True], help="default false,true")
     ap.add_argument("--poll", type=float, default=0.05, help="RunnerConfig.poll_interval_s (default 0.05)")
     ap.add_argument("--check", type=float, default=0.01, help="how often the bench polls store.counts() (default 0.01 s)")
-    args = ap.parse_args()
+    args = parse(ap, argv, __spec__.name)
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-runner-"))
     workdir.mkdir(parents=True, exist_ok=True)

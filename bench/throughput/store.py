@@ -27,11 +27,8 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import Timer, console, ms, pct, print_load_at_end, print_machine, rate, show, table  # noqa: E402
-
-from h3core import (  # noqa: E402
+from bench.common import Timer, console, ms, parse, pct, print_load_at_end, print_machine, rate, show, table
+from h3core import (
     Admitted,
     Artifact,
     Done,
@@ -46,7 +43,7 @@ from h3core import (  # noqa: E402
     Submitted,
     fold,
 )
-from h3core.domain.state import JobState  # noqa: E402
+from h3core.domain.state import JobState
 
 # Bump when the shape of the built replay DB changes, so a cached file is not reused.
 REPLAY_BUILD_VERSION = 1
@@ -575,7 +572,7 @@ def bench_replay(workdir: Path, events: int, steps: int, batch: int, sample: int
         sys.exit(1)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--workdir", type=Path, default=None, help="where DB files go; the replay DB is cached here (default: a new temp dir)"
@@ -599,7 +596,7 @@ def main() -> None:
     ap.add_argument("--skip-append", action="store_true")
     ap.add_argument("--skip-queue", action="store_true")
     ap.add_argument("--skip-replay", action="store_true")
-    args = ap.parse_args()
+    args = parse(ap, argv, __spec__.name)
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
