@@ -1,7 +1,7 @@
 """Crash trials: real `h3core worker` processes killed with SIGKILL, then restarted; what survives.
 
-    .venv/bin/python bench/bench_crash.py                          # 10 trials of each kind, 6 jobs each
-    .venv/bin/python bench/bench_crash.py --trials 3 --kinds after_commit,random
+    python -m bench.crash.jobs                          # 10 trials of each kind, 6 jobs each
+    python -m bench.crash.jobs --trials 3 --kinds after_commit,random
 
 Kinds of trial (each on a fresh store and artifact folder, jobs stored as `h3core enqueue` does):
 

@@ -1,8 +1,8 @@
 """Webhook crash trials: a real `h3core worker` delivering webhooks killed with SIGKILL while
 deliveries are pending, then restarted; is every terminal event delivered, and how often twice?
 
-    .venv/bin/python bench/bench_webhook_crash.py                 # 10 trials, 6 jobs each
-    .venv/bin/python bench/bench_webhook_crash.py --trials 3 --jobs 4
+    python -m bench.crash.webhooks                 # 10 trials, 6 jobs each
+    python -m bench.crash.webhooks --trials 3 --jobs 4
 
 Each trial, on a fresh store: jobs asking for `start` and `completed` webhooks are stored (as an
 api process stores them), a worker (fake executor) runs them and delivers to a receiver on

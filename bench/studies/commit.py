@@ -1,6 +1,6 @@
 """What the crash-safe artifact commit costs, against the first round's commit, in one run.
 
-    .venv/bin/python bench/bench_commit.py --commits 300 --rounds 3 --workdir /tmp/h3bcommit
+    python -m bench.studies.commit --commits 300 --rounds 3 --workdir /tmp/h3bcommit
 
 Each commit is what the zero-time fake executor does at the end of a job: a small video written
 to its staging name, then committed. `LocalArtifactStore.commit` (the video fsynced, its record
@@ -8,7 +8,7 @@ written and fsynced under the final name, both renamed, the folder fsynced once:
 always has its record) against the first round's commit (3ac7012: the video fsynced and renamed,
 no record, no folder fsync). Rounds alternate between the two; figures are this process's CPU
 (utime + stime: an fsync's kernel work counts, the wait for the disk does not) and wall time per
-commit, median over rounds. bench_submit.py's `all` role pays this once per job.
+commit, median over rounds. bench.studies.submit's `all` role pays this once per job.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(ap, argv, __spec__.name)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-commit-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    print_machine(workdir, "bench_commit: the crash-safe artifact commit against the first round's")
+    print_machine(workdir, "bench.studies.commit: the crash-safe artifact commit against the first round's")
     kinds = {"crash-safe (this checkout)": crash_safe, "first round (3ac7012)": first_round}
     got: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
     for r in range(args.rounds):

@@ -2,9 +2,10 @@
 table lock, a state read, an event insert, the projection upsert, COMMIT) timed with psycopg 3
 (sync, as the store calls it from a worker thread) and with asyncpg, on a throwaway server.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/bench_pg_driver.py [--appends 2000]
+    python -m bench.studies.pg_driver [--appends 2000]
 
-Needs the `postgres` extra, asyncpg (not a dependency: only this measurement uses it) and PostgreSQL's binaries.
+Needs the `postgres` extra and PostgreSQL's binaries; asyncpg where installed (not a dependency: only
+this measurement uses it; without it, its row says so).
 """
 
 from __future__ import annotations

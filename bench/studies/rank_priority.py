@@ -1,6 +1,6 @@
 """A group of ranks beside busy processes: Ray's worker niceness (15, its default) against h3core's (0).
 
-    .venv/bin/python bench/bench_rank_priority.py [--hogs 0,2] [--builds 1]
+    python -m bench.studies.rank_priority [--hogs 0,2] [--builds 1]
 
 For each number of busy loops (`while True: pass` processes at normal priority) and each niceness,
 a child process starts a Ray of its own (`cluster.connect`, loopback, the niceness set through

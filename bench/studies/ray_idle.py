@@ -1,6 +1,6 @@
 """A multi-device server left idle: does its Ray head outlive the idleness, and does a job run after?
 
-    .venv/bin/python bench/ray_idle.py [--idle 120] [--jobs 2]
+    python -m bench.studies.ray_idle [--idle 120] [--jobs 2]
 
 Starts the real `h3core serve --devices 2 --group-size 2` (the tiny random model, CPU ranks, a Ray
 head of its own on 127.0.0.1), waits until it is ready, sends nothing for `--idle` seconds (the

@@ -1,10 +1,10 @@
 """The submit path, this checkout against another commit, in one run: one client posting jobs
 one after another to `h3core serve`, and the server's CPU per submit.
 
-    .venv/bin/python bench/bench_submit.py                         # against 3ac7012 (the first round's last commit)
-    .venv/bin/python bench/bench_submit.py --against HEAD~5 --submits 2000 --rounds 4
+    python -m bench.studies.submit                         # against 3ac7012 (the first round's last commit)
+    python -m bench.studies.submit --against HEAD~5 --submits 2000 --rounds 4
 
-Each checkout's server is the real one (bench_http.Server: `python -m h3core.cli serve`, the
+Each checkout's server is the real one (bench.throughput.http_load.Server: `python -m h3core.cli serve`, the
 zero-time fake executor, 16 slots, a fresh store), started with PYTHONPATH at that checkout; the
 other commit is checked out with `git worktree add --detach` under --workdir. Rounds alternate
 between the two so that load from elsewhere on the machine falls on both alike. Roles: `all` (the
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(ap, argv, __spec__.name)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-submit-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    print_machine(workdir, "bench_submit: sequential POST /v1/jobs, this checkout against " + args.against)
+    print_machine(workdir, "bench.studies.submit: sequential POST /v1/jobs, this checkout against " + args.against)
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True)
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "h3core"], capture_output=True, text=True).stdout
     sides = [Side(f"{head.stdout.strip()}{' + changes' if dirty else ''} (this checkout)", ROOT)]

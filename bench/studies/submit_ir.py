@@ -1,16 +1,16 @@
 """Instructions per submit, this checkout against another commit: a count that load does not move.
 
-    .venv/bin/python bench/bench_submit_ir.py                          # against 3ac7012, 200 submits each
-    .venv/bin/python bench/bench_submit_ir.py --attribute              # and this checkout with one feature off at a time
+    python -m bench.studies.submit_ir                          # against 3ac7012, 200 submits each
+    python -m bench.studies.submit_ir --attribute              # and this checkout with one feature off at a time
 
-bench_submit.py's CPU per submit moves by 10-30 % with the load from elsewhere on a shared box,
+bench.studies.submit's CPU per submit moves by 10-30 % with the load from elsewhere on a shared box,
 more than the differences it is after. This counts instructions instead, under valgrind's
 callgrind (instrumentation on only around the measured submits): the same code does the same
 count, whatever else runs. What is counted: `POST /v1/jobs` straight into each checkout's ASGI
 app (`_submit_ir_child.py`: Litestar, the handler, admission, the append through the writer
 thread, the answer), user-space instructions of every thread. Not counted: uvicorn and its HTTP
 parser, the sockets, the kernel (fsyncs), and the runner (not started: the `api` role's work).
-Then (`--server-roles`) the whole `h3core serve` process of each checkout, as bench_submit.py
+Then (`--server-roles`) the whole `h3core serve` process of each checkout, as bench.studies.submit
 starts it, under valgrind with a client outside it: everything the process does per submit in
 user space, uvicorn, the store tail and the runner included.
 """
@@ -90,7 +90,7 @@ def count(code: Path, variant: str, submits: int, workdir: Path, dry: bool = Fal
 
 def count_server(code: Path, role: str, submits: int, workdir: Path, dry: bool = False) -> int | None:
     """Instructions per submit of the whole `h3core serve` process of the checkout at `code` in
-    `role` (bench_submit's server: the zero-time fake executor, 16 slots, a fresh store), the
+    `role` (bench.studies.submit's server: the zero-time fake executor, 16 slots, a fresh store), the
     client outside valgrind posting one submit after another."""
     root = workdir / f"server-{code.name}-{role}"
     shutil.rmtree(root, ignore_errors=True)
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("valgrind (with callgrind_control) is needed: apt-get install valgrind")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-submit-ir-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    print_machine(workdir, "bench_submit_ir: instructions per POST /v1/jobs, this checkout against " + args.against)
+    print_machine(workdir, "bench.studies.submit_ir: instructions per POST /v1/jobs, this checkout against " + args.against)
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True)
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "h3core"], capture_output=True, text=True).stdout
     here = f"{head.stdout.strip()}{' + changes' if dirty else ''}"
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
             f"Instructions per POST /v1/jobs of the whole server process, {args.submits} sequential submits (callgrind)",
             ["role", args.against, here, "difference"],
             left=1,
-            caption="`h3core serve` as bench_submit.py runs it, under valgrind, instrumented around the measured submits "
+            caption="`h3core serve` as bench.studies.submit runs it, under valgrind, instrumented around the measured submits "
             "only: every thread's user-space instructions (uvicorn and its HTTP parser, the app, the writer, the API "
             "role's store tail, metrics; with role all the runner and the fake executor too), not the kernel's.",
         )

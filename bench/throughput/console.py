@@ -1,20 +1,23 @@
 """The operator console under load: the queue page's server time over a big store, and how often a
-page following many running jobs is told to update.
+page following many running jobs is told to update (two bars from issue 25).
 
-    .venv/bin/python bench/bench_console.py                       # 10,000 jobs; 200 running for 15 s
-    .venv/bin/python bench/bench_console.py --jobs 2000 --running 50 --seconds 5   # a quick look
+    python -m bench.throughput.console --workdir /tmp/h3bench      # 10,000 jobs; 200 running for 15 s
+    python -m bench.throughput.console --running 0                 # the page times alone
+    python -m bench.throughput.console --jobs 2000 --running 50 --seconds 5   # a quick look
 
-1. **Queue page, server time.** A store of `--jobs` jobs (mostly done, some failed, cancelled,
-   queued and running), and the page rendered in process as its handler renders it
-   (`h3core.service.console.pages.render_queue`: the store reads and the template), `--reps` times
-   per view: p50 and p99. The bar is 100 ms.
-2. **Updates to a page following `--running` running jobs.** `h3core serve` (fake executor, one
-   slot per job, steps of `--step` s), `--running` long jobs submitted, and the console's change
-   stream (/console/stream, what the queue page follows) read for `--seconds`: the updates a page
-   receives per second (mean, and the most in any one second) beside the job events stored
-   meanwhile. The bar is 4 a second.
-
-See bench/README.md for a run's table.
+1. Queue page, server time. A store of `--jobs` jobs (mostly done, some failed, cancelled, queued
+   and running), and the page rendered in process as its handler renders it
+   (`h3core.service.console.pages.render_queue`: the store reads and the template, no HTTP),
+   `--reps` times per view after one untimed (templates compile on first use): p50 and p99. The bar
+   is 100 ms. The first page lists every running job (up to 200), the first 50 queued and 50
+   ended, so its cost follows those counts, not the store's size: a deep page (a cursor 100 pages
+   back) costs what the first `ended` page does. A text filter reads and matches rows here (at most
+   5,000 a request, then an "Older" link goes on).
+2. Updates to a page following `--running` running jobs. `h3core serve` (fake executor, one slot
+   per job, steps of `--step` s), `--running` long jobs submitted, and the console's change stream
+   (/console/stream, what the queue page follows) read for `--seconds`: the updates a page receives
+   per second (mean, and the most in any one second) beside the job events stored meanwhile. The
+   bar is 4 a second.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Groups of ranks (Ray actors): 1 rank against 2, each way of splitting the model.
 
-    .venv/bin/python bench/bench_groups.py                                   # tiny model, CPU, gloo
-    .venv/bin/python bench/bench_groups.py --size 128x128 --frames 39 --steps 8 --jobs 3
-    .venv/bin/python bench/bench_groups.py --model-dir /weights --device cuda --dtype bfloat16 \
+    python -m bench.throughput.groups                                   # tiny model, CPU, gloo
+    python -m bench.throughput.groups --size 128x128 --frames 39 --steps 8 --jobs 3
+    python -m bench.throughput.groups --model-dir /weights --device cuda --dtype bfloat16 \
         --size 768x1344 --frames 124 --steps 50 --configs 1,fsdp                 # on GPUs
 
 For every configuration (1 rank; 2 ranks with FSDP2, Ulysses, both) the script builds a group

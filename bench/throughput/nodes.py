@@ -1,7 +1,7 @@
 """Several nodes on one PostgreSQL: crash trials, jobs/s by runner nodes, claim latency, event-to-SSE.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/bench_nodes.py                    # everything
-    PYTHONPATH=$PWD .venv/bin/python bench/bench_nodes.py --only trials --trials 10
+    python -m bench.throughput.nodes                    # everything
+    python -m bench.throughput.nodes --only trials --trials 10
 
 Every server is a real `h3core serve` process (fake executor) on a throwaway PostgreSQL
 (tests/pgserver.py, `fsync=off`) and one shared artifact folder:

@@ -1,20 +1,25 @@
 """The pipeline executor: where a job's time goes, cold and warm, and what attention costs.
 
-    .venv/bin/python bench/bench_pipeline.py                         # tiny model, CPU
-    .venv/bin/python bench/bench_pipeline.py --model-dir /weights --device cuda --dtype bfloat16 \
-        --size 768x1344 --frames 124 --steps 50                      # real weights on a GPU
-    .venv/bin/python bench/bench_pipeline.py --attention-only --seq 1024,2048,4096,8192
+    python -m bench.throughput.pipeline                       # tiny random model on the CPU; 8 steps, 64x64, 22 frames
+    python -m bench.throughput.pipeline --attention-only --seq 512,1024,2048,4096,8192
+    python -m bench.throughput.pipeline --model-dir /weights/MiniMax-H3 --device cuda --dtype bfloat16 \
+        --size 768x1344 --frames 124 --steps 50                 # real weights, where there are some
 
-Part 1 loads the model (cold), then runs three jobs through `generate.Generator`, the code the
+Before part 1 it decides the attention kernel as the executor does at start (`kernel_probe.at_start`:
+the probe's table, then the plan). Part 1 loads the model (cold), then runs three jobs through `generate.Generator`, the code the
 executor runs: a first prompt, a new prompt (warm model, text encoder runs), and the same
 prompt again (warm, embeddings cached). It times every stage plus the mp4 mux (PyAV) and says
-which share of each job is not denoising. Without `--model-dir` it writes the tiny random
-model first (not timed).
+which share of each job is not denoising: each row splits the job into load, encode (text encoder),
+condition (keyframe/reference VAE encoding), denoise (layout, noise, the step loop), decode (both
+VAEs) and mux (H.264 + AAC through PyAV). Without `--model-dir` it writes the tiny random model
+first (not timed).
 
-Part 2 measures one attention call (batch 1, 4 heads, head dim 64) per kernel and sequence
-length, each in a fresh subprocess: on CUDA the peak of torch's allocator over the call, on a
-CPU the growth of the process's peak RSS over the call (the kernel's peak mark is reset first). Linear kernels double when the
-sequence doubles; MATH quadruples (it materialises the whole score matrix).
+Part 2 measures one attention call (batch 1, 4 heads, head dim 64) per kernel (`--kernels`) and
+sequence length, each in a fresh process (`python -m bench.throughput.pipeline --one-call`): on CUDA
+the peak of torch's allocator over the call, on a CPU the growth of the process's peak RSS over the
+call (the kernel's peak mark is reset first through /proc/self/clear_refs). Linear kernels double
+when the sequence doubles; MATH quadruples (it materialises the whole score matrix). On a GPU the
+same stage table is step 4 of the GPU check (bench/gpu/README.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What a queued job's position costs to read, as the queue grows: each submit's 201 and each GET of
 a queued job report it, read inline on the event loop (a point read).
 
-    .venv/bin/python bench/bench_queue_position.py                        # 1,000 / 10,000 / 50,000 queued
-    .venv/bin/python bench/bench_queue_position.py --backlogs 100,5000 --reps 50
+    python -m bench.throughput.queue_position                        # 1,000 / 10,000 / 50,000 queued
+    python -m bench.throughput.queue_position --backlogs 100,5000 --reps 50
 
 For the head of the queue (position 1) and the newest job (position = the backlog), on SQLite and
 on PostgreSQL (a throwaway server, tests/pgserver.py), the store's count against the one it

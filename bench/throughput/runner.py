@@ -1,12 +1,34 @@
 """Runner throughput with a zero-time fake executor: how many jobs/s the machinery itself sustains.
 
-    .venv/bin/python bench/bench_runner.py                           # 2000 jobs, slots 1/4/16, durable True/False
-    .venv/bin/python bench/bench_runner.py --jobs 200 --slots 1,16 --durable true
+    python -m bench.throughput.runner                                  # 2000 jobs, slots 1/4/16, durable False/True
+    python -m bench.throughput.runner --jobs 100                       # a quick look
+    python -m bench.throughput.runner --jobs 10000 --slots 16 --durable false   # a deep backlog
 
-Every job is a real one end to end: Runner.submit (Submitted+Admitted), the runner claims it
-(Running), the FakeExecutor yields `steps` Progress updates with no sleep, writes its mp4 through
-the LocalArtifactStore (bytes + fsync + sha256), and the runner writes Done. Nothing is mocked.
-See bench/README.md for what each figure means.
+For each `durable` x `slots` pair: a fresh `SQLiteEventStore(path, durable=...)`,
+`FakeExecutor(LocalArtifactStore(dir), default=FakePlan(step_seconds=0))` and
+`Runner(store, executor, RunnerConfig(slots=K, poll_interval_s=--poll))`. Every job requests
+64x64, 24 frames, `--steps` steps and seed 0: the fake encodes that mp4 once (warmed up, untimed,
+through the executor's own `run`) and then writes the same bytes for each job through the artifact
+store (write, fsync, rename, sha256). Nothing else is mocked. Every job is submitted before the
+runner starts, so the first claims see the whole backlog.
+
+1. submit: `await runner.submit(request)` `--jobs` times, one after another, before the runner
+   starts (one append of `Submitted` + `Admitted` each, through the runner's writer thread).
+2. run: `await tg.start(runner.run)` (executor start and recovery included), then the bench polls
+   `store.counts()` every `--check` seconds until every job is terminal, and cancels the task group.
+
+Figures: submit jobs/s (jobs submitted per second of the submit phase); run jobs/s and run
+events/s (jobs, and their `Running`, `Progress` x steps, `Done` events, per second of the run
+phase; the completion poll adds up to `--check` seconds); overall jobs/s and events/s (both phases,
+all `steps + 4` events per job); attempt p50 / p99 ms (from each job's `Running` to its `Done` in
+the log: how long a job held a slot, including waiting for the store's single writer and the
+artifact write); run CPU/wall (process CPU time / wall time of the run phase; a 2-core machine has
+2.0 to give); checks (every job `done`, `jobs x (steps + 4)` events stored, one artifact per job).
+
+The ceiling to compare against is bench.throughput.store's single-caller append rate for the same
+`durable` setting: the runner writes every event through one writer thread, so its events/s can
+only approach that figure; the gap is the runner's own machinery (thread hops, task groups, claims
+through `store.queued()`, the artifact write).
 """
 
 from __future__ import annotations
@@ -171,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
         f"all {per_job} events per job. attempt: Running->Done timestamps in the log, i.e. how long a job held a slot "
         "(includes waiting for the single store writer). CPU/wall: process CPU / wall time during run (2 cores = 2.0 max). "
         "checks: every job 'done', every event stored, one artifact per job. Compare rows with each other, and with "
-        "bench_store.py's single-caller append rates (the runner writes through one writer thread)."
+        "bench.throughput.store's single-caller append rates (the runner writes through one writer thread)."
     )
     t = table(
         f"Runner throughput: {args.jobs} jobs x {args.steps} steps, zero-time fake executor",

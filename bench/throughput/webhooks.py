@@ -1,10 +1,10 @@
 """Does delivering webhooks slow the runner? Runner jobs/s with every job asking for webhooks to a
 slow receiver (it answers after 200 ms), against the same jobs with no webhooks at all.
 
-    .venv/bin/python bench/bench_webhooks.py                  # 1000 jobs, each way, 3 rounds
-    .venv/bin/python bench/bench_webhooks.py --jobs 200 --rounds 1
+    python -m bench.throughput.webhooks                  # 1000 jobs, each way, 3 rounds
+    python -m bench.throughput.webhooks --jobs 200 --rounds 1
 
-Every job is real end to end (zero-time FakeExecutor, as bench_runner.py); with webhooks, a
+Every job is real end to end (zero-time FakeExecutor, as bench.throughput.runner); with webhooks, a
 `DeliveryProcess` runs beside the runner as the service and `h3core worker` run it (a child
 process reading the same store), signing and POSTing each job's `start` and `completed` to a
 receiver in another process. "run jobs/s" is from the runner's start until every job has ended;
