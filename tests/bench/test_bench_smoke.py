@@ -280,3 +280,13 @@ def test_ray_idle(tiny_model, capsys):
     out = run_main("bench.studies.ray_idle", ["--idle", "1", "--jobs", "1", "--model-dir", str(tiny_model)], capsys)
     cells = [c.strip() for c in row(out, "1").strip("|").split("|")]
     assert cells[2] == "yes" and cells[5].startswith("done") and cells[6:] == ["yes", "0"], cells
+
+
+def test_crash_checkpoints(tmp_path, capsys, tiny_model):
+    # One interruption (two worker starts): the rows of the others are the same code with other arguments.
+    argv = ["--workdir", str(tmp_path), "--model-dir", str(tiny_model), "--steps", "6", "--every", "2"]
+    argv += ["--size", "32", "--frames", "22", "--runs", "SIGKILL:every"]
+    out = run_main("bench.crash.checkpoints", argv, capsys)
+    assert row(out, "32x32, 22 frames")
+    crash = [c.strip() for c in row(out, "SIGKILL (a crash)", "every 2 steps").strip("|").split("|")]
+    assert int(crash[3]) >= 2 and crash[-1] == "2 of 2", "a crash continues from a checkpoint, and spends an attempt"
