@@ -284,7 +284,7 @@ def test_ray_idle(tiny_model, capsys):
 
 def test_crash_checkpoints(tmp_path, capsys, tiny_model):
     # One interruption (two worker starts): the rows of the others are the same code with other arguments.
-    argv = ["--workdir", str(tmp_path), "--model-dir", str(tiny_model), "--steps", "6", "--every", "2"]
+    argv = ["--workdir", str(tmp_path), "--model-dir", str(tiny_model), "--steps", "12", "--every", "2"]
     argv += ["--size", "32", "--frames", "22", "--runs", "SIGKILL:every"]
     out = run_main("bench.crash.checkpoints", argv, capsys)
     assert row(out, "32x32, 22 frames")
