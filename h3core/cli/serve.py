@@ -187,6 +187,10 @@ def serve(
     comfyui_unreachable_after: Annotated[
         float | None, _opt("H3_COMFYUI_UNREACHABLE_AFTER", "Seconds ComfyUI may not answer before its jobs fail \\[300].")
     ] = None,
+    comfyui_stop_wait: Annotated[
+        float | None,
+        _opt("H3_COMFYUI_STOP_WAIT", "Seconds a stopped prompt is followed (its job keeping its slot) until it ends \\[600]."),
+    ] = None,
     webhook_endpoints: Annotated[
         str | None,
         _opt(

@@ -129,6 +129,7 @@ class Settings(BaseSettings):
     comfyui_log: Path | None = None  # ComfyUI's log, for Raylight's progress bars
     comfyui_lost_after: float = Field(default=15.0, gt=0)  # prompt in neither queue nor history
     comfyui_unreachable_after: float = Field(default=300.0, gt=0)
+    comfyui_stop_wait: float = Field(default=600.0, gt=0)  # a stopped prompt is followed this long at most
     # Host names answered besides loopback ones ("*": any); without tokens the rest are refused.
     allowed_hosts: Annotated[list[str], NoDecode] = []
     # Origins (scheme://host[:port]) whose pages may call the API from a browser; others are refused.
