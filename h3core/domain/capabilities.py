@@ -124,6 +124,10 @@ class Capabilities(_Data):
     # Most attempts it runs at once, where it bounds that itself (a ComfyUI runs one prompt at a
     # time): the runner starts no more, and the rest wait queued in h3core. None: the runner's slots.
     concurrency: int | None = Field(default=None, ge=1)
+    # How long it may follow its work after a stop, where that work runs outside the iteration (a
+    # ComfyUI prompt runs on until an interrupt lands): the runner waits that long beyond its cancel
+    # grace for how the work ended before it ends the job itself. None: the grace alone.
+    stop_wait_s: float | None = Field(default=None, ge=0)
     # Modes whose video has exactly the frames asked (a graph that makes them as asked, the fake);
     # the others make MiniMax-H3's counts, 17n + 5 (the next one up), and say so in a warning.
     exact_frames: tuple[Mode, ...] = ()

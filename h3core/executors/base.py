@@ -9,13 +9,18 @@ An executor is given a `JobSpec` and returns an async iterator (`run`). It must:
   and yield nothing after it. Ending without a result is a failure the runner records.
 - **Honour cancellation.** The runner cancels the iteration (an anyio cancel scope) to stop a
   job; the executor stops at its next checkpoint and releases what it holds in `finally` blocks,
-  under shielded scopes where cleanup awaits. It never swallows cancellation. Where its work
-  runs outside the iteration (a server's prompt) and stopping it cannot be confirmed, it raises
-  `ExecutorFailure("stop_unconfirmed", ...)` from that cleanup instead: the job then ends
-  `failed`, never `cancelled` while its work may still run. Where its work finished before the
-  stop could take effect (a prompt that succeeded meanwhile, a video already being encoded), it
-  raises `FinishedBeforeStop(result)` from that cleanup: the job ends `done` with that video and
-  the cancel is recorded as too late, never a finished video thrown away and called cancelled.
+  under shielded scopes where cleanup awaits. It never swallows cancellation. The iteration
+  ends only once the work no longer runs, and the attempt holds its slot until it has ended.
+  Where the work finished before the stop could take effect (a prompt that succeeded meanwhile,
+  a video already being encoded), the cleanup raises `FinishedBeforeStop(result)`: the job ends
+  `done` with that video and the cancel is recorded as too late, never a finished video thrown
+  away and called cancelled. Where the work runs outside the iteration (a server's prompt), the
+  cleanup follows it until it no longer runs, and ends as it did: stopped (the cancellation
+  goes on), finished (`FinishedBeforeStop`), or, once it gives up, `ExecutorFailure(
+  "stop_unconfirmed", ...)`: the job then ends `failed`, never `cancelled` while its work may
+  still run. Such an executor states how long it may follow (`Capabilities.stop_wait_s`); the
+  runner gives it that beyond its cancel grace, then ends the job `failed(stop_unconfirmed)`
+  itself, the slot still held until the iteration ends.
 - **Report failure by raising.** `ExecutorFailure(kind, ...)` for a failure it has classified
   itself; an out-of-memory error keeps a type named `OutOfMemoryError` (as torch's is) or a
   message saying "out of memory"; anything else becomes `executor_error` with its type and
@@ -43,8 +48,9 @@ everything.
 
 `capabilities()` states what the executor can run, as of now: the modes it serves and whether
 each can start a job now, its model's clip window, its groups' token budgets, its kernel's
-limit, its upload slots, and how many attempts it runs at once where it bounds that itself
-(`concurrency`: the runner then runs no more, whatever its slots). Admission judges every submission against it (with the capacity
+limit, its upload slots, how many attempts it runs at once where it bounds that itself
+(`concurrency`: the runner then runs no more, whatever its slots), and how long it may follow its
+work after a stop (`stop_wait_s`). Admission judges every submission against it (with the capacity
 profile), and the runner starts attempts only in modes it says are ready; it must be cheap and
 do no I/O (both ask often). `check(job)` is the executor's own pre-check, made before an attempt
 starts: it raises `ExecutorFailure("invalid", ...)` for a job it cannot run. Whatever the

@@ -28,6 +28,7 @@ class Attempt:
     signal: anyio.Event = field(default_factory=anyio.Event)
     cancel: bool = False
     stop_reason: FailureKind | None = None  # stalled / deadline, when the watcher stopped it
+    stop_wait_s: float = 0.0  # what the executor may take to stop beyond the grace (`Capabilities.stop_wait_s`)
     result: Result | None = None
     error: tuple[FailureKind, str, str | None] | None = None
     driver_done: bool = False
@@ -73,7 +74,7 @@ def end_event(a: Attempt, config: RunnerConfig, *, interrupted: bool, grace_expi
         why = "h3core was stopped while the job ran"
     if why is not None and grace_expired:
         # Ended without the executor's word that its work stopped: never `cancelled` then.
-        msg = f"{why}, but the executor did not stop within {config.cancel_grace_s:g}s: its work may still run"
+        msg = f"{why}, but the executor did not stop within {config.cancel_grace_s + a.stop_wait_s:g}s: its work may still run"
         return failure_event(state, "stop_unconfirmed", msg, None)
     if why is not None and a.error is not None and a.error[0] == "stop_unconfirmed":
         kind, message, detail = a.error

@@ -3,7 +3,9 @@
 Each attempt is two tasks: the driver iterates the executor (in a shielded scope, so a stop of the
 runner reaches it only through the watcher) and the watcher stops it on a cancel, a stall, a
 deadline or a stop of h3core, ending the job itself if the executor will not stop within its
-grace. Whatever happens, `_end` writes the attempt's end once, shielded.
+grace (the cancel grace, plus what the executor says following its work after a stop may take).
+Whatever happens, `_end` writes the attempt's end once, shielded, and the slot frees only once
+the executor's iteration has ended.
 
 Checkpoints: an attempt of an executor that keeps them starts from the newest checkpoint the log
 holds whose file still has its recorded size and sha256 (`restored`; each unusable one is
@@ -287,7 +289,10 @@ class Supervisor:
             stalled = anyio.current_time() >= a.last_touch + cfg.stall_timeout_s
             a.stop_reason = "stalled" if stalled else "deadline"
         driver.cancel()
-        with anyio.move_on_after(cfg.cancel_grace_s):
+        # An executor that follows its work after a stop (a ComfyUI prompt runs on until an interrupt
+        # lands) says how long it may: the job then ends as that work did, not at the grace.
+        a.stop_wait_s = self.executor.capabilities().stop_wait_s or 0.0
+        with anyio.move_on_after(cfg.cancel_grace_s + a.stop_wait_s):
             while not a.driver_done:
                 signal = a.signal
                 await signal.wait()

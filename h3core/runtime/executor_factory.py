@@ -51,8 +51,7 @@ def make_executor(settings: Settings, artifacts: LocalArtifactStore, uploads: Lo
             templates=dict(settings.comfyui_template),
             concurrency=settings.comfyui_concurrency,
             on_stop=settings.comfyui_on_stop,
-            # A cancel confirms the prompt stopped within the runner's grace, or says it may run on.
-            cancel_wait_s=max(0.5, settings.cancel_grace * 0.8),
+            stop_wait_s=settings.comfyui_stop_wait,
         )
 
         return ComfyUIExecutor(comfy, templates, artifacts, _upload_path(uploads))

@@ -205,6 +205,9 @@ class Settings(BaseSettings):
     comfyui_unreachable_after: float = Field(
         default=300.0, gt=0, description="Seconds ComfyUI may not answer before its jobs fail."
     )
+    comfyui_stop_wait: float = Field(
+        default=600.0, gt=0, description="Seconds a stopped ComfyUI prompt is followed, at most, before its stop is unconfirmed."
+    )
     # Without tokens, a Host header not named here is refused (it stops DNS rebinding).
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default=[], description="Host names answered besides loopback ones, comma-separated (* for any) [none]."

@@ -200,6 +200,67 @@ async def test_an_executor_that_will_not_stop_still_ends_after_the_grace_period_
         assert runner.executor.cleanups >= 1
 
 
+@pytest.mark.parametrize("outcome", ["finished", "stopped", "never"])
+async def test_an_executor_that_follows_its_work_after_a_stop_keeps_the_job_and_its_slot_until_that_work_ends(
+    make_runner, outcome
+):
+    """An executor that states how long it may follow its work after a stop (`stop_wait_s`: a
+    ComfyUI prompt runs on until an interrupt lands) is waited for past the cancel grace: the job
+    ends as that work did, and the next job starts only once it no longer runs. Past that bound
+    the job fails `stop_unconfirmed`, its slot still held until the cleanup ends."""
+    finished = Artifact(path="x.mp4", bytes=0, sha256="0" * 64, frames=1, duration_s=0.04)
+    released, following, started_while_following = anyio.Event(), set(), []
+
+    async def follows(job):
+        if job.request.steps != 2:  # the next job: runs at once
+            started_while_following.append(bool(following))
+            yield Result(finished)
+            return
+        try:
+            yield Progress(step=1, total=2)
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):  # following the work until the test says it ended
+                following.add(job.job_id)
+                await released.wait()
+                following.discard(job.job_id)
+            if outcome == "finished":
+                raise FinishedBeforeStop(Result(finished))
+
+    stop_wait_s = 0.2 if outcome == "never" else 60.0
+    async with make_runner(cancel_grace_s=0) as runner:
+        try:
+            caps = runner.executor.capabilities
+            runner.executor.capabilities = lambda: caps().model_copy(update={"stop_wait_s": stop_wait_s})
+            runner.executor.run = follows
+            job = await runner.submit(request(steps=2))
+            await wait_until(lambda: runner.store.get(job.job_id).step == 1)
+            nxt = await runner.submit(request(steps=3))
+            await runner.cancel(job.job_id)
+            await wait_until(lambda: following)
+            if outcome == "never":
+                await wait_until(ended(runner, job.job_id))
+                state = runner.store.get(job.job_id)
+                assert state.status == "failed" and state.error.kind == "stop_unconfirmed"
+                assert state.error.message.endswith("did not stop within 0.2s: its work may still run")
+            else:
+                await anyio.sleep(0.3)  # well past the grace (0 s): a job ended at the grace would be by now
+                assert runner.store.get(job.job_id).status == "running", "its work runs on: not ended at the grace"
+            assert runner.store.get(nxt.job_id).status == "queued", "its slot is held while the work may run"
+            released.set()  # the work ends
+            await wait_until(ended(runner, job.job_id, nxt.job_id))
+            state = runner.store.get(job.job_id)
+            assert runner.store.get(nxt.job_id).status == "done"
+        finally:
+            released.set()  # also when an assertion fails: the runner waits for the cleanup to end
+    assert started_while_following == [False], "the next job started once the work no longer ran"
+    if outcome == "finished":
+        assert state.status == "done" and state.artifact == finished
+        assert runner.store.events(job.job_id)[-1].body.cancel_too_late
+    elif outcome == "stopped":
+        assert state.status == "cancelled"
+
+
 async def test_a_retried_job_whose_executor_is_still_stopping_is_not_started_twice(make_runner):
     # Past its deadline the attempt is ended (a retry: queued again) while the executor's
     # cleanup still runs; a free slot must not start the same job beside it.

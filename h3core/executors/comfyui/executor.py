@@ -8,10 +8,13 @@ What the old adapter got wrong (docs/design.md §2) and how this one avoids it:
 - `/interrupt` without a prompt id stops whatever runs: here it always names our prompt (sent
   once, then again on a backoff while the prompt still runs), and a pending prompt is deleted
   from the queue instead; a stop is certain: the queue is read again until ComfyUI no longer
-  holds the prompt (a pending prompt may start between the read and the delete), else the job
-  fails `stop_unconfirmed`, never `cancelled` while the prompt may run; and a prompt that
-  succeeded before the stop took effect keeps its video (`FinishedBeforeStop`: the job is done,
-  the cancel too late), never thrown away and called cancelled;
+  holds the prompt (a pending prompt may start between the read and the delete), for up to
+  `stop_wait_s` (an interrupt lands only between nodes or at a sampler's steps: a prompt may run
+  on for minutes), the job holding its slot meanwhile so that no other prompt is sent to a server
+  still busy with it; past that the job fails `stop_unconfirmed`, never `cancelled` while the
+  prompt may run; and a prompt that succeeded before the stop took effect keeps its video
+  (`FinishedBeforeStop`: the job is done, the cancel too late), never thrown away and called
+  cancelled;
 - every prompt was sent at once and waited in ComfyUI's queue while h3core said `running`: here
   the executor states its `concurrency` and the runner starts no more, the rest wait in h3core;
 - a stop of h3core interrupted the prompt: here it is left running (`on_stop="detach"`) and the
@@ -53,9 +56,11 @@ T = TypeVar("T")
 _PROMPTS = uuid.UUID("6c3e1d2a-8f4b-4a57-9a57-3f6f3f0b7c11")  # namespace of our prompt ids
 VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".mov")
 # A stop interrupts a running prompt once, then again after these pauses while it still runs
-# (ComfyUI resets an interrupt that lands as the prompt starts); the queue is read every STOP_POLL_S.
+# (ComfyUI resets an interrupt that lands as the prompt starts). The queue is read every
+# STOP_POLL_S for the first STOP_FAST_S (most stops take effect within it), then every poll_max_s.
 INTERRUPT_AGAIN = Backoff(first_s=0.5, longest_s=4.0)
 STOP_POLL_S = 0.1
+STOP_FAST_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -71,9 +76,10 @@ class ComfyUISettings:
     poll_max_s: float = 5.0
     lost_after_s: float = 15.0  # in neither queue nor history for this long: executor_lost
     unreachable_after_s: float = 300.0  # server not answering for this long: executor_lost
-    # A cancel makes sure ComfyUI no longer holds the prompt for this long, then fails the job
-    # `stop_unconfirmed` (keep it under the runner's cancel grace).
-    cancel_wait_s: float = 20.0
+    # A stop (a cancel, a stall, a deadline) follows the prompt until ComfyUI no longer holds it, for
+    # at most this long, then fails the job `stop_unconfirmed`: an interrupt lands only between
+    # nodes or at a sampler's steps, and until then the prompt runs (and may succeed: its video is kept).
+    stop_wait_s: float = 600.0
     log_path: Path | None = None  # the server's log, for Raylight's progress
     templates: Mapping[str, str] = field(default_factory=dict)  # mode -> template name (default: the built-in)
     concurrency: int = 1  # prompts ComfyUI runs at once: h3core sends no more
@@ -162,6 +168,7 @@ class ComfyUIExecutor(NoReports):
             media=media,
             window=window,
             concurrency=s.concurrency,
+            stop_wait_s=s.stop_wait_s,  # the runner waits for a stopped prompt's end this long
             exact_frames=tuple(exact),
         )
 
@@ -254,8 +261,9 @@ class ComfyUIExecutor(NoReports):
     async def _stopping_if_abandoned(
         self, job: JobSpec, prompt_id: str, updates: AsyncGenerator[Update, None]
     ) -> AsyncIterator[Update]:
-        """Pass `updates` on; if they are not followed to the end, make sure the prompt stops, and
-        keep its video if it had succeeded before the stop took effect."""
+        """Pass `updates` on; if they are not followed to the end, make sure the prompt stops (following
+        it until ComfyUI no longer holds it), and keep its video if it had succeeded before the stop
+        took effect."""
         try:
             async with aclosing(updates):
                 async for update in updates:
@@ -263,11 +271,12 @@ class ComfyUIExecutor(NoReports):
         except ExecutorFailure as exc:
             if exc.kind != "not_started":  # not_started: ComfyUI has nothing of the job to stop
                 with anyio.CancelScope(shield=True):
-                    await self._stop(prompt_id)
+                    # The failure is what is reported: a ComfyUI that does not answer is not waited for.
+                    await self._stop(prompt_id, patience_s=0.0)
             raise
         except Exception:  # our own failure: stop what may still run, and report the failure
             with anyio.CancelScope(shield=True):
-                await self._stop(prompt_id)
+                await self._stop(prompt_id, patience_s=0.0)
             raise
         except BaseException:  # cancelled (or closed) by the runner
             if prompt_id in self._detached:
@@ -413,9 +422,7 @@ class ComfyUIExecutor(NoReports):
                         and data.get("max") == steps
                     ):
                         step = int(data.get("value", 0))
-                    elif kind in ("execution_success", "execution_error", "execution_interrupted") or (
-                        kind == "executing" and data.get("node") is None
-                    ):
+                    elif _ends(message):
                         ended = True
                 if tail is not None:
                     seen = tail.progress(steps)
@@ -482,33 +489,69 @@ class ComfyUIExecutor(NoReports):
         artifact = self.artifacts.commit(staged, job_id=job.job_id, attempt=job.attempt, frames=frames, duration_s=seconds)
         return Result(artifact)
 
-    async def _stop(self, prompt_id: str) -> str | None:
+    async def _stop(self, prompt_id: str, *, patience_s: float | None = None) -> str | None:
         """Make sure ComfyUI no longer holds the prompt: None once it is in neither queue, else why
-        that was not seen within `cancel_wait_s`. Pending: delete it, then look again (it may have
-        started between the read and the delete). Running: interrupt it by id once, and again on
+        that was not seen within `stop_wait_s` (or while ComfyUI did not answer for `patience_s`,
+        by default `unreachable_after_s`). Pending: delete it, then look again (it may have started
+        between the read and the delete). Running: interrupt it by id once, and again on
         `INTERRUPT_AGAIN`'s pauses while it still runs (an interrupt that lands as the prompt starts
-        is reset by ComfyUI)."""
-        why = f"it was still in ComfyUI's queue after {self.settings.cancel_wait_s:g}s"
+        is reset by ComfyUI). The queue is read again at once when the socket says the prompt ended."""
+        s = self.settings
+        patience_s = s.unreachable_after_s if patience_s is None else patience_s
+        began = anyio.current_time()
+        why = f"it was still in ComfyUI's queue after {s.stop_wait_s:g}s"
         interrupts = 0
         next_interrupt = -math.inf
-        with anyio.move_on_after(self.settings.cancel_wait_s):
-            while True:
-                try:
-                    running, pending = await self.client.queue()
-                    if prompt_id in pending:
-                        await self.client.delete(prompt_id)
-                        continue
-                    if prompt_id not in running:
-                        return None  # ended, deleted, or never queued: ComfyUI does not run it
-                    if anyio.current_time() >= next_interrupt:
-                        await self.client.interrupt(prompt_id)
-                        interrupts += 1
-                        next_interrupt = anyio.current_time() + INTERRUPT_AGAIN.pause(interrupts)
-                    why = f"it was still running after {self.settings.cancel_wait_s:g}s (interrupted by id {interrupts}x)"
-                except Unreachable as exc:
-                    why = f"ComfyUI did not answer for {self.settings.cancel_wait_s:g}s ({exc})"
-                await anyio.sleep(STOP_POLL_S)
+        unanswered_since: float | None = None
+        async with self.feed.follow(prompt_id) as hints:
+            with anyio.move_on_after(s.stop_wait_s):
+                while True:
+                    now = anyio.current_time()
+                    try:
+                        running, pending = await self.client.queue()
+                        unanswered_since = None
+                        if prompt_id in pending:
+                            await self.client.delete(prompt_id)
+                            continue
+                        if prompt_id not in running:
+                            return None  # ended, deleted, or never queued: ComfyUI does not run it
+                        if now >= next_interrupt:
+                            await self.client.interrupt(prompt_id)
+                            interrupts += 1
+                            next_interrupt = anyio.current_time() + INTERRUPT_AGAIN.pause(interrupts)
+                            if interrupts == 2:  # the first did not take: say why the job keeps its slot
+                                log.info(
+                                    "prompt %s still runs after an interrupt; following it until ComfyUI no longer "
+                                    "holds it (at most %gs), its job holding its slot meanwhile",
+                                    prompt_id,
+                                    s.stop_wait_s,
+                                    extra={"prompt_id": prompt_id, "executor": "comfyui"},
+                                )
+                        why = f"it was still running after {s.stop_wait_s:g}s (interrupted by id {interrupts}x)"
+                    except Unreachable as exc:
+                        unanswered_since = now if unanswered_since is None else unanswered_since
+                        why = f"ComfyUI did not answer for {min(s.stop_wait_s, patience_s):g}s ({exc})"
+                        if now - unanswered_since >= patience_s:
+                            return why
+                    with anyio.move_on_after(STOP_POLL_S if now - began < STOP_FAST_S else s.poll_max_s):
+                        await _until_ended(hints)
         return why
+
+
+def _ends(message: Mapping[str, Any]) -> bool:
+    """Whether a socket message says its prompt ended (a hint: /history and the queue decide)."""
+    kind, data = message.get("type"), message.get("data") or {}
+    return kind in ("execution_success", "execution_error", "execution_interrupted") or (
+        kind == "executing" and data.get("node") is None
+    )
+
+
+async def _until_ended(hints: AsyncIterator[Mapping[str, Any]]) -> None:
+    """Until the socket says the prompt ended."""
+    async for message in hints:
+        if _ends(message):
+            return
+    await anyio.sleep_forever()  # the feed closed: only the caller's timer wakes it
 
 
 def _where(job: JobSpec) -> dict[str, Any]:

@@ -35,6 +35,8 @@ class FakeComfyUI(Switches):
     Knobs (plain attributes, changeable at any time, also while a prompt runs):
       step_seconds      time per sampler step (and per image of SaveImageWebsocket's progress bar)
       node_seconds      time per call of every other node (per list item when fed a list)
+      hold_node         a node id: its call waits, past its interrupt check, for as long as this names it
+                        (a node that notices no interrupt for as long as a test needs, then runs)
       send_progress     False: samplers send no per-step `progress`/`progress_state` (as on Raylight);
                         the node's start/finish `progress_state` is still sent
       sampler_checks_interrupt  None (default): a sampler notices an interrupt at its progress ticks only

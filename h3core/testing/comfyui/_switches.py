@@ -9,6 +9,7 @@ class Switches:
         self.gpus = gpus  # GPUs the Raylight log lines and the "Loading workers" bar count
         self.step_seconds: float = 0.01  # per progress tick of a sampler (and of SaveImageWebsocket)
         self.node_seconds: float = 0.0  # per call of every other node
+        self.hold_node: str | None = None  # the node whose call waits (past its interrupt check) while this names it
         self.send_progress: bool = True  # False: samplers send no progress/progress_state ticks (Raylight)
         self.sampler_checks_interrupt: bool | None = None  # None: only where it reports progress
         self.log_progress: bool = False  # tqdm lines in root/comfyui.log

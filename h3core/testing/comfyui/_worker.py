@@ -252,6 +252,8 @@ class Worker:
         uis: list[dict[str, list[Any]]] = []
         for kwargs in calls:
             self.check_interrupt()  # nodes.before_node_execution()
+            while self.switches.hold_node == uid:  # held by a test: an interrupt now is noticed only at the next check
+                await asyncio.sleep(0.005)
             if class_type not in TIMED_BY_STEPS and self.switches.node_seconds > 0:
                 await asyncio.sleep(self.switches.node_seconds)
             if behaviour is not None:

@@ -38,7 +38,7 @@ def make_runner(tmp_path, comfy):
                 "poll_max_s": 0.3,
                 "lost_after_s": 1.0,
                 "unreachable_after_s": 2.0,
-                "cancel_wait_s": 5.0,
+                "stop_wait_s": 5.0,
                 "log_path": comfy.log_path,
                 **(comfyui or {}),
             }

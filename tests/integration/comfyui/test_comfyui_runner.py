@@ -183,7 +183,7 @@ async def test_cancel_of_a_running_prompt_interrupts_that_prompt_only(make_runne
 
 async def test_a_cancel_comfyui_does_not_honour_in_time_fails_the_job_stop_unconfirmed_not_cancelled(make_runner, comfy):
     comfy.step_seconds, comfy.sampler_checks_interrupt = 0.1, False  # the interrupt lands only after the sampler
-    async with make_runner(comfyui={"cancel_wait_s": 0.5}) as runner:
+    async with make_runner(comfyui={"stop_wait_s": 0.5}) as runner:
         job = await runner.submit(req(steps=60))
         await until(lambda: (runner.store.get(job.job_id).step or 0) >= 2)
         await runner.cancel(job.job_id)
@@ -440,6 +440,114 @@ async def test_a_cancel_that_loses_the_race_to_a_finishing_prompt_ends_done_with
     assert runner.executor.artifacts.resolve(state.artifact.path).stat().st_size == state.artifact.bytes
     events = runner.store.events(job.job_id)
     assert [e.type for e in events][-2:] == ["cancel_requested", "done"] and events[-1].body.cancel_too_late
+
+
+# -- a stop ComfyUI confirms only after the grace: the job keeps its slot and ends as the prompt did --
+
+
+T2VA = builtin_templates()["minimax-h3-t2va-single-gpu"]
+
+
+def interrupts_of(comfy, ref: str) -> int:
+    return sum(1 for _, prompt in comfy.interrupts if prompt == ref)
+
+
+async def watch_overlap(runner, comfy, ref: str, other: str, seen: list[bool]) -> None:
+    """While ComfyUI runs prompt `ref`: whether job `other` had started, in h3core or in ComfyUI's queue."""
+    while True:
+        if comfy.running_prompt_id == ref:
+            seen.append(runner.store.get(other).status != "queued" or bool(comfy.queue_pending))
+        await anyio.sleep(0.005)
+
+
+async def stopped_late(make_runner, comfy, stop: str, hold: str):
+    """Run a job until ComfyUI holds it at node `hold` (its interrupt check passed), stop it (a cancel,
+    or its deadline), and follow it past the runner's grace while another job waits; then let the
+    node run. The runner, the two jobs' ids, the stopped prompt's id, and whether the other job had
+    started while ComfyUI ran that prompt (each look)."""
+    comfy.hold_node = hold
+    config = {"attempt_deadline_s": 3.0} if stop == "deadline" else {}
+    seen: list[bool] = []
+    async with make_runner(comfyui={"stop_wait_s": 60.0}, cancel_grace_s=0.2, **config) as runner:
+        try:
+            job = await runner.submit(req(steps=4))
+            await until(lambda: comfy.current_node == hold)
+            nxt = await runner.submit(req(steps=4, seed=2))  # the slot's next job (ComfyUI's concurrency is 1)
+            ref = runner.store.get(job.job_id).executor_ref
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch_overlap, runner, comfy, ref, nxt.job_id, seen)
+                if stop == "cancel":
+                    await runner.cancel(job.job_id)
+                # Interrupted three times: at least 1.5 s after the stop began, far past the grace (0.2 s).
+                await until(lambda: interrupts_of(comfy, ref) >= 3)
+                assert runner.store.get(job.job_id).status == "running", "not ended at the grace: its prompt runs on"
+                comfy.hold_node = None
+                await ended(runner, job.job_id)
+                await ended(runner, nxt.job_id)
+                tg.cancel_scope.cancel()
+        finally:
+            comfy.hold_node = None  # a failed assertion must not leave the runner's stop following the prompt
+    assert seen and not any(seen), "no other job started while ComfyUI ran the stopped prompt"
+    return runner, job.job_id, nxt.job_id, ref
+
+
+@pytest.mark.parametrize("stop", ["cancel", "deadline"])
+async def test_a_stopped_prompt_that_succeeds_after_the_grace_keeps_its_video_and_its_slot_until_then(make_runner, comfy, stop):
+    """ComfyUI notices an interrupt only before a node (or at a sampler's steps): one sent while the
+    output node writes the video is never seen, however long that takes. The executor follows the
+    prompt past the runner's grace, the job keeping its slot, and the video it makes is kept."""
+    runner, job_id, nxt_id, ref = await stopped_late(make_runner, comfy, stop, hold=T2VA.output)
+    assert comfy.history[ref]["status"]["status_str"] == "success", "ComfyUI finished it"
+    state = runner.store.get(job_id)
+    assert state.status == "done" and state.artifact is not None, state.error
+    path = runner.executor.artifacts.resolve(state.artifact.path)
+    assert path.stat().st_size == state.artifact.bytes
+    with av.open(str(path)) as c:
+        assert c.streams.video
+    done = runner.store.events(job_id)[-1]
+    assert done.type == "done" and done.body.cancel_too_late == (stop == "cancel")
+    assert runner.store.get(nxt_id).status == "done"
+
+
+@pytest.mark.parametrize("stop", ["cancel", "deadline"])
+async def test_a_stopped_prompt_that_notices_the_interrupt_after_the_grace_ends_the_job_as_the_stop_asked(
+    make_runner, comfy, stop
+):
+    """Held before its sampler's first step, the prompt notices the interrupt only once it samples:
+    the stop is confirmed after the grace, and the job ends as the stop asked, not `stop_unconfirmed`."""
+    runner, job_id, nxt_id, ref = await stopped_late(make_runner, comfy, stop, hold=T2VA.sampler)
+    assert comfy.history[ref]["status"]["messages"][-1][0] == "execution_interrupted"
+    state = runner.store.get(job_id)
+    if stop == "cancel":
+        assert state.status == "cancelled", state.error
+    else:
+        assert state.status == "failed" and state.error.kind == "deadline", state.error
+    assert state.artifact is None
+    assert runner.store.get(nxt_id).status == "done"
+
+
+async def test_a_stopped_prompt_still_running_past_the_stop_wait_fails_the_job_stop_unconfirmed_and_frees_its_slot(
+    make_runner, comfy
+):
+    comfy.hold_node = T2VA.output
+    async with make_runner(comfyui={"stop_wait_s": 1.0}, cancel_grace_s=5.0) as runner:
+        try:
+            job = await runner.submit(req(steps=4))
+            await until(lambda: comfy.current_node == T2VA.output)
+            nxt = await runner.submit(req(steps=4, seed=2))
+            ref = runner.store.get(job.job_id).executor_ref
+            await runner.cancel(job.job_id)
+            state = await ended(runner, job.job_id)
+            assert state.status == "failed" and state.error.kind == "stop_unconfirmed"
+            assert state.error.message.startswith(
+                f"cancelled by request, but ComfyUI may still run prompt {ref}: it was still running after 1s"
+            ), "the executor's word, within the runner's bound"
+            assert comfy.running_prompt_id == ref, "it was indeed still running"
+            # The slot is free: the next job's prompt is sent, and waits in ComfyUI's queue behind it.
+            await until(lambda: [item[1] for item in comfy.queue_pending] == [runner.store.get(nxt.job_id).executor_ref])
+        finally:
+            comfy.hold_node = None
+        assert (await ended(runner, nxt.job_id)).status == "done"
 
 
 async def test_a_graph_that_counts_no_steps_and_makes_the_frames_asked_reports_no_progress_and_no_snap(make_runner, comfy):

@@ -20,12 +20,17 @@ def build(tmp_path, **kw):
 
 def test_a_template_named_for_a_mode_serves_it_and_the_other_modes_keep_their_built_ins(tmp_path):
     settings, executor = build(
-        tmp_path, comfyui_template="t2va=core-nodes-t2va", comfyui_concurrency=2, comfyui_on_stop="interrupt"
+        tmp_path,
+        comfyui_template="t2va=core-nodes-t2va",
+        comfyui_concurrency=2,
+        comfyui_on_stop="interrupt",
+        comfyui_stop_wait=120,
     )
     assert settings.comfyui_template == {"t2va": "core-nodes-t2va"}
     assert executor._pick("t2va").name == "core-nodes-t2va" and executor._pick("fl2va").name == "minimax-h3-fl2va-single-gpu"
     assert executor.settings.on_stop == "interrupt" and executor.capabilities().concurrency == 2
-    assert executor.settings.cancel_wait_s < settings.cancel_grace, "a cancel is confirmed within the runner's grace"
+    # A stopped prompt is followed that long, and the runner told so: it waits for the prompt's end.
+    assert executor.settings.stop_wait_s == 120 and executor.capabilities().stop_wait_s == 120
 
 
 def test_the_template_setting_comes_from_the_environment_too(tmp_path, monkeypatch):

@@ -51,8 +51,8 @@ class Server:
         return httpx.Response(200)
 
 
-def executor(tmp_path, server: Server, cancel_wait_s: float = 5.0) -> ComfyUIExecutor:
-    settings = ComfyUISettings(url=URL, client_id="t", cancel_wait_s=cancel_wait_s)
+def executor(tmp_path, server: Server, stop_wait_s: float = 5.0) -> ComfyUIExecutor:
+    settings = ComfyUISettings(url=URL, client_id="t", stop_wait_s=stop_wait_s)
     client = ComfyClient(URL, transport=httpx.MockTransport(server))
     return ComfyUIExecutor(
         settings, builtin_templates(), LocalArtifactStore(tmp_path / "a"), lambda u: tmp_path / u, client=client
@@ -80,7 +80,7 @@ async def test_a_pending_prompt_deleted_in_time_is_confirmed_gone_without_an_int
 async def test_a_prompt_that_keeps_running_is_reported_not_stopped_once_the_wait_is_over(tmp_path):
     server = Server("p1", "running", ignores_interrupts=True)
     with anyio.fail_after(10):
-        why = await executor(tmp_path, server, cancel_wait_s=2.0)._stop("p1")
+        why = await executor(tmp_path, server, stop_wait_s=2.0)._stop("p1")
     sent = server.calls.count("POST /interrupt {'prompt_id': 'p1'}")
     assert why == f"it was still running after 2s (interrupted by id {sent}x)"
     assert sent >= 2, "interrupted again while it ran"
@@ -101,7 +101,7 @@ async def test_an_interrupt_is_sent_again_only_on_a_backoff_while_the_prompt_sti
         stopped: list[str | None] = []
 
         async def stop() -> None:
-            stopped.append(await executor(tmp_path, server, cancel_wait_s=30)._stop("p1"))
+            stopped.append(await executor(tmp_path, server, stop_wait_s=30)._stop("p1"))
 
         tg.start_soon(stop)
         with anyio.fail_after(20):
@@ -121,11 +121,53 @@ async def test_an_unreachable_comfyui_is_reported_not_stopped(tmp_path):
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused")
 
-    settings = ComfyUISettings(url=URL, client_id="t", cancel_wait_s=0.3)
+    settings = ComfyUISettings(url=URL, client_id="t", stop_wait_s=0.3)
     client = ComfyClient(URL, transport=httpx.MockTransport(refuse))
     ex = ComfyUIExecutor(settings, builtin_templates(), LocalArtifactStore(tmp_path / "a"), lambda u: tmp_path / u, client=client)
     why = await ex._stop("p1")
     assert why is not None and why.startswith("ComfyUI did not answer for 0.3s") and "connection refused" in why
+
+
+async def test_a_failing_attempt_stops_its_prompt_without_waiting_for_a_comfyui_that_does_not_answer(tmp_path):
+    """After the attempt's own failure (ComfyUI unreachable past its bound) the stop is tried once:
+    the failure is what is reported, and the runner's slot is not held for another outage."""
+    tries = []
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        tries.append(request.url.path)
+        raise httpx.ConnectError("connection refused")
+
+    settings = ComfyUISettings(url=URL, client_id="t", stop_wait_s=60)
+    client = ComfyClient(URL, transport=httpx.MockTransport(refuse))
+    ex = ComfyUIExecutor(settings, builtin_templates(), LocalArtifactStore(tmp_path / "a"), lambda u: tmp_path / u, client=client)
+    with anyio.fail_after(10):
+        why = await ex._stop("p1", patience_s=0)
+    assert why is not None and why.startswith("ComfyUI did not answer") and tries == ["/queue"]
+
+
+async def test_a_long_stop_reads_the_queue_less_often_and_at_once_when_the_socket_says_the_prompt_ended(tmp_path, monkeypatch):
+    """Past its first seconds a stop reads ComfyUI's queue every `poll_max_s` (a prompt may run on
+    for minutes until a node checks the interrupt), but the socket's word that the prompt ended
+    wakes it: the slot frees as soon as ComfyUI no longer holds the prompt."""
+    monkeypatch.setattr("h3core.executors.comfyui.executor.STOP_FAST_S", 0.0)
+    server = Server("p1", "running", ignores_interrupts=True)
+    settings = ComfyUISettings(url=URL, client_id="t", stop_wait_s=600, poll_max_s=300)
+    client = ComfyClient(URL, transport=httpx.MockTransport(server))
+    ex = ComfyUIExecutor(settings, builtin_templates(), LocalArtifactStore(tmp_path / "a"), lambda u: tmp_path / u, client=client)
+    stopped: list[str | None] = []
+
+    async def stop() -> None:
+        stopped.append(await ex._stop("p1"))
+
+    with anyio.fail_after(10):  # far less than the 300 s between reads
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop)
+            while "POST /interrupt {'prompt_id': 'p1'}" not in server.calls:
+                await anyio.sleep(0.01)
+            server.where = "gone"  # ComfyUI noticed the interrupt at its next node...
+            ex.feed._dispatch({"type": "execution_interrupted", "data": {"prompt_id": "p1"}})  # ...and says so
+    assert stopped == [None]
+    assert server.calls == ["GET /queue", "POST /interrupt {'prompt_id': 'p1'}", "GET /queue"]
 
 
 def test_a_refused_graph_names_the_node_input_and_limit_once():
