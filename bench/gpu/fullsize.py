@@ -9,7 +9,10 @@ kernel `auto` picks there, then:
 2. the same transformer forward bare: the transformer called directly with the inputs the
    product's last step gave it (captured), under the same kernel, timed the same way;
 3. the mux of that job's frames and audio (PyAV, the artifact the service writes);
-4. the non-denoise share of a warm 50-step job, from those figures.
+4. the non-denoise share of a warm 50-step job, from those figures;
+5. one denoising checkpoint of that job (taken after its warm-up step, through the product's
+   writer into a local artifact store): its size, how long the loop waited for it (the copy off
+   the device), and the whole write, against a step.
 
 The bar: the product's step within 5 % of the bare forward. `H3GPU_DRY=cpu` runs the same code
 at h3core's tiny geometry on the CPU (that is its test: tests/unit/test_gpu_check.py).
@@ -28,13 +31,15 @@ from pathlib import Path
 from bench.gpu.common import DEVICE, DRY, DTYPE, free, md, one_line, trace, versions
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.domain.request import GenerationRequest
-from h3core.executors.base import JobSpec
-from h3core.executors.pipeline.driver import save_video
+from h3core.executors.base import CheckpointSaved, JobSpec
+from h3core.executors.pipeline.driver import CheckpointWriter, save_video
 from h3core.executors.pipeline.generate import Control, Media
 from h3core.executors.pipeline.probe import Bench, ProbeSpec
 
 WIDTH, HEIGHT, FRAMES = (64, 64, 22) if DRY else (1344, 768, 124)
-STEPS = int(os.environ.get("H3GPU_FULLSIZE_STEPS", "3"))  # the first is a warm-up; the others are timed
+# The first is a warm-up (a checkpoint follows it, its pause counted in step 2): the median of the
+# others stands whatever one step pays.
+STEPS = int(os.environ.get("H3GPU_FULLSIZE_STEPS", "4"))
 BARE_CALLS = 2
 TEXT_TOKENS = 256  # a prompt's worth of random embeddings (the released text width)
 JOB_STEPS = 50  # the warm job the share is computed for
@@ -96,11 +101,21 @@ def main() -> int:
         sync()
         marks[stage] = time.perf_counter()
 
+    class AfterWarmUp:  # the checkpoint policy of this run: one, after step 1
+        def due(self, step: int, total: int, last_step: int, seconds: float) -> bool:
+            return step == 1
+
+    saved: list[CheckpointSaved] = []
+    checkpoints = tempfile.TemporaryDirectory(prefix="h3gpu-ckpt-")
+    writer = CheckpointWriter(LocalArtifactStore(Path(checkpoints.name)), JobSpec("f" * 32, 1, request), saved.append)
+    control = Control(on_stage=on_stage, checkpoints=AfterWarmUp(), on_checkpoint=writer.hand)  # type: ignore[arg-type]
     try:
         with torch.no_grad():
-            out = bench.generator.run(request, Media(), Control(on_stage=on_stage))
+            out = bench.generator.run(request, Media(), control)
+        writer.drain()
     finally:
         transformer.forward = guarded
+        checkpoints.cleanup()
     sync()
     tokens = bench.generator.last_tokens
     steps = out.step_seconds[1:] or out.step_seconds  # the first step warms the kernels up
@@ -161,6 +176,16 @@ def main() -> int:
         f"({', '.join(f'{k} {v:.2f}' for k, v in other.items())}) = {total:.1f} s; non-denoise share {rest / total:.1%} "
         f"(the text encoder not counted: the prompt was cached)"
     )
+    # 5. The checkpoint taken after step 1.
+    if saved:
+        c = saved[0]
+        say(
+            f"\ncheckpoint after step {c.checkpoint.step}: {c.checkpoint.bytes / 2**20:.1f} MiB; the loop waited "
+            f"{c.paused_s:.3f} s (the copy off the device), the write took {c.write_s:.2f} s in all, off the loop's thread; "
+            f"a step is {product:.2f} s (pause / step {c.paused_s / product:.1%})"
+        )
+    else:
+        say("\ncheckpoint: none was stored (FAILED to measure)")
     say(f"\n(step 7: {time.perf_counter() - t0:.0f} s in all)")
     return 0
 

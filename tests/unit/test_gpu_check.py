@@ -100,6 +100,7 @@ def test_env_without_cuda_stops_and_the_full_size_step_runs_at_toy_geometry(tmp_
     out = done.stdout
     assert "| tokens | kernel | product step (median of steps 2+) | bare forward (median of 2) | product / bare | bar |" in out
     assert "mux: 22 frames 64x64 + audio (H.264 + AAC)" in out and "non-denoise share" in out
+    assert "checkpoint after step 1: " in out and "the loop waited" in out, out[-1500:]
 
 
 def wheel(folder: Path, name: str, version: str, *needs: str, tag: str = "py3-none-any") -> Path:
