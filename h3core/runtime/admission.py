@@ -165,7 +165,10 @@ class CapabilityFile:
 def unknown(executor: str = "unknown") -> Capabilities:
     """What an API process assumes before any runner process has stated its capabilities."""
     why = "no runner process has stated what it can run yet"
-    return Capabilities(executor=executor, modes=tuple(ModeReadiness(mode=m, ready=False, reason=why) for m in MODES))
+    modes = tuple(ModeReadiness(mode=m, ready=False, reason=why) for m in MODES)
+    # Which frame count the video will have is the executor's (the model's 17n + 5, or as asked):
+    # unknown here, so nothing is said to be snapped that may not be.
+    return Capabilities(executor=executor, modes=modes, exact_frames=MODES)
 
 
 async def publish_capabilities(executor: Executor, board: CapabilityFile, *, interval_s: float = 0.25) -> None:

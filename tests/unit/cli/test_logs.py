@@ -492,6 +492,21 @@ def test_enqueue_stores_a_queued_job_and_prints_its_id(cli, tmp_path):
     assert (r.prompt, r.steps, r.frames, r.width, r.height, r.seed) == ("a [fake step=0.1] fox", 10, 12, 64, 96, 7)
     assert state.priority == 3 and state.retry.max_attempts == 1
     assert not (tmp_path / "artifacts").exists()
+    # No runner has said what it makes: no frame count is claimed (the fake makes the 12 asked).
+    assert state.warnings == () and "snapped" not in result.output
+
+
+def test_enqueue_warns_of_snapped_frames_once_a_runner_has_said_its_model_snaps_them(cli, tmp_path):
+    from h3core.domain.capabilities import Capabilities
+    from h3core.runtime.admission import CapabilityFile, capabilities_path
+
+    db = tmp_path / "pipeline.db"
+    CapabilityFile(capabilities_path(db)).publish(Capabilities(executor="pipeline"))  # as a pipeline runner publishes
+    result = run(
+        cli, "enqueue", "--db", db, "--prompt", "a fox", "--steps", "2", "--frames", "12", "--width", "64", "--height", "64"
+    )
+    assert result.exit_code == 0, result.output
+    assert "12 frames snapped to 22" in result.output
 
 
 def test_enqueue_refuses_an_invalid_request_without_a_traceback(cli, tmp_path):
