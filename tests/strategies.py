@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from hypothesis import strategies as st
 
 from h3core.domain.events import (
@@ -63,6 +65,29 @@ _cancel_requested = st.builds(CancelRequested)
 _cancelled = st.builds(Cancelled)
 
 
+@functools.lru_cache(maxsize=4096)
+def _checkpoint_bodies(attempt: int, step: int, total: int, kept: tuple[Checkpoint, ...]) -> tuple[st.SearchStrategy[Body], ...]:
+    """Checkpoint and release bodies near a state (legal ones often), made once per such state:
+    strategies built on every draw cost more than the draws."""
+    near = st.sampled_from([max(attempt, 1), max(attempt, 1), attempt + 1])
+    fresh = st.builds(
+        Checkpoint,
+        attempt=near,
+        step=st.sampled_from([max(step, 1), max(step, 1), max(step - 1, 1), step + 1]),
+        total=st.sampled_from([total, total, total + 1]),
+        path=st.sampled_from(["c/a", "c/b"]),
+        bytes=st.just(1),
+        sha256=st.sampled_from(["0" * 64, "1" * 64]),
+    )
+    known = st.sampled_from(kept) if kept else fresh
+    return (
+        st.builds(Checkpointed, checkpoint=fresh),
+        st.builds(Restored, attempt=near, checkpoint=st.one_of(known, known, fresh)),
+        st.builds(CheckpointRejected, attempt=near, checkpoint=st.one_of(known, fresh), reason=st.just("r")),
+        st.builds(Released, attempt=near, reason=st.just("shutdown"), step=st.sampled_from([None, step])),
+    )
+
+
 def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
     """Any body at all, weighted towards the ones that move `state` along, so that long logs
     with retries and progress are common and illegal offers still come often."""
@@ -98,21 +123,7 @@ def bodies_for(state: JobState | None) -> st.SearchStrategy[Body]:
         attempt=st.sampled_from([max(attempt, 1), attempt + 1]),
     )
     recovered = st.builds(Recovered, attempt=st.sampled_from([max(attempt, 1), attempt + 1]), artifact=st.just(artifact()))
-    fresh = st.builds(
-        Checkpoint,
-        attempt=st.sampled_from([max(attempt, 1), max(attempt, 1), attempt + 1]),
-        step=st.sampled_from([max(step, 1), max(step, 1), max(step - 1, 1), step + 1]),
-        total=st.sampled_from([total, total, total + 1]),
-        path=st.sampled_from(["c/a", "c/b"]),
-        bytes=st.just(1),
-        sha256=st.sampled_from(["0" * 64, "1" * 64]),
-    )
-    known = st.sampled_from(state.checkpoints) if state and state.checkpoints else fresh
-    checkpointed = st.builds(Checkpointed, checkpoint=fresh)
-    near = st.sampled_from([max(attempt, 1), max(attempt, 1), attempt + 1])
-    restored = st.builds(Restored, attempt=near, checkpoint=st.one_of(known, known, fresh))
-    rejected = st.builds(CheckpointRejected, attempt=near, checkpoint=st.one_of(known, fresh), reason=st.just("r"))
-    released = st.builds(Released, attempt=near, reason=st.just("shutdown"), step=st.sampled_from([None, step]))
+    checkpointed, restored, rejected, released = _checkpoint_bodies(attempt, step, total, state.checkpoints if state else ())
     anything = st.one_of(
         submissions,
         _admitted,
