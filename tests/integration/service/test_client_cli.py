@@ -10,7 +10,8 @@ from tests.integration.conftest import clean_env, poll
 from tests.integration.service.conftest import Servers
 
 
-def h3(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+# A bound on a loaded machine, not a measure: a command that imports torch can take a minute there.
+def h3(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "h3core.cli", *args],
         capture_output=True,
