@@ -7,6 +7,11 @@ that group's ranks at once; rank 0's steps stream to the runner. A group whose r
 dies is torn down at once and rebuilt before its next job; a watchdog pings idle groups and
 rebuilds any that stopped answering.
 
+Checkpoints (`job.checkpoints`): rank 0 decides when (every rank agrees at the step boundary),
+copies the loop state off its device and serialises it off its loop; the driver writes it through
+the artifact store in a thread of its own and reports it after its step's progress. A checkpoint
+to continue from goes to every rank with the job.
+
 Ray itself is watched too (`RayHost.lost`, every `head_check_s`): when its head is lost, the
 executor is not ready (saying why), running jobs fail `executor_lost` within a poll, and once no
 thread is inside Ray any more it starts (or joins) Ray again and rebuilds every group.
@@ -32,12 +37,12 @@ from h3core.adapters.backoff import Backoff, retry
 from h3core.domain.capabilities import Capabilities, GroupBudget
 from h3core.domain.events import Artifact
 from h3core.domain.topology import Topology, can_ever_fit, place, rank_device_problem
-from h3core.executors.base import ExecutorFailure, Heartbeat, JobSpec, Update
+from h3core.executors.base import CheckpointSaved, ExecutorFailure, Heartbeat, JobSpec, Update
 from h3core.executors.distributed.cluster import ClusterSettings, RayHost
 from h3core.executors.distributed.group import Group, GroupError
-from h3core.executors.distributed.rank import Payload, RankSpec
+from h3core.executors.distributed.rank import Payload, RankSpec, Serialised
 from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS
-from h3core.executors.pipeline.driver import media_for, model_failure, save_video, stream
+from h3core.executors.pipeline.driver import CheckpointWriter, media_for, model_failure, save_video, stream
 from h3core.executors.pipeline.generate import Control
 from h3core.executors.pipeline.kernel_probe import DEFAULT_TOLERANCE, at_start
 from h3core.executors.pipeline.limits import ModelLimits, kernel_limit
@@ -129,7 +134,7 @@ class DistributedExecutor:
         self._building: set[int] = set()
         self._changed = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
-        self._controls: dict[int, Control] = {}
+        self._controls: dict[tuple[str, int], Control] = {}  # the running attempts' (job id, attempt)
         # Threads inside a Ray call (builds and pings are abandoned on shutdown); Ray is shut down only once none is.
         self._inflight = 0
         self._quiet = threading.Condition()
@@ -177,7 +182,7 @@ class DistributedExecutor:
             for size in sorted(set(s.topology.group_sizes))
         )
         topology = "+".join(str(n) for n in s.topology.group_sizes)
-        return self.limits.capabilities(
+        caps = self.limits.capabilities(
             hardware=self.hardware,
             kernel=self.plan.kernel,
             not_ready=self._not_ready(),
@@ -185,6 +190,7 @@ class DistributedExecutor:
             topology=topology,
             **kernel_limit(self.plan),
         )
+        return caps.model_copy(update={"checkpoints": True})
 
     def _not_ready(self) -> str | None:
         if (outage := self._outage()) is not None:
@@ -390,7 +396,7 @@ class DistributedExecutor:
                 await changed.wait()
             yield Heartbeat("waiting for a group")
         control = Control()
-        self._controls[group.plan.index] = control
+        self._controls[job.job_id, job.attempt] = control
         try:
             yield Heartbeat(f"on {group.name} ({group.plan.size} ranks)")
             payload = self._payload(job)
@@ -398,7 +404,7 @@ class DistributedExecutor:
             async for update in stream(self._tg, lambda c: self._tracked(functools.partial(work, c)), control):
                 yield update
         finally:
-            self._controls.pop(group.plan.index, None)
+            self._controls.pop((job.job_id, job.attempt), None)
             self._claimed.discard(group.plan.index)
             if group.health.state == "dead":
                 self._rebuild(group)
@@ -414,14 +420,40 @@ class DistributedExecutor:
             "audios": media.audios,
         }
         files = {role: tuple((p.name, p.read_bytes()) for p in paths) for role, paths in roles.items() if paths}
-        return Payload(request=job.request.model_dump(mode="json"), files=files)
+        return Payload(
+            request=job.request.model_dump(mode="json"),
+            files=files,
+            checkpoints=job.checkpoints.model_dump() if job.checkpoints is not None else None,
+            resume=job.resume.data if job.resume is not None else None,
+        )
 
-    def _job_sync(self, group: Group, job: JobSpec, payload: Payload, control: Control) -> Artifact | ExecutorFailure | None:
+    def save_on_stop(self, job: JobSpec) -> None:
+        """The stop that follows is h3core's own: every rank stops at one step, rank 0's checkpoint of it stored."""
+        control = self._controls.get((job.job_id, job.attempt))
+        if control is not None:
+            control.save_on_stop = True
+
+    def _job_sync(
+        self, group: Group, job: JobSpec, payload: Payload, control: Control
+    ) -> Artifact | ExecutorFailure | CheckpointSaved | None:
         """Runs in a worker thread: every exception becomes an outcome."""
+        import ray
+
+        writer = CheckpointWriter(self.artifacts, job, control.on_saved)
+        wait_s = self.settings.timeout_s + 30.0
+
+        def store(made: Serialised) -> None:  # from this thread; the fetch and the write run in the writer's
+
+            def fetch() -> bytes:
+                return ray.get(made.data, timeout=wait_s)
+
+            writer.hand_serialised(made.step, made.total, fetch, paused_s=made.paused_s, made_s=made.serialise_s)
+
         try:
-            out: dict[str, Any] | None = group.run(payload, control, stop_timeout_s=self.settings.timeout_s + 30.0)
+            with writer.finishing():  # every checkpoint rank 0 made is stored (and reported) before what follows
+                out: dict[str, Any] | None = group.run(payload, control, stop_timeout_s=wait_s, on_checkpoint=store)
             if out is None:
-                return None
+                return writer.last if control.save_on_stop and writer.last is not None else None
             return save_video(self.artifacts, job, out["frames"], out["audio"], out["sample_rate"])
         except Exception as exc:  # noqa: BLE001 - a worker thread: report whatever happened
             return model_failure(exc, where=group.name, tokens=job.tokens)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from h3core.domain.topology import GroupPlan
 from h3core.executors.base import ExecutorFailure
 from h3core.executors.distributed.cluster import RANK_ENV, remote_rank
-from h3core.executors.distributed.rank import Payload, RankSpec
+from h3core.executors.distributed.rank import Payload, RankSpec, Serialised
 from h3core.executors.pipeline.generate import Control
 from h3core.executors.reports import GroupHealth
 
@@ -185,8 +185,16 @@ class Group:
 
     # -- one job ------------------------------------------------------------------------------
 
-    def run(self, payload: Payload, control: Control, *, stop_timeout_s: float) -> dict[str, Any] | None:
-        """Run `payload` on every rank; rank 0's result, None when stopped; raises `ExecutorFailure`."""
+    def run(
+        self,
+        payload: Payload,
+        control: Control,
+        *,
+        stop_timeout_s: float,
+        on_checkpoint: Callable[[Serialised], None] = lambda serialised: None,
+    ) -> dict[str, Any] | None:
+        """Run `payload` on every rank; rank 0's result, None when stopped; raises `ExecutorFailure`. Rank 0's
+        steps and stages go to `control`, its checkpoints to `on_checkpoint` (each after its step's)."""
         import ray
 
         if (why := self.lost()) is not None:
@@ -195,7 +203,9 @@ class Group:
         if not actors:
             raise ExecutorFailure("executor_lost", f"{self.name} has no ranks")
         self.health.state = "busy"
-        refs = {a.run.remote(payload): rank for rank, a in enumerate(actors)}
+        shared = ray.put(payload)  # once for every rank: it may carry a checkpoint and uploads
+        refs = {a.run.remote(shared): rank for rank, a in enumerate(actors)}
+        relay = _Relay(actors[0], control, on_checkpoint)
         results: dict[int, Any] = {}
         failures: list[tuple[int, ExecutorFailure]] = []
         first_failure: float | None = None
@@ -205,7 +215,7 @@ class Group:
                 if (why := self.lost()) is not None:
                     raise self._head_lost(why)
                 ready, _ = ray.wait(list(refs), num_returns=1, timeout=self.poll_s)
-                self._relay(actors[0], control)
+                relay()
                 for ref in ready:
                     rank = refs.pop(ref)
                     try:
@@ -218,7 +228,7 @@ class Group:
                     break
                 if control.stop.is_set() and stop_deadline is None:
                     stop_deadline = now + stop_timeout_s
-                    actors[0].stop.remote()
+                    actors[0].stop.remote(control.save_on_stop)
                 if stop_deadline is not None and now > stop_deadline and not failures:
                     self.health.last_error = f"{self.name} did not stop within {stop_timeout_s:g} s"
                     self.teardown()
@@ -231,7 +241,7 @@ class Group:
                     self.health.last_error = root.message
                     self.teardown()
                 raise root
-            self._relay(actors[0], control)
+            relay(final=True)
             return results.get(0)
         finally:
             if self.health.state == "busy":
@@ -240,19 +250,6 @@ class Group:
     def _head_lost(self, why: str) -> ExecutorFailure:
         self.forget(why)
         return ExecutorFailure("executor_lost", f"{self.name}: {why}; its ranks went with it")
-
-    def _relay(self, rank0, control: Control) -> None:
-        import ray
-
-        try:
-            events = ray.get(rank0.poll.remote(), timeout=5.0)
-        except Exception:  # noqa: BLE001 - rank 0 gone: its run() reference says how
-            return
-        for event in events:
-            if event[0] == "step":
-                control.on_step(event[1], event[2])
-            else:
-                control.on_stage(event[1])
 
     def _failure(self, rank: int, exc: BaseException) -> ExecutorFailure:
         from ray.exceptions import RayActorError, RayTaskError
@@ -266,6 +263,43 @@ class Group:
             message = cause.message if cause.kind == "invalid" else f"{self.name}: {cause.message}"
             return ExecutorFailure(cause.kind, message[:2000], cause.detail)
         return ExecutorFailure("executor_error", f"{who}: {_describe(cause or exc)}", type(cause or exc).__name__)
+
+
+class _Relay:
+    """Follows rank 0's reports: one poll at a time, and one that is slow to answer is waited for on the next
+    call, never dropped (the events it carries are gone from rank 0 once it answers)."""
+
+    def __init__(self, rank0, control: Control, on_checkpoint: Callable[[Serialised], None]) -> None:
+        self.rank0 = rank0
+        self.control = control
+        self.on_checkpoint = on_checkpoint
+        self._pending: Any = None  # the poll under way
+
+    def __call__(self, *, final: bool = False) -> None:
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        while True:
+            if self._pending is None:
+                self._pending = self.rank0.poll.remote()
+            try:
+                events = ray.get(self._pending, timeout=5.0)
+            except GetTimeoutError:
+                return  # still on its way: the next call waits for it
+            except Exception:  # noqa: BLE001 - rank 0 gone: its run() reference says how
+                self._pending = None
+                return
+            self._pending = None
+            for event in events:
+                if event[0] == "step":
+                    self.control.on_step(event[1], event[2])
+                elif event[0] == "checkpoint":
+                    self.on_checkpoint(event[1])
+                else:
+                    self.control.on_stage(event[1])
+            if not final:
+                return
+            final = False  # once more: a poll that was under way when rank 0 finished saw only part
 
 
 def _describe(exc: BaseException) -> str:

@@ -3,26 +3,39 @@ group in lockstep with the other ranks (Ray hosts it as an actor; tests may host
 
 Every rank runs the same stages of the same job in the same order, so every collective meets
 its partners. Rank 0 is the group's voice: it reports steps and stages and returns the video;
-the other ranks stop after denoising. A stop is decided by rank 0 and agreed at each step
-boundary with one all-reduce, so every rank leaves the loop at the same step and none is left
-waiting in a collective.
+the other ranks stop after denoising. Whether to stop, and whether to checkpoint the step just
+done, is decided by rank 0 and agreed before each stage and after each step with one broadcast
+(`SyncedStop`), so every rank leaves the loop at the same step, none is left waiting in a
+collective, and all count the same checkpoints even where the policy counts seconds.
+
+Checkpoints: every rank holds the whole loop state (the latents, both schedulers, the
+generator), the same on each: FSDP2 shards only the weights, each rank still computing the
+whole forward, and Ulysses splits the sequence inside the transformer only (its `_cp_plan`
+gathers `proj_out` and `audio_proj_out`), so the scheduler steps whole, identical latents on
+every rank. Rank 0 alone copies that state off its device (all its loop waits for), serialises
+it in a thread of its own and hands it to the driver through its events (an object in Ray's
+store); the driver writes it. A checkpoint to continue from goes to every rank.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from h3core.domain.checkpoints import CheckpointPolicy
 from h3core.domain.request import GenerationRequest
 from h3core.executors.pipeline.attention import Target, plan_for
-from h3core.executors.pipeline.driver import model_failure
-from h3core.executors.pipeline.generate import Control, Generator, Media, StopRequested
+from h3core.executors.pipeline.driver import Background, model_failure
+from h3core.executors.pipeline.generate import Control, Generator, Media, StopRequested, load_checkpoint, save_checkpoint
 
 if TYPE_CHECKING:
     import torch
@@ -49,39 +62,86 @@ class RankSpec:
 
 @dataclass(frozen=True)
 class Payload:
-    """One job as every rank receives it: the request, and its uploads as bytes (ranks may be on another node)."""
+    """One job as every rank receives it: the request, and its uploads as bytes (ranks may be on another node);
+    when to checkpoint (rank 0 decides), the checkpoint to continue from (every rank loads it)."""
 
     request: dict[str, Any]
     files: dict[str, tuple[tuple[str, bytes], ...]]  # role -> ((file name, bytes), ...)
     keep_raw: bool = False
+    checkpoints: dict[str, Any] | None = None  # a CheckpointPolicy's fields; None: never
+    resume: bytes | None = field(default=None, repr=False)  # a checkpoint's bytes (`save_checkpoint`'s)
+    # Every rank also returns a digest of the loop state at each agreed checkpoint: that the ranks hold one
+    # state (a check, for tests: it costs every rank the copy off its device).
+    check_state: bool = False
+
+
+@dataclass(frozen=True)
+class Serialised:
+    """A checkpoint rank 0 made: its step, its bytes (`data`: an object in Ray's store), how long the loop
+    waited for it (the copy off the device, and any checkpoint before it still being serialised) and how long
+    serialising it took."""
+
+    step: int
+    total: int
+    data: Any  # ray.ObjectRef to bytes
+    paused_s: float
+    serialise_s: float
 
 
 class SyncedStop:
-    """The stop flag of a group: set locally on rank 0, read by all ranks through one all-reduce.
-
-    `is_set()` is a collective: every rank calls it at the same points (before each stage and after
-    each step, which `Generator` guarantees), and all get rank 0's answer.
+    """The decisions of a group at a stage or step boundary, agreed by all ranks: rank 0 decides, the others
+    follow. `agree` is a collective: every rank calls it at the same points (before each stage and after each
+    step, which `Generator` guarantees), and all get rank 0's answer: only rank 0's stop flag is ever set (the
+    driver asks rank 0), and only rank 0 keeps the checkpoint policy and a clock that counts (the others' would
+    say otherwise).
     """
 
-    def __init__(self, local: threading.Event, device, world: int) -> None:
-        self.local = local
-        self.device = device
+    def __init__(self, rank: int, world: int, device) -> None:
+        self.rank = rank
         self.world = world
+        self.device = device
+        self.agreed_at = 0.0  # when the last checkpoint was agreed (perf_counter): where its pause starts
 
-    def set(self) -> None:
-        """Set the local flag (rank 0's is the one every rank reads)."""
-        self.local.set()
+    def agree(self, stop: bool, save: bool) -> tuple[bool, bool]:
+        """(stop, checkpoint) as rank 0 decided them, on every rank (a broadcast with more than one rank)."""
+        if self.world > 1:
+            import torch
+            import torch.distributed as dist
 
-    def is_set(self) -> bool:
-        """Rank 0's flag, on every rank (a collective with more than one rank)."""
-        if self.world == 1:
-            return self.local.is_set()
-        import torch
-        import torch.distributed as dist
+            flags = torch.tensor([float(stop), float(save)], device=self.device)
+            dist.broadcast(flags, src=0)
+            stop, save = (bool(f) for f in flags.tolist())
+        if save:
+            self.agreed_at = time.perf_counter()
+        return stop, save
 
-        flag = torch.tensor([1.0 if self.local.is_set() else 0.0], device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+
+class Serialiser:
+    """Rank 0's checkpoints: its loop hands each over on the host, and waits for nothing more (but a checkpoint
+    before it still being serialised); each is serialised in a thread of its own, put in Ray's store and
+    queued for the driver (`events`)."""
+
+    def __init__(self, events: deque[tuple], synced: SyncedStop, put: Callable[[bytes], Any]) -> None:
+        self.events = events
+        self.synced = synced
+        self.put = put
+        self._work = Background("h3-rank0-checkpoint")
+
+    def hand(self, held: dict[str, Any]) -> None:
+        """Serialise `held` in the background; called from the loop's thread, right after the copy."""
+        self._work.drain()
+        paused = time.perf_counter() - self.synced.agreed_at
+        self._work.begin(lambda: self._serialise(held, paused))
+
+    def finishing(self) -> contextlib.AbstractContextManager[None]:
+        """On leaving the block, wait until every checkpoint handed over is queued for the driver (as
+        `Background.finishing` does)."""
+        return self._work.finishing()
+
+    def _serialise(self, held: dict[str, Any], paused: float) -> None:
+        t0 = time.perf_counter()
+        data = self.put(save_checkpoint(held))
+        self.events.append(("checkpoint", Serialised(held["step"], held["total"], data, paused, time.perf_counter() - t0)))
 
 
 class RankWorker:
@@ -96,6 +156,7 @@ class RankWorker:
         self.device: torch.device | None = None  # from `setup`
         self.events: deque[tuple] = deque()
         self._stop = threading.Event()
+        self._control: Control | None = None  # the running job's
         self.busy = False
         self.jobs = 0
         self.facts: dict[str, Any] = {}
@@ -166,20 +227,44 @@ class RankWorker:
         self.jobs += 1
         self._stop.clear()
         self.events.clear()
-        control = Control(stop=SyncedStop(self._stop, self.device, self.world), decode=self.rank == 0, keep_raw=payload.keep_raw)  # type: ignore[arg-type]
+        synced = SyncedStop(self.rank, self.world, self.device)
+        control = Control(stop=self._stop, agree=synced.agree, decode=self.rank == 0, keep_raw=payload.keep_raw)
+        serialiser: Serialiser | None = None
+        digests: dict[int, str] = {}
         if self.rank == 0:
             control.on_step = lambda step, total: self.events.append(("step", step, total))
             control.on_stage = lambda stage: self.events.append(("stage", stage))
+            if payload.checkpoints is not None:
+                import ray
+
+                control.checkpoints = CheckpointPolicy.model_validate(payload.checkpoints)
+                serialiser = Serialiser(self.events, synced, ray.put)
+                control.on_checkpoint = serialiser.hand
+        if payload.check_state:
+            hand = control.on_checkpoint
+
+            def check(held: dict[str, Any]) -> None:
+                digests[held["step"]] = state_digest(held)
+                if hand is not None:
+                    hand(held)
+
+            control.on_checkpoint = check
+        self._control = control
         request = GenerationRequest.model_validate(payload.request)
         try:
-            with tempfile.TemporaryDirectory(prefix="h3-rank-") as tmp:
-                out = self.generator.run(request, _media(payload, Path(tmp)), control)
+            if payload.resume is not None:
+                control.resume = load_checkpoint(payload.resume)
+            # Every checkpoint handed over is queued before the run's end is (the one a stop asked for too).
+            with serialiser.finishing() if serialiser is not None else contextlib.nullcontext():
+                with tempfile.TemporaryDirectory(prefix="h3-rank-") as tmp:
+                    out = self.generator.run(request, _media(payload, Path(tmp)), control)
         except StopRequested:
             return None
         except Exception as exc:  # noqa: BLE001 - classified here, where the tokens and the device are known
             where = f"rank {self.rank} ({self.device})"
             raise model_failure(exc, where=where, tokens=self.generator.last_tokens) from None
         finally:
+            self._control = None
             self.busy = False
         summary = {
             "rank": self.rank,
@@ -187,6 +272,8 @@ class RankWorker:
             "seconds": out.seconds,
             "step_seconds": out.step_seconds,
             "tokens": self.generator.last_tokens,
+            "checkpoints": out.checkpoints,
+            "digests": digests,
         }
         if self.rank != 0:
             return summary
@@ -199,8 +286,12 @@ class RankWorker:
             out.append(self.events.popleft())
         return out
 
-    def stop(self) -> None:
-        """Ask the running job to stop (on rank 0: every rank stops at the same step boundary)."""
+    def stop(self, save: bool = False) -> None:
+        """Ask the running job to stop (on rank 0: every rank stops at the same step boundary); `save`: and to
+        checkpoint the last step it reaches (h3core's own stop)."""
+        control = self._control
+        if save and control is not None:
+            control.save_on_stop = True  # before the flag: the boundary that sees the stop sees this too
         self._stop.set()
 
     def ping(self) -> dict[str, Any]:
@@ -225,3 +316,15 @@ def _media(payload: Payload, folder: Path) -> Media:
         videos=write("videos"),
         audios=write("audios"),
     )
+
+
+def state_digest(held: dict[str, Any]) -> str:
+    """A sha256 of a checkpoint's loop state: the latents' bytes, both schedulers, the generator's state."""
+    import torch
+
+    digest = hashlib.sha256(repr((held["step"], held["scheduler"], held["audio_scheduler"])).encode())
+    for key in ("latents", "audio_latents", "generator"):
+        value = held[key]
+        if value is not None:
+            digest.update(value.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

@@ -10,10 +10,11 @@ work no longer stops: a cancel then comes too late, and the video it finishes is
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -97,6 +98,53 @@ async def stream(tg: anyio.abc.TaskGroup, work: Callable[[Control], Outcome], co
         await stopped()
 
 
+class Background:
+    """Work done in a thread of its own, one piece at a time: `begin` after `drain`, which waits for the
+    piece before and raises what it raised (so at most one runs while its caller goes on)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._pending: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def begin(self, work: Callable[[], None]) -> None:
+        """Start `work` in the background (the piece before it drained)."""
+        assert self._pending is None, "drain() first"
+        self._pending = threading.Thread(target=self._run, args=(work,), name=self.name)
+        self._pending.start()
+
+    def drain(self) -> None:
+        """Wait for the piece under way; raise what it raised."""
+        if self._pending is not None:
+            self._pending.join()
+            self._pending = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    @contextlib.contextmanager
+    def finishing(self) -> Iterator[None]:
+        """Drain on leaving the block: what the work raised is raised where the block ended well or stopped
+        (`StopRequested` and the like: a stop may have asked for that work), never over the block's own error,
+        the root cause."""
+        try:
+            yield
+        except Exception:
+            with contextlib.suppress(Exception):
+                self.drain()
+            raise
+        except BaseException:
+            self.drain()
+            raise
+        self.drain()
+
+    def _run(self, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - a thread of its own: the caller's drain re-raises it
+            self._error = exc
+
+
 class CheckpointWriter:
     """Writes the checkpoints a job's loop hands over in a thread of its own, one at a time, so the
     loop waits only for the copy off the device: a checkpoint handed over while the one before it is
@@ -108,37 +156,36 @@ class CheckpointWriter:
         self.job = job
         self.on_saved = on_saved
         self.last: CheckpointSaved | None = None  # the newest stored
-        self._pending: threading.Thread | None = None
-        self._error: BaseException | None = None
+        self._writing = Background(f"h3-checkpoint-{job.job_id[:8]}")
 
     def hand(self, held: dict) -> None:
         """Store `held` (a snapshot of the loop) in the background; called from the job's thread."""
         handed = time.perf_counter()
         self.drain()
         paused = time.perf_counter() - handed
-        thread = threading.Thread(target=self._write, args=(held, paused, handed), name=f"h3-checkpoint-{self.job.job_id[:8]}")
-        self._pending = thread
-        thread.start()
+        self._writing.begin(lambda: self._write(held["step"], held["total"], lambda: save_checkpoint(held), paused, handed))
+
+    def hand_serialised(self, step: int, total: int, data: Callable[[], bytes], *, paused_s: float, made_s: float) -> None:
+        """Store a checkpoint serialised elsewhere (a group's rank 0) in the background: `data()` gives its
+        bytes, `paused_s` is what it cost that loop, `made_s` how long making it took there."""
+        handed = time.perf_counter()
+        self.drain()
+        self._writing.begin(lambda: self._write(step, total, data, paused_s, handed - made_s))
 
     def drain(self) -> CheckpointSaved | None:
         """Wait for the checkpoint being written; raise what its write raised. The newest stored."""
-        if self._pending is not None:
-            self._pending.join()
-            self._pending = None
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
+        self._writing.drain()
         return self.last
 
-    def _write(self, held: dict, paused: float, handed: float) -> None:
-        try:
-            data = save_checkpoint(held)
-            path, size, sha = self.artifacts.put_checkpoint(self.job.job_id, self.job.attempt, held["step"], data)
-            cp = Checkpoint(attempt=self.job.attempt, step=held["step"], total=held["total"], path=path, bytes=size, sha256=sha)
-            self.last = CheckpointSaved(cp, paused_s=paused, write_s=time.perf_counter() - handed)
-            self.on_saved(self.last)
-        except BaseException as exc:  # noqa: BLE001 - a thread of its own: the job's thread re-raises it
-            self._error = exc
+    def finishing(self) -> contextlib.AbstractContextManager[None]:
+        """Drain on leaving the block, as `Background.finishing` does."""
+        return self._writing.finishing()
+
+    def _write(self, step: int, total: int, data: Callable[[], bytes], paused: float, since: float) -> None:
+        path, size, sha = self.artifacts.put_checkpoint(self.job.job_id, self.job.attempt, step, data())
+        cp = Checkpoint(attempt=self.job.attempt, step=step, total=total, path=path, bytes=size, sha256=sha)
+        self.last = CheckpointSaved(cp, paused_s=paused, write_s=time.perf_counter() - since)
+        self.on_saved(self.last)
 
 
 def save_video(artifacts: ArtifactStore, job: JobSpec, frames: np.ndarray, audio: np.ndarray, sample_rate: int) -> Artifact:

@@ -15,6 +15,10 @@ due, or where a stop asked for one, and hands it to `Control.on_checkpoint`. Eac
 runs as `_Resumable`, which starts at a checkpoint's step with its state put back: every stage
 before the loop runs again (the same inputs draw the same noise), and the loop skips the steps
 the checkpoint holds, so the video is the uninterrupted one.
+
+On a group of ranks (`Control.agree`), every decision taken between stages and steps (stop,
+checkpoint) is the group's: each rank offers its own and gets rank 0's back, so all ranks leave
+the loop at the same boundary and count the same checkpoints.
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ class Output:
     step_seconds: list[float] = field(default_factory=list)
     encoded: bool = True  # False when the prompt embeddings came from the cache
     raw: np.ndarray | None = None  # float32 [T, H, W, 3] in [0, 1], before rounding (when asked for)
+    checkpoints: list[int] = field(default_factory=list)  # the steps checkpointed (on a group: as agreed)
 
 
 # A checkpoint's layout: bumped when what it holds changes, so that an old one is refused, not misread.
@@ -100,6 +105,13 @@ class Control:
     save_on_stop: bool = False  # a stop also hands over a checkpoint of the last step reached
     resume: dict[str, Any] | None = None  # a checkpoint to continue from (`load_checkpoint`'s)
     on_saved: Callable[[Any], None] = lambda saved: None  # where the executor reports a stored checkpoint
+    # A group's agreement: (stop, checkpoint) as this rank would decide them in, rank 0's decision out (one
+    # collective, at the same points on every rank). None: this process decides alone.
+    agree: Callable[[bool, bool], tuple[bool, bool]] | None = None
+
+    def decided(self, stop: bool, save: bool = False) -> tuple[bool, bool]:
+        """(stop, checkpoint) as decided here, or as the group agreed (`agree`)."""
+        return self.agree(stop, save) if self.agree is not None else (stop, save)
 
 
 class Generator:
@@ -184,6 +196,7 @@ class Generator:
             raise ExecutorFailure("executor_error", "the checkpoint is not of this request (its fingerprint differs)")
         saved_step: int = control.resume["step"] if control.resume is not None else 0
         saved_at = time.perf_counter()
+        checkpointed: list[int] = []
 
         def after_step(i: int, total: int, components: Any, block_state: Any) -> None:
             nonlocal last, saved_step, saved_at
@@ -195,8 +208,14 @@ class Generator:
             stop = control.stop.is_set()
             policy, hand = control.checkpoints, control.on_checkpoint
             due = policy is not None and policy.due(step, total, saved_step, now - saved_at)
-            if hand is not None and (due or (stop and control.save_on_stop and saved_step < step < total)):
-                hand(_snapshot(components, block_state, generator, step, total, mark))
+            save = hand is not None and (due or (stop and control.save_on_stop and saved_step < step < total))
+            # One agreement for both, before the next step starts: on a group every rank learns here whether this
+            # step is checkpointed (rank 0's policy and clock decide) and whether the loop ends after it.
+            stop, save = control.decided(stop, save)
+            if save:
+                checkpointed.append(step)
+                if hand is not None:  # on a group: rank 0's (the others hold the same state, and agree only)
+                    hand(_snapshot(components, block_state, generator, step, total, mark))
                 saved_step, saved_at = step, time.perf_counter()
             if stop:
                 raise StopRequested
@@ -207,7 +226,7 @@ class Generator:
             pipe.h3_generator = generator
         try:
             for name in STAGES:
-                if control.stop.is_set():
+                if control.decided(control.stop.is_set())[0]:
                     raise StopRequested
                 if name == "decode" and not control.decode:
                     return Output(
@@ -218,6 +237,7 @@ class Generator:
                         seconds,
                         step_seconds,
                         encoded,
+                        checkpoints=checkpointed,
                     )
                 control.on_stage(name)
                 t0 = time.perf_counter()
@@ -244,7 +264,7 @@ class Generator:
             frames = (raw * 255.0).round().astype(np.uint8)
             sound = np.clip(audio[0].float().cpu().numpy(), -1.0, 1.0).astype(np.float32)
             kept = raw if control.keep_raw else None
-            return Output(frames, sound, int(rate), len(step_seconds), seconds, step_seconds, encoded, kept)
+            return Output(frames, sound, int(rate), len(step_seconds), seconds, step_seconds, encoded, kept, checkpointed)
         finally:
             del state, inputs  # the job's tensors are released before the collection below
             for pipe in self.stages.values():

@@ -10,11 +10,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers", reason="the pipeline extra is not installed")
 
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 
 from h3core.executors.distributed import sharding  # noqa: E402
 from h3core.executors.pipeline.tiny import TRANSFORMER  # noqa: E402
 from tests.unit.executors.distributed.gather_case import gather_case  # noqa: E402
+from tests.unit.executors.distributed.spawned import run_ranks  # noqa: E402
 
 
 @pytest.fixture
@@ -36,14 +36,7 @@ def test_diffusers_still_takes_the_device_index_modulo_zero_accelerators_on_a_cp
 
 @pytest.mark.slow  # two spawned ranks, each importing torch
 def test_gloo_refuses_uneven_all_gather_and_the_padded_gather_trims_back(tmp_path):
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=gather_case, args=(rank, 2, str(tmp_path / "store"), results)) for rank in range(2)]
-    for p in procs:
-        p.start()
-    got = sorted(results.get(timeout=300) for _ in procs)  # a bound on a loaded machine, not a measure
-    for p in procs:
-        p.join(timeout=30)
+    got = run_ranks(gather_case, tmp_path / "store", timeout_s=300)  # a bound on a loaded machine, not a measure
     assert [g[0] for g in got] == [0, 1]
     for _rank, plain, shape, column in got:
         assert "invalid tensor size" in plain, f"gloo now gathers uneven shards ({plain}): drop install_gloo_gather"
