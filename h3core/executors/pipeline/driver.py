@@ -162,7 +162,8 @@ class CheckpointWriter:
         """Store `held` (a snapshot of the loop) in the background; called from the job's thread."""
         handed = time.perf_counter()
         self.drain()
-        paused = time.perf_counter() - handed
+        # What the loop waited: the copy off the device (timed where it was made), and the write before this one.
+        paused = held.pop("copy_s", 0.0) + time.perf_counter() - handed
         self._writing.begin(lambda: self._write(held["step"], held["total"], lambda: save_checkpoint(held), paused, handed))
 
     def hand_serialised(self, step: int, total: int, data: Callable[[], bytes], *, paused_s: float, made_s: float) -> None:

@@ -215,7 +215,10 @@ class Generator:
             if save:
                 checkpointed.append(step)
                 if hand is not None:  # on a group: rank 0's (the others hold the same state, and agree only)
-                    hand(_snapshot(components, block_state, generator, step, total, mark))
+                    copying = time.perf_counter()
+                    held = _snapshot(components, block_state, generator, step, total, mark)
+                    held["copy_s"] = time.perf_counter() - copying  # the loop's wait for the copy off the device
+                    hand(held)
                 saved_step, saved_at = step, time.perf_counter()
             if stop:
                 raise StopRequested
