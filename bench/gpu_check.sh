@@ -53,21 +53,21 @@ main() {
     if command -v nvidia-smi >/dev/null; then
         step "1a nvidia-smi" 5 env.md nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,compute_cap --format=csv
     fi
-    step "1b environment" 15 env.md "$PY" "$ROOT/bench/gpu/env.py"
+    step "1b environment" 15 env.md "$PY" -m bench.gpu.env
     [ "$LAST_RC" = 0 ] || { stop "1b environment" "no torch, no CUDA device, or an import every later step needs fails (env.md says which)"; return 1; }
-    step "2 what auto decides at start" 30 probe.md "$PY" "$ROOT/bench/gpu/probe.py"
-    step "3 kernel table" 45 kernels.md env H3GPU_KERNELS_BUDGET=$(( 40 * SCALE )) "$PY" "$ROOT/bench/gpu/kernels.py"
-    step "4 stage table" 20 stages.md "$PY" "$ROOT/bench/gpu/stages.py"
-    step "5 placement matrix" 25 placement.md "$PY" "$ROOT/bench/gpu/placement.py"
-    step "6 one job per attention choice" 25 jobs.md "$PY" "$ROOT/bench/gpu/jobs.py"
-    step "7 full size through the product" 90 fullsize.md "$PY" "$ROOT/bench/gpu/fullsize.py"
+    step "2 what auto decides at start" 30 probe.md "$PY" -m bench.gpu.probe
+    step "3 kernel table" 45 kernels.md env H3GPU_KERNELS_BUDGET=$(( 40 * SCALE )) "$PY" -m bench.gpu.kernels
+    step "4 stage table" 20 stages.md "$PY" -m bench.gpu.stages
+    step "5 placement matrix" 25 placement.md "$PY" -m bench.gpu.placement
+    step "6 one job per attention choice" 25 jobs.md "$PY" -m bench.gpu.jobs
+    step "7 full size through the product" 90 fullsize.md "$PY" -m bench.gpu.fullsize
     local left=$(( BUDGET_S * SCALE - ($(date +%s) - T0) ))
     local build_s=${H3GPU_SAGE_BUILD_S:-$left}
     step "8a SageAttention 2 from source" $(( build_s > 0 ? (build_s + SCALE - 1) / SCALE : 1 )) sage.md \
         env H3GPU_SAGE_BUILD_S="$build_s" bash "$ROOT/bench/gpu/sage_build.sh"
     if [ "$LAST_RC" = 0 ] && [ -f "$H3GPU_WORK/sage-built" ]; then
         step "8b sage-fp16 / sage-fp8 kernels" 60 sage.md env H3GPU_KERNELS_ONLY=sage-fp16,sage-fp8 \
-            H3GPU_KERNELS_BUDGET=$(( 55 * SCALE )) "$PY" "$ROOT/bench/gpu/kernels.py"
+            H3GPU_KERNELS_BUDGET=$(( 55 * SCALE )) "$PY" -m bench.gpu.kernels
     fi
     echo
     echo "=================== summary: $(( $(date +%s) - T0 )) s in all ==================="

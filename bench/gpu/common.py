@@ -1,4 +1,5 @@
-"""Shared by the GPU check's steps (bench/gpu_check.sh): where they run, the tiny models, tables.
+"""Shared by the GPU check's steps (bench/gpu_check.sh runs each as `python -m bench.gpu.<step>`, the
+repository on PYTHONPATH): where they run, the tiny models, tables.
 
 H3GPU_DRY=cpu runs every step on the CPU at toy sizes in float32 (the wiring, imports and
 tables, on a machine without a GPU); otherwise everything measures on CUDA in bfloat16.
@@ -14,9 +15,6 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-for p in (str(ROOT / "bench"), str(ROOT)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
 DRY = os.environ.get("H3GPU_DRY", "") == "cpu"
 DEVICE = "cpu" if DRY else "cuda"

@@ -16,7 +16,7 @@ import sysconfig
 from importlib import metadata
 from pathlib import Path
 
-from common import DEVICE, DRY, md, one_line
+from bench.gpu.common import DEVICE, DRY, md, one_line
 
 print(f"## Environment ({'dry run: CPU, toy sizes' if DRY else DEVICE})\n")
 print(

@@ -25,8 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import DEVICE, DRY, DTYPE, free, md, one_line, trace, versions
-
+from bench.gpu.common import DEVICE, DRY, DTYPE, free, md, one_line, trace, versions
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.domain.request import GenerationRequest
 from h3core.executors.base import JobSpec

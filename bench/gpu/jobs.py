@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 
 import anyio
-from common import DEVICE, DTYPE, WORK, free, md, now, one_line, tiny_model, trace
 
+from bench.gpu.common import DEVICE, DTYPE, WORK, free, md, now, one_line, tiny_model, trace
 from h3core import LocalArtifactStore, MemoryEventStore, Runner, RunnerConfig
 from h3core.domain.request import GenerationRequest
 from h3core.executors.pipeline.attention import CHOICES, AttentionError

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from common import DEVICE, DRY, DTYPE, OUT, REAL_GEOMETRY, WORK, md, one_line, trace
+from bench.gpu.common import DEVICE, DRY, DTYPE, OUT, REAL_GEOMETRY, WORK, md, one_line, trace
 
 HEADS, DIM = (4, 64) if DRY else REAL_GEOMETRY
 SEQS = [256, 512] if DRY else [8192, 16384, 32768, 65536, 131072]
@@ -161,7 +161,8 @@ def drive(budget: float) -> int:
             continue
         cmd = [
             sys.executable,
-            __file__,
+            "-m",
+            "bench.gpu.kernels",
             "--worker",
             name,
             "--kernels",
@@ -219,7 +220,7 @@ def report() -> int:
     ran = {r["kernel"] for r in cells.values() if r.get("status") == "ok"}
     print(f"## The kernel table: one attention call, {HEADS} heads x {DIM}, {DTYPE}, batch 1, {device}\n")
     for k in sorted(UNVERIFIED & set(order)):
-        state = "ran in this table (on a GPU: a run to record in bench/README.md)" if k in ran and not DRY else UNVERIFIED_NOTE
+        state = "ran in this table (on a GPU: a run to record in bench/RESULTS.md)" if k in ran and not DRY else UNVERIFIED_NOTE
         print(f"- {k}: {state}")
     print()
     print(f"Time: median of {REPS} calls after one warm-up / the allocator's peak during the call above its inputs.\n")

@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
-from common import DEVICE, DRY, DTYPE, free, md, now, one_line, tiny_model, trace
 
+from bench.gpu.common import DEVICE, DRY, DTYPE, free, md, now, one_line, tiny_model, trace
 from h3core.domain.request import GenerationRequest
 from h3core.executors.pipeline.generate import Control, Generator, Media
 from h3core.executors.pipeline.kernel_probe import at_start

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from common import DEVICE, DTYPE, REAL_GEOMETRY, WORK, geometry_folder
+from bench.gpu.common import DEVICE, DTYPE, REAL_GEOMETRY, WORK, geometry_folder
 
 print(f"## What `auto` chooses at start ({DEVICE}, {DTYPE})\n")
 for label, (heads, head_dim) in (("MiniMax-H3", REAL_GEOMETRY), ("the tiny model", (2, 32))):

@@ -1,4 +1,4 @@
-# Sourced by the GPU scripts (gpu_check.sh, gpu_probe.sh): the environment of a machine with no
+# Sourced by the GPU scripts (bench/gpu_check.sh, bench/gpu/capacity_probe.sh): the environment of a machine with no
 # network, the interpreter's check against the bundle (`check_python`), the bundled wheels'
 # installer (`install_wheels`, into a temporary site folder) and `step NAME LIMIT_S OUTFILE CMD...`,
 # which runs CMD under `timeout` into $OUT.

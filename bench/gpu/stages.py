@@ -1,16 +1,14 @@
-"""Step 4: bench/bench_pipeline.py's stage table (cold / warm new prompt / warm same prompt) on the
+"""Step 4: bench.throughput.pipeline's stage table (cold / warm new prompt / warm same prompt) on the
 tiny model, attention `auto` as serve decides it, then a larger canvas where denoising dominates."""
 
 from __future__ import annotations
 
 import argparse
 
-from common import DEVICE, DRY, DTYPE, free, now, one_line, tiny_model, trace  # first: it puts bench/ on the path
+from bench.gpu.common import DEVICE, DRY, DTYPE, free, now, one_line, tiny_model, trace
+from bench.throughput import pipeline as bench_pipeline  # the project's bench: its jobs() is the stage table
 
-# isort: split
-import bench_pipeline  # the project's bench: its jobs() is the stage table
-
-print(f"## Stage table (bench/bench_pipeline.py, tiny model, {DEVICE} {DTYPE}, attention auto)\n")
+print(f"## Stage table (bench.throughput.pipeline, tiny model, {DEVICE} {DTYPE}, attention auto)\n")
 model = tiny_model()
 for size, frames in [("64x64", 22)] + ([] if DRY else [("384x640", 46)]):
     args = argparse.Namespace(

@@ -65,6 +65,32 @@ RECONNECT_PAUSES_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 TERMINAL = ("done", "failed", "cancelled")
 
 
+# The pages of GET /v1/jobs a short id is looked for in (newest first): 20,000 jobs.
+ID_SEARCH_PAGES, ID_SEARCH_PAGE = 40, 500
+
+
+def _whole_id(client: httpx.Client, given: str) -> str:
+    """The job id `given` starts, where it is the start of exactly one (newest jobs first);
+    a whole id, or one that starts none, as given (the service then answers for it)."""
+    if len(given) >= 32 or not given or not all(c in "0123456789abcdef" for c in given):
+        return given
+    found: list[str] = []
+    cursor: str | None = None
+    for _ in range(ID_SEARCH_PAGES):
+        params = {"limit": ID_SEARCH_PAGE, **({"cursor": cursor} if cursor else {})}
+        page = _request(client, "GET", "/v1/jobs", params=params)
+        if page.status_code != 200:
+            fail(_problem(page), EXIT_USAGE)
+        body = page.json()
+        found += [item["id"] for item in body["items"] if item["id"].startswith(given)]
+        cursor = body.get("next_cursor")
+        if len(found) > 1 or not cursor:
+            break
+    if len(found) > 1:
+        fail(f"{given} starts more than one job ({', '.join(found[:3])}, ...): give more of its id", EXIT_USAGE)
+    return found[0] if found else given
+
+
 def log_event(data: str) -> dict | None:
     """The job's event an SSE message carries; None for anything else: a keep-alive (a comment,
     which httpx-sse hands over as a message with no data) or data that is not an event."""
@@ -204,12 +230,13 @@ def submit(
 
 @app.command()
 def cancel(
-    job_id: Annotated[str, typer.Argument(help="The job to cancel.")],
+    job_id: Annotated[str, typer.Argument(help="The job to cancel: its id, or the start of one (as `submit --watch` shows).")],
     url: UrlOption = "http://127.0.0.1:8100",
     token: TokenOption = None,
 ) -> None:
     """Cancel a job: a queued one ends at once, a running one once its executor stops."""
     with http(url, token) as client:
+        job_id = _whole_id(client, job_id)
         response = _request(client, "POST", f"/v1/jobs/{job_id}/cancel")
     if response.status_code != 202:
         fail(_problem(response), EXIT_USAGE)

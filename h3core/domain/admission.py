@@ -60,6 +60,7 @@ class Refuse(BaseModel):
     detail: str
     ceiling: Ceiling | None = None
     reason: CeilingReason | None = None  # the limit this request broke (the ceiling's may differ)
+    field: str = "frames"  # the request's field the limit bounds (a 422's `errors` names it)
 
 
 Decision = Admit | Refuse
@@ -124,6 +125,7 @@ class _Limit(BaseModel):
 
     reason: CeilingReason
     why: str
+    field: str = "frames"
     verified: bool = True
 
 
@@ -146,21 +148,28 @@ class AdmissionRules:
             return _Limit(
                 reason="mode_unavailable",
                 why=f"mode {request.mode} is not served by {caps.executor}: {mode.reason or 'not offered'}",
+                field="mode",
             )
         for name, ids in request.uploads().items():
             most, count = caps.media.get(name), len(ids)
             if most is not None and count > most:
                 return _Limit(
-                    reason="mode_unavailable", why=f"{name}: {caps.executor} takes at most {most} here, the request has {count}"
+                    reason="mode_unavailable",
+                    why=f"{name}: {caps.executor} takes at most {most} here, the request has {count}",
+                    field=name,
                 )
         refs = request.references
         if refs is not None and caps.max_references is not None and refs.count() > caps.max_references:
             return _Limit(
-                reason="mode_unavailable", why=f"references: at most {caps.max_references} in all, the request has {refs.count()}"
+                reason="mode_unavailable",
+                why=f"references: at most {caps.max_references} in all, the request has {refs.count()}",
+                field="references",
             )
         if refs is not None and not caps.audio_alone and refs.audios and not (refs.images or refs.videos):
             return _Limit(
-                reason="mode_unavailable", why="references.audios: an audio reference needs an image or video reference beside it"
+                reason="mode_unavailable",
+                why="references.audios: an audio reference needs an image or video reference beside it",
+                field="references.audios",
             )
         window = caps.window
         if window is not None and not window.admits(request.frames):
@@ -199,6 +208,7 @@ class AdmissionRules:
                 verified=False,
                 why=f"requests with references have no measured memory budget on {self.profile.name}, and this profile "
                 f"rejects them ({policy.note or 'references.policy = reject'})",
+                field="references",
             )
         return None
 
@@ -265,7 +275,7 @@ class AdmissionRules:
         else:
             admitted = f"{row.min_frames}-{row.max_frames} frames are admitted ({row.reason})"
         detail = f"{request.frames} frames at {where} refused ({limit.reason}): {limit.why}; {admitted}"
-        return Refuse(detail=detail, ceiling=ceiling, reason=limit.reason)
+        return Refuse(detail=detail, ceiling=ceiling, reason=limit.reason, field=limit.field)
 
     def ceiling(self, like: Shape | GenerationRequest, media: Mapping[str, Media] | None = None) -> CeilingRow:
         """The frame counts admitted for requests like `like` (all but its length)."""

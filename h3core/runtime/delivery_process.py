@@ -6,7 +6,7 @@ store's delivery turn while the others stand by to take it over) starts `Deliver
 child Python process that runs the `WebhookDispatcher` over the same store, following the log by
 reading it every `resync_s` (no bus crosses processes). Delivery's CPU (HTTP, TLS, signing, JSON,
 reading the log) is then none of the runner's: a process of one thread cannot give an event
-loop's time to a hundred sends a second and lose nothing (bench_webhooks.py: 54 % of the
+loop's time to a hundred sends a second and lose nothing (bench.throughput.webhooks: 54 % of the
 runner's jobs/s in-process).
 
 The child's stdin is its lifeline: the parent never writes after the config line, and the child

@@ -39,7 +39,7 @@ class BodyLimit:
 
     def message(self) -> str:
         """The 413's detail: the limit, the body it bounds, and the setting to raise it."""
-        return f"the request body is larger than {self.bytes} bytes, the limit for {self.what} ({self.setting} sets it)"
+        return f"the request body is larger than {self.bytes} bytes, the limit for {self.what}; {self.setting} sets it"
 
 
 @dataclass(frozen=True)

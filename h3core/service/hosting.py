@@ -95,7 +95,7 @@ def freeze_startup_objects() -> None:
     """Everything made at start-up (modules, the app, schemas) lives as long as the process:
     frozen, the cyclic GC stops scanning it on every full collection. Those scans paused the
     event loop for 70-100 ms a few times a minute under load: status p99 35-64 ms, frozen 12-13 ms
-    (bench_http.py --split --poll-every 0.5, mixed)."""
+    (bench.throughput.http_load --split --poll-every 0.5, mixed)."""
     gc.collect()
     gc.freeze()
 

@@ -12,7 +12,17 @@ from prometheus_client.exposition import generate_latest
 
 from h3core.adapters.store.base import EventStore
 from h3core.adapters.store.nodes import NodeLeases, WithNodeLeases
-from h3core.domain.events import AttemptFailed, Failed
+from h3core.domain.events import (
+    AttemptFailed,
+    Checkpointed,
+    CheckpointRejected,
+    Event,
+    Failed,
+    Progress,
+    Released,
+    Restored,
+    Running,
+)
 from h3core.domain.state import TERMINAL
 from h3core.executors.base import Executor
 from h3core.runtime.bus import EventBus
@@ -174,6 +184,32 @@ class Metrics:
         self.failures = Counter(
             "h3core_executor_failures", "Failed attempts by kind (retried or not).", ["kind"], registry=self.registry
         )
+        self.checkpoints = Counter(
+            "h3core_checkpoints_written", "Denoising checkpoints stored and logged.", registry=self.registry
+        )
+        self.checkpoint_bytes = Counter(
+            "h3core_checkpoint_bytes_written", "Bytes of the denoising checkpoints stored.", registry=self.registry
+        )
+        self.checkpoint_pause = Histogram(
+            "h3core_checkpoint_pause_seconds",
+            "How long the denoising loop waited for a checkpoint (its copy off the device).",
+            buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 30),
+            registry=self.registry,
+        )
+        self.resumes = Counter("h3core_resumes", "Attempts that continued from a checkpoint.", registry=self.registry)
+        self.rejected = Counter(
+            "h3core_checkpoints_rejected",
+            "Checkpoints found unusable (missing, truncated, wrong sha256).",
+            registry=self.registry,
+        )
+        self.released = Counter(
+            "h3core_attempts_released", "Attempts h3core's own graceful stop handed back (not failures).", registry=self.registry
+        )
+        self.redone = Counter(
+            "h3core_steps_redone",
+            "Denoising steps a later attempt computed again: those past its checkpoint (all, without one).",
+            registry=self.registry,
+        )
         self.store = store
 
     def watch_webhooks(self, delivery: DeliveryProcess) -> None:
@@ -192,16 +228,45 @@ class Metrics:
             # Cleared when the subscription is dropped, since the ends it missed would leave
             # entries behind.
             started: dict[str, datetime] = {}
+            reached: dict[str, int] = {}  # each running job's last step seen, across its attempts
+            redo: dict[str, int] = {}  # a later attempt's steps to compute again, until it shows where it starts
             async with bus.subscribe() as events:
                 async for event in events:
+                    self._count_checkpoints(event, reached, redo)
                     if event.type == "running":
                         started.setdefault(event.job_id, event.at)
                     if isinstance(event.body, Failed | AttemptFailed):
                         self.failures.labels(kind=event.body.kind).inc()
                     if event.type in TERMINAL:
+                        reached.pop(event.job_id, None)
+                        redo.pop(event.job_id, None)
                         first = started.pop(event.job_id, None)
                         if first is None:  # started before this subscription (or never)
                             state = await anyio.to_thread.run_sync(self.store.get, event.job_id)
                             first = state.started_at if state is not None else None
                         if first is not None:
                             self.duration.labels(status=event.type).observe((event.at - first).total_seconds())
+
+    def _count_checkpoints(self, event: Event, reached: dict[str, int], redo: dict[str, int]) -> None:
+        """Checkpoints, resumes, releases, and the steps a later attempt computes again (its
+        predecessor's last step, less the step of the checkpoint it continues from)."""
+        b, job = event.body, event.job_id
+        match b:
+            case Checkpointed():
+                self.checkpoints.inc()
+                self.checkpoint_bytes.inc(b.checkpoint.bytes)
+                self.checkpoint_pause.observe(b.paused_s)
+            case CheckpointRejected():
+                self.rejected.inc()
+            case Released():
+                self.released.inc()
+            case Running() if b.attempt > 1 and reached.get(job):
+                redo[job] = reached[job]
+            case Restored():
+                self.resumes.inc()
+                if job in redo:
+                    redo[job] = max(0, redo[job] - b.checkpoint.step)
+            case Progress():
+                if job in redo:
+                    self.redone.inc(redo.pop(job))
+                reached[job] = b.step

@@ -12,7 +12,7 @@ and on a free worker thread: under 8 submitters and 32 readers, p99 1.24 s and m
 - what lives in memory (the runner accepting, the executor's modes, its groups) is read on every
   request, so a runner that stops or an executor that goes down is reported at once.
 
-`max_age` 0 checks on every request, as /readyz did before (bench/bench_readyz.py compares).
+`max_age` 0 checks on every request, as /readyz did before (bench/throughput/readyz.py compares).
 """
 
 from __future__ import annotations

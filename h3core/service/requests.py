@@ -95,15 +95,24 @@ def _nearest_side(n: int) -> int:
 def sides_refusal(sides: tuple[int, ...]) -> str | None:
     """Why the model cannot make a canvas with these sides (a width, a height, or both), naming
     the rule and the nearest it makes; None when it can. Both APIs say it in these words."""
-    wrong = [str(n) for n in sides if n % SIDE_MULTIPLE or not MIN_SIDE <= n <= MAX_SIDE]
+    wrong = list(dict.fromkeys(_side_fault(n) for n in sides if n % SIDE_MULTIPLE or not MIN_SIDE <= n <= MAX_SIDE))
     if not wrong:
         return None
     nearest = "x".join(str(_nearest_side(n)) for n in sides)
     what = "size" if len(sides) > 1 else "side"
     return (
         f"MiniMax-H3 makes sides that are multiples of {SIDE_MULTIPLE} from {MIN_SIDE} to {MAX_SIDE}, "
-        f"and {' and '.join(dict.fromkeys(wrong))} is not; the nearest {what} it makes is {nearest}"
+        f"and {' and '.join(wrong)}; the nearest {what} it makes is {nearest}"
     )
+
+
+def _side_fault(n: int) -> str:
+    """What is wrong with side `n`, in words: the bound it passes, else the multiple it misses."""
+    if n > MAX_SIDE:
+        return f"{n} is above {MAX_SIDE}"
+    if n < MIN_SIDE:
+        return f"{n} is below {MIN_SIDE}"
+    return f"{n} is not a multiple of {SIDE_MULTIPLE}"
 
 
 @functools.cache  # per class, once: `model_fields` costs on every look, and every body checks

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.gpu import wheels
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench" / "gpu"))
-import wheels  # noqa: E402
 
 CP312 = {"cp312-cp312-manylinux_2_17_x86_64", "cp312-abi3-manylinux_2_17_x86_64", "py3-none-any"}
 CP313 = {"cp313-cp313-manylinux_2_17_x86_64", "cp312-abi3-manylinux_2_17_x86_64", "py3-none-any"}
@@ -85,7 +85,7 @@ def test_env_without_torch_says_so_in_one_line_and_exits_1(tmp_path):
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('libcudart.so.13: cannot open shared object file')\n")
     env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "H3GPU_DRY": "", "OUT": str(tmp_path / "out")}
-    done = run(sys.executable, "bench/gpu/env.py", env=env, timeout=120)
+    done = run(sys.executable, "-m", "bench.gpu.env", env=env, timeout=120)
     assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
     assert "STOP: torch does not import with" in done.stdout and "libcudart.so.13" in done.stdout
 
@@ -93,9 +93,9 @@ def test_env_without_torch_says_so_in_one_line_and_exits_1(tmp_path):
 @pytest.mark.slow  # imports torch and diffusers; about a minute on a busy CPU
 def test_env_without_cuda_stops_and_the_full_size_step_runs_at_toy_geometry(tmp_path):
     env = {"PYTHONPATH": str(ROOT), "OUT": str(tmp_path / "out"), "H3GPU_WORK": str(tmp_path / "w")}
-    done = run(sys.executable, "bench/gpu/env.py", env={**env, "H3GPU_DRY": "", "CUDA_VISIBLE_DEVICES": ""}, timeout=300)
+    done = run(sys.executable, "-m", "bench.gpu.env", env={**env, "H3GPU_DRY": "", "CUDA_VISIBLE_DEVICES": ""}, timeout=300)
     assert done.returncode == 1 and "sees no CUDA device; no later step can run" in done.stdout, done.stdout[-1500:]
-    done = run(sys.executable, "bench/gpu/fullsize.py", env={**env, "H3GPU_DRY": "cpu"}, timeout=300)
+    done = run(sys.executable, "-m", "bench.gpu.fullsize", env={**env, "H3GPU_DRY": "cpu"}, timeout=300)
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-3000:]
     out = done.stdout
     assert "| tokens | kernel | product step (median of steps 2+) | bare forward (median of 2) | product / bare | bar |" in out
@@ -193,7 +193,7 @@ def test_env_stops_when_an_import_every_later_step_needs_fails(tmp_path):
     (tmp_path / "httpcore2").mkdir()  # what a bundle without httpcore2 did to huggingface-hub, so to diffusers
     (tmp_path / "httpcore2" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'httpcore2'\")\n")
     env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "H3GPU_DRY": "cpu", "OUT": str(tmp_path / "out")}
-    done = run(sys.executable, "bench/gpu/env.py", env=env, timeout=300)
+    done = run(sys.executable, "-m", "bench.gpu.env", env=env, timeout=300)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "import h3core: ok" in done.stdout and "import diffusers.modular_pipelines.minimax_h3: FAILS" in done.stdout
     assert "STOP: diffusers.modular_pipelines.minimax_h3, transformers do(es) not import (above)" in done.stdout

@@ -556,3 +556,42 @@ def test_a_resumed_attempt_was_unfollowed_since_its_detach_or_after_a_crash_sinc
     # Detached before an earlier resume does not count for the run after it.
     again = log(*begun, Detached(attempt=1, executor_ref="p"), Resumed(attempt=1, executor_ref="p", after_s=1.0))
     assert unfollowed_since(again, 1, None) == t0 + timedelta(seconds=50)
+
+
+async def test_an_unusable_checkpoint_is_rejected_and_the_one_before_it_is_used(make_runner, tmp_path):
+    """The newest checkpoint's file was changed, the one before it is whole: the retry logs the
+    first `checkpoint_rejected`, continues after the second's step, and ends with the video an
+    uninterrupted run makes (the fake's video depends on every step's state). With every file
+    gone, it starts from step 0."""
+    store = SQLiteEventStore(tmp_path / "h3.db", durable=False)
+    async with make_runner(plan=FakePlan(hang_at=7), store=store, checkpoints=CheckpointPolicy(every_steps=2)) as runner:
+        job = (await runner.submit(request(steps=8))).job_id
+        await wait_until(lambda: len(store.get(job).checkpoints) == 2 and store.get(job).checkpoint.step == 6)
+    stopped = store.get(job)
+    older, newest = stopped.checkpoints
+    assert (older.step, newest.step) == (4, 6)
+    path = tmp_path / "artifacts" / newest.path
+    path.write_bytes(path.read_bytes()[:-1] + b"x")  # same size, other bytes
+    async with make_runner(plan=FakePlan(), store=store) as runner:
+        await wait_until(ended(runner, job))
+    events = store.events(job)[stopped.last_seq :]
+    assert [e.type for e in events[:3]] == ["running", "checkpoint_rejected", "restored"]
+    assert events[1].body.checkpoint == newest and "sha256" in events[1].body.reason
+    assert events[2].body.checkpoint == older
+    assert [e.body.step for e in events if e.type == "progress"] == [5, 6, 7, 8]
+    async with make_runner(plan=FakePlan(), store=store) as runner:
+        again = (await runner.submit(request(steps=8))).job_id
+        await wait_until(ended(runner, again))
+    assert store.get(job).artifact.sha256 == store.get(again).artifact.sha256
+
+    async with make_runner(plan=FakePlan(hang_at=5), store=store, checkpoints=CheckpointPolicy(every_steps=2)) as runner:
+        gone = (await runner.submit(request(steps=8))).job_id
+        await wait_until(lambda: (store.get(gone).checkpoint or older).step == 4 and store.get(gone).step == 4)
+    for f in (tmp_path / "artifacts" / gone).glob("checkpoint-*"):
+        f.unlink()
+    async with make_runner(plan=FakePlan(), store=store) as runner:
+        await wait_until(ended(runner, gone))
+    later = [e for e in store.events(gone) if e.seq > 0]
+    assert [e.body.reason for e in later if e.type == "checkpoint_rejected"] == ["its file is missing"] * 2
+    assert not any(e.type == "restored" for e in later)
+    assert store.get(gone).status == "done" and store.get(gone).artifact.sha256 == store.get(again).artifact.sha256

@@ -1,5 +1,5 @@
 """The PostgreSQL event store: the SQLite store's tables on a server, so several nodes share one
-durable queue (the `postgres` extra: psycopg 3 and its pool; bench/README.md says why that driver).
+durable queue (the `postgres` extra: psycopg 3 and its pool; bench/RESULTS.md, pg_driver, says why that driver).
 
 **Followable without gaps.** A sequence's values are not commit order in PostgreSQL: a writer can
 take position 10, another 11 and commit first, and a follower that read 11 would move past 10
@@ -102,7 +102,7 @@ def _v2(cur: psycopg.Cursor) -> None:
 
 def _v3(cur: psycopg.Cursor) -> None:
     # What a node's claim filters the queue by, as columns in the queue's index: a node walks past
-    # jobs it cannot run without parsing their states (bench_nodes.py, claim: 805 ms with 25,000
+    # jobs it cannot run without parsing their states (bench.throughput.nodes, claim: 805 ms with 25,000
     # such jobs at the head when read from the JSON).
     cur.execute("ALTER TABLE jobs ADD COLUMN frames integer, ADD COLUMN tokens integer")
     cur.execute("UPDATE jobs SET frames = (state::json->'request'->>'frames')::int, tokens = (state::json->>'tokens')::int")

@@ -69,7 +69,7 @@ def _v1(db: Database) -> None:
 
 def _v2(db: Database) -> None:
     # queued() orders by priority DESC, queue_order: an index in that order spares a sort of
-    # the whole queue on every claim (bench/bench_store.py: 9.5 ms -> 0.02 ms at 10k queued).
+    # the whole queue on every claim (bench/throughput/store.py: 9.5 ms -> 0.02 ms at 10k queued).
     db.execute("DROP INDEX jobs_queue")
     db.execute("CREATE INDEX jobs_queue ON jobs (status, priority DESC, queue_order)")
 
@@ -99,7 +99,7 @@ def _v6(db: Database) -> None:
 def _v7(db: Database) -> None:
     # What a node's claim filters the queue by (mode, requested frames, tokens) as columns, in the
     # queue's index: a node walks past jobs it cannot run without parsing their states
-    # (bench_nodes.py, claim: 131 ms with 25,000 such jobs at the head when read from the JSON).
+    # (bench.throughput.nodes, claim: 131 ms with 25,000 such jobs at the head when read from the JSON).
     for column in ("mode TEXT", "frames INTEGER", "tokens INTEGER"):
         db.execute(f"ALTER TABLE jobs ADD COLUMN {column}")
     db.execute(

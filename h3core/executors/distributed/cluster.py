@@ -89,7 +89,7 @@ def connect(settings: ClusterSettings, *, ranks: int) -> bool:
         kwargs["address"] = "local"
         kwargs["num_cpus"] = max(settings.cpus or os.cpu_count() or 1, ranks)
         # Ray starts its workers at nice 15, for a laptop's sake; here the ranks are the work, and
-        # at 15 any busy process at normal priority starves them (bench_rank_priority.py: a group
+        # at 15 any busy process at normal priority starves them (bench.studies.rank_priority: a group
         # built in 268 s beside two busy loops on 2 cores; at 0, in 16.5 s).
         kwargs["_system_config"] = {"worker_niceness": RANK_NICENESS}
     else:

@@ -67,7 +67,7 @@ TIMED_TOKENS = {"cuda": 16384, "cpu": 1024}
 REPEATS = {"cuda": (2, 5), "cpu": (1, 3)}  # warm-up calls, timed calls
 PROBE_VERSION = 1  # bump when what the probe measures changes: older cache entries stop matching
 # Never yet executed on a GPU by this project (no SageAttention 2 build has run in its GPU check): said
-# wherever they are offered, until a GPU run has measured them (bench/README.md, "GPU check").
+# wherever they are offered, until a GPU run has measured them (bench/gpu/README.md).
 UNVERIFIED = frozenset({"sage-fp16", "sage-fp8"})
 UNVERIFIED_NOTE = "unverified: never executed on a GPU by h3core's check"
 STAND_INS_ENV = "H3CORE_ATTENTION_STAND_INS"  # tests only: module:function giving (kernels, calls) to the child

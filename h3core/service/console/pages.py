@@ -147,7 +147,7 @@ async def queue_page(
 
 def render_queue(svc: Service, wanted: Filter, before: int | None, after: int | None, fragment: bool) -> Response[str]:
     """The queue page (or, with `fragment`, the part live updates replace): its reads and its
-    rendering, on the calling thread (bench/bench_console.py times this)."""
+    rendering, on the calling thread (bench/throughput/console.py times this)."""
     context = _queue_context(svc, wanted, before, after)
     return _html("queue_body.html" if fragment else "queue.html", page="queue", **_common(svc), **context)
 

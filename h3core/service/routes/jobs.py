@@ -32,7 +32,7 @@ STREAM_RESYNC_S = 10.0  # also catch events stored by other processes (a CLI can
 
 
 # Point reads (`get`, `by_idempotency_key`, `queue_position`: one indexed row, or a count of the
-# jobs ahead: on SQLite under a millisecond below 10,000 queued, bench_queue_position.py) run
+# jobs ahead: on SQLite under a millisecond below 10,000 queued, bench.throughput.queue_position) run
 # inline on the event loop: a hop to a thread costs more than the read. The store serves them on
 # a connection of their own, apart from the writer's (in WAL mode a read never waits for a write)
 # and from long reads. Reads that can be long (a page of the list, a job's whole log) go to a thread.
@@ -103,8 +103,10 @@ async def create_job(
         raise _refuse(field, message) from None
     except Refused as exc:
         ceiling = exc.decision.ceiling.model_dump() if exc.decision.ceiling else None
+        decision = exc.decision
+        errors = [{"field": decision.field, "message": decision.detail}]  # as every other 422 names its field
         raise HTTPException(
-            status_code=422, detail=exc.decision.detail, extra={"ceiling": ceiling, "reason": exc.decision.reason}
+            status_code=422, detail=decision.detail, extra={"ceiling": ceiling, "reason": decision.reason, "errors": errors}
         ) from None
     except IdempotencyMismatch as exc:
         raise HTTPException(status_code=409, detail=str(exc), extra={"job_id": exc.job_id}) from None

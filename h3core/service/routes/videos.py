@@ -243,7 +243,7 @@ async def _submit(
         ) from None
     except Refused as exc:
         ceiling = exc.decision.ceiling.model_dump() if exc.decision.ceiling else None
-        raise VideoApiError(400, exc.decision.detail, code="refused", ceiling=ceiling) from None
+        raise VideoApiError(400, exc.decision.detail, param=exc.decision.field, code="refused", ceiling=ceiling) from None
     except IdempotencyMismatch as exc:
         raise VideoApiError(409, str(exc), code="idempotency_key_reused") from None
     except ShuttingDown as exc:

@@ -10,7 +10,7 @@ behaviour there):
 
     H3_TEST_COMFYUI_URL=http://127.0.0.1:8188 .venv/bin/python -m pytest tests/integration/comfyui/test_real_comfyui.py
 
-`bench/comfyui_real.py` runs the long loops (200 cancels) against the same kind of server.
+`bench/studies/comfyui.py` runs the long loops (200 cancels) against the same kind of server.
 """
 
 from __future__ import annotations

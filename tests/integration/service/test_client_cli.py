@@ -77,8 +77,10 @@ def test_cancel_through_the_service(api_server):
         run = h3("cancel", job["id"], "--url", api_server.url)
         assert run.returncode == 0 and ("cancel requested" in run.stdout or "cancelled" in run.stdout), run.stdout
         poll(lambda: api.get(f"/v1/jobs/{job['id']}").json()["status"] == "cancelled", 20, "the job to end")
-    again = h3("cancel", job["id"], "--url", api_server.url)
-    assert again.returncode == 2 and "409" in again.stderr
+    again = h3("cancel", job["id"][:12], "--url", api_server.url)  # the start of an id, as `submit --watch` shows it
+    assert again.returncode == 2 and "409" in again.stderr, "found by its start: the job that has ended"
+    unknown = h3("cancel", "ffffffffffff", "--url", api_server.url)
+    assert unknown.returncode == 2 and "404" in unknown.stderr
 
 
 def test_settings_come_from_a_toml_file_below_the_environment(tmp_path):

@@ -217,3 +217,4 @@ def test_the_default_server_states_only_the_models_window(default_server):
         problem = refused(api, {"prompt": "a long fox", "width": 64, "height": 64, "frames": 346})
         assert problem["reason"] == "model_window" and problem["ceiling"]["max_frames"] == 345
         assert "346 frames snap to 362 (15.08 s)" in problem["detail"]
+        assert problem["errors"] == [{"field": "frames", "message": problem["detail"]}], "named like every other 422"

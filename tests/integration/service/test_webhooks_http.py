@@ -14,7 +14,7 @@ from tests.receiver import Receiver, receiver
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-TRIALS = 3  # both ways a kill lands, each more than once; bench/bench_webhook_crash.py runs 10 and more
+TRIALS = 3  # both ways a kill lands, each more than once; bench/crash/webhooks.py runs 10 and more
 
 
 def delivered(rec: Receiver) -> set[str]:

@@ -63,3 +63,60 @@ async def test_a_start_seen_live_and_one_read_from_the_store_give_the_same_durat
     count, total = _durations(metrics)["done"]
     assert total == pytest.approx(early_seconds + 3 * 2.5)  # the live job: first start to end, 3 gaps
     store.close()
+
+
+def _value(metrics: Metrics, name: str) -> float:
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for s in family.samples:
+            if s.name == name:
+                return s.value
+    return 0.0
+
+
+async def test_checkpoints_resumes_releases_and_the_steps_redone_are_counted(tmp_path):
+    """Two interruptions: a release continued from its stop's checkpoint (nothing redone), then a
+    crash after step 7 whose newest checkpoint (step 6) is rejected, continued from step 3's: steps
+    4 to 7 are computed again."""
+    from h3core.domain.events import Checkpoint, Checkpointed, CheckpointRejected, Progress, Released, Restored
+
+    store = SQLiteEventStore(tmp_path / "h3.db", durable=False)
+    metrics, bus = Metrics(store), EventBus()
+    job = "c" * 32
+
+    def cp(attempt: int, step: int) -> Checkpoint:
+        return Checkpoint(
+            attempt=attempt, step=step, total=10, path=f"{job}/checkpoint-{attempt}-{step}.ckpt", bytes=100, sha256="a" * 64
+        )
+
+    bodies = [
+        submitted(),
+        Admitted(),
+        Running(attempt=1, executor="fake"),
+        *[Progress(step=i, total=10) for i in (1, 2, 3)],
+        Checkpointed(checkpoint=cp(1, 3), paused_s=0.01),
+        Released(attempt=1, reason="shutdown", step=3),
+        Running(attempt=2, executor="fake"),
+        Restored(attempt=2, checkpoint=cp(1, 3)),
+        *[Progress(step=i, total=10) for i in (4, 5, 6)],
+        Checkpointed(checkpoint=cp(2, 6), paused_s=0.01),
+        Progress(step=7, total=10),
+        AttemptFailed(attempt=2, kind="interrupted", message="crash"),
+        Running(attempt=3, executor="fake"),
+        CheckpointRejected(attempt=3, checkpoint=cp(2, 6), reason="sha256 differs"),
+        Restored(attempt=3, checkpoint=cp(1, 3)),
+        Progress(step=4, total=10),
+    ]
+    _, events = store.append(job, bodies)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(metrics.follow, bus)
+        await until(lambda: bus.subscribers == 1)
+        bus.publish(list(events))
+        await until(lambda: _value(metrics, "h3core_steps_redone_total") > 0)
+        tg.cancel_scope.cancel()
+    assert _value(metrics, "h3core_checkpoints_written_total") == 2
+    assert _value(metrics, "h3core_checkpoint_bytes_written_total") == 200
+    assert _value(metrics, "h3core_resumes_total") == 2
+    assert _value(metrics, "h3core_checkpoints_rejected_total") == 1
+    assert _value(metrics, "h3core_attempts_released_total") == 1
+    assert _value(metrics, "h3core_steps_redone_total") == 4, "attempt 3 computes steps 4 to 7 again"
+    store.close()

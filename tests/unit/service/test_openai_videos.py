@@ -158,8 +158,15 @@ def test_a_size_off_the_grid_is_refused_naming_the_nearest_one_that_is_on_it(w, 
 
 def test_openais_named_sizes_the_model_cannot_make_are_refused_clearly():
     for size in ("720x1280", "1280x720"):
-        with pytest.raises(VideoApiError, match=r"720 is not; the nearest size it makes is"):
+        with pytest.raises(VideoApiError, match=r"720 is not a multiple of 32; the nearest size it makes is"):
             parse_size(size)
+    for size, fault in (
+        ("4480x256", "4480 is above 4096"),
+        ("16x256", "16 is below 32"),
+        ("4500x16", "4500 is above 4096 and 16"),
+    ):
+        with pytest.raises(VideoApiError, match=fault):
+            parse_size(size)  # a multiple of 32 out of range is not called "not a multiple of 32"
     assert parse_size("1024x1792") == (1024, 1792) and parse_size("1792x1024") == (1792, 1024)
     for junk in ("1280", "1280x", "axb", 1280, None):
         with pytest.raises(VideoApiError, match="WIDTHxHEIGHT"):

@@ -1,16 +1,16 @@
 """Instructions per submit, this checkout against another commit: a count that load does not move.
 
-    .venv/bin/python bench/bench_submit_ir.py                          # against 3ac7012, 200 submits each
-    .venv/bin/python bench/bench_submit_ir.py --attribute              # and this checkout with one feature off at a time
+    python -m bench.studies.submit_ir                          # against 3ac7012, 200 submits each
+    python -m bench.studies.submit_ir --attribute              # and this checkout with one feature off at a time
 
-bench_submit.py's CPU per submit moves by 10-30 % with the load from elsewhere on a shared box,
+bench.studies.submit's CPU per submit moves by 10-30 % with the load from elsewhere on a shared box,
 more than the differences it is after. This counts instructions instead, under valgrind's
 callgrind (instrumentation on only around the measured submits): the same code does the same
 count, whatever else runs. What is counted: `POST /v1/jobs` straight into each checkout's ASGI
 app (`_submit_ir_child.py`: Litestar, the handler, admission, the append through the writer
 thread, the answer), user-space instructions of every thread. Not counted: uvicorn and its HTTP
 parser, the sockets, the kernel (fsyncs), and the runner (not started: the `api` role's work).
-Then (`--server-roles`) the whole `h3core serve` process of each checkout, as bench_submit.py
+Then (`--server-roles`) the whole `h3core serve` process of each checkout, as bench.studies.submit
 starts it, under valgrind with a client outside it: everything the process does per submit in
 user space, uvicorn, the store tail and the runner included.
 """
@@ -28,14 +28,13 @@ from pathlib import Path
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.common import ROOT, parse, print_load_at_end, print_machine, show, table
+from bench.studies.submit import _checkout, _post
+from bench.throughput.http_load import Server
 
-from _common import print_load_at_end, print_machine, show, table  # noqa: E402
-from bench_http import ROOT, Server  # noqa: E402
-from bench_submit import _checkout, _post  # noqa: E402
-
-CHILD = Path(__file__).with_name("_submit_ir_child.py")
+CHILD = "bench.studies._submit_ir_child"
 FEATURES = ("no-log", "no-cross-site", "plain-request")
+DRY = "dry run: not counted"
 
 
 def _wait(path: Path, proc: subprocess.Popen, log: Path) -> None:
@@ -45,60 +44,73 @@ def _wait(path: Path, proc: subprocess.Popen, log: Path) -> None:
         time.sleep(0.1)
 
 
-def count(code: Path, variant: str, submits: int, workdir: Path) -> int:
-    """Instructions per submit of `variant` of the checkout at `code`."""
+def callgrind(profile: Path, *cmd: str, dry: bool = False) -> list[str]:
+    """`cmd` under valgrind's callgrind (instrumentation off until turned on, counts into `profile`); bare in a dry run."""
+    return list(cmd) if dry else ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={profile}", *cmd]
+
+
+def per_submit(profile: Path, submits: int, log: Path) -> int:
+    totals = [line for line in profile.read_text().splitlines() if line.startswith("totals:")]
+    if not totals:
+        raise SystemExit(f"no totals in {profile}; the process's output:\n{log.read_text()[-3000:]}")
+    return int(totals[0].split()[1]) // submits
+
+
+def instrument(pid: int, on: bool, dry: bool) -> None:
+    if not dry:
+        subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(pid)], check=True, capture_output=True)
+
+
+def count(code: Path, variant: str, submits: int, workdir: Path, dry: bool = False) -> int | None:
+    """Instructions per submit of `variant` of the checkout at `code` (None in a dry run: nothing counted)."""
     out = workdir / f"{code.name}-{variant}"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     profile, log = out / "callgrind.out", out / "valgrind.log"
-    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={profile}"]
-    cmd += [sys.executable, str(CHILD), str(code), variant, str(submits), str(out)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("H3_")} | {"PYTHONPATH": str(code)}
+    cmd = callgrind(profile, sys.executable, "-m", CHILD, str(code), variant, str(submits), str(out), dry=dry)
+    # The checkout's h3core (and the first round's `service`) first, this repository's `bench` after
+    # it; the working directory is the count's folder, so neither checkout comes first by accident.
+    pythonpath = os.pathsep.join([str(code), str(ROOT)])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("H3_")} | {"PYTHONPATH": pythonpath}
     with open(log, "wb") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=out)
     try:
         _wait(out / "ready", proc, log)
-        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
+        instrument(proc.pid, True, dry)
         (out / "go").touch()
         _wait(out / "done", proc, log)
-        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True)
+        instrument(proc.pid, False, dry)
         (out / "exit").touch()
         proc.wait(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
-    totals = [line for line in profile.read_text().splitlines() if line.startswith("totals:")]
-    if not totals:
-        raise SystemExit(f"no totals in {profile}; valgrind's output:\n{log.read_text()[-3000:]}")
-    return int(totals[0].split()[1]) // submits
+    return None if dry else per_submit(profile, submits, log)
 
 
-def count_server(code: Path, role: str, submits: int, workdir: Path) -> int:
+def count_server(code: Path, role: str, submits: int, workdir: Path, dry: bool = False) -> int | None:
     """Instructions per submit of the whole `h3core serve` process of the checkout at `code` in
-    `role` (bench_submit's server: the zero-time fake executor, 16 slots, a fresh store), the
+    `role` (bench.studies.submit's server: the zero-time fake executor, 16 slots, a fresh store), the
     client outside valgrind posting one submit after another."""
     root = workdir / f"server-{code.name}-{role}"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     profile = root / "callgrind.out"
-    wrapper = ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={profile}")
+    wrapper = tuple(callgrind(profile, dry=dry))
     server = Server(db=root / "h3.db", root=root, slots=16, role=role, code=code, wrapper=wrapper)
     server.start(timeout=600, probe="healthz")  # started under valgrind: minutes on a busy box
     try:
         anyio.run(_post, server.url, 50)  # warm
         assert server.proc is not None
-        subprocess.run(["callgrind_control", "-i", "on", str(server.proc.pid)], check=True, capture_output=True)
+        instrument(server.proc.pid, True, dry)
         anyio.run(_post, server.url, submits)
-        subprocess.run(["callgrind_control", "-i", "off", str(server.proc.pid)], check=True, capture_output=True)
+        instrument(server.proc.pid, False, dry)
     finally:
         server.stop()
-    totals = [line for line in profile.read_text().splitlines() if line.startswith("totals:")]
-    if not totals:
-        raise SystemExit(f"no totals in {profile}; the server's log:\n{server.log.read_text()[-3000:]}")
-    return int(totals[0].split()[1]) // submits
+    return None if dry else per_submit(profile, submits, server.log)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--against", default="3ac7012", help="the commit to compare with (default 3ac7012)")
     ap.add_argument("--submits", type=int, default=200, help="measured submits per count (default 200)")
@@ -111,19 +123,27 @@ def main() -> None:
         help="also count the whole server process in these H3_ROLEs, comma-separated ('' for none; default api,all)",
     )
     ap.add_argument("--workdir", type=Path, default=None, help="counts' folders and the other checkout (default: a new temp dir)")
-    args = ap.parse_args()
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+    ap.add_argument("--against-path", type=Path, default=None, help="a checkout of --against already on disk (no git worktree)")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="every step without valgrind (nothing counted): the processes, the handshake, the variants",
+    )
+    args = parse(ap, argv, __spec__.name)
+    dry = args.dry_run
+    if not dry and (shutil.which("valgrind") is None or shutil.which("callgrind_control") is None):
         raise SystemExit("valgrind (with callgrind_control) is needed: apt-get install valgrind")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-submit-ir-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    print_machine(workdir, "bench_submit_ir: instructions per POST /v1/jobs, this checkout against " + args.against)
+    print_machine(workdir, "bench.studies.submit_ir: instructions per POST /v1/jobs, this checkout against " + args.against)
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True)
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "h3core"], capture_output=True, text=True).stdout
     here = f"{head.stdout.strip()}{' + changes' if dirty else ''}"
-    against = count(_checkout(args.against, workdir), "full", args.submits, workdir)
-    rows = [(args.against, "as it is", against), (here, "as it is", count(ROOT, "full", args.submits, workdir))]
+    other = args.against_path or _checkout(args.against, workdir)
+    against = count(other, "full", args.submits, workdir, dry)
+    rows = [(args.against, "as it is", against), (here, "as it is", count(ROOT, "full", args.submits, workdir, dry))]
     if args.attribute:
-        rows += [(here, f"{v} (attribution only)", count(ROOT, v, args.submits, workdir)) for v in FEATURES]
+        rows += [(here, f"{v} (attribution only)", count(ROOT, v, args.submits, workdir, dry)) for v in FEATURES]
     t = table(
         f"Instructions per POST /v1/jobs, {args.submits} submits per count (callgrind)",
         ["checkout", "variant", "instructions / submit", f"vs {args.against}", f"vs {here}"],
@@ -135,21 +155,26 @@ def main() -> None:
     )
     full = rows[1][2]
     for name, variant, n in rows:
-        t.add_row(name, variant, f"{n:,}", f"{100 * (n - against) / against:+.1f} %", f"{n - full:+,}")
+        if n is None or against is None or full is None:
+            t.add_row(name, variant, DRY, "-", "-")
+        else:
+            t.add_row(name, variant, f"{n:,}", f"{100 * (n - against) / against:+.1f} %", f"{n - full:+,}")
     show(t)
     roles = [r for r in args.server_roles.split(",") if r]
     if roles:
-        other = _checkout(args.against, workdir)
         t = table(
             f"Instructions per POST /v1/jobs of the whole server process, {args.submits} sequential submits (callgrind)",
             ["role", args.against, here, "difference"],
             left=1,
-            caption="`h3core serve` as bench_submit.py runs it, under valgrind, instrumented around the measured submits "
+            caption="`h3core serve` as bench.studies.submit runs it, under valgrind, instrumented around the measured submits "
             "only: every thread's user-space instructions (uvicorn and its HTTP parser, the app, the writer, the API "
             "role's store tail, metrics; with role all the runner and the fake executor too), not the kernel's.",
         )
         for role in roles:
-            a, b = count_server(other, role, args.submits, workdir), count_server(ROOT, role, args.submits, workdir)
+            a, b = count_server(other, role, args.submits, workdir, dry), count_server(ROOT, role, args.submits, workdir, dry)
+            if a is None or b is None:
+                t.add_row(role, DRY, DRY, "-")
+                continue
             t.add_row(role, f"{a:,}", f"{b:,}", f"{b - a:+,} ({100 * (b - a) / a:+.1f} %)")
         show(t)
     print_load_at_end()

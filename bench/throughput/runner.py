@@ -1,12 +1,34 @@
 """Runner throughput with a zero-time fake executor: how many jobs/s the machinery itself sustains.
 
-    .venv/bin/python bench/bench_runner.py                           # 2000 jobs, slots 1/4/16, durable True/False
-    .venv/bin/python bench/bench_runner.py --jobs 200 --slots 1,16 --durable true
+    python -m bench.throughput.runner                                  # 2000 jobs, slots 1/4/16, durable False/True
+    python -m bench.throughput.runner --jobs 100                       # a quick look
+    python -m bench.throughput.runner --jobs 10000 --slots 16 --durable false   # a deep backlog
 
-Every job is a real one end to end: Runner.submit (Submitted+Admitted), the runner claims it
-(Running), the FakeExecutor yields `steps` Progress updates with no sleep, writes its mp4 through
-the LocalArtifactStore (bytes + fsync + sha256), and the runner writes Done. Nothing is mocked.
-See bench/README.md for what each figure means.
+For each `durable` x `slots` pair: a fresh `SQLiteEventStore(path, durable=...)`,
+`FakeExecutor(LocalArtifactStore(dir), default=FakePlan(step_seconds=0))` and
+`Runner(store, executor, RunnerConfig(slots=K, poll_interval_s=--poll))`. Every job requests
+64x64, 24 frames, `--steps` steps and seed 0: the fake encodes that mp4 once (warmed up, untimed,
+through the executor's own `run`) and then writes the same bytes for each job through the artifact
+store (write, fsync, rename, sha256). Nothing else is mocked. Every job is submitted before the
+runner starts, so the first claims see the whole backlog.
+
+1. submit: `await runner.submit(request)` `--jobs` times, one after another, before the runner
+   starts (one append of `Submitted` + `Admitted` each, through the runner's writer thread).
+2. run: `await tg.start(runner.run)` (executor start and recovery included), then the bench polls
+   `store.counts()` every `--check` seconds until every job is terminal, and cancels the task group.
+
+Figures: submit jobs/s (jobs submitted per second of the submit phase); run jobs/s and run
+events/s (jobs, and their `Running`, `Progress` x steps, `Done` events, per second of the run
+phase; the completion poll adds up to `--check` seconds); overall jobs/s and events/s (both phases,
+all `steps + 4` events per job); attempt p50 / p99 ms (from each job's `Running` to its `Done` in
+the log: how long a job held a slot, including waiting for the store's single writer and the
+artifact write); run CPU/wall (process CPU time / wall time of the run phase; a 2-core machine has
+2.0 to give); checks (every job `done`, `jobs x (steps + 4)` events stored, one artifact per job).
+
+The ceiling to compare against is bench.throughput.store's single-caller append rate for the same
+`durable` setting: the runner writes every event through one writer thread, so its events/s can
+only approach that figure; the gap is the runner's own machinery (thread hops, task groups, claims
+through `store.queued()`, the artifact write).
 """
 
 from __future__ import annotations
@@ -14,18 +36,14 @@ from __future__ import annotations
 import argparse
 import gc
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import Timer, console, ms, pct, print_load_at_end, print_machine, rate, show, table  # noqa: E402
-
-from h3core import (  # noqa: E402
+from bench.common import Timer, console, ms, parse, pct, print_load_at_end, print_machine, rate, show, table
+from h3core import (
     FakeExecutor,
     FakePlan,
     GenerationRequest,
@@ -35,7 +53,7 @@ from h3core import (  # noqa: E402
     RunnerConfig,
     SQLiteEventStore,
 )
-from h3core.domain.state import TERMINAL  # noqa: E402
+from h3core.domain.state import TERMINAL
 
 
 def bench_request(steps: int) -> GenerationRequest:
@@ -146,7 +164,7 @@ def parse_bools(text: str) -> list[bool]:
     return [{"true": True, "false": False}[w.strip().lower()] for w in text.split(",")]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", type=Path, default=None, help="DB and artifacts go here (default: a new temp dir)")
     ap.add_argument("--jobs", type=int, default=2000, help="jobs per configuration (default 2000)")
@@ -155,7 +173,7 @@ def main() -> None:
     ap.add_argument("--durable", type=parse_bools, default=[False, True], help="default false,true")
     ap.add_argument("--poll", type=float, default=0.05, help="RunnerConfig.poll_interval_s (default 0.05)")
     ap.add_argument("--check", type=float, default=0.01, help="how often the bench polls store.counts() (default 0.01 s)")
-    args = ap.parse_args()
+    args = parse(ap, argv, __spec__.name)
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-runner-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -175,7 +193,7 @@ def main() -> None:
         f"all {per_job} events per job. attempt: Running->Done timestamps in the log, i.e. how long a job held a slot "
         "(includes waiting for the single store writer). CPU/wall: process CPU / wall time during run (2 cores = 2.0 max). "
         "checks: every job 'done', every event stored, one artifact per job. Compare rows with each other, and with "
-        "bench_store.py's single-caller append rates (the runner writes through one writer thread)."
+        "bench.throughput.store's single-caller append rates (the runner writes through one writer thread)."
     )
     t = table(
         f"Runner throughput: {args.jobs} jobs x {args.steps} steps, zero-time fake executor",

@@ -1,10 +1,10 @@
 """The submit path, this checkout against another commit, in one run: one client posting jobs
 one after another to `h3core serve`, and the server's CPU per submit.
 
-    .venv/bin/python bench/bench_submit.py                         # against 3ac7012 (the first round's last commit)
-    .venv/bin/python bench/bench_submit.py --against HEAD~5 --submits 2000 --rounds 4
+    python -m bench.studies.submit                         # against 3ac7012 (the first round's last commit)
+    python -m bench.studies.submit --against HEAD~5 --submits 2000 --rounds 4
 
-Each checkout's server is the real one (bench_http.Server: `python -m h3core.cli serve`, the
+Each checkout's server is the real one (bench.throughput.http_load.Server: `python -m h3core.cli serve`, the
 zero-time fake executor, 16 slots, a fresh store), started with PYTHONPATH at that checkout; the
 other commit is checked out with `git worktree add --detach` under --workdir. Rounds alternate
 between the two so that load from elsewhere on the machine falls on both alike. Roles: `all` (the
@@ -19,7 +19,6 @@ import json
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -28,10 +27,8 @@ from pathlib import Path
 import aiohttp
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import ms, pct, print_load_at_end, print_machine, show, table  # noqa: E402
-from bench_http import ROOT, SUBMIT_BODY, Server, cpu_seconds  # noqa: E402
+from bench.common import ROOT, ms, parse, pct, print_load_at_end, print_machine, show, table
+from bench.throughput.http_load import SUBMIT_BODY, Server, cpu_seconds
 
 
 @dataclass
@@ -79,7 +76,7 @@ def _checkout(ref: str, workdir: Path) -> Path:
     return path
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--against", default="3ac7012", help="the commit to compare with (default 3ac7012)")
     ap.add_argument("--submits", type=int, default=1000, help="measured submits per round (default 1000)")
@@ -87,14 +84,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="rounds per checkout and role, alternating (default 3)")
     ap.add_argument("--roles", default="all,api", help="comma-separated H3_ROLEs (default all,api)")
     ap.add_argument("--workdir", type=Path, default=None, help="stores and the other checkout (default: a new temp dir)")
-    args = ap.parse_args()
+    ap.add_argument("--against-path", type=Path, default=None, help="a checkout of --against already on disk (no git worktree)")
+    args = parse(ap, argv, __spec__.name)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-submit-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    print_machine(workdir, "bench_submit: sequential POST /v1/jobs, this checkout against " + args.against)
+    print_machine(workdir, "bench.studies.submit: sequential POST /v1/jobs, this checkout against " + args.against)
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True)
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "h3core"], capture_output=True, text=True).stdout
     sides = [Side(f"{head.stdout.strip()}{' + changes' if dirty else ''} (this checkout)", ROOT)]
-    sides.append(Side(args.against, _checkout(args.against, workdir)))
+    sides.append(Side(args.against, args.against_path or _checkout(args.against, workdir)))
     roles = [r for r in args.roles.split(",") if r]
     for k in range(args.rounds):
         for role in roles:

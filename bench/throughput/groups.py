@@ -1,8 +1,8 @@
 """Groups of ranks (Ray actors): 1 rank against 2, each way of splitting the model.
 
-    .venv/bin/python bench/bench_groups.py                                   # tiny model, CPU, gloo
-    .venv/bin/python bench/bench_groups.py --size 128x128 --frames 39 --steps 8 --jobs 3
-    .venv/bin/python bench/bench_groups.py --model-dir /weights --device cuda --dtype bfloat16 \
+    python -m bench.throughput.groups                                   # tiny model, CPU, gloo
+    python -m bench.throughput.groups --size 128x128 --frames 39 --steps 8 --jobs 3
+    python -m bench.throughput.groups --model-dir /weights --device cuda --dtype bfloat16 \
         --size 768x1344 --frames 124 --steps 50 --configs 1,fsdp                 # on GPUs
 
 For every configuration (1 rank; 2 ranks with FSDP2, Ulysses, both) the script builds a group
@@ -31,15 +31,12 @@ import argparse
 import os
 import signal
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _rank_probes as probes  # noqa: E402
-from _common import console, print_machine, show, table  # noqa: E402
+from bench.common import console, parse, print_machine, show, table
+from bench.throughput import _rank_probes as probes
 
 CONFIGS = {"1": (1, False, False), "fsdp": (2, True, False), "ulysses": (2, False, True), "fsdp+ulysses": (2, True, True)}
 
@@ -48,7 +45,7 @@ def mib(n: float) -> str:
     return f"{n / 2**20:,.1f}"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", help="a diffusers-layout MiniMax-H3 folder (default: the tiny random model)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -59,7 +56,7 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=3, help="warm jobs per configuration (after one cold job)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank on a CPU")
     p.add_argument("--configs", default="1,fsdp,ulysses,fsdp+ulysses")
-    args = p.parse_args()
+    args = parse(p, argv, __spec__.name)
 
     import ray
 

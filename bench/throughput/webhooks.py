@@ -1,10 +1,10 @@
 """Does delivering webhooks slow the runner? Runner jobs/s with every job asking for webhooks to a
 slow receiver (it answers after 200 ms), against the same jobs with no webhooks at all.
 
-    .venv/bin/python bench/bench_webhooks.py                  # 1000 jobs, each way, 3 rounds
-    .venv/bin/python bench/bench_webhooks.py --jobs 200 --rounds 1
+    python -m bench.throughput.webhooks                  # 1000 jobs, each way, 3 rounds
+    python -m bench.throughput.webhooks --jobs 200 --rounds 1
 
-Every job is real end to end (zero-time FakeExecutor, as bench_runner.py); with webhooks, a
+Every job is real end to end (zero-time FakeExecutor, as bench.throughput.runner); with webhooks, a
 `DeliveryProcess` runs beside the runner as the service and `h3core worker` run it (a child
 process reading the same store), signing and POSTing each job's `start` and `completed` to a
 receiver in another process. "run jobs/s" is from the runner's start until every job has ended;
@@ -27,11 +27,8 @@ from pathlib import Path
 import anyio
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import Timer, console, print_load_at_end, print_machine, show, table  # noqa: E402
-
-from h3core import (  # noqa: E402
+from bench.common import Timer, console, parse, print_load_at_end, print_machine, show, table
+from h3core import (
     FakeExecutor,
     FakePlan,
     GenerationRequest,
@@ -42,11 +39,11 @@ from h3core import (  # noqa: E402
     SQLiteEventStore,
     WebhookPolicy,
 )
-from h3core.adapters.webhooks import WebhookSender  # noqa: E402
-from h3core.domain.state import TERMINAL  # noqa: E402
-from h3core.domain.webhooks import Allow, WebhookTarget  # noqa: E402
-from h3core.runtime.delivery_process import DeliveryConfig, DeliveryProcess  # noqa: E402
-from h3core.runtime.webhooks import WebhookDispatcher  # noqa: E402
+from h3core.adapters.webhooks import WebhookSender
+from h3core.domain.state import TERMINAL
+from h3core.domain.webhooks import Allow, WebhookTarget
+from h3core.runtime.delivery_process import DeliveryConfig, DeliveryProcess
+from h3core.runtime.webhooks import WebhookDispatcher
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -124,7 +121,7 @@ async def one_run(workdir: Path, tag: str, jobs: int, url: str | None, in_proces
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3, help="each way, alternating (default 3)")
@@ -134,8 +131,10 @@ def main() -> None:
         action="store_true",
         help="a third way each round: the dispatcher on the runner's event loop, as before the delivering process",
     )
-    args = ap.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="h3bench-webhooks-"))
+    ap.add_argument("--workdir", type=Path, default=None, help="where its files go (default: a new temp dir)")
+    args = parse(ap, argv, __spec__.name)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-webhooks-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     print_machine(workdir, "h3core webhooks benchmark")
     receiver = subprocess.Popen([sys.executable, "-c", RECEIVER, str(args.answer_s)], stdout=subprocess.PIPE, text=True)
     try:

@@ -1,8 +1,8 @@
 """Webhook crash trials: a real `h3core worker` delivering webhooks killed with SIGKILL while
 deliveries are pending, then restarted; is every terminal event delivered, and how often twice?
 
-    .venv/bin/python bench/bench_webhook_crash.py                 # 10 trials, 6 jobs each
-    .venv/bin/python bench/bench_webhook_crash.py --trials 3 --jobs 4
+    python -m bench.crash.webhooks                 # 10 trials, 6 jobs each
+    python -m bench.crash.webhooks --trials 3 --jobs 4
 
 Each trial, on a fresh store: jobs asking for `start` and `completed` webhooks are stored (as an
 api process stores them), a worker (fake executor) runs them and delivers to a receiver on
@@ -39,15 +39,12 @@ from pathlib import Path
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import console, print_load_at_end, print_machine, show, table, wait_for  # noqa: E402
-
-from h3core.adapters.store.sqlite import SQLiteEventStore  # noqa: E402
-from h3core.domain.request import GenerationRequest  # noqa: E402
-from h3core.domain.webhooks import Allow, WebhookTarget  # noqa: E402
-from h3core.runtime.submissions import Submissions, WebhookPolicy  # noqa: E402
-from h3core.runtime.webhooks import SUBSCRIPTION  # noqa: E402
+from bench.common import console, parse, print_load_at_end, print_machine, show, table, wait_for
+from h3core.adapters.store.sqlite import SQLiteEventStore
+from h3core.domain.request import GenerationRequest
+from h3core.domain.webhooks import Allow, WebhookTarget
+from h3core.runtime.submissions import Submissions, WebhookPolicy
+from h3core.runtime.webhooks import SUBSCRIPTION
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -225,7 +222,7 @@ def trial(n: int, work: Path, rng: random.Random, jobs: int, steps: int, step_s:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=6)
@@ -233,8 +230,9 @@ def main() -> None:
     ap.add_argument("--step-seconds", type=float, default=0.05)
     ap.add_argument("--wait", type=float, default=120.0, help="seconds the restarted worker has to deliver (default 120)")
     ap.add_argument("--seed", type=int, default=26)
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="h3bench-webhook-crash-"))
+    ap.add_argument("--workdir", type=Path, default=None, help="where its files go (default: a new temp dir)")
+    args = parse(ap, argv, __spec__.name)
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-webhook-crash-"))
     print_machine(work, "h3core webhook crash trials")
     rng = random.Random(args.seed)
     columns = [

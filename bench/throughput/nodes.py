@@ -1,7 +1,7 @@
 """Several nodes on one PostgreSQL: crash trials, jobs/s by runner nodes, claim latency, event-to-SSE.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/bench_nodes.py                    # everything
-    PYTHONPATH=$PWD .venv/bin/python bench/bench_nodes.py --only trials --trials 10
+    python -m bench.throughput.nodes                    # everything
+    python -m bench.throughput.nodes --only trials --trials 10
 
 Every server is a real `h3core serve` process (fake executor) on a throwaway PostgreSQL
 (tests/pgserver.py, `fsync=off`) and one shared artifact folder:
@@ -38,19 +38,13 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import ROOT, console, parse, pct, postgres, print_load_at_end, print_machine, show, table
+from h3core.adapters.store.postgres import PostgresEventStore
+from h3core.adapters.store.sqlite import SQLiteEventStore
+from h3core.domain.admission import QueueFilter
+from h3core.domain.events import Admitted, Running
+from h3core.testing.factories import submitted
 
-from _common import console, pct, print_load_at_end, print_machine, show, table  # noqa: E402
-
-from h3core.adapters.store.postgres import PostgresEventStore  # noqa: E402
-from h3core.adapters.store.sqlite import SQLiteEventStore  # noqa: E402
-from h3core.domain.admission import QueueFilter  # noqa: E402
-from h3core.domain.events import Admitted, Running  # noqa: E402
-from h3core.testing.factories import submitted  # noqa: E402
-from tests.pgserver import running_server  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
 JOB = {"width": 448, "height": 256, "frames": 12}
 
 
@@ -135,12 +129,13 @@ def _submit(client: httpx.Client, node: Node, prompt: str, steps: int) -> str | 
 # -- crash trials ---------------------------------------------------------------------------
 
 
-def trials(server, work: Path, n: int, lease: float, seed: int) -> None:
+def trials(server, work: Path, args: argparse.Namespace) -> None:
+    n, lease, runner_nodes, api_nodes = args.trials, args.lease, args.runners, args.apis
     url = server.fresh_schema()
-    rng = random.Random(seed)
+    rng = random.Random(args.seed)
     settings = {"lease": lease, "slots": 2, "max_attempts": 20, "retry_on": "interrupted", "tail_interval": 0.5}
-    runners = [Node(work, url, "runner", f"r{i}", **settings) for i in range(3)]
-    apis = [Node(work, url, "api", f"a{i}", **settings) for i in range(2)]
+    runners = [Node(work, url, "runner", f"r{i}", **settings) for i in range(runner_nodes)]
+    apis = [Node(work, url, "api", f"a{i}", **settings) for i in range(api_nodes)]
     for node in [*runners, *apis]:
         node.start()
     store = PostgresEventStore(url)
@@ -163,7 +158,7 @@ def trials(server, work: Path, n: int, lease: float, seed: int) -> None:
                         cancels += 1
                     except httpx.HTTPError:
                         pass
-                time.sleep(0.02)
+                time.sleep(args.submit_every)
 
     # (job, seconds from the kill to its end, the end names the dead node, the killed attempt, the end's type)
     killed: list[tuple[str, float, bool, int, str]] = []
@@ -231,7 +226,7 @@ def trials(server, work: Path, n: int, lease: float, seed: int) -> None:
         statuses[store.get(j).status] = statuses.get(store.get(j).status, 0) + 1
     store.close()
     t = table(
-        f"crash trials: 3 runner nodes, 2 API nodes, one SIGKILLed per trial (lease {lease:g}s)",
+        f"crash trials: {runner_nodes} runner nodes, {api_nodes} API nodes, one SIGKILLed per trial (lease {lease:g}s)",
         [
             "trials",
             "acknowledged",
@@ -267,12 +262,12 @@ def trials(server, work: Path, n: int, lease: float, seed: int) -> None:
 # -- jobs/s -------------------------------------------------------------------------------
 
 
-def jobs_per_second(server, work: Path, jobs: int) -> None:
+def jobs_per_second(server, work: Path, jobs: int, runner_nodes: list[int]) -> None:
     t = table(
         f"jobs/s end to end: {jobs} zero-time fake jobs submitted over HTTP, until all are done",
         ["store", "runner nodes", "jobs/s"],
     )
-    for kind, count in (("sqlite", 1), ("postgres", 1), ("postgres", 2), ("postgres", 4)):
+    for kind, count in [("sqlite", 1)] + [("postgres", n) for n in runner_nodes]:
         run = work / f"jobs-{kind}-{count}"
         run.mkdir()
         if kind == "sqlite":
@@ -370,29 +365,38 @@ def sse_latency(server, work: Path, jobs: int) -> None:
     show(t)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None, pg: object | None = None) -> None:
+    """`pg`: a running tests.pgserver.PgServer to use (the smoke tests pass the suite's), else one is started."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["trials", "jobs", "claim", "sse"], action="append")
+    parser.add_argument("--only", choices=["trials", "jobs", "claim", "sse"], action="append", help="a part (repeatable)")
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--lease", type=float, default=3.0)
+    parser.add_argument("--runners", type=int, default=3, help="runner nodes in the trials (default 3; at least 2)")
+    parser.add_argument("--apis", type=int, default=2, help="API nodes in the trials (default 2)")
+    parser.add_argument("--submit-every", type=float, default=0.02, help="the trials' client: seconds between submits")
     parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--runner-nodes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4], help="jobs/s")
     parser.add_argument("--queued", type=int, default=50_000)
+    parser.add_argument("--claims", type=int, default=200, help="claims timed per case (default 200)")
+    parser.add_argument("--sse-jobs", type=int, default=5, help="jobs whose steps the SSE part times (default 5)")
     parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
+    parser.add_argument("--workdir", type=Path, default=None, help="logs and SQLite files (default: a new temp dir)")
+    args = parse(parser, argv, __spec__.name)
     parts = args.only or ["trials", "jobs", "claim", "sse"]
-    work = Path(tempfile.mkdtemp(prefix="h3nodes-"))
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="h3nodes-"))
+    work.mkdir(parents=True, exist_ok=True)
     print_machine(work, "several nodes on one PostgreSQL")
-    with running_server() as server:
+    with postgres(pg) as server:
         if "trials" in parts:
             (work / "trials").mkdir()
-            trials(server, work / "trials", args.trials, args.lease, args.seed)
+            trials(server, work / "trials", args)
         if "jobs" in parts:
-            jobs_per_second(server, work, args.jobs)
+            jobs_per_second(server, work, args.jobs, args.runner_nodes)
         if "claim" in parts:
-            claim_latency(server, work, args.queued, 200)
+            claim_latency(server, work, args.queued, args.claims)
         if "sse" in parts:
             (work / "sse").mkdir()
-            sse_latency(server, work / "sse", 5)
+            sse_latency(server, work / "sse", args.sse_jobs)
     print_load_at_end()
 
 

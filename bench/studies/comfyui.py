@@ -1,5 +1,15 @@
 """The ComfyUI executor against a real ComfyUI, with the model-free template `core-nodes-t2va`.
 
+    python main.py --cpu --listen 127.0.0.1 --port 8188     # a stock ComfyUI, from its own checkout and venv
+    python -m bench.studies.comfyui --url http://127.0.0.1:8188 [--trials 200] [--slots 4] [--jobs 8]
+
+Every job runs `core-nodes-t2va` (core nodes only: EmptyImage -> ImageBlur x4 -> CreateVideo ->
+SaveVideo) at 256x160 and 20-59 frames, so a stock ComfyUI runs it on a CPU (each job's frame count
+differs from the one before: ComfyUI reuses the outputs of the last prompt it ran). The same
+behaviours are the integration suite tests/integration/comfyui/test_real_comfyui.py, which runs when
+`H3_TEST_COMFYUI_URL` or `H3_TEST_COMFYUI_CMD` is set. The smoke test runs this against
+h3core.testing.comfyui.FakeComfyUI, which exercises the bench, not ComfyUI.
+
 Three measurements, each printed as a markdown table:
 
 1. cancel while pending, `--trials` times: another client's prompt keeps ComfyUI busy for about a
@@ -11,8 +21,6 @@ Three measurements, each printed as a markdown table:
    ComfyUI's queue (running + pending), and the most jobs h3core showed `running`;
 3. SIGTERM of `h3core serve` mid-job, then a restart: the job's status, its attempt and its
    `resumed` event.
-
-    .venv/bin/python bench/comfyui_real.py --url http://127.0.0.1:8188 [--trials 200] [--slots 4]
 """
 
 from __future__ import annotations
@@ -33,13 +41,11 @@ from pathlib import Path
 import anyio
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench._common import print_load_at_end, print_machine, show, table  # noqa: E402
-from h3core import LocalArtifactStore, NotCancellable, Runner, RunnerConfig, SQLiteEventStore  # noqa: E402
-from h3core.domain.request import GenerationRequest  # noqa: E402
-from h3core.executors.comfyui.executor import ComfyUIExecutor, ComfyUISettings, prompt_id_for  # noqa: E402
-from h3core.executors.comfyui.templates import builtin_templates  # noqa: E402
+from bench.common import parse, print_load_at_end, print_machine, show, table
+from h3core import LocalArtifactStore, NotCancellable, Runner, RunnerConfig, SQLiteEventStore
+from h3core.domain.request import GenerationRequest
+from h3core.executors.comfyui.executor import ComfyUIExecutor, ComfyUISettings, prompt_id_for
+from h3core.executors.comfyui.templates import builtin_templates
 
 TEMPLATES = {"t2va": "core-nodes-t2va"}
 
@@ -230,14 +236,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default=os.environ.get("H3_TEST_COMFYUI_URL", "http://127.0.0.1:8188"))
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--slots", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--skip", default="", help="comma-separated: cancels, dispatch, restart")
-    args = ap.parse_args()
+    args = parse(ap, argv, __spec__.name)
     skip = set(filter(None, args.skip.split(",")))
     comfy = Comfy(args.url)
     stats = comfy.http.get("/system_stats").json()["system"]

@@ -1,20 +1,25 @@
 """The pipeline executor: where a job's time goes, cold and warm, and what attention costs.
 
-    .venv/bin/python bench/bench_pipeline.py                         # tiny model, CPU
-    .venv/bin/python bench/bench_pipeline.py --model-dir /weights --device cuda --dtype bfloat16 \
-        --size 768x1344 --frames 124 --steps 50                      # real weights on a GPU
-    .venv/bin/python bench/bench_pipeline.py --attention-only --seq 1024,2048,4096,8192
+    python -m bench.throughput.pipeline                       # tiny random model on the CPU; 8 steps, 64x64, 22 frames
+    python -m bench.throughput.pipeline --attention-only --seq 512,1024,2048,4096,8192
+    python -m bench.throughput.pipeline --model-dir /weights/MiniMax-H3 --device cuda --dtype bfloat16 \
+        --size 768x1344 --frames 124 --steps 50                 # real weights, where there are some
 
-Part 1 loads the model (cold), then runs three jobs through `generate.Generator`, the code the
+Before part 1 it decides the attention kernel as the executor does at start (`kernel_probe.at_start`:
+the probe's table, then the plan). Part 1 loads the model (cold), then runs three jobs through `generate.Generator`, the code the
 executor runs: a first prompt, a new prompt (warm model, text encoder runs), and the same
 prompt again (warm, embeddings cached). It times every stage plus the mp4 mux (PyAV) and says
-which share of each job is not denoising. Without `--model-dir` it writes the tiny random
-model first (not timed).
+which share of each job is not denoising: each row splits the job into load, encode (text encoder),
+condition (keyframe/reference VAE encoding), denoise (layout, noise, the step loop), decode (both
+VAEs) and mux (H.264 + AAC through PyAV). Without `--model-dir` it writes the tiny random model
+first (not timed).
 
-Part 2 measures one attention call (batch 1, 4 heads, head dim 64) per kernel and sequence
-length, each in a fresh subprocess: on CUDA the peak of torch's allocator over the call, on a
-CPU the growth of the process's peak RSS over the call (the kernel's peak mark is reset first). Linear kernels double when the
-sequence doubles; MATH quadruples (it materialises the whole score matrix).
+Part 2 measures one attention call (batch 1, 4 heads, head dim 64) per kernel (`--kernels`) and
+sequence length, each in a fresh process (`python -m bench.throughput.pipeline --one-call`): on CUDA
+the peak of torch's allocator over the call, on a CPU the growth of the process's peak RSS over the
+call (the kernel's peak mark is reset first through /proc/self/clear_refs). Linear kernels double
+when the sequence doubles; MATH quadruples (it materialises the whole score matrix). On a GPU the
+same stage table is step 4 of the GPU check (bench/gpu/README.md).
 """
 
 from __future__ import annotations
@@ -27,9 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import console, print_machine, show, table  # noqa: E402
+from bench.common import ROOT, console, parse, print_machine, show, table
 
 KERNELS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
 
@@ -43,7 +46,7 @@ def jobs(args) -> None:
     from h3core.executors.pipeline.model import load_model
     from h3core.executors.pipeline.tiny import make_tiny
 
-    tmp = Path(tempfile.mkdtemp(prefix="h3-bench-pipeline-"))
+    tmp = Path(tempfile.mkdtemp(prefix="h3-bench-pipeline-", dir=getattr(args, "workdir", None)))
     model_dir = Path(args.model_dir) if args.model_dir else make_tiny(tmp / "tiny")
     t0 = time.perf_counter()
     decision = at_start(model_dir, args.device, args.dtype, args.attention)  # what the executor does at start
@@ -153,11 +156,12 @@ def attention(args) -> None:
         ["kernel", *[f"{s} tokens" for s in seqs], "growth per 2x tokens"],
         caption=f"MiB ({how}), then milliseconds; each cell is a fresh process. `-` = the kernel does not run here.",
     )
-    for kernel in KERNELS:
+    for kernel in [k for k in args.kernels.split(",") if k]:
         cells, sizes = [], []
         for seq in seqs:
-            cmd = [sys.executable, __file__, "--one-call", json.dumps([kernel, seq, args.device, args.dtype])]
-            res = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+            cmd = [sys.executable, "-m", __spec__.name, "--one-call", json.dumps([kernel, seq, args.device, args.dtype])]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)  # cwd: where `bench` imports from
+            res = json.loads(done.stdout.strip().splitlines()[-1])
             if "error" in res:
                 cells.append("-")
                 continue
@@ -169,7 +173,7 @@ def attention(args) -> None:
     show(t)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir")
     p.add_argument("--device", default="cpu")
@@ -179,9 +183,11 @@ def main() -> None:
     p.add_argument("--frames", type=int, default=22)
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--seq", default="1024,2048,4096,8192")
+    p.add_argument("--kernels", default=",".join(KERNELS), help="SDPA kernels of part 2 (default: all four)")
     p.add_argument("--attention-only", action="store_true")
+    p.add_argument("--workdir", type=Path, default=None, help="where the tiny model and a video go (default: a new temp dir)")
     p.add_argument("--one-call", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = parse(p, argv, __spec__.name)
     if args.one_call:
         print(json.dumps(one_call(*json.loads(args.one_call))))
         return

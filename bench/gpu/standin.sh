@@ -6,11 +6,11 @@
 # (H3GPU_DRY=cpu). What the real run would lack (a wheel the bundle forgot, a version the image's
 # copy refuses) stops it here, at step 1 or at an import, instead of on a lent device.
 #
-#   bash bench/gpu_standin.sh            # 1 min 47 s here, the venv and the downloads included
+#   bash bench/gpu/standin.sh            # 1 min 47 s here, the venv and the downloads included
 #
 # Where: $H3GPU_STANDIN (default /tmp/h3gpu-standin): venv/, wheels/, work/, out/ (the tables).
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE=${H3GPU_STANDIN:-/tmp/h3gpu-standin}
 PY=${PYTHON:-python3}
 # What the check's imports reach on the image, each on its list; numbers are the image's where known.

@@ -1,8 +1,8 @@
 """What a queued job's position costs to read, as the queue grows: each submit's 201 and each GET of
 a queued job report it, read inline on the event loop (a point read).
 
-    .venv/bin/python bench/bench_queue_position.py                        # 1,000 / 10,000 / 50,000 queued
-    .venv/bin/python bench/bench_queue_position.py --backlogs 100,5000 --reps 50
+    python -m bench.throughput.queue_position                        # 1,000 / 10,000 / 50,000 queued
+    python -m bench.throughput.queue_position --backlogs 100,5000 --reps 50
 
 For the head of the queue (position 1) and the newest job (position = the backlog), on SQLite and
 on PostgreSQL (a throwaway server, tests/pgserver.py), the store's count against the one it
@@ -14,21 +14,15 @@ ranges (jobs of a higher priority; jobs of the same one up to this) step only ov
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from _common import pct, print_load_at_end, print_machine, show, table  # noqa: E402
-
-from h3core.adapters.store.postgres import PostgresEventStore  # noqa: E402
-from h3core.adapters.store.sqlite import SQLiteEventStore  # noqa: E402
-from h3core.domain.events import Admitted  # noqa: E402
-from h3core.testing.factories import submitted  # noqa: E402
-from tests.pgserver import running_server  # noqa: E402
+from bench.common import parse, pct, postgres, print_load_at_end, print_machine, show, table
+from h3core.adapters.store.postgres import PostgresEventStore
+from h3core.adapters.store.sqlite import SQLiteEventStore
+from h3core.domain.events import Admitted
+from h3core.testing.factories import submitted
 
 ONE_RANGE = (
     "SELECT (SELECT count(*) FROM jobs o WHERE o.status = 'queued' AND "
@@ -47,18 +41,21 @@ def timed(store, job_id: str, reps: int) -> tuple[int, list[float]]:
     return position, out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None, pg: object | None = None) -> None:
+    """`pg`: a running tests.pgserver.PgServer to use (the smoke tests pass the suite's), else one is started."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backlogs", type=lambda s: [int(x) for x in s.split(",")], default=[1000, 10_000, 50_000])
     ap.add_argument("--reps", type=int, default=30, help="reads timed per case (default 30)")
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="h3qpos-"))
+    ap.add_argument("--workdir", type=Path, default=None, help="where its files go (default: a new temp dir)")
+    args = parse(ap, argv, __spec__.name)
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="h3qpos-"))
+    work.mkdir(parents=True, exist_ok=True)
     print_machine(work, "queue position read vs backlog")
     t = table(
         "queue_position(job): one read, as the backlog grows (every job priority 0)",
         ["store", "queued", "job (position)", "count", "p50 ms", "p99 ms"],
     )
-    with running_server() as server:
+    with postgres(pg) as server:
         for queued in args.backlogs:
             for kind in ("sqlite", "postgres"):
                 if kind == "sqlite":

@@ -2,25 +2,20 @@
 table lock, a state read, an event insert, the projection upsert, COMMIT) timed with psycopg 3
 (sync, as the store calls it from a worker thread) and with asyncpg, on a throwaway server.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/bench_pg_driver.py [--appends 2000]
+    python -m bench.studies.pg_driver [--appends 2000]
 
-Needs the `postgres` extra, asyncpg (not a dependency: only this measurement uses it) and PostgreSQL's binaries.
+Needs the `postgres` extra and PostgreSQL's binaries; asyncpg where installed (not a dependency: only
+this measurement uses it; without it, its row says so).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
-from pathlib import Path
+from importlib.util import find_spec
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from _common import console, pct, print_machine, show, table  # noqa: E402
-
-from tests.pgserver import running_server  # noqa: E402
+from bench.common import console, parse, pct, postgres, print_machine, show, table
 
 SCHEMA = [
     "CREATE TABLE events (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, job_id text, seq int, body text)",
@@ -67,24 +62,29 @@ async def asyncpg_appends(url: str, n: int) -> list[float]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None, pg: object | None = None) -> None:
+    """`pg`: a running tests.pgserver.PgServer to use (the smoke tests pass the suite's), else one is started."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--appends", type=int, default=2000)
-    args = parser.parse_args()
+    parser.add_argument("--warmup", type=int, default=200, help="appends before the timed ones (default 200)")
+    args = parse(parser, argv, __spec__.name)
     print_machine("/tmp", "PostgreSQL driver: one append's transaction")
     t = table(f"{args.appends} appends in a row, one connection", ["driver", "appends/s", "p50 ms", "p99 ms"])
-    with running_server() as server:
+    with postgres(pg) as server:
         for name, run in (
             ("psycopg 3 (sync)", psycopg_appends),
             ("asyncpg", lambda url, n: asyncio.run(asyncpg_appends(url, n))),
         ):
+            if name == "asyncpg" and find_spec("asyncpg") is None:  # not a dependency: a row that says so
+                t.add_row(name, "not installed (pip install asyncpg)", "-", "-")
+                continue
             url = server.fresh_schema()
             import psycopg
 
             with psycopg.connect(url, autocommit=True) as conn:
                 for sql in SCHEMA:
                     conn.execute(sql)
-            run(url, 200)  # warm: prepared statements, caches
+            run(url, args.warmup)  # warm: prepared statements, caches
             times = run(url, args.appends)
             t.add_row(*(name, f"{len(times) / sum(times):.0f}", f"{pct(times, 50) * 1e3:.3f}", f"{pct(times, 99) * 1e3:.3f}"))
     show(t)

@@ -1,6 +1,6 @@
 """A group of ranks beside busy processes: Ray's worker niceness (15, its default) against h3core's (0).
 
-    .venv/bin/python bench/bench_rank_priority.py [--hogs 0,2] [--builds 1]
+    python -m bench.studies.rank_priority [--hogs 0,2] [--builds 1]
 
 For each number of busy loops (`while True: pass` processes at normal priority) and each niceness,
 a child process starts a Ray of its own (`cluster.connect`, loopback, the niceness set through
@@ -20,11 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(ROOT))
-
-from _common import console, print_load_at_end, print_machine, show, table  # noqa: E402
+from bench.common import ROOT, console, parse, print_load_at_end, print_machine, show, table
 
 REQUEST = {"prompt": "a red fox runs through deep snow!", "width": 64, "height": 64, "frames": 22, "steps": 3, "seed": 11}
 
@@ -65,19 +61,21 @@ def child(niceness: int, builds: int, model: str) -> None:
         host.close()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hogs", default="0,2", help="numbers of busy loops to run beside, comma-separated")
     parser.add_argument("--builds", type=int, default=1)
+    parser.add_argument("--niceness", default="15,0", help="worker niceness of each row, comma-separated (default 15,0)")
+    parser.add_argument("--model-dir", help="the tiny random model's folder (default: written in a new temp dir)")
     parser.add_argument("--child", nargs=2, metavar=("NICENESS", "MODEL"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse(parser, argv, __spec__.name)
     if args.child:
         child(int(args.child[0]), args.builds, args.child[1])
         return
     from h3core.executors.pipeline.tiny import make_tiny
 
     work = Path(tempfile.mkdtemp(prefix="h3-rank-priority-"))
-    model = make_tiny(work / "tiny")
+    model = args.model_dir or make_tiny(work / "tiny")
     print_machine(work, "rank priority beside busy processes")
     t = table(
         f"A 2-rank group (FSDP2 + Ulysses, gloo, tiny model), {args.builds} build(s) per row",
@@ -85,11 +83,11 @@ def main() -> None:
         left=2,
     )
     for hogs in [int(h) for h in args.hogs.split(",")]:
-        for niceness in (15, 0):
+        for niceness in [int(n) for n in args.niceness.split(",")]:
             loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
             try:
                 out = subprocess.run(
-                    [sys.executable, __file__, "--builds", str(args.builds), "--child", str(niceness), str(model)],
+                    [sys.executable, "-m", __spec__.name, "--builds", str(args.builds), "--child", str(niceness), str(model)],
                     capture_output=True,
                     text=True,
                     timeout=3600,

@@ -1,14 +1,89 @@
 """HTTP service load test on loopback: status polls and submits against `h3core serve`.
 
-    .venv/bin/python bench/bench_http.py --workdir /tmp/h3bench           # 100k stored jobs, 64 pollers, 8 submitters, 20 s
-    .venv/bin/python bench/bench_http.py --jobs 5000 --seconds 5 --workdir /tmp/h3bench-small   # quick look
-    .venv/bin/python bench/bench_http.py --workdir /tmp/h3bench --breakdown 2000     # + each step of a GET/POST timed alone
-    .venv/bin/python bench/bench_http.py --workdir /tmp/h3bench --passes "" --profile mixed --seconds 10   # server under cProfile
+    python -m bench.throughput.http_load --workdir /tmp/h3bench            # 100k stored jobs, 64 pollers, 8 submitters, 20 s
+    python -m bench.throughput.http_load --jobs 5000 --seconds 5 --workdir /tmp/h3bench-small   # a quick look (a minute)
+    python -m bench.throughput.http_load --workdir /tmp/h3bench --breakdown 2000     # + each step of a GET/POST timed alone
+    python -m bench.throughput.http_load --workdir /tmp/h3bench --poll-every 0.5 --passes "pollers only,mixed"  # paced pollers
+    python -m bench.throughput.http_load --workdir /tmp/h3bench --split   # two processes: H3_ROLE=runner and H3_ROLE=api
+    python -m bench.throughput.http_load --workdir /tmp/h3bench --passes "" --profile mixed --seconds 10   # server under cProfile
 
-The server is the real one (`python -m h3core.cli serve`) in a subprocess, on a store holding
-`--jobs` finished jobs, with the zero-time fake executor (H3_FAKE_STEP_SECONDS=0). The client is
-aiohttp (HTTP/1.1 keep-alive) on anyio in this process, on the same machine: client
-and server share its cores, so the client's CPU is part of every figure. See bench/README.md.
+The store: `--jobs` finished jobs (default 100,000), each a full log as the runner writes it
+(`Submitted`, `Admitted`, `Running`, 5 x `Progress`, `Done`, 64x64x24 requests), written through
+`SQLiteEventStore(durable=False).import_events` in batches of 5,000 jobs (about 35 s for 100,000
+jobs, 900,000 events, 350 MiB). It is cached in `--workdir` as `http-j<jobs>-s5-v<n>.db` with a
+`.json` beside it and reused when its job count matches; opening it migrates it to the current
+schema. Each pass runs on a fresh copy, so every pass starts from the same file and the cache never
+holds a pass's jobs.
+
+The server is the real one: `python -m h3core.cli serve --port P --db DB --artifacts D --uploads U`
+in a subprocess, with `H3_EXECUTOR=fake`, `H3_FAKE_STEP_SECONDS=0` (no time per step; it still
+writes each job's mp4 with fsync) and `H3_SLOTS=--slots`, every other `H3_*` variable removed from
+its environment. The default is 16 slots: with a zero-time executor a job holds its slot only for
+the runner's own round trips (the claim, the artifact write, the terminal commit), so the slots are
+how many of those overlap (bench/RESULTS.md has the runs that chose 16, and 32 with --split). Its
+store is `durable=True` (the service's default). The port comes from binding 127.0.0.1:0; the bench
+waits for `GET /healthz` and stops the server with SIGTERM after the pass. The store copy is
+flushed to disk (`os.sync()`) before the server starts, so the kernel's writeback of 350 MiB does
+not land on the pass's fsyncs (it did: one pass in three ran at half speed).
+
+--split: the service as two processes on the pass's store, started the way docs/operations.md
+describes: `H3_ROLE=runner` (the runner and the fake executor, no HTTP, `H3_POLL_INTERVAL=0.05`),
+then `H3_ROLE=api` (the HTTP API, which stores submits and follows the store for the runner's
+events). The load goes to the api process once its `/readyz` is 200 (a runner process holds the
+lock). Server CPU is the two processes' sum. `--profile` passes run one process whatever --split says.
+
+The client runs in this process: anyio (asyncio) with one `aiohttp.ClientSession` (one keep-alive
+HTTP/1.1 connection) per loop. It was `httpx.AsyncClient` until 2026-11-30, which cost several
+times the CPU per GET (bench/RESULTS.md): figures taken with httpx are lower for that reason alone.
+Client and server share the same cores: every request the client makes costs CPU the server does
+not get; the CPU table shows the split.
+
+Passes: each is `--warmup` seconds of load, not counted, then the measured `--seconds` window.
+- mixed: `--pollers` loops of `GET /v1/jobs/{id}` on random stored job ids (closed loop: the next
+  request goes out as soon as the last one is answered; `--poll-every S` paces each poller to one
+  request every S seconds instead), and at the same time `--submitters` loops posting
+  `{"prompt": "bench", "width": 64, "height": 64, "frames": 24, "steps": 5}` to `/v1/jobs`;
+- pollers only, submits only: the same loops alone, so the interference is visible.
+
+Figures:
+- Status polls: requests answered 200 that were sent and answered inside the window; requests/s;
+  latency p50/p90/p99/max, measured in the client from send to the whole response. With
+  closed-loop pollers, mean latency = pollers / requests per second (Little's law): the p99 target
+  is then a throughput target.
+- Submits: the same for `POST /v1/jobs` answered 201.
+- End to end, read from the pass's store file after the server stopped: done in window (submitted
+  jobs whose `finished_at`, server clock, falls inside the window); e2e jobs/s (that / window);
+  submit->done (`finished_at - created_at` of those jobs); not done at window end (submitted jobs,
+  warm-up included, still queued or running when the window closed: the backlog the submitters
+  built); then, no load (after the window the server runs on for `--drain` seconds with no request
+  at all, and the jobs it finishes per second show what the runner does alone; `>=` when the
+  backlog ran out first).
+- CPU: server CPU/wall (utime + stime of the server process from `/proc/PID/stat`, every thread),
+  client CPU/wall (this process), their sum against the cores there are, and the server's CPU per
+  HTTP request answered (with submits, that includes the runner's work for the jobs).
+- Against the targets: p99 status latency < 20 ms at 64 pollers; >= 300 jobs/s end to end.
+
+--breakdown N: after the passes, in this process, on a copy of the store and with the runner not
+started, each step of a status read timed alone, N calls each: the SQL, the `JobState` parse,
+`store.get`, the `JobView`, the JSON body as Litestar renders it, the thread hop the handler makes
+(`anyio.to_thread.run_sync`) and the one Litestar makes for a sync guard, then the whole Litestar
+app called directly as ASGI (one at a time, and `--pollers` at a time); and for a submit, the whole
+app (one fsync'd append each), the admission decision and `store.queue_position`. Wall p50/p99 and
+CPU per call (this process, all threads). The steps do not simply add up (a thread hop is cheaper
+when the worker threads are busy; concurrent calls contend for the GIL), and the whole-app rows
+leave out uvicorn, its HTTP parser (httptools with uvicorn[standard]) and the sockets; the server's
+own CPU per GET in the pollers-only pass is printed under the table for comparison.
+
+--profile PASS: one more pass of that kind with the server run by bench.throughput._serve_profiled
+instead of `h3core serve`: the same app (`create_app` with settings from the same flags and
+environment) on uvicorn with the same options, with a `cProfile.Profile(time.thread_time)` in the
+event loop thread and in every thread started after it (anyio's worker threads: store reads,
+appends), so each thread's CPU time is counted and time blocked on a lock, a socket or an fsync is
+not. The server stops when its stdin closes and writes the merged profile to
+`WORKDIR/server-<pass>.prof`. Printed: the top `--top` functions by own time, own time by package,
+and h3core's and the service's functions by cumulative time. cProfile slows Python code several
+times over (function-call-heavy code the most), so read the shares, not the times, and not the
+pass's own figures.
 """
 
 from __future__ import annotations
@@ -35,11 +110,8 @@ import aiohttp
 import anyio
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import console, ms, pct, print_load_at_end, print_machine, rate, show, table, version  # noqa: E402
-
-from h3core import (  # noqa: E402
+from bench.common import ROOT, console, ms, parse, pct, print_load_at_end, print_machine, rate, show, table, version
+from h3core import (
     Admitted,
     Artifact,
     Done,
@@ -51,9 +123,8 @@ from h3core import (  # noqa: E402
     SQLiteEventStore,
     Submitted,
 )
-from h3core.adapters.store.sqlite import SCHEMA_VERSION  # noqa: E402
+from h3core.adapters.store.sqlite import SCHEMA_VERSION
 
-ROOT = Path(__file__).resolve().parent.parent
 # Bump when the shape of the built store changes, so a cached file is not reused.
 HTTP_BUILD_VERSION = 1
 SUBMIT_BODY = {"prompt": "bench", "width": 64, "height": 64, "frames": 24, "steps": 5}
@@ -167,9 +238,9 @@ class Server:
     slots: int
     profile: Path | None = None
     role: str = "all"  # H3_ROLE: "runner" has no HTTP (and is started before its "api" partner)
-    code: Path = ROOT  # the checkout whose h3core runs (bench_submit.py runs an older one beside this)
-    env: dict[str, str] = field(default_factory=dict)  # more H3_* settings (bench_readyz.py: H3_READY_CACHE)
-    wrapper: tuple[str, ...] = ()  # a command the server runs under (bench_submit_ir.py: valgrind)
+    code: Path = ROOT  # the checkout whose h3core runs (bench.studies.submit runs an older one beside this)
+    env: dict[str, str] = field(default_factory=dict)  # more H3_* settings (bench.throughput.readyz: H3_READY_CACHE)
+    wrapper: tuple[str, ...] = ()  # a command the server runs under (bench.studies.submit_ir: valgrind)
     port: int = 0
     proc: subprocess.Popen | None = None
     log: Path = field(init=False)
@@ -185,7 +256,9 @@ class Server:
         """Start and wait for `probe` (default: /readyz in the api role, whose runner is elsewhere; else /healthz)."""
         probe = probe or ("readyz" if self.role == "api" else "healthz")
         env = {k: v for k, v in os.environ.items() if not k.startswith("H3_")}
-        env.update(H3_EXECUTOR="fake", H3_FAKE_STEP_SECONDS="0", H3_SLOTS=str(self.slots), PYTHONPATH=str(self.code))
+        # The checkout's h3core first; this one's bench package after it, for the profiled server (a module of it).
+        pythonpath = os.pathsep.join(dict.fromkeys([str(self.code), *([str(ROOT)] if self.profile else [])]))
+        env.update(H3_EXECUTOR="fake", H3_FAKE_STEP_SECONDS="0", H3_SLOTS=str(self.slots), PYTHONPATH=pythonpath)
         env.update(H3_ROLE=self.role, H3_POLL_INTERVAL="0.05")  # a runner apart sees new work by polling
         env.update(self.env)
         for attempt in range(3):
@@ -196,7 +269,7 @@ class Server:
                 cmd = [*self.wrapper, sys.executable, "-m", "h3core.cli", "serve", *args]
                 stdin = subprocess.DEVNULL
             else:  # the same app under cProfile; stops when its stdin closes (see _serve_profiled.py)
-                cmd = [sys.executable, str(Path(__file__).with_name("_serve_profiled.py")), str(self.profile), *args]
+                cmd = [sys.executable, "-m", "bench.throughput._serve_profiled", str(self.profile), *args]
                 stdin = subprocess.PIPE
             with open(self.log, "ab") as out:
                 self.proc = subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self.root)
@@ -776,7 +849,7 @@ def breakdown(args: argparse.Namespace, cached: Path, ids: list[str], passes: li
     anyio.run(run_async)
     post_path = "POST /v1/jobs"
     req = GenerationRequest.model_validate(SUBMIT_BODY)
-    timed(post_path, "admission: LiveContract.decide(request)", lambda k: svc.contract.decide(req, {}), n)
+    timed(post_path, "admission: LocalAdmission.decide(request)", lambda k: svc.contract.decide(req, {}), n)
     queued = svc.store.counts().get("queued", 0)
     some_queued = svc.store.queued(1)[0].job_id
     timed(
@@ -807,7 +880,7 @@ def breakdown(args: argparse.Namespace, cached: Path, ids: list[str], passes: li
             console.print(f"For comparison, the server process spent {ms(per)} ms of CPU per GET in the 'pollers only' pass.\n")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", type=Path, default=None, help="the stored-jobs DB is cached here (default: a new temp dir)")
     ap.add_argument("--jobs", type=int, default=100_000, help="finished jobs in the store (default 100,000)")
@@ -853,7 +926,7 @@ def main() -> None:
         help="run the service as two processes on the same store: H3_ROLE=runner (the jobs) and H3_ROLE=api (HTTP)",
     )
     ap.add_argument("--keep", action="store_true", help="keep each pass's DB and server log under WORKDIR/pass-NAME")
-    args = ap.parse_args()
+    args = parse(ap, argv, __spec__.name)
     names = [n.strip() for n in args.passes.split(",") if n.strip()]
     unknown = (set(names) | ({args.profile} if args.profile else set())) - {"mixed", "pollers only", "submits only"}
     if unknown:

@@ -1,6 +1,6 @@
 """A multi-device server left idle: does its Ray head outlive the idleness, and does a job run after?
 
-    .venv/bin/python bench/ray_idle.py [--idle 120] [--jobs 2]
+    python -m bench.studies.ray_idle [--idle 120] [--jobs 2]
 
 Starts the real `h3core serve --devices 2 --group-size 2` (the tiny random model, CPU ranks, a Ray
 head of its own on 127.0.0.1), waits until it is ready, sends nothing for `--idle` seconds (the
@@ -12,34 +12,32 @@ whether the server is still alive and stops cleanly on SIGTERM.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from h3core.executors.pipeline.tiny import make_tiny  # noqa: E402
-from tests.integration.service.conftest import Servers, poll, wait_job  # noqa: E402
-from tests.integration.service.test_groups_http import alive, head  # noqa: E402
+from bench.common import parse, print_load_at_end, print_machine, show, table
+from h3core.executors.pipeline.tiny import make_tiny
+from tests.integration.service.conftest import Servers, poll, wait_job
+from tests.integration.service.test_groups_http import alive, head
 
 JOB = {"prompt": "a red fox in snow", "width": 64, "height": 64, "frames": 22, "steps": 3}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--idle", type=float, default=120.0)
     parser.add_argument("--jobs", type=int, default=2)
-    args = parser.parse_args()
+    parser.add_argument("--model-dir", help="the tiny random model's folder (default: written in a new temp dir)")
+    args = parse(parser, argv, __spec__.name)
     tmp = Path(tempfile.mkdtemp(prefix="h3-ray-idle-"))
+    print_machine(tmp, "a multi-device server left idle")
     servers = Servers(tmp)
     try:
         server = servers.make(
             {
                 "H3_EXECUTOR": "pipeline",
-                "H3_MODEL_DIR": str(make_tiny(tmp / "tiny")),
+                "H3_MODEL_DIR": str(args.model_dir or make_tiny(tmp / "tiny")),
                 "H3_DEVICES": "2",
                 "H3_GROUP_SIZE": "2",
                 "H3_RANK_THREADS": "1",
@@ -74,16 +72,23 @@ def main() -> None:
     finally:
         servers.kill_all()
     pids = lambda h: ",".join(f"{k}={p.pid}" for k, p in sorted(h.items()))  # noqa: E731
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; {time.strftime('%Y-%m-%d')}"
+    t = table(
+        f"A 2-device server (tiny model, CPU ranks) idle {args.idle:g} s, then {args.jobs} job(s)",
+        ["idle s", "head before", "head lived", "head after", "head losses", "jobs", "server alive", "exit on SIGTERM"],
+        caption="head: the Ray head's gcs_server and raylet (name=pid); the same pids after means nothing restarted Ray.",
     )
-    print()
-    print("| idle s | head before | head lived | head after | head losses | jobs | server alive | exit on SIGTERM |")
-    print("|---|---|---|---|---|---|---|---|")
-    print(
-        f"| {args.idle:.0f} | {pids(before)} | {'yes' if head_lived else 'no'} | {pids(after)} | {losses} | "
-        f"{'; '.join(jobs)} | {'yes' if server_alive else 'no'} | {stopped} |"
+    t.add_row(
+        f"{args.idle:.0f}",
+        pids(before),
+        "yes" if head_lived else "no",
+        pids(after),
+        losses,
+        "; ".join(jobs),
+        "yes" if server_alive else "no",
+        str(stopped),
     )
+    show(t)
+    print_load_at_end()
 
 
 if __name__ == "__main__":

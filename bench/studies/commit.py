@@ -1,6 +1,6 @@
 """What the crash-safe artifact commit costs, against the first round's commit, in one run.
 
-    .venv/bin/python bench/bench_commit.py --commits 300 --rounds 3 --workdir /tmp/h3bcommit
+    python -m bench.studies.commit --commits 300 --rounds 3 --workdir /tmp/h3bcommit
 
 Each commit is what the zero-time fake executor does at the end of a job: a small video written
 to its staging name, then committed. `LocalArtifactStore.commit` (the video fsynced, its record
@@ -8,7 +8,7 @@ written and fsynced under the final name, both renamed, the folder fsynced once:
 always has its record) against the first round's commit (3ac7012: the video fsynced and renamed,
 no record, no folder fsync). Rounds alternate between the two; figures are this process's CPU
 (utime + stime: an fsync's kernel work counts, the wait for the disk does not) and wall time per
-commit, median over rounds. bench_submit.py's `all` role pays this once per job.
+commit, median over rounds. bench.studies.submit's `all` role pays this once per job.
 """
 
 from __future__ import annotations
@@ -16,17 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import print_load_at_end, print_machine, show, table  # noqa: E402
-
-from h3core.adapters.artifacts import LocalArtifactStore, sha256_file  # noqa: E402
+from bench.common import parse, print_load_at_end, print_machine, show, table
+from h3core.adapters.artifacts import LocalArtifactStore, sha256_file
 
 VIDEO = os.urandom(20_000)  # about the fake's 64x64 video
 
@@ -60,15 +56,15 @@ def first_round(store: LocalArtifactStore, job_id: str) -> None:
     first_round_commit(staged)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--commits", type=int, default=300, help="commits per round and kind (default 300)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds per kind, alternating (default 3)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the artifact stores go (default: a new temp dir)")
-    args = ap.parse_args()
+    args = parse(ap, argv, __spec__.name)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-commit-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    print_machine(workdir, "bench_commit: the crash-safe artifact commit against the first round's")
+    print_machine(workdir, "bench.studies.commit: the crash-safe artifact commit against the first round's")
     kinds = {"crash-safe (this checkout)": crash_safe, "first round (3ac7012)": first_round}
     got: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
     for r in range(args.rounds):

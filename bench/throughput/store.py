@@ -1,11 +1,75 @@
-"""Event store benchmark: durable append rate and latency, and replay (read + parse + fold) rate.
+"""Event store benchmark: durable append rate and latency, queue reads against the backlog, and replay
+(read + parse + fold) rate.
 
-    .venv/bin/python bench/bench_store.py                      # everything, default sizes
-    .venv/bin/python bench/bench_store.py --jobs 100 --events 100000 --workdir /tmp/h3bench
-    .venv/bin/python bench/bench_store.py --skip-replay        # appends only
-    .venv/bin/python bench/bench_store.py --skip-append --workdir /tmp/h3bench   # replay, reusing the built DB
+    python -m bench.throughput.store                       # everything, default sizes
+    python -m bench.throughput.store --jobs 50 --floor-ops 300 --backlogs 100,1000 --events 20000 --workdir /tmp/h3bench-small
+    python -m bench.throughput.store --skip-replay         # appends and queue reads only
+    python -m bench.throughput.store --skip-append --skip-queue --workdir /tmp/h3bench   # replay, reusing the built file
 
-Everything runs locally; see bench/README.md for what each figure means.
+`--workdir` is where every database file goes (default: a fresh temporary directory). The replay
+database is cached there as `replay-e<events>-s<steps>-v<n>.db` with a `.json` beside it, written
+only once the build finished; a later run with the same `--workdir`, `--events` and `--steps`
+reuses it after checking its event and job counts.
+
+Reference floors: what the same disk does with no h3core at all, measured first. `fsync 200 B`:
+`os.write` of 200 bytes and `os.fsync`, per operation. `sqlite tx, WAL, synchronous=FULL / NORMAL`:
+the plain `sqlite3` module with the store's journal mode, one `BEGIN IMMEDIATE; INSERT one row;
+COMMIT` per operation into a table with a unique `(job_id, seq)` index. A `durable=True` append
+cannot beat the FULL row (it is one such transaction plus a read of the job's state and a
+projection update); `durable=False` compares with the NORMAL row. The difference is h3core's own
+work per append: reading and parsing the job's state, validating and folding the new events
+(pydantic), serialising the event and the new state, the projection row.
+
+Append mix: `--jobs` jobs, one after another, each written the way the runner writes it: create
+(`Submitted` + `Admitted` in one append, `expected_seq=0`), running (`Running`, `expected_seq`),
+`--progress` x progress (`Progress`, one append each, no `expected_seq`, as the runner's driver
+does), done (`Done`, `expected_seq`). One caller thread, no contention. Stores: `MemoryEventStore`
+(the same domain work with no disk: the cost of validation and the fold),
+`SQLiteEventStore(durable=False)` (`synchronous=NORMAL`: survives a process crash, not a power
+loss) and `SQLiteEventStore(durable=True)` (`synchronous=FULL`: a returned append is on disk).
+Each store gets a fresh file and a short untimed warm-up.
+- events/s: events written / wall time of the whole mix; appends/s: `store.append` calls / wall
+  time; jobs/s: whole job lives written per second.
+- p50 / p99 / max ms: latency of one `store.append` call (nearest-rank percentiles). The max and
+  the p99 of `durable=False` include WAL checkpoints, which run inside the commit that crosses
+  SQLite's 1000-page threshold.
+- by kind of append: the same figures per kind; events/s there is events of that kind / time spent
+  in those appends.
+- Batching: job creation as one append of two events (what `Runner.submit` does) against two
+  appends of one; only the create step is timed, and each job's remaining life is written too, so
+  the file grows as in real use. `p50 / p99 ms per job` is both appends together when split.
+
+Queue reads vs backlog: for each `--backlogs` size, a fresh file holding that many queued jobs
+(written through `import_events`), then `--reps` timed calls of what the runner and a status page
+read: `queued(2)` (a `slots=1` runner's claim: it asks for `slots + busy + 1` jobs), `queued(33)`
+(a `slots=16` runner's claim with 15 jobs busy), `counts()` (jobs per status, what a status page
+polls) and `unfinished()` (every unfinished job's state, read once at each runner start; it parses
+every state, so it is linear in the backlog by design). The table's note names the store's schema
+version, the definition of its `jobs_queue` index as read from the file, and SQLite's query plan
+for `queued()`. Since schema v2 that index is `(status, priority DESC, queue_order)`, the order
+`queued()` asks for, so a claim reads the rows it returns and sorts nothing: the queued() rows
+should stay flat as the backlog grows.
+
+Replay: a file holding `--events` events (default 1,000,000): jobs of `4 + --steps` events each
+(`Submitted` with a full-size request and an idempotency key, `Admitted`, `Running`, `--steps` x
+`Progress`, `Done`), the last job cut short so the count is exact (a legal unfinished job). It is
+built through `store.import_events` in transactions of about 50,000 events with `durable=False`,
+so it is exactly a file the store writes: `events` rows and the `jobs` projection. The build rate
+is printed (not a benchmark figure: `import_events` validates and folds every event as it goes).
+Then, with the page cache warm (the file is far smaller than memory), one timed pass each:
+- SQL only: the store's own keyset query of `all_events`, batch by batch, rows fetched and dropped
+  (the floor: what SQLite alone costs);
+- read + parse: `store.all_events(batch)`, which turns every row into an `Event` (pydantic);
+- replay = read + parse + fold: the same, the stream grouped into each job's log (it is job by
+  job, in submission order) and `h3core.domain.state.fold` applied to each;
+- fold only: `fold` over every job's log already parsed (parsed in an untimed pass before);
+- projection read: every job's stored state, paging through `store.list_jobs` (current state
+  without any replay).
+`events/s` and `jobs/s` are per pass; `compare` names the row each is best read against. After
+the passes the file is checked: the fold of every job's log must equal that job's projection row,
+and for `--sample` random jobs `fold(store.events(job)) == store.get(job)`; it exits 1 on any
+mismatch. The peak RSS line is the whole process's, mostly the fold-only pass holding every
+parsed event.
 """
 
 from __future__ import annotations
@@ -27,11 +91,8 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import Timer, console, ms, pct, print_load_at_end, print_machine, rate, show, table  # noqa: E402
-
-from h3core import (  # noqa: E402
+from bench.common import Timer, console, ms, parse, pct, print_load_at_end, print_machine, rate, show, table
+from h3core import (
     Admitted,
     Artifact,
     Done,
@@ -46,7 +107,7 @@ from h3core import (  # noqa: E402
     Submitted,
     fold,
 )
-from h3core.domain.state import JobState  # noqa: E402
+from h3core.domain.state import JobState
 
 # Bump when the shape of the built replay DB changes, so a cached file is not reused.
 REPLAY_BUILD_VERSION = 1
@@ -575,7 +636,7 @@ def bench_replay(workdir: Path, events: int, steps: int, batch: int, sample: int
         sys.exit(1)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--workdir", type=Path, default=None, help="where DB files go; the replay DB is cached here (default: a new temp dir)"
@@ -599,7 +660,7 @@ def main() -> None:
     ap.add_argument("--skip-append", action="store_true")
     ap.add_argument("--skip-queue", action="store_true")
     ap.add_argument("--skip-replay", action="store_true")
-    args = ap.parse_args()
+    args = parse(ap, argv, __spec__.name)
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="h3bench-"))
     workdir.mkdir(parents=True, exist_ok=True)

@@ -1,20 +1,26 @@
-"""Shared bits for the benchmarks: what machine this ran on, tables, percentiles, timing."""
+"""Shared by every bench: what machine it ran on, tables, percentiles, timing, the command line, a
+throwaway PostgreSQL. Imported as `bench.common` (benches run as `python -m bench.<kind>.<name>`)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
+import shlex
 import sqlite3
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository (this checkout)
 
 # Markdown tables: readable in a terminal and pasteable into a README as they are. Text is printed
 # as it is: no rich markup ("[...]" in a prompt), no emoji codes (":100:" in "jobs.py:100:get_job").
@@ -120,8 +126,21 @@ def print_load_at_end() -> None:
     console.print(f"load at end: {load_line()}")
 
 
+# The command print_machine shows: set by `parse`, so a bench called as `main([...])` (the smoke
+# tests) names its own arguments rather than pytest's.
+_command: list[str] = []
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None, module: str) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, remembering `python -m MODULE ARGS` for the machine table."""
+    args = parser.parse_args(argv)
+    _command[:] = ["python", "-m", module, *(sys.argv[1:] if argv is None else argv)]
+    return args
+
+
 def print_machine(db_dir: str | Path, title: str) -> None:
-    t = table(title, ["machine", ""], caption=f"command: `{' '.join([Path(sys.executable).name, *sys.argv])}`", left=2)
+    command = shlex.join(_command or [Path(sys.executable).name, *sys.argv])
+    t = table(title, ["machine", ""], caption=f"command: `{command}`", left=2)
     for k, v in machine_lines(db_dir):
         t.add_row(k, v)
     show(t)
@@ -183,3 +202,15 @@ def wait_for(predicate, timeout: float) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+@contextmanager
+def postgres(server: object | None = None) -> Iterator:
+    """`server` when given (the suite's own, tests/pgserver.py), else a throwaway PostgreSQL for this run."""
+    if server is not None:
+        yield server
+        return
+    from tests.pgserver import running_server
+
+    with running_server() as started:
+        yield started

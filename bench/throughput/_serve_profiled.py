@@ -1,6 +1,6 @@
-"""`h3core serve` under cProfile, for bench_http.py --profile: every thread profiled, stopped by closing stdin.
+"""`h3core serve` under cProfile, for http_load --profile: every thread profiled, stopped by closing stdin.
 
-    python bench/_serve_profiled.py OUT.prof --port P --db DB --artifacts DIR --uploads DIR
+    python -m bench.throughput._serve_profiled OUT.prof --port P --db DB --artifacts DIR --uploads DIR
 
 The app is built the way `h3core serve` builds it (Settings from H3_* and these flags, then
 h3core.service.app.create_app) and run by uvicorn with the same options. The main thread (the event

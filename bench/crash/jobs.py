@@ -1,7 +1,7 @@
 """Crash trials: real `h3core worker` processes killed with SIGKILL, then restarted; what survives.
 
-    .venv/bin/python bench/bench_crash.py                          # 10 trials of each kind, 6 jobs each
-    .venv/bin/python bench/bench_crash.py --trials 3 --kinds after_commit,random
+    python -m bench.crash.jobs                          # 10 trials of each kind, 6 jobs each
+    python -m bench.crash.jobs --trials 3 --kinds after_commit,random
 
 Kinds of trial (each on a fresh store and artifact folder, jobs stored as `h3core enqueue` does):
 
@@ -37,18 +37,14 @@ from pathlib import Path
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.common import ROOT, console, parse, print_load_at_end, print_machine, show, table, wait_for
+from h3core.adapters.artifacts import LocalArtifactStore
+from h3core.adapters.store.sqlite import SQLiteEventStore
+from h3core.domain.adoption import Adopt, judge
+from h3core.domain.request import GenerationRequest
+from h3core.domain.retention import garbage
+from h3core.runtime.submissions import Submissions
 
-from _common import console, print_load_at_end, print_machine, show, table, wait_for  # noqa: E402
-
-from h3core.adapters.artifacts import LocalArtifactStore  # noqa: E402
-from h3core.adapters.store.sqlite import SQLiteEventStore  # noqa: E402
-from h3core.domain.adoption import Adopt, judge  # noqa: E402
-from h3core.domain.request import GenerationRequest  # noqa: E402
-from h3core.domain.retention import garbage  # noqa: E402
-from h3core.runtime.submissions import Submissions  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
 CRASHING = ROOT / "tests" / "integration" / "crashing_worker.py"
 KINDS = ("random", "double", "after_commit", "after_record", "before_commit")
 
@@ -172,7 +168,7 @@ def trial(kind: str, work: Path, rng: random.Random, jobs: int, steps: int) -> d
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=10, help="trials of each kind")
     p.add_argument("--kinds", default=",".join(KINDS))
@@ -180,7 +176,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workdir", type=Path, default=None)
-    a = p.parse_args()
+    a = parse(p, argv, __spec__.name)
     kinds = [k for k in a.kinds.split(",") if k]
     unknown = set(kinds) - set(KINDS)
     if unknown:

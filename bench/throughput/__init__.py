@@ -1,0 +1,1 @@
+"""What h3core itself costs, on the current code: the store, the runner, the HTTP service, the pipeline."""
