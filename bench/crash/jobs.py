@@ -11,16 +11,22 @@ Kinds of trial (each on a fresh store and artifact folder, jobs stored as `h3cor
   record are written, before the runner can write Done (tests/integration/crashing_worker.py);
 - `after_record`: killed inside the commit after its record, before the rename: a complete
   `.part` file that its record names (recovery finishes the rename);
-- `before_commit`: killed inside the commit, before anything records it: a complete `.part` file.
+- `before_record`: killed inside the commit after the `.part` is fsynced and hashed, before its
+  record: a complete `.part` file nothing records (recovery reads it whole and commits it);
+- `before_commit`: killed as the commit starts, the encoder done: a complete `.part` file;
+- `mid_write`: the `.part` cut short (as a kill while the encoder writes leaves it), killed
+  before the commit: never a whole video, never to be adopted.
 
-After the last kill, every job left running is judged as recovery judges it (is its attempt's
-committed video intact?); then a clean worker runs until every job has ended. Counted per kind:
-acknowledged jobs lost, jobs not ended (stuck), attempts recorded as interrupted, videos finished
-but unrecorded at the crash,
-how many of those ended done on that same attempt with the same sha256 (adopted) and how many
-ran again (thrown away), finished videos recovery removed (a whole video, not a `.part`, named
-as discarded in the log), partial files left, files `h3core gc` would remove, and `h3core verify`
-(logs and every video's sha256) failures.
+After the last kill, each job left running has its attempt's files read (sha256, nothing judged
+or renamed); then a clean worker runs until every job has ended. A video was finished at the kill
+where one of those files is byte for byte the video the job ended with (the fake draws the same
+video on every attempt: a rerun makes it again). Counted per kind: acknowledged jobs lost, jobs
+not ended (stuck), attempts recorded as interrupted, videos finished but not recorded done at the
+crash (unrecorded), how many of those ended done on that same attempt (adopted) and how many ran
+again (rerun: the encode redone), finished videos recovery removed (a whole video, not a `.part`,
+named as discarded in the log), complete staged videos it removed (a `.part` named as discarded
+whose sha256 is the job's final video's), partial files left, files `h3core gc` would remove, and
+`h3core verify` (logs and every video's sha256) failures.
 """
 
 from __future__ import annotations
@@ -40,13 +46,12 @@ import anyio
 from bench.common import ROOT, console, parse, print_load_at_end, print_machine, show, table, wait_for
 from h3core.adapters.artifacts import LocalArtifactStore
 from h3core.adapters.store.sqlite import SQLiteEventStore
-from h3core.domain.adoption import Adopt, judge
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retention import garbage
 from h3core.runtime.submissions import Submissions
 
 CRASHING = ROOT / "tests" / "integration" / "crashing_worker.py"
-KINDS = ("random", "double", "after_commit", "after_record", "before_commit")
+KINDS = ("random", "double", "after_commit", "after_record", "before_record", "before_commit", "mid_write")
 
 
 def _env() -> dict[str, str]:
@@ -103,12 +108,12 @@ def _kill_at_random(proc: subprocess.Popen, log: Path, rng: random.Random, windo
 _ENDS = ("attempt_failed", "failed")
 
 
-def _finished_discarded(detail: str | None) -> int:
-    """Whole videos among the files a recovery discarded (its failure's detail lists them)."""
+def _discarded(detail: str | None) -> list[tuple[str, str]]:
+    """The (path, sha256) of each file a recovery discarded (its failure's detail lists them)."""
     if not detail or not detail.startswith("discarded: "):
-        return 0
-    paths = [item.split(" (", 1)[0] for item in detail.removeprefix("discarded: ").split("; ")]
-    return sum(1 for p in paths if not p.endswith((".part", ".record.json")))
+        return []
+    items = [item.split(" (", 1) for item in detail.removeprefix("discarded: ").split("; ")]
+    return [(path, rest.rsplit("sha256 ", 1)[-1].rstrip(")")) for path, rest in items]
 
 
 def trial(kind: str, work: Path, rng: random.Random, jobs: int, steps: int) -> dict[str, int]:
@@ -129,11 +134,12 @@ def trial(kind: str, work: Path, rng: random.Random, jobs: int, steps: int) -> d
 
     store = SQLiteEventStore(db, durable=False)
     videos = LocalArtifactStore(artifacts)
-    unrecorded = {}
-    for state in store.unfinished():
-        verdict = judge(state, videos.committed(state.job_id, state.attempt))
-        if isinstance(verdict, Adopt):
-            unrecorded[state.job_id] = (state.attempt, verdict.artifact.sha256)
+    # Read, not judged: recovery's own verdict is what the trial measures.
+    left = {
+        s.job_id: (s.attempt, {f.sha256 for f in videos.attempt_files(s.job_id, s.attempt)})
+        for s in store.unfinished()
+        if s.status == "running"
+    }
 
     final = _worker(db, artifacts, log)
     wait_for(lambda: all(s is not None and s.terminal for s in map(store.get, ids)), 120)
@@ -142,11 +148,10 @@ def trial(kind: str, work: Path, rng: random.Random, jobs: int, steps: int) -> d
 
     states = {j: store.get(j) for j in ids}
     files = videos.files()
-    adopted = sum(
-        1
-        for j, (attempt, sha) in unrecorded.items()
-        if states[j].status == "done" and states[j].attempt == attempt and states[j].artifact.sha256 == sha
-    )
+    made = {j: s.artifact.sha256 for j, s in states.items() if s is not None and s.artifact is not None}
+    unrecorded = {j: attempt for j, (attempt, shas) in left.items() if made.get(j) in shas}
+    adopted = sum(1 for j, attempt in unrecorded.items() if states[j].attempt == attempt)
+    discarded = [(j, f) for j in ids for e in store.events(j) if e.type in _ENDS for f in _discarded(e.body.detail)]
     verify = _cli("verify", "--db", db, "--artifacts", artifacts)
     out = {
         "jobs": jobs,
@@ -159,7 +164,8 @@ def trial(kind: str, work: Path, rng: random.Random, jobs: int, steps: int) -> d
         "unrecorded": len(unrecorded),
         "adopted": adopted,
         "rerun": len(unrecorded) - adopted,
-        "finished_discarded": sum(_finished_discarded(e.body.detail) for j in ids for e in store.events(j) if e.type in _ENDS),
+        "finished_discarded": sum(1 for _, (path, _) in discarded if not path.endswith((".part", ".record.json"))),
+        "staged_discarded": sum(1 for j, (path, sha) in discarded if path.endswith(".part") and sha == made.get(j)),
         "part_left": sum(1 for f in files if f.partial),
         "garbage": len(garbage(files, {j: store.get(j) for j in {f.job_id for f in files}})),
         "verify_failed": int(verify.returncode != 0),
@@ -204,20 +210,33 @@ def main(argv: list[str] | None = None) -> None:
         f"SIGKILL trials ({a.jobs} jobs x {a.steps} steps each, seed {a.seed})",
         columns,
         caption="interrupted: attempts recovery recorded as interrupted (a kill landed mid-job); "
-        "unrecorded: videos committed but not yet recorded done at the crash; adopted: of those, ended done on that "
-        "attempt with the same sha256; rerun: of those, ran again; finished_discarded: whole videos (not "
-        "`.part` files) recovery removed, as the log names them; part_left: partial files after recovery; "
-        "garbage: files `h3core gc` would remove; verify_failed: trials where `h3core verify` (logs and sha256) failed.",
+        "unrecorded: videos finished (staged or committed: byte for byte the job's final video) but not yet recorded "
+        "done at the crash; adopted: of those, ended done on that attempt; rerun: of those, ran again (the encode "
+        "redone); finished_discarded: whole videos (not `.part` files) recovery removed, as the log names them; "
+        "part_left: partial files after recovery; garbage: files `h3core gc` would remove; "
+        "verify_failed: trials where `h3core verify` (logs and sha256) failed.",
+    )
+    # The issue-36 question on its own (the table above is as wide as a terminal allows): was a
+    # finished encode ever redone, or a complete `.part` thrown away?
+    encodes = ["kind", "trials", "unrecorded", "adopted", "rerun", "staged_discarded"]
+    e = table(
+        "Finished encodes at the kill",
+        encodes,
+        caption="unrecorded, adopted, rerun: as above; staged_discarded: complete `.part` files recovery removed "
+        "(named as discarded in the log with the sha256 of the video the job ended with). 0 rerun and 0 "
+        "staged_discarded: no finished encode was redone.",
     )
     for kind in kinds:
-        total = dict.fromkeys(columns[2:], 0)
+        total: dict[str, int] = {}
         started = time.perf_counter()
         for n in range(a.trials):
             for k, v in trial(kind, workdir / f"{kind}-{n}", rng, a.jobs, a.steps).items():
-                total[k] += v
+                total[k] = total.get(k, 0) + v
         t.add_row(kind, str(a.trials), *(str(total[c]) for c in columns[2:]))
+        e.add_row(kind, str(a.trials), *(str(total[c]) for c in encodes[2:]))
         console.print(f"{kind}: {a.trials} trials in {time.perf_counter() - started:.1f} s")
     show(t)
+    show(e)
     print_load_at_end()
 
 

@@ -3,7 +3,10 @@
 An executor commits its video (the artifact store's rename, then a record of what it wrote) before
 the runner writes `Done`; a crash between the two leaves a finished video that no event names.
 Recovery adopts it when the file on disk is the one the commit recorded, byte for byte (size and
-sha256), instead of running the attempt again. Pure: the artifact store reads the facts.
+sha256), instead of running the attempt again. A crash may also stop the commit before its record,
+the encoder done: the staged video is whole, and only the file can say so. `Expected` is what
+recovery asks of it (the frames the attempt's request makes, at its rate), so that a staged file
+cut short is never taken for the video. Pure: the artifact store reads the facts.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
+from h3core.domain.capabilities import Capabilities
 from h3core.domain.events import Artifact, Body, Done, Recovered
 from h3core.domain.state import JobState
 
@@ -25,6 +29,30 @@ class FoundArtifact(BaseModel):
     recorded: Artifact
     size: int | None  # None: the file is gone
     sha256: str | None  # None: not read
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the running attempt's video holds when whole: the frames its executor makes of the
+    request, at the request's rate. A staged video no commit recorded is committed at recovery
+    only where it reads whole and `holds` these."""
+
+    frames: int
+    fps: int
+
+    @property
+    def duration_s(self) -> float:
+        """The video's length, as its commit records it (frames / fps)."""
+        return self.frames / self.fps
+
+    def holds(self, frames: int, seconds: float) -> bool:
+        """Whether a video of `frames` frames lasting `seconds` is this one (the length within half a frame)."""
+        return frames == self.frames and abs(seconds - self.duration_s) <= 0.5 / self.fps
+
+
+def expected(state: JobState, caps: Capabilities) -> Expected:
+    """What the video of `state`'s running attempt holds when whole, on the executor of `caps`."""
+    return Expected(frames=caps.frames_made(state.request), fps=state.request.fps)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ where the executor is asked.
 
 Every node looks for leases older than `lease_s` (their node stopped beating: killed, frozen, cut
 off from the store). It takes each over (`take_lease`: one wins), and ends the attempt as recovery
-ends a dead process's: its committed video adopted, else `interrupted` naming the node and the
+ends a dead process's: its committed video adopted (or a whole staged one its commit had not yet
+recorded, judged by this node's executor's frames), else `interrupted` naming the node and the
 lease's age, retried or failed by the job's retry policy. A node that comes back after that finds
 its writes refused (`LeaseLost`), and its attempt ends without writing.
 """
@@ -79,9 +80,12 @@ class NodeHeartbeat:
             self._stop.wait(self.every_s)
 
 
-async def take_over_expired(journal: Journal, artifacts: ArtifactStore | None, lease_s: float) -> int:
+async def take_over_expired(
+    journal: Journal, artifacts: ArtifactStore | None, lease_s: float, executor: Executor | None = None
+) -> int:
     """End the attempts of nodes that stopped beating (each lease taken over first: one node wins
-    it). Returns how many this node ended."""
+    it); `executor`: this node's, whose frames say whether a staged video is whole. Returns how
+    many this node ended."""
     leases = node_leases(journal.store)
     assert leases is not None
     ended = 0
@@ -96,16 +100,21 @@ async def take_over_expired(journal: Journal, artifacts: ArtifactStore | None, l
             f"{lease.age_s:.1f}s old (lease {lease_s:g}s); ended by node {leases.node_id}"
         )
         log.warning("job %s: %s", lease.job_id, message, extra={"job_id": lease.job_id, "node": lease.node_id})
-        if await end_dead_attempt(journal, artifacts, state, message) is not None:
+        if await end_dead_attempt(journal, artifacts, state, message, executor) is not None:
             ended += 1
     return ended
 
 
 async def watch_nodes(
-    journal: Journal, heartbeat: NodeHeartbeat, info: Callable[[], NodeInfo], artifacts: ArtifactStore | None, lease_s: float
+    journal: Journal,
+    heartbeat: NodeHeartbeat,
+    info: Callable[[], NodeInfo],
+    artifacts: ArtifactStore | None,
+    lease_s: float,
+    executor: Executor | None = None,
 ) -> None:
     """Refresh what the heartbeat says and take over dead nodes' attempts, every third of a lease."""
     while True:
         heartbeat.info = info()
-        await take_over_expired(journal, artifacts, lease_s)
+        await take_over_expired(journal, artifacts, lease_s, executor)
         await anyio.sleep(lease_s / 3)

@@ -10,7 +10,7 @@ from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.base import Conflict, EventStore
 from h3core.adapters.store.nodes import node_leases
 from h3core.domain.admission import AdmissionPolicy, Refuse
-from h3core.domain.adoption import Adopt, Discard, adoption, judge
+from h3core.domain.adoption import Adopt, Discard, adoption, expected, judge
 from h3core.domain.events import (
     Admitted,
     AttemptFailed,
@@ -64,7 +64,7 @@ async def recover(
             continue
         if state.status == "running" and can_resume(executor, state):
             # Re-attach to the work, unless it committed its video before the crash (adopted below).
-            if not isinstance(await _verdict(journal, artifacts, state), Adopt):
+            if not isinstance(await _verdict(journal, artifacts, state, executor), Adopt):
                 assert state.executor_ref is not None
                 events = await journal.read(journal.store.events, state.job_id)
                 away = max(0.0, (now - unfollowed_since(events, state.attempt, last_write)).total_seconds())
@@ -72,7 +72,8 @@ async def recover(
                 resumable.append(await journal.append(state.job_id, [resumed], expected_seq=state.last_seq))
                 continue
         if state.status == "running":
-            await end_dead_attempt(journal, artifacts, state, f"h3core stopped while attempt {state.attempt} was running")
+            message = f"h3core stopped while attempt {state.attempt} was running"
+            await end_dead_attempt(journal, artifacts, state, message, executor)
         elif state.status == "submitted":  # a log imported without its admission
             decision = admission.decide(state.request)
             if isinstance(decision, Refuse):
@@ -83,18 +84,27 @@ async def recover(
     return resumable
 
 
-async def _verdict(journal: Journal, artifacts: ArtifactStore | None, state: JobState) -> Adopt | Discard | None:
-    """What the artifact store holds of the running attempt: a video to adopt, one to discard, or nothing."""
+async def _verdict(
+    journal: Journal, artifacts: ArtifactStore | None, state: JobState, executor: Executor | None
+) -> Adopt | Discard | None:
+    """What the artifact store holds of the running attempt: a video to adopt, one to discard, or
+    nothing. With the executor known, a whole staged video its commit did not record is committed
+    first (the frames that executor makes of the request say what whole is): a finished encode is
+    adopted, never redone."""
     if artifacts is None:
         return None
-    found = await journal.read(artifacts.committed, state.job_id, state.attempt)
+    expect = expected(state, executor.capabilities()) if executor is not None else None
+    found = await journal.read(artifacts.committed, state.job_id, state.attempt, expect=expect)
     return judge(state, found)
 
 
-async def end_dead_attempt(journal: Journal, artifacts: ArtifactStore | None, state: JobState, message: str) -> JobState | None:
+async def end_dead_attempt(
+    journal: Journal, artifacts: ArtifactStore | None, state: JobState, message: str, executor: Executor | None = None
+) -> JobState | None:
     """End a running attempt no process follows any more (its process died or stopped, or its
-    node lost its lease): adopt the video it committed, else end it cancelled (a cancel was
-    asked) or interrupted (the retry policy decides whether it runs again), clearing what it left.
+    node lost its lease): adopt the video it committed (or, `executor` given, a whole staged one a
+    crash left before its commit's record), else end it cancelled (a cancel was asked) or
+    interrupted (the retry policy decides whether it runs again), clearing what it left.
 
     Another write may come first (a cancel request from an API node, another node's claim after
     the job ended): then the job is read again and ended only if the same attempt still runs and
@@ -102,7 +112,7 @@ async def end_dead_attempt(journal: Journal, artifacts: ArtifactStore | None, st
     attempt = state.attempt
     while True:
         try:
-            return await _end_dead_attempt(journal, artifacts, state, message)
+            return await _end_dead_attempt(journal, artifacts, state, message, executor)
         except Conflict:  # LeaseLost included
             current = await journal.read(journal.store.get, state.job_id)
             if current is None or not await _still_dead(journal, current, attempt):
@@ -120,8 +130,10 @@ async def _still_dead(journal: Journal, state: JobState, attempt: int) -> bool:
     return True
 
 
-async def _end_dead_attempt(journal: Journal, artifacts: ArtifactStore | None, state: JobState, message: str) -> JobState:
-    verdict = await _verdict(journal, artifacts, state)
+async def _end_dead_attempt(
+    journal: Journal, artifacts: ArtifactStore | None, state: JobState, message: str, executor: Executor | None
+) -> JobState:
+    verdict = await _verdict(journal, artifacts, state, executor)
     if isinstance(verdict, Adopt):  # finished before the crash: its Done, not a rerun
         return await journal.append(state.job_id, adoption(state, verdict), expected_seq=state.last_seq)
     if isinstance(verdict, Discard):

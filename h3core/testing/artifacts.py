@@ -19,16 +19,22 @@ from pathlib import Path
 import pytest
 
 from h3core.adapters.artifacts.base import ArtifactStore
+from h3core.domain.adoption import Expected
 
 __all__ = ["ArtifactStoreContract"]
 
 JOB = "0123456789abcdef0123456789abcdef"
 OTHER = "fedcba9876543210fedcba9876543210"
 VIDEO = b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 40  # bytes the store must keep as they are
+# A whole video any install can read (YUV4MPEG2: 24 frames of 8x8, 4:2:0, one second at 24 fps),
+# for the staged video a crash left before its commit's record; each frame is 6 + 96 bytes.
+_FRAME = b"FRAME\n" + bytes(range(96))
+WHOLE = b"YUV4MPEG2 W8 H8 F24:1 Ip A1:1 C420jpeg\n" + _FRAME * 24
+WHOLE_EXPECTED = Expected(frames=24, fps=24)
 
 
-def _stage(store: ArtifactStore, job: str = JOB, attempt: int = 1, data: bytes = VIDEO) -> Path:
-    staged = store.staging(job, attempt)
+def _stage(store: ArtifactStore, job: str = JOB, attempt: int = 1, data: bytes = VIDEO, suffix: str = ".mp4") -> Path:
+    staged = store.staging(job, attempt, suffix)
     staged.write_bytes(data)
     return staged
 
@@ -98,6 +104,40 @@ class ArtifactStoreContract:
         assert artifacts.measure(artifact.path) == (len(VIDEO), sha)
         assert artifacts.measure(artifact.path, hashed=False) == (len(VIDEO), None)
         assert artifacts.committed(JOB, 2) is None and artifacts.committed(OTHER, 1) is None
+
+    def test_a_whole_staged_video_a_crash_left_before_its_record_is_committed_when_asked(self, artifacts):
+        staged = _stage(artifacts, data=WHOLE, suffix=".y4m")
+        assert artifacts.committed(JOB, 1) is None, "without `expect`, nothing staged is committed"
+        found = artifacts.committed(JOB, 1, expect=WHOLE_EXPECTED)
+        sha = hashlib.sha256(WHOLE).hexdigest()
+        assert found is not None and (found.attempt, found.size, found.sha256) == (1, len(WHOLE), sha)
+        recorded = found.recorded
+        assert (recorded.bytes, recorded.sha256, recorded.frames, recorded.duration_s) == (len(WHOLE), sha, 24, 1.0)
+        assert recorded.path.endswith(".y4m") and recorded.media_type == "video/x-yuv4mpeg2"
+        assert artifacts.resolve(recorded.path).read_bytes() == WHOLE and not staged.exists(), "renamed into place"
+        assert [(f.path, f.partial) for f in artifacts.files() if f.path.endswith(".y4m")] == [(recorded.path, False)]
+        assert artifacts.committed(JOB, 1) == found, "read back as any committed video"
+
+    @pytest.mark.parametrize(
+        ("data", "expect"),
+        [
+            (WHOLE[:-40], WHOLE_EXPECTED),  # cut inside its last frame
+            (WHOLE[: -len(_FRAME)], WHOLE_EXPECTED),  # cut where a frame begins: 23 whole frames
+            (WHOLE[:20], WHOLE_EXPECTED),  # cut inside its header
+            (WHOLE, Expected(frames=25, fps=24)),  # whole, but not the video the attempt makes
+            (WHOLE, Expected(frames=24, fps=12)),  # its frames, not its length
+        ],
+        ids=["mid-frame", "frame-boundary", "header", "other-frames", "other-length"],
+    )
+    def test_a_staged_video_that_is_not_whole_is_never_committed(self, artifacts, data, expect):
+        staged = _stage(artifacts, data=data, suffix=".y4m")
+        assert artifacts.committed(JOB, 1, expect=expect) is None
+        assert staged.read_bytes() == data, "it stays staged, as it was"
+        assert [(f.attempt, f.partial, f.bytes) for f in artifacts.files()] == [(1, True, len(data))]
+
+    def test_a_staged_file_of_a_container_whose_cut_cannot_be_told_is_never_committed(self, artifacts):
+        staged = _stage(artifacts, data=WHOLE, suffix=".webm")  # not a WebM: whatever it reads as, it stays staged
+        assert artifacts.committed(JOB, 1, expect=WHOLE_EXPECTED) is None and staged.exists()
 
     def test_adoption_measures_the_video_as_it_is_now(self, artifacts):
         artifact = _commit(artifacts)

@@ -18,6 +18,7 @@ from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.domain.events import AttemptFailed, Done, Recovered, Running
 from h3core.domain.state import fold
 from tests.integration.conftest import clean_env, cli, enqueue, poll
+from tests.integration.crashing_worker import WHOLE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -97,25 +98,38 @@ def test_sigkill_mid_job_then_restart_recovers_every_job_in_order(paths, store, 
     assert "worker: stopped (SIGTERM)" in second.log()
 
 
-def test_a_video_committed_just_before_a_sigkill_is_adopted_not_thrown_away(paths, store, workers):
-    """Killed between the artifact commit and the Done write, the job ends done on attempt 1 with
-    the video it had written: recovery checks the file against the commit's record."""
+# What each kill leaves of the attempt: a whole video, staged or at its name, recorded or not.
+LEFT = {
+    "before_commit": ["attempt-1.mp4.part"],
+    "before_record": ["attempt-1.mp4.part"],
+    "after_record": ["attempt-1.mp4.part", "attempt-1.record.json"],
+    "after_commit": ["attempt-1.mp4", "attempt-1.record.json"],
+}
+
+
+@pytest.mark.parametrize("at", WHOLE)
+def test_a_sigkill_after_the_encode_ends_the_job_done_by_adoption_never_by_a_rerun(paths, store, workers, at):
+    """Killed anywhere between the encoder closing the video and the runner's Done (before the
+    commit, inside it before or after its record, after it): the next start adopts that video,
+    the job ends done on attempt 1 with it, the encode is not redone and nothing is discarded."""
     db, artifacts = paths
     [job] = enqueue(db, 1, steps=3)
-    crashed = workers.start_crashing("after_commit", db, artifacts, "--fake-step-seconds", "0")
+    crashed = workers.start_crashing(at, db, artifacts, "--fake-step-seconds", "0")
     assert crashed.wait(60) == -signal.SIGKILL, crashed.log()
     left = store.get(job)
     assert (left.status, left.attempt, left.step) == ("running", 1, 3), "it died after the last step, before Done"
-    found = LocalArtifactStore(artifacts).committed(job, 1)
-    assert found is not None and found.size == found.recorded.bytes, "the video was committed"
+    files = {Path(f.path).name: f for f in LocalArtifactStore(artifacts).attempt_files(job, 1)}
+    assert sorted(files) == LEFT[at]
+    [written] = [f.sha256 for name, f in files.items() if not name.endswith(".record.json")]
 
     worker = workers.start(db, artifacts)
     done = poll(lambda: store.get(job).terminal and store.get(job), 30, "the job to end", worker.log)
     assert (done.status, done.attempt) == ("done", 1), worker.log()
-    assert done.artifact == found.recorded
-    assert sha256_file(artifacts / done.artifact.path) == found.recorded.sha256
+    assert done.artifact.path == f"{job}/attempt-1.mp4" and done.artifact.frames == 12
+    assert done.artifact.sha256 == written == sha256_file(artifacts / done.artifact.path), "the video the encoder wrote"
     bodies = [e.body for e in store.events(job)]
-    assert [b.attempt for b in bodies if isinstance(b, Running)] == [1], "the attempt did not run again"
+    assert [b.attempt for b in bodies if isinstance(b, Running)] == [1], "the encode was not redone"
+    assert not [b for b in bodies if isinstance(b, AttemptFailed)], "nothing was discarded"
     assert isinstance(bodies[-2], Recovered) and isinstance(bodies[-1], Done)
     assert f"{job} #{done.last_seq - 1} recovered attempt=1" in worker.log()
 
@@ -129,10 +143,12 @@ def test_a_video_committed_just_before_a_sigkill_is_adopted_not_thrown_away(path
     assert worker.wait(10) == 0, worker.log()
 
 
-def test_a_partial_video_left_by_a_sigkill_is_cleared_and_the_attempt_runs_again(paths, store, workers):
+def test_a_video_cut_short_by_a_sigkill_is_cleared_and_the_attempt_runs_again(paths, store, workers):
+    """Killed while the encoder wrote: the `.part` is not a whole video, so it is never adopted;
+    the log names it as discarded (size, sha256) and attempt 2 makes the video."""
     db, artifacts = paths
     [job] = enqueue(db, 1, steps=3)
-    crashed = workers.start_crashing("before_commit", db, artifacts, "--fake-step-seconds", "0")
+    crashed = workers.start_crashing("mid_write", db, artifacts, "--fake-step-seconds", "0")
     assert crashed.wait(60) == -signal.SIGKILL, crashed.log()
     videos = LocalArtifactStore(artifacts)
     assert [(f.path, f.partial) for f in videos.files()] == [(f"{job}/attempt-1.mp4.part", True)]
@@ -140,33 +156,12 @@ def test_a_partial_video_left_by_a_sigkill_is_cleared_and_the_attempt_runs_again
 
     worker = workers.start(db, artifacts)
     done = poll(lambda: store.get(job).terminal and store.get(job), 30, "the job to end", worker.log)
-    assert (done.status, done.attempt) == ("done", 2), worker.log()
+    assert (done.status, done.attempt, done.recovered) == ("done", 2, None), worker.log()
     assert [f.path for f in videos.files()] == [f"{job}/attempt-2.mp4", f"{job}/attempt-2.record.json"]
     # Nothing went without the log saying what it was.
     [interrupted] = [e.body for e in store.events(job) if isinstance(e.body, AttemptFailed)]
     assert interrupted.kind == "interrupted" and f"{job}/attempt-1.mp4.part" in interrupted.detail
-    assert f"sha256 {part}" in interrupted.detail
-    assert cli("verify", "--db", db, "--artifacts", artifacts).exit_code == 0
-    worker.signal(signal.SIGTERM)
-    assert worker.wait(10) == 0, worker.log()
-
-
-def test_a_video_recorded_but_not_yet_renamed_at_a_sigkill_is_adopted(paths, store, workers):
-    """Killed between the commit's record and its rename: the record names a complete `.part`;
-    the next start finishes the rename and the job ends done on attempt 1 with that video."""
-    db, artifacts = paths
-    [job] = enqueue(db, 1, steps=3)
-    crashed = workers.start_crashing("after_record", db, artifacts, "--fake-step-seconds", "0")
-    assert crashed.wait(60) == -signal.SIGKILL, crashed.log()
-    videos = LocalArtifactStore(artifacts)
-    assert [f.path for f in videos.files()] == [f"{job}/attempt-1.mp4.part", f"{job}/attempt-1.record.json"]
-    written = sha256_file(artifacts / job / "attempt-1.mp4.part")
-
-    worker = workers.start(db, artifacts)
-    done = poll(lambda: store.get(job).terminal and store.get(job), 30, "the job to end", worker.log)
-    assert (done.status, done.attempt) == ("done", 1), worker.log()
-    assert done.artifact.sha256 == written == sha256_file(artifacts / done.artifact.path)
-    assert [b.attempt for b in (e.body for e in store.events(job)) if isinstance(b, Running)] == [1]
+    assert f"sha256 {part}" in interrupted.detail and part != done.artifact.sha256
     assert cli("verify", "--db", db, "--artifacts", artifacts).exit_code == 0
     worker.signal(signal.SIGTERM)
     assert worker.wait(10) == 0, worker.log()

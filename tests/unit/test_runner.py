@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 
 import anyio
@@ -28,6 +29,7 @@ from h3core import (
 from h3core.adapters.artifacts import sha256_file
 from h3core.domain.checkpoints import CheckpointPolicy
 from h3core.executors.base import FinishedBeforeStop, Result
+from h3core.executors.fake import _render_mp4
 from h3core.runtime._supervisor import PROGRESS_IN_FLIGHT
 from tests.factories import request, submitted
 from tests.unit.conftest import wait_until
@@ -403,15 +405,40 @@ async def test_recovery_reruns_an_attempt_whose_committed_video_does_not_check(m
     assert [f.path for f in artifacts.files()] == ["damaged/attempt-2.mp4", "damaged/attempt-2.record.json"]
 
 
-async def test_recovery_clears_the_partial_file_of_an_interrupted_attempt(make_runner, tmp_path):
+@pytest.mark.parametrize(
+    "left",
+    [lambda: b"half a video", lambda: _render_mp4(64, 64, 24, 5)[:-9], lambda: _render_mp4(64, 64, 23, 5)],
+    ids=["bytes", "cut", "other-frames"],
+)
+async def test_recovery_clears_the_partial_file_of_an_interrupted_attempt(make_runner, tmp_path, left):
+    """A staged file that is not the attempt's whole video (cut short, or with other frames than
+    its request makes) is never taken for it: the attempt ends interrupted and the file goes."""
     store = SQLiteEventStore(tmp_path / "crashed.db", durable=False)
     artifacts = LocalArtifactStore(tmp_path / "artifacts")
     store.append("partial", [submitted(retry=RetryPolicy(max_attempts=1)), Admitted(), Running(attempt=1, executor="fake")])
-    artifacts.staging("partial", 1).write_bytes(b"half a video")
+    artifacts.staging("partial", 1).write_bytes(left())
     async with make_runner(store=store) as runner:
         await wait_until(ended(runner, "partial"))
-    assert store.get("partial").status == "failed"
+    assert store.get("partial").status == "failed" and store.get("partial").recovered is None
     assert artifacts.files() == []
+
+
+async def test_recovery_adopts_a_whole_staged_video_a_crash_left_before_its_commits_record(make_runner, tmp_path):
+    """The encoder had closed the file, the commit had not yet recorded it: recovery reads it whole
+    with the frames the request makes, commits it, and the job ends done on that attempt."""
+    store = SQLiteEventStore(tmp_path / "crashed.db", durable=False)
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    store.append("staged", [submitted(), Admitted(), Running(attempt=1, executor="fake"), Progress(step=4, total=4)])
+    video = _render_mp4(64, 64, 24, 5)
+    artifacts.staging("staged", 1).write_bytes(video)
+    async with make_runner(store=store) as runner:
+        await wait_until(ended(runner, "staged"))
+        assert runner.executor.runs == 0, "the encode was not redone"
+    state = store.get("staged")
+    assert (state.status, state.attempt, state.artifact, state.recovered) == ("done", 1, state.recovered, state.artifact)
+    assert types(runner, "staged")[-2:] == ["recovered", "done"]
+    assert (state.artifact.path, state.artifact.frames, state.artifact.duration_s) == ("staged/attempt-1.mp4", 24, 1.0)
+    assert state.artifact.sha256 == hashlib.sha256(video).hexdigest() == sha256_file(artifacts.resolve(state.artifact.path))
 
 
 async def test_jobs_run_by_priority_then_in_submission_order(make_runner, tmp_path):

@@ -8,7 +8,8 @@ import os
 import re
 from pathlib import Path
 
-from h3core.adapters.artifacts.base import sha256_file
+from h3core.adapters.artifacts.base import media_type, sha256_file
+from h3core.domain.adoption import Expected
 from h3core.domain.events import Artifact
 from h3core.domain.ids import is_job_id
 from h3core.domain.retention import StoredFile
@@ -59,6 +60,40 @@ class AttemptFolders:
             media_type=media_type,
         )
         return final, artifact
+
+    def commit(
+        self, staged: Path, *, job_id: str, attempt: int, frames: int, duration_s: float, media_type: str = "video/mp4"
+    ) -> Artifact:
+        """Each store records and renames in its own way (`LocalArtifactStore`, `MemoryArtifactStore`)."""
+        raise NotImplementedError
+
+    def _commit_whole_staged(self, job_id: str, attempt: int, expect: Expected) -> Artifact | None:
+        """The commit a crash stopped before its record, made now: the attempt's staged video,
+        where it reads whole with the frames and length `expect` says (its encoder closed it), is
+        recorded with its true size and sha256 and renamed into place. None where no staged file
+        does: one cut short stays staged, for recovery to discard."""
+        from h3core.adapters.video_probe import ENDS_CHECKED, probe_video  # PyAV, where installed
+
+        for number, rel in self._attempt_files(self._dir(job_id)):
+            name = rel.removesuffix(PART)
+            suffix = Path(name).suffix
+            # Only a container whose structure shows a cut: a file of another kind (or a record's
+            # own staging) might read as whole where it is not.
+            if number != attempt or name == rel or suffix not in ENDS_CHECKED:
+                continue
+            staged = self.root / rel
+            probed = probe_video(staged, suffix)
+            if probed is None or not expect.holds(*probed):
+                continue
+            return self.commit(
+                staged,
+                job_id=job_id,
+                attempt=attempt,
+                frames=expect.frames,
+                duration_s=expect.duration_s,
+                media_type=media_type(name),
+            )
+        return None
 
     def measure(self, rel_path: str, *, hashed: bool = True) -> tuple[int | None, str | None]:
         """(size, sha256) of a file now; (None, None) when it is not a regular file; sha256 None

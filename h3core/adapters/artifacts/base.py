@@ -14,6 +14,13 @@ checks them; run it against yours):
 - **Adoption.** `committed(job_id, attempt)` reads an attempt's record back with the video as it
   is now (`FoundArtifact`: recorded size and sha256 beside the measured ones), for recovery to
   adopt a video committed before a crash; None where nothing was committed.
+- **A finished encode is never redone.** A crash may stop a commit before its record, the staged
+  video already whole. `committed(job_id, attempt, expect=...)` (what recovery asks: the frames
+  and rate of the attempt's whole video) then makes that commit: a staged video with no record
+  that reads whole with exactly those frames and that length (an mp4 or mov whole box by box, a
+  YUV4MPEG2 frame by frame) is recorded with its true size and sha256 and renamed into place, and
+  read back as any committed video. A staged file cut short, holding other frames, or of a
+  container whose cut cannot be told, is never committed: None, and it stays staged.
 - **Listing and cleanup.** `attempt_files` lists an attempt's files with size and sha256, `discard`
   removes them all and says what they were, `files` lists every attempt file with its job and
   attempt, `remove(path)` deletes one (a missing one is no error).
@@ -40,7 +47,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from h3core.domain.adoption import FoundArtifact
+from h3core.domain.adoption import Expected, FoundArtifact
 from h3core.domain.events import Artifact
 from h3core.domain.retention import StoredFile
 
@@ -63,9 +70,10 @@ class ArtifactStore(Protocol):
         under its final name atomically; the record, as `Artifact` (its `path` relative to the store)."""
         ...
 
-    def committed(self, job_id: str, attempt: int) -> FoundArtifact | None:
+    def committed(self, job_id: str, attempt: int, *, expect: Expected | None = None) -> FoundArtifact | None:
         """The attempt's committed video as recorded and as it is now, or None if none was
-        committed (finishing, where the store can, a commit a crash stopped after its record)."""
+        committed (finishing, where the store can, a commit a crash stopped after its record; with
+        `expect`, one it stopped before its record, where the staged video reads whole as `expect` says)."""
         ...
 
     def attempt_files(self, job_id: str, attempt: int) -> list[StoredFile]:

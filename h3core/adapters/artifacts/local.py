@@ -5,7 +5,9 @@ Each job has a folder under the root; an attempt's files are `attempt-N.<ext>` (
 fsyncs the staged file, writes its record durably, then renames the video into place: a crash at
 any moment leaves either no record, or a record whose video is whole (at its final name, or still
 staged, which `committed` renames). A video at its final name with no record (a commit of an
-earlier version, which wrote the record second) is recorded from what the file holds.
+earlier version, which wrote the record second) is recorded from what the file holds; so is a
+staged video with no record that reads whole as recovery expects it (the encoder closed it, the
+crash came before the record), whose commit `committed` then makes.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pydantic import ValidationError
 
 from h3core.adapters.artifacts._folder import PART, AttemptFolders, fsync_dir
 from h3core.adapters.artifacts.base import media_type, sha256_file
-from h3core.domain.adoption import FoundArtifact
+from h3core.domain.adoption import Expected, FoundArtifact
 from h3core.domain.events import Artifact
 
 __all__ = ["LocalArtifactStore"]
@@ -89,15 +91,18 @@ class LocalArtifactStore(AttemptFolders):
         if sync_name:
             _fsync_dir(record.parent)
 
-    def committed(self, job_id: str, attempt: int) -> FoundArtifact | None:
+    def committed(self, job_id: str, attempt: int, *, expect: Expected | None = None) -> FoundArtifact | None:
         """The recorded video with what its file holds now, after finishing a rename a crash cut
-        short, or recording a whole video a commit left unrecorded; None if nothing was committed
-        or its record cannot be read."""
+        short, recording a whole video a commit left unrecorded, or (with `expect`) committing a
+        whole staged video a crash left before its record; None if nothing was committed or its
+        record cannot be read."""
         recorded: Artifact | None
         try:
             recorded = Artifact.model_validate_json(self._record(job_id, attempt).read_bytes())
         except FileNotFoundError:
             recorded = self._record_unrecorded(job_id, attempt)
+            if recorded is None and expect is not None:
+                recorded = self._commit_whole_staged(job_id, attempt, expect)
             if recorded is None:
                 return None  # no record and no whole video: nothing was committed
         except (OSError, ValidationError, ValueError):

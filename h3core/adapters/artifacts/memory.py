@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from h3core.adapters.artifacts._folder import AttemptFolders
-from h3core.domain.adoption import FoundArtifact
+from h3core.domain.adoption import Expected, FoundArtifact
 from h3core.domain.events import Artifact
 from h3core.domain.retention import StoredFile
 
@@ -39,10 +39,13 @@ class MemoryArtifactStore(AttemptFolders):
         os.replace(staged, final)
         return artifact
 
-    def committed(self, job_id: str, attempt: int) -> FoundArtifact | None:
-        """The recorded video with what its file holds now; None if none was committed."""
+    def committed(self, job_id: str, attempt: int, *, expect: Expected | None = None) -> FoundArtifact | None:
+        """The recorded video with what its file holds now (with `expect`, a whole staged video
+        committed first, as the local store does after a crash); None if none was committed."""
         self._dir(job_id)
         recorded = self._records.get((job_id, attempt))
+        if recorded is None and expect is not None:
+            recorded = self._commit_whole_staged(job_id, attempt, expect)
         if recorded is None:
             return None
         size, sha = self.measure(recorded.path)

@@ -11,6 +11,8 @@ import os
 import pytest
 
 from h3core.adapters.artifacts import ArtifactStore, LocalArtifactStore, sha256_file
+from h3core.adapters.video_probe import probe_video
+from h3core.domain.adoption import Expected
 from h3core.executors.fake import _render_mp4, _render_y4m
 
 
@@ -119,6 +121,58 @@ def test_a_cut_short_video_without_a_record_is_not_taken_for_a_finished_one(vide
     (videos.root / "job" / f"attempt-1{suffix}").write_bytes(data[: len(data) * 2 // 3])
     assert videos.committed("job", 1) is None
     assert not (videos.root / "job" / "attempt-1.record.json").exists()
+
+
+def _mp4_cuts(data: bytes) -> list[int]:
+    """Where a kill can cut the encoder's file: every byte from its `moov` (where decoding alone is
+    fooled) to its end, and a stride through the rest."""
+    moov = data.index(b"moov") - 4
+    return sorted(set(range(0, moov, 97)) | set(range(moov - 16, len(data))))
+
+
+@pytest.mark.parametrize(("suffix", "render"), [(".mp4", _render_mp4), (".y4m", _render_y4m)])
+def test_a_whole_staged_video_a_crash_left_before_its_record_is_committed_as_it_is(videos, suffix, render):
+    """The encoder closed the file, the crash came before the commit's record: recovery's read
+    (with the frames the attempt makes) records it with its true size and sha256 and renames it."""
+    data = render(64, 48, 22, 7)
+    staged = videos.staging("job", 1, suffix)
+    staged.write_bytes(data)
+    found = videos.committed("job", 1, expect=Expected(frames=22, fps=24))
+    assert found is not None and (found.size, found.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+    assert (found.recorded.path, found.recorded.frames, found.recorded.duration_s) == (f"job/attempt-1{suffix}", 22, 22 / 24)
+    assert (found.recorded.bytes, found.recorded.sha256) == (found.size, found.sha256)
+    assert not staged.exists() and (videos.root / "job" / "attempt-1.record.json").exists(), "committed, as a commit leaves it"
+
+
+def test_no_cut_of_a_staged_mp4_is_whole_though_decoding_alone_takes_some_for_whole(tmp_path):
+    """A file cut inside its `moov` after the video track decodes every frame (its audio track
+    lost): the box walk is what refuses it, at every byte."""
+    import av
+
+    data = _render_mp4(64, 48, 22, 7)
+    path = tmp_path / "attempt-1.mp4.part"
+    fooled = 0
+    for cut in _mp4_cuts(data):
+        path.write_bytes(data[:cut])
+        assert probe_video(path, ".mp4") is None, f"cut at byte {cut} of {len(data)} taken for whole"
+        if cut > len(data) - 200:
+            try:
+                with av.open(str(path), format="mp4") as c:
+                    fooled += sum(1 for _ in c.decode(video=0)) == 22
+            except av.error.FFmpegError:
+                pass
+    assert fooled, "some cuts decode all 22 frames: decoding alone cannot tell them from the whole file"
+
+
+@pytest.mark.parametrize(("suffix", "render"), [(".mp4", _render_mp4), (".y4m", _render_y4m)])
+@pytest.mark.parametrize("kept", [0.05, 0.5, 0.97, -1])
+def test_a_staged_video_cut_short_is_never_committed(videos, suffix, render, kept):
+    data = render(64, 48, 22, 7)
+    cut = len(data) - 1 if kept == -1 else int(len(data) * kept)
+    staged = videos.staging("job", 1, suffix)
+    staged.write_bytes(data[:cut])
+    assert videos.committed("job", 1, expect=Expected(frames=22, fps=24)) is None
+    assert staged.read_bytes() == data[:cut] and not (videos.root / "job" / "attempt-1.record.json").exists()
 
 
 @pytest.mark.parametrize("job_id", ["../x", "a/b", ".", ""])

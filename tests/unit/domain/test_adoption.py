@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from h3core.domain.adoption import Adopt, Discard, FoundArtifact, adoption, judge
+from h3core.domain.adoption import Adopt, Discard, Expected, FoundArtifact, adoption, expected, judge
+from h3core.domain.capabilities import Capabilities
 from h3core.domain.events import Admitted, AttemptFailed, Done, Event, Failed, Progress, Recovered, Running
 from h3core.domain.state import IllegalEvent, JobState
 from h3core.domain.state import extend as extend
@@ -53,6 +54,23 @@ def test_nothing_committed_or_nothing_running_is_no_verdict():
     assert judge(running(), None) is None
     queued, _ = extend(None, "j", [submitted(), Admitted()], T0)
     assert judge(queued, found()) is None
+
+
+def test_a_staged_video_is_expected_with_the_frames_the_executor_makes_of_the_request():
+    """What recovery asks of a staged video no commit recorded: the exact frames where the
+    executor makes them as asked, else the model's 17n + 5 count; the length at the request's rate."""
+    state, _ = extend(None, "j", [submitted(frames=30), Admitted(), Running(attempt=1, executor="x")], T0)
+    assert expected(state, Capabilities(executor="x", exact_frames=("t2va",))) == Expected(frames=30, fps=24)
+    assert expected(state, Capabilities(executor="x")) == Expected(frames=39, fps=24)
+    assert Expected(frames=39, fps=24).duration_s == 39 / 24
+
+
+@pytest.mark.parametrize(
+    ("frames", "seconds", "holds"),
+    [(30, 1.25, True), (30, 1.25 + 0.02, True), (30, 1.25 + 0.03, False), (29, 29 / 24, False), (31, 1.25, False)],
+)
+def test_a_staged_video_holds_what_is_expected_only_with_its_frames_and_length(frames, seconds, holds):
+    assert Expected(frames=30, fps=24).holds(frames, seconds) is holds
 
 
 def test_the_adoption_events_fold_to_done_with_the_video_and_say_it_was_recovered():
