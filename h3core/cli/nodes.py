@@ -78,7 +78,8 @@ def migrate(
     batch: Annotated[int, typer.Option("--batch", min=1, help="Events per transaction.")] = 5000,
 ) -> None:
     """Copy a SQLite store into PostgreSQL: every event in the order it was stored (so positions
-    keep their order), subscriptions' saved positions translated, webhook delivery records; then
+    keep their order), subscriptions' saved positions translated, webhook delivery records, videos
+    deleted through /v1/videos; then
     compare every job's log and state on both sides. Stop the SQLite store's runner first. Run
     again after an interruption: what is already there is skipped. Check with `h3core verify --db URL`."""
     target = parse_location(to)
@@ -98,12 +99,17 @@ def migrate(
         records = [r for job_id in job_ids for r in source.deliveries(job_id)]
         if records:
             dest.save_deliveries(records)
+        # Kept beside the log, not in it: what /v1/videos leaves out (a mark made before is kept).
+        deleted = {j: at for j in job_ids if (at := source.video_deleted_at(j)) is not None}
+        for job_id, at in deleted.items():
+            dest.mark_video_deleted(job_id, at)
         different = [j for j in job_ids if source.events(j) != dest.events(j) or source.get(j) != dest.get(j)]
         if different:
             fail(f"{len(different)} jobs differ after the copy (first: {different[0]}); the target is left as it is", EXIT_DATA)
     console().print(
         f"migrated {db} to {target}: {len(job_ids)} jobs, {copied} events copied (the rest were there), "
-        f"{len(saved)} positions, {len(records)} delivery records; every job's log and state match"
+        f"{len(saved)} positions, {len(records)} delivery records, {len(deleted)} deleted videos; "
+        "every job's log and state match"
     )
 
 

@@ -230,8 +230,14 @@ class Settings(BaseSettings):
     min_request_rate: float = Field(
         default=500.0, gt=0, description="Bytes per second of a request that earn it one more second."
     )
-    keep_alive_timeout: float = Field(default=5.0, gt=0, description="Idle seconds a connection is kept between requests.")
-    max_connections: int = Field(default=512, ge=1, description="Connections served at once; requests beyond get 503.")
+    keep_alive_timeout: float = Field(
+        default=5.0, gt=0, description="Idle seconds a connection is kept between requests, and before its first."
+    )
+    # Requests, not connections (the name predates issue 38): one that has sent nothing is no request.
+    max_connections: int = Field(default=512, ge=1, description="Requests handled at once; requests beyond get 503.")
+    max_open_connections: int = Field(
+        default=4096, ge=1, description="Connections held open at once, idle ones included; past it the idlest is closed."
+    )
     max_upload_pixels: int = Field(
         default=DEFAULT_MAX_PIXELS, ge=1, description="Largest image upload, width x height in pixels."
     )

@@ -8,6 +8,8 @@ mod_reqtimeout does it, each request must arrive at a minimum pace:
 - its request line and headers within `header_s` of the connection (or, on a kept-alive
   connection, of its first byte), extended by one second per `min_rate` bytes received, up to
   `header_max_s`; past it the client is answered 408 and disconnected;
+- and a new connection must send its first byte within `idle_s` (the keep-alive timeout, where
+  `serve` sets it): one that sends nothing holds a socket no longer than one between requests does;
 - its body within `body_s` of its headers, extended by one second per `min_rate` bytes received;
   past it the connection is closed (the application sees the client gone, as after a drop).
 
@@ -34,12 +36,14 @@ _TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type
 @dataclass(frozen=True)
 class ReadLimits:
     """The deadlines `protocol` holds each request to: seconds for its request line and headers (at most
-    `header_max_s`) and for its body, each extended by one second per `min_rate` bytes received."""
+    `header_max_s`) and for its body, each extended by one second per `min_rate` bytes received;
+    a new connection's first byte within `idle_s` (None: as its headers)."""
 
     header_s: float = 20.0
     header_max_s: float = 60.0
     body_s: float = 20.0
     min_rate: float = 500.0  # bytes per second that earn one more second
+    idle_s: float | None = None
 
 
 class _Deadline:
@@ -55,6 +59,18 @@ class _Deadline:
     # (which the timer finds when it fires and follows), so a request costs no timer of its own.
     _timer: asyncio.TimerHandle | None = None
     _timer_at: float = 0.0
+    _headers_due: float | None = None  # a new connection's header deadline, once its first byte came
+
+    def _begin_connection(self) -> None:
+        idle_s = self.limits.idle_s
+        if idle_s is None or idle_s >= self.limits.header_s:
+            self._begin("headers")
+            return
+        # Sending nothing, it is due sooner; its first byte restores the header deadline.
+        now = self.loop.time()
+        self._phase, self._due = "headers", now + idle_s
+        self._headers_due, self._cap = now + self.limits.header_s, now + self.limits.header_max_s
+        self._schedule()
 
     def _begin(self, phase: Literal["headers", "body"]) -> None:
         now = self.loop.time()
@@ -68,6 +84,8 @@ class _Deadline:
 
     def _received(self, n: int) -> None:
         if self._phase is not None:
+            if self._headers_due is not None and n:
+                self._due, self._headers_due = self._headers_due, None
             self._due += n / self.limits.min_rate
             if self._cap is not None:
                 self._due = min(self._due, self._cap)
@@ -134,7 +152,7 @@ def _httptools(limits: ReadLimits) -> type[asyncio.Protocol]:
     class Protocol(_Deadline, HttpToolsProtocol):
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            self._begin("headers")
+            self._begin_connection()
 
         def data_received(self, data: bytes) -> None:
             self._received(len(data))
@@ -164,7 +182,7 @@ def _h11(limits: ReadLimits) -> type[asyncio.Protocol]:
     class Protocol(_Deadline, H11Protocol):
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            self._begin("headers")
+            self._begin_connection()
 
         def data_received(self, data: bytes) -> None:
             if not self._receiving() and self.conn.their_state is h11.IDLE:

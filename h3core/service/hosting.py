@@ -11,18 +11,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import signal
 import socket
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
-from h3core.service import deadlines
+from h3core.service import connections, deadlines
 
 if TYPE_CHECKING:
     import uvicorn
     from litestar import Litestar
 
     from h3core.service.context import Service
+
+log = logging.getLogger("h3core.service")
 
 __all__ = ["HostingError", "freeze_startup_objects", "host", "loop_options", "server_impl"]
 
@@ -47,10 +50,16 @@ def host(service: Service, application: Litestar) -> None:
         header_max_s=max(settings.header_timeout, 60.0),
         body_s=settings.body_timeout,
         min_rate=settings.min_request_rate,
+        idle_s=settings.keep_alive_timeout,
     )
+    # Idle connections count against no request (connections.py): uvicorn's limit_concurrency,
+    # which counted them, is left unset.
+    held = connections.open_files_for(settings.max_open_connections)
+    if held < settings.max_open_connections:
+        log.warning("holding at most %d connections open: the open-file limit allows no more", held)
     json_logs: dict[str, Any] = {"log_config": None} if settings.log_format == "json" else {}
     server_config = uvicorn.Config(
-        application,
+        connections.Admission(application, settings.max_connections),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
@@ -59,9 +68,8 @@ def host(service: Service, application: Litestar) -> None:
         # HTTP protocol is the one "auto" picks, with read deadlines (service/deadlines.py).
         loop="auto",
         timeout_graceful_shutdown=max(5, int(settings.cancel_grace) + 5),
-        http=deadlines.protocol(limits),
+        http=connections.capped(deadlines.protocol(limits), held),
         timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]  # uvicorn says int; a float works
-        limit_concurrency=settings.max_connections,
         access_log=settings.log_level == "debug",
         # JSON lines: uvicorn's records go through h3core's handler rather than uvicorn's own.
         **json_logs,
@@ -76,7 +84,7 @@ def host(service: Service, application: Litestar) -> None:
             lifespan="off",
             access_log=False,
             loop="auto",
-            http=deadlines.protocol(limits),
+            http=connections.capped(deadlines.protocol(limits), held),
             timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]  # uvicorn says int; a float works
         )
         metrics_server = (_quiet_server(metrics_config), _listen(settings.metrics_host, settings.metrics_port))

@@ -136,6 +136,36 @@ class EventStoreContract:
         newest = store.list_jobs(before=store.cursor_of("j3"))
         assert [s.job_id for _, s in newest] == ["j2", "j1", "j0"] and newest[0][0] == store.cursor_of("j2")
 
+    def test_list_videos_leaves_out_videos_marked_deleted_and_pages_across_them(self, store):
+        for i in range(8):
+            _queue(store, f"j{i}")
+        for job in ("j1", "j2", "j3", "j6", "j7"):
+            store.mark_video_deleted(job, _AT)
+        ids = lambda rows: [s.job_id for _, s in rows]  # noqa: E731
+        assert ids(store.list_videos()) == ["j5", "j4", "j0"]
+        newest = store.list_videos(limit=1)
+        assert ids(newest) == ["j5"] and newest[0][0] == store.cursor_of("j5")
+        assert ids(store.list_videos(limit=2, before=newest[0][0])) == ["j4", "j0"]
+        # A deleted video's cursor is still a place to page from.
+        assert ids(store.list_videos(oldest_first=True, after=store.cursor_of("j1"), limit=1)) == ["j4"]
+        assert ids(store.list_videos(oldest_first=True, after=store.cursor_of("j0"))) == ["j4", "j5"]
+        assert ids(store.list_videos(before=store.cursor_of("j5"), after=store.cursor_of("j0"))) == ["j4"]
+        assert len(store.list_jobs(limit=100)) == 8, "the jobs stay listed"
+
+    def test_a_video_deleted_mark_keeps_its_first_time_through_later_events(self, store):
+        _queue(store, "a")
+        _queue(store, "b")
+        assert store.video_deleted_at("a") is None and store.video_deleted_at("nope") is None
+        store.mark_video_deleted("a", _AT)
+        store.mark_video_deleted("a", datetime(2027, 1, 1, tzinfo=UTC))
+        assert store.video_deleted_at("a") == _AT and store.video_deleted_at("b") is None
+        store.append("a", [Running(attempt=1, executor="x")])  # the projection's row is written again
+        store.append_batch([("a", [Progress(step=1, total=2)], None)])
+        assert store.video_deleted_at("a") == _AT
+        assert [s.job_id for _, s in store.list_videos()] == ["b"]
+        with pytest.raises(UnknownJob):
+            store.mark_video_deleted("nope", _AT)
+
     def test_a_writable_store_answers_ping(self, store):
         store.ping()
 

@@ -290,3 +290,15 @@ def test_crash_checkpoints(tmp_path, capsys, tiny_model):
     assert row(out, "32x32, 22 frames")
     crash = [c.strip() for c in row(out, "SIGKILL (a crash)", "every 2 steps").strip("|").split("|")]
     assert int(crash[3]) >= 2 and crash[-1] == "2 of 2", "a crash continues from a checkpoint, and spends an attempt"
+
+
+def test_throughput_idle_connections(tmp_path, capsys):
+    out = run_main("bench.throughput.idle_connections", ["--idle", "0,20", "--probes", "5", "--workdir", str(tmp_path)], capsys)
+    for idle in ("0", "20"):
+        assert "200 x5" in row(out, idle), "every probe answered while the idle connections were open"
+
+
+def test_throughput_videos_list(tmp_path, capsys):
+    argv = ["--deleted", "10", "--kept", "3", "--probes", "3", "--workdir", str(tmp_path)]
+    out = run_main("bench.throughput.videos_list", argv, capsys)
+    assert row(out, "10", "/v1/videos?limit=1") and row(out, "0", "/v1/videos?limit=1")

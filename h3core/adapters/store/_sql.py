@@ -15,6 +15,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any, ClassVar, Protocol
 
 from h3core.adapters.store.base import Conflict
@@ -87,12 +88,23 @@ class Statements:
             "ON CONFLICT (job_id, seq, url) DO UPDATE SET record = excluded.record"
         )
         self.deliveries = q(f"SELECT record FROM deliveries WHERE job_id = ? ORDER BY seq, url{bytewise}")
+        self.video_deleted_at = q("SELECT video_deleted_at FROM jobs WHERE job_id = ?")
+        # The first time stays: a second DELETE (or a listing that finds an older record) changes nothing.
+        self.mark_video_deleted = q("UPDATE jobs SET video_deleted_at = coalesce(video_deleted_at, ?) WHERE job_id = ?")
 
     def jobs_page(
-        self, status: Status | None, before: int | None, after: int | None, oldest_first: bool, limit: int
+        self,
+        status: Status | None,
+        before: int | None,
+        after: int | None,
+        oldest_first: bool,
+        limit: int,
+        *,
+        videos: bool = False,
     ) -> tuple[str, tuple[object, ...]]:
-        """`list_jobs`' query and its parameters: the filters given, keyset cursors on queue order."""
-        where, params = [], []
+        """`list_jobs`' query and its parameters: the filters given, keyset cursors on queue order;
+        `videos`: `list_videos`', which walks the index of the jobs whose video is not deleted."""
+        where, params = (["video_deleted_at IS NULL"] if videos else []), []
         for clause, value in (("status = ?", status), ("queue_order < ?", before), ("queue_order > ?", after)):
             if value is not None:
                 where.append(clause.replace("?", self.placeholder))
@@ -219,6 +231,16 @@ class SQLReads:
     ) -> list[tuple[int, JobState]]:
         rows = self._read(*self._sql.jobs_page(status, before, after, oldest_first, limit))
         return [(order, JobState.model_validate_json(s)) for order, s in rows]
+
+    def list_videos(
+        self, *, limit: int = 50, before: int | None = None, after: int | None = None, oldest_first: bool = False
+    ) -> list[tuple[int, JobState]]:
+        rows = self._read(*self._sql.jobs_page(None, before, after, oldest_first, limit, videos=True))
+        return [(order, JobState.model_validate_json(s)) for order, s in rows]
+
+    def video_deleted_at(self, job_id: str) -> datetime | None:
+        rows = self._point(self._sql.video_deleted_at, (job_id,))
+        return datetime.fromisoformat(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def unfinished(self) -> list[JobState]:
         return [JobState.model_validate_json(s) for (s,) in self._read(self._sql.unfinished)]

@@ -26,6 +26,12 @@
 - **Queue order.** `queued()` returns queued jobs by priority (highest first), then by
   submission order; a retried job keeps its original place.
 - **Stable cursors.** A job's cursor is its submission order; listings page on it both ways.
+- **Deleted videos kept apart.** `mark_video_deleted(job_id, at)` records that the job's video was
+  deleted (OpenAI's Videos API: DELETE /v1/videos/{id}), keeping the first time, read back by
+  `video_deleted_at`. It is no event (a finished job's log takes none) and no fold undoes it: later
+  appends and a rebuilt projection keep it. `list_videos` pages as `list_jobs` does, leaving
+  marked jobs out where it selects, so a page costs the same however many were deleted (SQL
+  stores: a partial index of the unmarked jobs).
 
 Both: **no open cursors.** Every read returns fully materialised values, so a read never holds
 a lock a writer waits on (docs/design.md §2.3).
@@ -168,6 +174,22 @@ class JobProjections(Protocol):
 
     def cursor_of(self, job_id: str) -> int | None:
         """The job's cursor in `list_jobs` (its submission order); None for an unknown job."""
+        ...
+
+    def list_videos(
+        self, *, limit: int = 50, before: int | None = None, after: int | None = None, oldest_first: bool = False
+    ) -> list[tuple[int, JobState]]:
+        """`list_jobs` without the jobs whose video is marked deleted, skipped where selected: a
+        page reads no more with many marked than with none."""
+        ...
+
+    def mark_video_deleted(self, job_id: str, at: datetime) -> None:
+        """Record that the job's video was deleted at `at`, durably; a job marked before keeps its
+        first time. Raises UnknownJob for a job the store does not hold."""
+        ...
+
+    def video_deleted_at(self, job_id: str) -> datetime | None:
+        """When `mark_video_deleted` recorded the job's video deleted; None if it never did."""
         ...
 
     def queued(

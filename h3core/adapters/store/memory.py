@@ -27,6 +27,7 @@ class MemoryEventStore:
         self._stored: list[Event] = []  # every event, in the order stored (positions start at 1)
         self._positions: dict[str, int] = {}  # subscriptions' saved places
         self._deliveries: dict[tuple[str, int, str], Delivery] = {}
+        self._videos_deleted: dict[str, datetime] = {}
 
     def _commit(self, state: JobState, events: Sequence[Event]) -> None:
         if isinstance(events[0].body, Submitted):
@@ -111,16 +112,39 @@ class MemoryEventStore:
     ) -> list[tuple[int, JobState]]:
         """Jobs newest (or oldest) first with their cursors, only those between `after` and `before`
         (`JobProjections.list_jobs`)."""
+        return self._page(lambda s: status is None or s.status == status, limit, before, after, oldest_first)
+
+    def list_videos(
+        self, *, limit: int = 50, before: int | None = None, after: int | None = None, oldest_first: bool = False
+    ) -> list[tuple[int, JobState]]:
+        """`list_jobs` without the jobs whose video is marked deleted (`JobProjections.list_videos`)."""
+        return self._page(lambda s: s.job_id not in self._videos_deleted, limit, before, after, oldest_first)
+
+    def _page(
+        self, keep: Callable[[JobState], bool], limit: int, before: int | None, after: int | None, oldest_first: bool
+    ) -> list[tuple[int, JobState]]:
         with self._lock:
             ordered = self._ordered()
             out = [
                 (self._order[s.job_id], s)
                 for s in (ordered if oldest_first else reversed(ordered))
-                if (status is None or s.status == status)
+                if keep(s)
                 and (before is None or self._order[s.job_id] < before)
                 and (after is None or self._order[s.job_id] > after)
             ]
         return out[:limit]
+
+    def mark_video_deleted(self, job_id: str, at: datetime) -> None:
+        """Mark the job's video deleted, the first time kept; UnknownJob for a job not held."""
+        with self._lock:
+            if job_id not in self._states:
+                raise UnknownJob(job_id)
+            self._videos_deleted.setdefault(job_id, at)
+
+    def video_deleted_at(self, job_id: str) -> datetime | None:
+        """When the job's video was marked deleted; None if it never was."""
+        with self._lock:
+            return self._videos_deleted.get(job_id)
 
     def cursor_of(self, job_id: str) -> int | None:
         """The job's submission order; None for an unknown job."""

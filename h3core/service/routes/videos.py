@@ -305,17 +305,21 @@ async def retrieve_video(svc: NamedDependency[Service], video_id: FromPath[str])
 
 
 def _page(svc: Service, cursor: int | None, limit: int, oldest_first: bool) -> VideoList:
-    """Up to `limit` videos past `cursor`, deleted ones left out: jobs are read in batches until
-    the page is full or the list ends."""
+    """Up to `limit` videos past `cursor`, deleted ones left out: the store skips those it has
+    marked (`list_videos`), so a page reads as much with thousands deleted as with none. A deletion
+    only the artifact store recorded (an earlier h3core's, or a DELETE stopped before its mark) is
+    found on the rows read and marked, once; the rows are then read again past it."""
     data: list[Video] = []
     more = False
     while not more:
         if oldest_first:
-            rows = svc.store.list_jobs(limit=limit + 1, oldest_first=True, after=cursor)
+            rows = svc.store.list_videos(limit=limit + 1, oldest_first=True, after=cursor)
         else:
-            rows = svc.store.list_jobs(limit=limit + 1, oldest_first=False, before=cursor)
+            rows = svc.store.list_videos(limit=limit + 1, oldest_first=False, before=cursor)
         for _, state in rows:
-            if _deleted_at(svc, state) is not None:
+            deleted = _deleted_at(svc, state)
+            if deleted is not None:
+                svc.store.mark_video_deleted(state.job_id, deleted)
                 continue
             if len(data) == limit:
                 more = True
@@ -356,7 +360,9 @@ async def delete_video(svc: NamedDependency[Service], video_id: FromPath[str]) -
     """Delete the video: gone from /v1/videos at once, cancelled if it is live, and its file deleted
     if it has ended with one; its job and log stay on /v1/jobs."""
     state = _state(svc, video_id)
-    await in_thread(svc.artifacts.delete_video, video_id)  # first: gone from here whatever follows
+    when = await in_thread(svc.artifacts.delete_video, video_id)  # first: gone from here whatever follows
+    # Then the store's mark, which the list selects on (a crash between: the list finds the record).
+    await in_thread(svc.store.mark_video_deleted, video_id, when)
     if not state.terminal:
         try:
             state = await cancel(svc, video_id, reason="deleted through /v1/videos")

@@ -1,9 +1,11 @@
 """Slow clients against a real server: a request that arrives too slowly is cut off (headers
 answered 408, a trickled body closed), before the token check; a slow but steady upload goes
-through; connections beyond the limit are refused; a stop does not wait on a stalled upload."""
+through; requests beyond the limit are refused, idle connections are not counted (issue 38); a
+stop does not wait on a stalled upload."""
 
 from __future__ import annotations
 
+import resource
 import socket
 import time
 
@@ -102,15 +104,59 @@ def test_a_trickled_body_is_cut_off_and_a_slow_but_steady_upload_goes_through(se
     steady.close()
 
 
-def test_connections_beyond_the_limit_are_answered_503(servers: Servers):
+def open_files_for(n: int) -> int:
+    """Raise this process's open-file limit (the server, started after, inherits it) to hold `n`
+    sockets and some to spare, as far as the hard limit goes; how many sockets it allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = n + 256
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return n if soft == resource.RLIM_INFINITY else min(n, soft - 256)
+
+
+def test_a_thousand_idle_connections_leave_healthz_and_the_api_answering(servers: Servers):
+    """Issue 38: 600 connections that sent nothing made every request 503 for the 20 s the header
+    deadline gave them (uvicorn's limit counted them). Idle ones must not take the service down."""
+    n = open_files_for(1000)
+    assert n >= 600, f"the open-file limit allows only {n} sockets"
+    # Deadlines longer than the test: every idle connection is still open while the requests are made.
+    server = servers.start({"H3_HEADER_TIMEOUT": "120", "H3_KEEP_ALIVE_TIMEOUT": "120"})
+    host, port = server.url.removeprefix("http://").split(":")
+    idle = [socket.create_connection((host, int(port)), timeout=30) for _ in range(n)]
+    try:
+        # A connection made after them is accepted after them (the listen queue is FIFO): the
+        # server holds all n when these requests arrive.
+        with httpx.Client(base_url=server.url, timeout=30) as api:
+            for path in ("/healthz", "/v1/jobs?limit=1", "/healthz"):
+                r = api.get(path)
+                assert r.status_code == 200, f"GET {path} with {n} idle connections open: {r.status_code} {r.text}"
+        for s in idle:
+            s.setblocking(False)
+            try:
+                assert s.recv(1) != b"", "an idle connection was closed by the server"  # pragma: no cover
+            except BlockingIOError:
+                pass  # still open, nothing sent: as it should be
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_requests_beyond_the_limit_are_answered_503_and_healthz_still_200(servers: Servers):
     server = servers.start({"H3_MAX_CONNECTIONS": "4"})
-    held = [Client(server.url) for _ in range(4)]
-    for c in held:
-        c.send(b"GET /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers not finished: held open
-    poll(lambda: httpx.get(f"{server.url}/healthz", timeout=5).status_code == 503, 20, "a fifth connection refused")
-    for c in held:
+    jobs = f"{server.url}/v1/jobs"
+    idle = [Client(server.url) for _ in range(8)]
+    for c in idle[:4]:
+        c.send(b"GET /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers not finished: no request yet
+    assert httpx.get(jobs, timeout=5).status_code == 200, "connections without a request are not counted"
+    uploads = [Client(server.url) for _ in range(4)]
+    for c in uploads:  # a body still to come: four requests in the app
+        c.send(b"POST /v1/uploads HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/png\r\nContent-Length: 100000\r\n\r\n")
+    poll(lambda: httpx.get(jobs, timeout=5).status_code == 503, 20, "a fifth request refused")
+    assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200, "the liveness probe is never refused"
+    for c in uploads + idle:
         c.close()
-    poll(lambda: httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200, 20, "the server to take requests again")
+    poll(lambda: httpx.get(jobs, timeout=5).status_code == 200, 20, "the server to take requests again")
 
 
 def test_a_stop_does_not_wait_on_a_stalled_upload(servers: Servers):

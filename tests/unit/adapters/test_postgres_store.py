@@ -91,14 +91,17 @@ def test_queued_jobs_of_a_version_2_store_get_the_columns_a_nodes_claim_filters_
         store.append(job, [submitted(frames=frames), Admitted(tokens=tokens)])
     store.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:  # back to version 2's shape
+        conn.execute("DROP INDEX jobs_videos")
+        conn.execute("ALTER TABLE jobs DROP COLUMN video_deleted_at")
         conn.execute("DROP INDEX jobs_queue")
         conn.execute("ALTER TABLE jobs DROP COLUMN frames, DROP COLUMN tokens")
         conn.execute("CREATE INDEX jobs_queue ON jobs (priority DESC, queue_order) WHERE status = 'queued'")
         conn.execute("UPDATE schema_version SET version = 2")
     store = PostgresEventStore(pg_url)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 3
+        assert store.schema_version() == SCHEMA_VERSION == 4
         assert [s.job_id for s in store.queued()] == ["long", "short"]
+        assert [s.job_id for _, s in store.list_videos()] == ["short", "long"]  # version 4: none marked deleted
         assert [s.job_id for s in store.queued(fits=QueueFilter(max_frames=200))] == ["short"]
         assert [s.job_id for s in store.queued(fits=QueueFilter(max_tokens=1000))] == ["short"]
     finally:

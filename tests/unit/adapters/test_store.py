@@ -4,6 +4,7 @@ the SQLite store promises."""
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC, datetime
 
 import pytest
 
@@ -96,7 +97,7 @@ def test_a_version_1_file_is_migrated_forward(tmp_path):
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     store = SQLiteEventStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 7
+    assert store.schema_version() == SCHEMA_VERSION == 8
     plan = (
         sqlite3.connect(path)
         .execute("EXPLAIN QUERY PLAN SELECT state FROM jobs WHERE status = 'queued' ORDER BY priority DESC, queue_order LIMIT 5")
@@ -121,8 +122,9 @@ def test_queued_jobs_of_a_version_6_file_get_the_columns_a_nodes_claim_filters_b
     for job, frames, tokens in (("long", 400, 9000), ("short", 50, 900)):
         store.append(job, [submitted(frames=frames), Admitted(tokens=tokens)])
     store.close()
-    # Back to version 6's shape: the jobs table without the columns version 7 adds.
+    # Back to version 6's shape: the jobs table without the columns versions 7 and 8 add.
     conn = sqlite3.connect(path, isolation_level=None)
+    _drop_v8(conn)
     conn.execute("DROP INDEX jobs_queue")
     for column in ("mode", "frames", "tokens"):
         conn.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
@@ -130,12 +132,35 @@ def test_queued_jobs_of_a_version_6_file_get_the_columns_a_nodes_claim_filters_b
     conn.execute("PRAGMA user_version = 6")
     conn.close()
     store = SQLiteEventStore(path)
-    assert store.schema_version() == 7
+    assert store.schema_version() == SCHEMA_VERSION
     assert [s.job_id for s in store.queued()] == ["long", "short"]
     assert [s.job_id for s in store.queued(fits=QueueFilter(max_frames=200))] == ["short"]
     assert [s.job_id for s in store.queued(fits=QueueFilter(max_tokens=1000))] == ["short"]
     assert [s.job_id for s in store.queued(modes=["fl2va"])] == []
     assert [s.job_id for s in store.queued(modes=["t2va"], fits=QueueFilter(max_frames=500))] == ["long", "short"]
+    store.close()
+
+
+def _drop_v8(conn: sqlite3.Connection) -> None:
+    conn.execute("DROP INDEX jobs_videos")
+    conn.execute("ALTER TABLE jobs DROP COLUMN video_deleted_at")
+
+
+def test_the_jobs_of_a_version_7_file_are_listed_as_videos_until_one_is_marked_deleted(tmp_path):
+    path = tmp_path / "v7.db"
+    store = SQLiteEventStore(path)
+    for job in ("a", "b"):
+        store.append(job, [submitted(), Admitted()])
+    store.close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    _drop_v8(conn)
+    conn.execute("PRAGMA user_version = 7")
+    conn.close()
+    store = SQLiteEventStore(path)
+    assert store.schema_version() == SCHEMA_VERSION
+    assert [s.job_id for _, s in store.list_videos()] == ["b", "a"] and store.video_deleted_at("a") is None
+    store.mark_video_deleted("b", datetime(2026, 1, 1, tzinfo=UTC))
+    assert [s.job_id for _, s in store.list_videos()] == ["a"]
     store.close()
 
 

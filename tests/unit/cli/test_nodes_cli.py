@@ -31,14 +31,16 @@ def test_migrate_copies_every_log_in_order_with_positions_and_deliveries_and_ver
         job_id="b", seq=6, event_type="done", url="https://x", webhook_id="m", outcome="delivered", tries=1, updated_at=at
     )
     src.save_deliveries([record])
+    src.mark_video_deleted("b", at)
     cli = CliRunner()
     moved = cli.invoke(app, ["migrate", "--db", str(tmp_path / "h3.db"), "--to", pg_url])
     assert moved.exit_code == 0, moved.output
-    assert "3 jobs, 11 events copied" in moved.output and "1 positions, 1 delivery records" in moved.output
+    assert "3 jobs, 11 events copied" in moved.output and "1 positions, 1 delivery records, 1 deleted videos" in moved.output
     dest = PostgresEventStore(pg_url)
     assert [(e.job_id, e.seq) for _, e in dest.events_after(0)] == [(e.job_id, e.seq) for _, e in src.events_after(0)]
     assert [e for _, e in dest.events_after(dest.position("hooks"))] == [e for _, e in src.events_after(src.position("hooks"))]
     assert dest.deliveries("b") == [record] and dest.by_idempotency_key("k").job_id == "c"
+    assert dest.video_deleted_at("b") == at and [s.job_id for _, s in dest.list_videos()] == ["c", "a"]
     assert cli.invoke(app, ["verify", "--db", pg_url, "--logs-only"]).exit_code == 0
     again = cli.invoke(app, ["migrate", "--db", str(tmp_path / "h3.db"), "--to", pg_url])
     assert again.exit_code == 0 and "0 events copied" in again.output, again.output

@@ -52,3 +52,15 @@ def finished_video(client: TestClient) -> dict:
         f"video {vid} to complete",
         lambda: client.get(f"/v1/jobs/{vid}").text,
     )
+
+
+@pytest.fixture(params=["httptools", "h11"])
+def implementation(request) -> Callable[..., type]:
+    """Each of uvicorn's HTTP implementations, as `h3core.service.deadlines` makes its protocol
+    from read limits (test_deadlines.py, test_connections.py)."""
+    pytest.importorskip("uvicorn")
+    if request.param == "httptools":
+        pytest.importorskip("httptools")
+    from h3core.service.deadlines import _h11, _httptools
+
+    return {"httptools": _httptools, "h11": _h11}[request.param]

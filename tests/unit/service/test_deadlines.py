@@ -1,5 +1,6 @@
 """Read deadlines on both of uvicorn's HTTP implementations (httptools and h11): slow headers are
-answered 408 and closed, a trickled body is closed, a request at a steady pace is served."""
+answered 408 and closed, a trickled body is closed, a request at a steady pace is served, and a
+connection that sends nothing is closed after its idle time."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
 uvicorn = pytest.importorskip("uvicorn")
 
-from h3core.service.deadlines import ReadLimits, _h11, _httptools  # noqa: E402
+from h3core.service.deadlines import ReadLimits  # noqa: E402
 from tests.integration.conftest import poll  # noqa: E402
 
 LIMITS = ReadLimits(header_s=0.5, header_max_s=2.0, body_s=0.5, min_rate=1000.0)
@@ -35,14 +37,12 @@ async def echo_length(scope, receive, send):
     await send({"type": "http.response.body", "body": body})
 
 
-@pytest.fixture(params=["httptools", "h11"])
-def server(request) -> Iterator[tuple[str, int]]:
-    if request.param == "httptools":
-        pytest.importorskip("httptools")
-    protocol = {"httptools": _httptools, "h11": _h11}[request.param](LIMITS)
+@contextmanager
+def serving(protocol: type, app=echo_length) -> Iterator[tuple[str, int]]:
+    """uvicorn with `protocol`, serving `app` on a loopback port in a thread, until the block ends."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(echo_length, http=protocol, lifespan="off", log_level="warning", loop="asyncio")
+    config = uvicorn.Config(app, http=protocol, lifespan="off", log_level="warning", loop="asyncio")
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -50,6 +50,12 @@ def server(request) -> Iterator[tuple[str, int]]:
     yield sock.getsockname()
     srv.should_exit = True
     thread.join(10)
+
+
+@pytest.fixture
+def server(implementation) -> Iterator[tuple[str, int]]:
+    with serving(implementation(LIMITS)) as address:
+        yield address
 
 
 def read_response(conn: socket.socket) -> bytes:
@@ -80,6 +86,20 @@ def test_headers_that_stop_coming_are_answered_408_and_closed(server):
 def test_a_connection_that_sends_nothing_is_closed(server):
     conn = socket.create_connection(server)
     assert read_all(conn).startswith(b"HTTP/1.1 408 ")
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_its_idle_time_not_the_header_deadline(implementation):
+    """Issue 38: one that sends nothing holds its socket as long as one between requests may, not
+    the header deadline's 20 s; its first byte gives back the time the header deadline allows."""
+    limits = ReadLimits(header_s=60.0, header_max_s=60.0, body_s=0.5, min_rate=1000.0, idle_s=0.3)
+    with serving(implementation(limits)) as address:
+        silent = socket.create_connection(address)
+        assert read_all(silent).startswith(b"HTTP/1.1 408 "), "closed well before the 60 s header deadline"
+        slow = socket.create_connection(address)
+        slow.sendall(b"GET / HTT")
+        time.sleep(0.6)  # past the idle time, well within the header deadline: the client's pace
+        slow.sendall(b"P/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert read_all(slow).startswith(b"HTTP/1.1 200 ")
 
 
 def test_a_trickled_body_is_closed_and_a_steady_one_is_served(server):
