@@ -31,14 +31,19 @@ def config(**kw) -> RunnerConfig:
 
 @asynccontextmanager
 async def nodes(
-    url: str, tmp_path, names: list[str], plan: FakePlan, limits: dict[str, FakeLimits] | None = None, **kw
+    url: str, tmp_path, names: list[str], plan: FakePlan, limits: dict[str, FakeLimits] | None = None, plans=None, **kw
 ) -> AsyncIterator[list[Runner]]:
     """Runner nodes on one store (each its own store object, pool and node id), one artifact folder;
-    `limits`: what a node's executor can run, by node (default: anything)."""
+    `limits`: what a node's executor can run, by node (default: anything); `plans`: the fake's plan by attempt."""
     artifacts = LocalArtifactStore(tmp_path / "artifacts")
     stores = [PostgresEventStore(url, node=name) for name in names]
     runners = [
-        Runner(s, FakeExecutor(artifacts, default=plan, limits=(limits or {}).get(name)), config(**kw), artifacts=artifacts)
+        Runner(
+            s,
+            FakeExecutor(artifacts, default=plan, plans=plans, limits=(limits or {}).get(name)),
+            config(**kw),
+            artifacts=artifacts,
+        )
         for name, s in zip(names, stores, strict=True)
     ]
     try:
@@ -55,6 +60,14 @@ async def nodes(
 def runs(store, job_id) -> list[tuple[int, str]]:
     """(attempt, node) of each `running` event of the job."""
     return [(e.body.attempt, e.body.info.get("node")) for e in store.events(job_id) if isinstance(e.body, Running)]
+
+
+def writers(url: str, job_id: str) -> list[tuple[int, str, str | None]]:
+    """(seq, type, node that wrote it) of each of the job's events, as the store recorded them."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT seq, type, node FROM events WHERE job_id = %s ORDER BY seq", (job_id,)).fetchall()
 
 
 async def test_two_nodes_share_one_queue_and_no_job_is_claimed_twice(pg_url, tmp_path):
@@ -231,4 +244,41 @@ async def test_ending_a_dead_attempt_reads_again_after_a_conflict_and_leaves_ano
         journal.writer.close()
     assert [e.type for e in me.events("k")][-2:] == ["attempt_failed", "running"]
     for s in (dead, me, b):
+        s.close()
+
+
+def test_progress_onto_an_attempt_this_process_did_not_start_is_refused_even_under_its_node_id(pg_url):
+    """A replacement process joined under node a's id while the old one was frozen, ended its attempt
+    and started the next: the old process's progress must not land on the new attempt."""
+    old, new = PostgresEventStore(pg_url, node="a"), PostgresEventStore(pg_url, node="a")
+    old.append("j", [submitted(steps=4), Admitted()])
+    old.append("j", [Running(attempt=1, executor="x")])
+    old.append("j", [Progress(step=1, total=4)])
+    new.append("j", [AttemptFailed(kind="interrupted", message="a started again", attempt=1)])  # its recovery
+    new.append("j", [Running(attempt=2, executor="x")])
+    with pytest.raises(LeaseLost, match="attempt 2 was not started or resumed by this process of node a"):
+        old.append("j", [Progress(step=3, total=4)])
+    new.append("j", [Progress(step=1, total=4)])  # the process that started it reports
+    old.append("j", [CancelRequested(reason="anyone may ask")])
+    assert [e.type for e in new.events("j")][-3:] == ["running", "progress", "cancel_requested"]
+    old.close()
+    new.close()
+
+
+def test_each_event_records_the_node_that_wrote_it(pg_url, pg_server):
+    a, plain = PostgresEventStore(pg_url, node="a"), PostgresEventStore(pg_url)
+    a.append("j", [submitted(), Admitted()])
+    a.append("j", [Running(attempt=1, executor="x")])
+    plain.append("j", [CancelRequested(reason="from an API process opened without a node id")])
+    assert writers(pg_url, "j") == [
+        (1, "submitted", "a"),
+        (2, "admitted", "a"),
+        (3, "running", "a"),
+        (4, "cancel_requested", None),
+    ]
+    elsewhere = pg_server.fresh_schema()
+    copy = PostgresEventStore(elsewhere, node="b")
+    assert copy.import_events(a.events("j")) == 4  # events made elsewhere: their writer is not known here
+    assert {node for _, _, node in writers(elsewhere, "j")} == {None}
+    for s in (a, plain, copy):
         s.close()
