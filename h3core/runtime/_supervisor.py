@@ -284,8 +284,9 @@ class Supervisor:
 
     def _settled(self, a: Attempt, *, quiet: bool = False) -> None:
         """Take the outcomes of the reports written so far: the newest state, or the store's
-        refusal, raised unless `quiet`: `AttemptLost` where the job no longer runs the attempt,
-        else the refusal itself (an executor breaking the progress or checkpoint contract)."""
+        refusal, raised unless `quiet`: `AttemptLost` where the job no longer runs the attempt
+        (refused so, or written onto a job that moved on), else the refusal itself (an executor
+        breaking the progress or checkpoint contract)."""
         while a.reported and a.reported[0].done.is_set():
             item = a.reported.pop(0)
             outcome = item.outcome
@@ -297,6 +298,12 @@ class Supervisor:
                         raise AttemptLost(a.lost)
                 elif not quiet:
                     raise outcome
+            elif outcome is not None and (moved := _moved_on(a.state, outcome[0])) is not None:
+                # Written, but onto the job after it moved on: a store that does not fence
+                # (SQLite's) took a step onto another attempt. Its end is not this one's to write.
+                self._lose(a, *moved)
+                if not quiet:
+                    raise AttemptLost(a.lost)
             elif outcome is not None:
                 a.state = outcome[0]
                 if log.isEnabledFor(logging.DEBUG):  # steps are logged at DEBUG: spare the hot path otherwise

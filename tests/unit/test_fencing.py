@@ -59,18 +59,20 @@ def taken(attempt: int) -> AttemptFailed:
 
 
 class MovedOnBefore(SQLiteEventStore):
-    """A store on which another writer re-queues the job's running attempt, as a node taking it over
-    would, just before the first write `when` picks (once set): where the runner's write meets a
-    job that moved on. `moved_at`: the seq of that other writer's event."""
+    """A store on which another writer moves the job on from its running attempt (by default
+    re-queues it, as a node taking it over would) just before the first write `when` picks (once
+    set): where the runner's write meets a job that moved on. `moved_at`: the seq of the other
+    writer's last event."""
 
     when: Callable[[Sequence[Body], int | None], bool] | None = None
+    moved: Callable[[int], list[Body]] = staticmethod(lambda attempt: [taken(attempt)])
     moved_at = 0
 
     def append_batch(self, items):
         for job_id, bodies, expected_seq in items:
             if self.when is not None and self.when(bodies, expected_seq):
                 self.when = None
-                self.moved_at = append(self, job_id, taken(self.get(job_id).attempt))
+                self.moved_at = append(self, job_id, *self.moved(self.get(job_id).attempt))
         return super().append_batch(items)
 
 
@@ -118,7 +120,8 @@ async def test_an_end_written_after_the_job_moved_on_is_not_written_and_its_vide
     caplog.set_level(logging.WARNING, "h3core.runner")
     async with make_runner(plan=FakePlan(step_seconds=0.01, encode_seconds=0.5)) as runner:
         job = (await runner.submit(request(steps=3))).job_id
-        await wait_until(lambda: job in runner.executor.finishing)  # its video is being made: `done` comes next
+        # Its video is being made, its last step written: `done` comes next.
+        await wait_until(lambda: job in runner.executor.finishing and runner.store.get(job).step == 3)
         moved_at = append(runner.store, job, *moved)
         await wait_until(lambda: bool(lost_records(caplog)), timeout=30)
         if moved[-1].type == "attempt_failed":  # queued again: this runner runs the retry, and writes its end
@@ -136,6 +139,27 @@ async def test_an_end_written_after_the_job_moved_on_is_not_written_and_its_vide
     assert f"job {job}: attempt 1 is lost" in lost
     assert holder is None or f"on node {holder}" in lost
     assert any("attempt-1.mp4 after the attempt was lost to this node: not recorded" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_step_written_onto_a_later_attempt_by_a_store_that_does_not_fence_loses_the_attempt(
+    make_runner, tmp_path, caplog
+):
+    """SQLite fences nothing: the attempt's last step lands on the attempt another writer started
+    just before it. The state it comes back with says the job moved on: the attempt is lost, and
+    its `done` (whose expected seq that state would have made pass) is not written."""
+    caplog.set_level(logging.WARNING, "h3core.runner")
+    store = MovedOnBefore(tmp_path / "h3.db", durable=False)
+    store.when = lambda bodies, _: any(isinstance(b, Progress) and b.step == 3 for b in bodies)
+    store.moved = lambda attempt: [taken(attempt), Running(attempt=attempt + 1, executor="fake", info={"node": "b"})]
+    async with make_runner(plan=FakePlan(step_seconds=0.01, encode_seconds=0.2), store=store) as runner:
+        job = (await runner.submit(request(steps=3))).job_id
+        await wait_until(lambda: bool(lost_records(caplog)), timeout=30)
+        await wait_until(lambda: job not in runner._supervisor.busy)
+    assert [e.type for e in store.events(job) if e.seq > store.moved_at] == ["progress"]  # unfenced: it landed
+    state = store.get(job)
+    assert state.status == "running" and state.attempt == 2
+    (lost,) = lost_records(caplog)
+    assert f"job {job}: attempt 1 is lost" in lost and "it is running, at attempt 2 on node b" in lost
 
 
 async def test_a_cancel_request_stored_while_the_attempt_ends_is_still_decided_on(make_runner, caplog):
