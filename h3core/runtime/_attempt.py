@@ -7,6 +7,7 @@ is decided here without I/O; the supervisor writes what this returns.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import anyio
@@ -38,6 +39,9 @@ class Attempt:
     detached: bool = False  # ...and the executor leaves its work running for the next start
     at_stop: CheckpointSaved | None = None  # the checkpoint the executor stored where h3core's stop stopped it
     reported: list[Queued] = field(default_factory=list)  # progress handed to the writer, oldest first
+    # When it began here (time.monotonic, the heartbeat thread's clock): its lease was taken before.
+    began: float = field(default_factory=time.monotonic)
+    lost: str | None = None  # why it is no longer this node's: stopped, and nothing more is written for it
 
     def wake(self) -> None:
         self.signal.set()

@@ -10,8 +10,10 @@ Every node looks for leases older than `lease_s` (their node stopped beating: ki
 off from the store). It takes each over (`take_lease`: one wins), and ends the attempt as recovery
 ends a dead process's: its committed video adopted (or a whole staged one its commit had not yet
 recorded, judged by this node's executor's frames), else `interrupted` naming the node and the
-lease's age, retried or failed by the job's retry policy. A node that comes back after that finds
-its writes refused (`LeaseLost`), and its attempt ends without writing.
+lease's age, retried or failed by the job's retry policy. A node that comes back after that (it
+was frozen: SIGSTOP, a long pause, a hung driver) finds its writes refused (`LeaseLost`) and its
+first beat renewing nothing: each of its attempts is lost to it (h3core.runtime._supervisor), its
+executor stopped and nothing more written for it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -30,7 +34,10 @@ from h3core.executors.base import Executor
 from h3core.runtime._journal import Journal
 from h3core.runtime._recovery import end_dead_attempt
 
-__all__ = ["NodeHeartbeat", "node_info", "take_over_expired", "watch_nodes"]
+if TYPE_CHECKING:
+    from h3core.runtime._supervisor import Supervisor
+
+__all__ = ["NodeHeartbeat", "node_info", "not_renewed", "take_over_expired", "watch_nodes"]
 
 log = logging.getLogger("h3core.nodes")
 
@@ -58,7 +65,8 @@ class NodeHeartbeat:
         self.leases = leases
         self.info = info
         self.every_s = every_s
-        self.renewed: set[str] = set()  # the jobs whose leases the last beat renewed
+        # The last beat that went through: when it began (time.monotonic) and the jobs whose leases it renewed.
+        self.last: tuple[float, frozenset[str]] | None = None
         self.beats = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"h3core-heartbeat-{leases.node_id}", daemon=True)
@@ -73,11 +81,22 @@ class NodeHeartbeat:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.renewed = self.leases.beat(self.info)
+                began = time.monotonic()
+                self.last = (began, frozenset(self.leases.beat(self.info)))  # one assignment: read whole by the event loop
                 self.beats += 1
             except Exception as exc:  # the store is away: beat again; past the lease, others take over
                 log.warning("node %s: heartbeat failed: %s", self.leases.node_id, exc, extra={"error": str(exc)})
             self._stop.wait(self.every_s)
+
+
+def not_renewed(heartbeat: NodeHeartbeat, began: Mapping[str, float]) -> list[str]:
+    """The jobs among `began` (each with when its attempt began here, after its lease was taken)
+    whose lease the last beat, begun later, did not renew: another node took it over, or ended
+    the attempt. Pure."""
+    if heartbeat.last is None:
+        return []
+    at, renewed = heartbeat.last
+    return [job_id for job_id, since in began.items() if since < at and job_id not in renewed]
 
 
 async def take_over_expired(
@@ -111,10 +130,25 @@ async def watch_nodes(
     info: Callable[[], NodeInfo],
     artifacts: ArtifactStore | None,
     lease_s: float,
+    supervisor: Supervisor,
     executor: Executor | None = None,
 ) -> None:
-    """Refresh what the heartbeat says and take over dead nodes' attempts, every third of a lease."""
+    """Every third of a lease: refresh what the heartbeat says, stop this node's attempts whose
+    leases it no longer holds, and take over dead nodes' attempts."""
     while True:
         heartbeat.info = info()
+        if gone := not_renewed(heartbeat, supervisor.leased()):
+            await _lose_leases(journal, heartbeat.leases, supervisor, gone)
         await take_over_expired(journal, artifacts, lease_s, executor)
         await anyio.sleep(lease_s / 3)
+
+
+async def _lose_leases(journal: Journal, leases: NodeLeases, supervisor: Supervisor, job_ids: list[str]) -> None:
+    """Stop this node's attempts of `job_ids`, whose leases it no longer holds, naming who does."""
+    holders = await journal.read(leases.lease_holders)
+    for job_id in job_ids:
+        holder = holders.get(job_id)
+        if holder == leases.node_id:  # held under this node's id after all: its writes will tell
+            continue
+        held = f"node {holder} holds it now" if holder is not None else "no node holds it now (its attempt ended)"
+        supervisor.lose(job_id, f"the heartbeat did not renew its lease: {held}", holder)

@@ -7,11 +7,19 @@ grace (the cancel grace, plus what the executor says following its work after a 
 Whatever happens, `_end` writes the attempt's end once, shielded, and the slot frees only once
 the executor's iteration has ended.
 
+Unless the attempt is lost to this node: the store refused a write because the job no longer runs
+it (another node took its lease over, re-queued it or started a later attempt), or the heartbeat
+found its lease gone. Then its executor is stopped and nothing more is written for it, not even
+the video it finished or the checkpoint it stored at a stop (`_lose`): the job is another's to end.
+What only the attempt's own process writes (progress, checkpoints logged, restored or rejected) is
+refused alike, and handled alike, wherever it is written.
+
 Checkpoints: an attempt of an executor that keeps them starts from the newest checkpoint the log
 holds whose file still has its recorded size and sha256 (`restored`; each unusable one is
 `checkpoint_rejected` and the one before it is tried), logs each checkpoint the executor stores
 (`checkpointed`, after its step's progress) and removes those the log no longer keeps; a
 graceful stop asks the executor to checkpoint where it stops. Once the job ends, its checkpoints go.
+An attempt removes no checkpoint file of a later attempt (its state may be behind: the job moved on).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import AsyncGenerator, Callable, Collection
+from collections.abc import AsyncGenerator, Callable, Collection, Sequence
 from contextlib import aclosing
 from dataclasses import replace
 from typing import cast
@@ -29,9 +37,9 @@ import anyio.abc
 
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.base import Conflict
-from h3core.adapters.store.nodes import LeaseLost
+from h3core.adapters.store.nodes import LeaseLost, node_leases
 from h3core.domain.events import Artifact, Body, Checkpoint, Checkpointed, CheckpointRejected, Progress, Restored
-from h3core.domain.state import JobState
+from h3core.domain.state import IllegalEvent, JobState
 from h3core.executors.base import (
     Checkpointing,
     CheckpointSaved,
@@ -58,6 +66,16 @@ log = logging.getLogger("h3core.runner")
 # written in order; the executor does not wait for each to reach the disk (the terminal event
 # does wait for all of them), so a slow or busy store costs a job no time per step.
 PROGRESS_IN_FLIGHT = 16
+
+# The store's refusals of what an attempt reports that mean the job no longer runs the attempt:
+# another writer ended or re-queued it, or adopted its video (this process settles every report
+# of an attempt before writing its end, so it is never the one). `attempt_order` too, where what
+# was refused names this attempt: the job runs another one.
+MOVED_ON = frozenset({"not_running", "after_terminal", "recovered_then_done"})
+
+
+class AttemptLost(Exception):
+    """The attempt is no longer this node's (`Attempt.lost` says why): its driver stops."""
 
 
 class Supervisor:
@@ -87,12 +105,23 @@ class Supervisor:
             attempt.cancel = True
             attempt.wake()
 
+    def leased(self) -> dict[str, float]:
+        """The attempts this node still runs and may write for, each with when it began here."""
+        return {j: a.began for j, a in self.attempts.items() if not a.ended and a.lost is None}
+
+    def lose(self, job_id: str, why: str, holder: str | None = None) -> None:
+        """The job's attempt is no longer this node's (its heartbeat found the lease gone; `holder`:
+        the node holding it now, if one does): stop it and write nothing more for it."""
+        attempt = self.attempts.get(job_id)
+        if attempt is not None and not attempt.ended:
+            self._lose(attempt, why, holder)
+
     async def watch_store(self) -> None:
         """Notice cancels other processes stored for our running jobs."""
         while True:
             await anyio.sleep(self.config.poll_interval_s)
             for job_id, attempt in list(self.attempts.items()):
-                if attempt.cancel:
+                if attempt.cancel or attempt.lost is not None:
                     continue
                 state = await self.journal.read(self.journal.store.get, job_id)
                 if state is not None and state.cancel_requested:
@@ -147,16 +176,18 @@ class Supervisor:
                         if isinstance(update, Result):
                             a.result = _checked(update)
                         elif isinstance(update, Progress):
-                            if not a.ended:
+                            if not a.ended and a.lost is None:
                                 await self._report(a, update)
                         elif isinstance(update, CheckpointSaved):
-                            if not a.ended:
+                            if not a.ended and a.lost is None:
                                 await self._logged(a, update)
                         elif not isinstance(update, Heartbeat):
                             raise TypeError(f"executor yielded {update!r}, not Progress, Heartbeat or Result")
                 await self._settle(a)  # a refused progress event fails the attempt
             if a.result is None and not scope.cancel_called:
                 a.error = ("executor_error", "executor finished without a result", None)
+        except AttemptLost:  # `_lose` said why; the executor's work was stopped on the way out
+            pass
         except StoppedWithCheckpoint as stopped:  # h3core's own stop, and the executor checkpointed there
             a.at_stop = stopped.saved
         except FinishedBeforeStop as finished:  # stopped (a cancel, a stall) after the work had finished
@@ -190,12 +221,16 @@ class Supervisor:
         wait for it to be written), then remove the ones the log no longer keeps: a job holds its
         newest two, and those still on their way to the log, whatever its length."""
         await self._report(a, Checkpointed(checkpoint=saved.checkpoint, paused_s=saved.paused_s, write_s=saved.write_s))
+        if a.lost is not None:  # its state is behind the job's: what it would remove may be another's
+            return
         coming = {b.checkpoint.path for item in a.reported for b in item.bodies if isinstance(b, Checkpointed)}
         await self._prune(a.state, also=coming)
 
     async def _prune(self, state: JobState, also: Collection[str] = ()) -> None:
         """Remove the job's checkpoint files its log does not keep (all of them once it ended), but
-        those in `also`."""
+        those in `also` and those of attempts after `state`'s: `state` may be behind the job (its
+        attempt lost, or the job queued again and claimed elsewhere), whose later attempt's files
+        are not this one's to judge."""
         if self.artifacts is None:
             return
         artifacts = self.artifacts
@@ -203,7 +238,7 @@ class Supervisor:
 
         def prune() -> None:
             for f in artifacts.checkpoint_files(state.job_id):
-                if f.path not in keep:
+                if f.path not in keep and (state.terminal or f.attempt <= state.attempt):
                     artifacts.remove(f.path)
 
         try:
@@ -223,12 +258,23 @@ class Supervisor:
             else:
                 data, why = await anyio.to_thread.run_sync(_read_checked, self.artifacts, cp)
             if why is None:
-                a.state = await self.journal.append(a.state.job_id, [Restored(attempt=a.state.attempt, checkpoint=cp)])
+                await self._write_own(a, Restored(attempt=a.state.attempt, checkpoint=cp))
                 return replace(spec, resume=Resume(cp, data), last_step=cp.step)
-            rejected = CheckpointRejected(attempt=a.state.attempt, checkpoint=cp, reason=why)
-            a.state = await self.journal.append(a.state.job_id, [rejected])
+            await self._write_own(a, CheckpointRejected(attempt=a.state.attempt, checkpoint=cp, reason=why))
             log.warning("job %s: checkpoint %s unusable: %s", a.state.job_id, cp.path, why, extra={"job_id": a.state.job_id})
         return spec
+
+    async def _write_own(self, a: Attempt, body: Body) -> None:
+        """Append what only the attempt's own process writes, directly (not through the writer): a
+        refusal that says the job no longer runs the attempt loses it (`AttemptLost`)."""
+        try:
+            a.state = await self.journal.append(a.state.job_id, [body])
+        except (Conflict, IllegalEvent) as exc:
+            lost = _lost_by(exc, [body], a.state.attempt)
+            if lost is None:
+                raise
+            self._lose(a, *lost)
+            raise AttemptLost(a.lost) from None
 
     async def _settle(self, a: Attempt, *, keep: int = 0, quiet: bool = False) -> None:
         """Wait until at most `keep` of the attempt's progress events are unwritten."""
@@ -237,14 +283,27 @@ class Supervisor:
             self._settled(a, quiet=quiet)
 
     def _settled(self, a: Attempt, *, quiet: bool = False) -> None:
-        """Take the outcomes of the progress events written so far: the newest state, or the
-        store's refusal (an executor breaking the progress contract), raised unless `quiet`."""
+        """Take the outcomes of the reports written so far: the newest state, or the store's
+        refusal, raised unless `quiet`: `AttemptLost` where the job no longer runs the attempt
+        (refused so, or written onto a job that moved on), else the refusal itself (an executor
+        breaking the progress or checkpoint contract)."""
         while a.reported and a.reported[0].done.is_set():
             item = a.reported.pop(0)
             outcome = item.outcome
             if isinstance(outcome, Exception):
-                if not quiet:
+                lost = _lost_by(outcome, item.bodies, a.state.attempt)
+                if lost is not None:
+                    self._lose(a, *lost)
+                    if not quiet:
+                        raise AttemptLost(a.lost)
+                elif not quiet:
                     raise outcome
+            elif outcome is not None and (moved := _moved_on(a.state, outcome[0])) is not None:
+                # Written, but onto the job after it moved on: a store that does not fence
+                # (SQLite's) took a step onto another attempt. Its end is not this one's to write.
+                self._lose(a, *moved)
+                if not quiet:
+                    raise AttemptLost(a.lost)
             elif outcome is not None:
                 a.state = outcome[0]
                 if log.isEnabledFor(logging.DEBUG):  # steps are logged at DEBUG: spare the hot path otherwise
@@ -264,11 +323,14 @@ class Supervisor:
         An attempt already being stopped (a cancel, a stall) is stopped as it was."""
         a.stopping = True
         # A lost store stops the work too: this process is going away without a way to record it.
-        resumable = self.journal.lost is None and can_resume(self.executor, a.state)
+        # So does a lost attempt: the job is another node's now, its work is neither left running
+        # nor checkpointed here.
+        ours = self.journal.lost is None and a.lost is None
+        resumable = ours and can_resume(self.executor, a.state)
         if not driver.cancel_called and not a.cancel and not a.driver_done and resumable:
             assert isinstance(self.executor, Resumable) and a.state.executor_ref is not None
             a.detached = self.executor.detach(_spec(a.state), a.state.executor_ref)
-        graceful = self.journal.lost is None and not driver.cancel_called and not a.cancel and not a.driver_done
+        graceful = ours and not driver.cancel_called and not a.cancel and not a.driver_done
         if graceful and not a.detached and isinstance(self.executor, Checkpointing) and self._checkpoints():
             self.executor.save_on_stop(_spec(a.state))
         driver.cancel()
@@ -278,14 +340,14 @@ class Supervisor:
         deadline = anyio.current_time() + (cfg.attempt_deadline_s or math.inf)
         while not a.driver_done:
             now = anyio.current_time()
-            if a.cancel or now >= a.last_touch + cfg.stall_timeout_s or now >= deadline:
+            if a.cancel or a.lost is not None or now >= a.last_touch + cfg.stall_timeout_s or now >= deadline:
                 break
             signal = a.signal
             with anyio.move_on_after(min(a.last_touch + cfg.stall_timeout_s, deadline) - now):
                 await signal.wait()
         else:
             return
-        if not a.cancel:
+        if not a.cancel and a.lost is None:
             stalled = anyio.current_time() >= a.last_touch + cfg.stall_timeout_s
             a.stop_reason = "stalled" if stalled else "deadline"
         driver.cancel()
@@ -311,9 +373,13 @@ class Supervisor:
 
     async def _write_end(self, a: Attempt, *, interrupted: bool, grace_expired: bool) -> None:
         await self._settle(a, quiet=True)  # the terminal event comes after every progress event
+        body: Body | None = None
         try:
-            if a.at_stop is not None:
+            if a.at_stop is not None and a.lost is None:
                 await self._log_at_stop(a, a.at_stop)
+            if a.lost is not None:  # found so now, or before: not this node's to end
+                self._not_recorded(a)
+                return
             body = end_event(a, self.config, interrupted=interrupted, grace_expired=grace_expired)
             await self._write_outcome(a, body, interrupted=interrupted, grace_expired=grace_expired)
             if a.state.terminal or a.state.status == "queued":
@@ -322,7 +388,7 @@ class Supervisor:
             log.error(
                 "job %s: its end (%s) cannot be written, the store is unusable; it stays %s until the next start ends it",
                 a.state.job_id,
-                body.type,
+                body.type if body is not None else "after the checkpoint at its stop",
                 a.state.status,
                 extra={"job_id": a.state.job_id, "attempt": a.state.attempt, "error": str(exc)},
             )
@@ -339,7 +405,11 @@ class Supervisor:
         bodies.append(Checkpointed(checkpoint=cp, paused_s=saved.paused_s, write_s=saved.write_s))
         try:
             a.state = await self.journal.append(a.state.job_id, bodies, expected_seq=a.state.last_seq)
-        except (Conflict, ValueError) as exc:  # refused (a cancel meanwhile, a lease lost): the stop ends it as it would
+        except (Conflict, ValueError) as exc:  # refused: a cancel meanwhile (the stop ends it as it would), or lost
+            lost = _lost_by(exc, bodies, a.state.attempt)
+            if lost is not None:
+                self._lose(a, *lost)
+                return
             log.warning(
                 "job %s: the checkpoint at its stop is not logged: %s", a.state.job_id, exc, extra={"job_id": a.state.job_id}
             )
@@ -350,18 +420,96 @@ class Supervisor:
                 a.state = await self.journal.append(a.state.job_id, [body], expected_seq=a.state.last_seq)
                 return
             except LeaseLost as exc:
-                # Another node took the attempt over (this node had stopped beating): its end is written.
-                log.warning("job %s: %s; its end here is not written", a.state.job_id, exc, extra={"job_id": a.state.job_id})
+                # Another node took the attempt over (this node had stopped beating): it ends it.
+                self._lose(a, str(exc), exc.holder)
+                self._not_recorded(a)
                 return
             except Conflict:
-                # Someone appended meanwhile (a cancel request): reload and decide again.
+                # Someone appended meanwhile: a cancel request (decide again), or another node that
+                # took the attempt over and moved the job on (then it is not ours to end).
                 current = await self.journal.read(self.journal.store.get, a.state.job_id)
-                if current is None or current.terminal:
+                moved = _moved_on(a.state, current)
+                if moved is not None:
+                    self._lose(a, *moved)
+                    self._not_recorded(a)
                     return
+                assert current is not None  # a job that is gone has moved on
                 if current.cancel_requested:
                     a.cancel = True
                 a.state = current
                 body = end_event(a, self.config, interrupted=interrupted, grace_expired=grace_expired)
+
+    def _lose(self, a: Attempt, why: str, holder: str | None = None) -> None:
+        """The attempt is no longer this node's: its driver and watcher stop, and nothing more is
+        written for it (said once, with who holds the job now where that is known)."""
+        if a.lost is not None:
+            return
+        a.lost = why
+        a.wake()
+        leases = node_leases(self.journal.store)
+        node = leases.node_id if leases is not None else None
+        log.warning(
+            "job %s: attempt %d is lost to this node (%s): its work is stopped here and nothing more is written for it",
+            a.state.job_id,
+            a.state.attempt,
+            why,
+            extra={"job_id": a.state.job_id, "attempt": a.state.attempt, "node": node, "holder": holder, "why": why},
+        )
+
+    def _not_recorded(self, a: Attempt) -> None:
+        """Say so where the lost attempt had finished its video, or stored a checkpoint where
+        h3core's stop stopped it: neither is the job's (another node's attempt makes the video,
+        or adopted this one's if it found it committed; gc removes what is left)."""
+        if a.result is not None:
+            log.warning(
+                "job %s: attempt %d finished its video %s after the attempt was lost to this node: not recorded",
+                a.state.job_id,
+                a.state.attempt,
+                a.result.artifact.path,
+                extra={"job_id": a.state.job_id, "attempt": a.state.attempt, "path": a.result.artifact.path},
+            )
+        if a.at_stop is not None and a.at_stop.checkpoint not in a.state.checkpoints:
+            path = a.at_stop.checkpoint.path
+            log.warning(
+                "job %s: attempt %d stored the checkpoint %s at its stop after the attempt was lost to this node: not logged",
+                a.state.job_id,
+                a.state.attempt,
+                path,
+                extra={"job_id": a.state.job_id, "attempt": a.state.attempt, "path": path},
+            )
+
+
+def _lost_by(refusal: Exception, bodies: Sequence[Body], attempt: int) -> tuple[str, str | None] | None:
+    """Why the store's refusal of `bodies`, reported for `attempt`, means the job no longer runs
+    the attempt (and who holds it now, where the store said), or None: the executor broke its
+    contract (a step or checkpoint out of order)."""
+    if isinstance(refusal, LeaseLost):
+        return str(refusal), refusal.holder
+    if not isinstance(refusal, IllegalEvent):
+        return None
+    ours = all(_attempt_of(b) in (None, attempt) for b in bodies)
+    if refusal.code in MOVED_ON or (refusal.code == "attempt_order" and ours):
+        return f"the store refused its {'/'.join(b.type for b in bodies)}: {refusal}", None
+    return None
+
+
+def _attempt_of(body: Body) -> int | None:
+    """The attempt a report names, if it names one (progress does not)."""
+    if isinstance(body, Checkpointed):
+        return body.checkpoint.attempt
+    return getattr(body, "attempt", None)
+
+
+def _moved_on(mine: JobState, current: JobState | None) -> tuple[str, str | None] | None:
+    """Why the job, as read again after a conflict, no longer runs the attempt `mine` runs (and the
+    node running it now, if one does), or None while it still does."""
+    if current is None:
+        return "the job is gone from the store", None
+    if current.status == "running" and current.attempt == mine.attempt:
+        return None
+    holder = current.info.get("node") if current.status == "running" else None
+    where = f" on node {holder}" if holder else ""
+    return f"the job moved on meanwhile: it is {current.status}, at attempt {current.attempt}{where}", holder
 
 
 def _checked(result: Result) -> Result:

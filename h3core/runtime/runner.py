@@ -203,7 +203,16 @@ class Runner:
         async with anyio.create_task_group() as tg:
             await self.submissions.watch_nodes(tg)
             if heartbeat is not None:  # other nodes' dead attempts: taken over, ended, retried
-                tg.start_soon(watch_nodes, self._journal, heartbeat, info, self.artifacts, self.config.lease_s, self.executor)
+                tg.start_soon(
+                    watch_nodes,
+                    self._journal,
+                    heartbeat,
+                    info,
+                    self.artifacts,
+                    self.config.lease_s,
+                    self._supervisor,
+                    self.executor,
+                )
             for state in resumable:  # re-attach first: their work is already running
                 await slots.acquire()
                 tg.start_soon(functools.partial(self._supervisor.job, state, slots, resume=True))

@@ -47,6 +47,10 @@ def transient(exc: BaseException) -> bool:
     psycopg = sys.modules.get("psycopg")  # loaded only where a PostgreSQL store is in use
     if psycopg is not None and isinstance(exc, psycopg.OperationalError):  # the pool's timeout included
         return True
+    # The server ended a transaction that waited on this process too long (it was frozen: the
+    # PostgreSQL store's module docstring): a later try, on a fresh connection, goes through.
+    if psycopg is not None and isinstance(exc, psycopg.errors.IdleInTransactionSessionTimeout):
+        return True
     return isinstance(exc, sqlite3.DatabaseError) and not isinstance(
         exc, (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.NotSupportedError, sqlite3.DataError)
     )

@@ -37,7 +37,20 @@ import pytest
 
 from h3core.adapters.store.base import EventStore, utc_now
 from h3core.adapters.store.nodes import LeaseLost, NodeInfo, NodeLeases, NodeTaken, WithNodeLeases
-from h3core.domain.events import Admitted, AttemptFailed, CancelRequested, Done, Progress, Running
+from h3core.domain.events import (
+    Admitted,
+    AttemptFailed,
+    CancelRequested,
+    Checkpoint,
+    Checkpointed,
+    CheckpointRejected,
+    Detached,
+    Done,
+    Progress,
+    Restored,
+    Resumed,
+    Running,
+)
 from h3core.domain.retry import RetryPolicy
 from h3core.testing.factories import artifact, submitted
 
@@ -61,12 +74,18 @@ def _until(check: Callable[[], Any], what: str) -> Any:
     return out
 
 
-def _run(store, job: str, attempt: int = 1) -> None:
-    """Submit and queue `job` (unless it is) and start `attempt` on `store`'s node: its lease."""
+def _run(store, job: str, attempt: int = 1, ref: str | None = None) -> None:
+    """Submit and queue `job` (unless it is) and start `attempt` on `store`'s node: its lease.
+    `ref`: the executor's work for it, as a resumable executor names it."""
     if store.get(job) is None:
         retry = RetryPolicy(max_attempts=3, retry_on=("interrupted",))
         store.append(job, [submitted(retry=retry, steps=4), Admitted()])
-    store.append(job, [Running(attempt=attempt, executor="fake")])
+    store.append(job, [Running(attempt=attempt, executor="fake", executor_ref=ref)])
+
+
+def _checkpoint(attempt: int, step: int) -> Checkpoint:
+    """A checkpoint record of `attempt` at `step` of 4 (no file behind it)."""
+    return Checkpoint(attempt=attempt, step=step, total=4, path=f"j/checkpoint-{attempt}-{step}.ckpt", bytes=10, sha256="a" * 64)
 
 
 def _gone_pid() -> int:
@@ -145,6 +164,40 @@ class NodeLeasesContract:
         api.append("j", [Progress(step=1, total=4)])
         assert [e.type for e in a.events("j")][-2:] == ["cancel_requested", "progress"]
         assert a.leases.lease_holders() == {"j": "a"}  # neither moved the lease
+
+    def test_only_the_process_that_started_or_resumed_an_attempt_reports_onto_it(self, open_node):
+        """A replacement process joined under node a's id while the old one was frozen, ended its
+        attempt and started the next: the old process's reports must not land on the new attempt."""
+        old, new = open_node("a"), open_node("a")
+        _run(old, "j")
+        old.append("j", [Progress(step=1, total=4), Checkpointed(checkpoint=_checkpoint(1, 1))])
+        new.append("j", [AttemptFailed(kind="interrupted", message="a started again", attempt=1)])  # its recovery
+        _run(new, "j", attempt=2)
+        kept = _checkpoint(1, 1)  # what attempt 2 may continue from
+        for report in (
+            [Progress(step=2, total=4)],
+            [Restored(attempt=2, checkpoint=kept)],
+            [CheckpointRejected(attempt=2, checkpoint=kept, reason="not the old process's to say")],
+        ):
+            with pytest.raises(LeaseLost, match="not started or resumed by this process"):
+                old.append("j", report)
+        (refused,) = old.append_batch([("j", [Progress(step=2, total=4)], None)])
+        assert isinstance(refused, LeaseLost)  # in a group commit, returned in place
+        new.append("j", [Restored(attempt=2, checkpoint=kept)])  # the process that started it reports
+        new.append("j", [Progress(step=2, total=4), Checkpointed(checkpoint=_checkpoint(2, 2))])
+        old.append("j", [CancelRequested(reason="anyone may ask")])
+        assert [e.type for e in new.events("j")][-4:] == ["restored", "progress", "checkpointed", "cancel_requested"]
+        assert new.leases.lease_holders() == {"j": "a"}
+
+    def test_a_process_that_resumed_an_attempt_reports_onto_it_and_the_one_that_left_it_does_not(self, open_node):
+        left, resumed = open_node("a"), open_node("a")
+        _run(left, "j", ref="work-1")
+        left.append("j", [Detached(attempt=1, executor_ref="work-1")])
+        resumed.append("j", [Resumed(attempt=1, executor_ref="work-1", after_s=1.0)])  # after a restart
+        resumed.append("j", [Progress(step=1, total=4)])
+        with pytest.raises(LeaseLost):
+            left.append("j", [Progress(step=2, total=4)])
+        assert [e.type for e in resumed.events("j")][-2:] == ["resumed", "progress"]
 
     # -- leases end with their attempt ---------------------------------------------------
 

@@ -1,9 +1,11 @@
 """Several runner nodes on one PostgreSQL store: claims never hand one job to two nodes, a dead
 node's attempts are taken over and retried, a node that lost its lease cannot write onto the
-attempt, and the heartbeat goes on while the executor blocks the event loop."""
+attempt (and stops it, writing nothing more for it), and the heartbeat goes on while the executor
+blocks the event loop."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,7 +15,7 @@ import pytest
 from anyio.from_thread import start_blocking_portal
 
 from h3core import FakeExecutor, FakeLimits, FakePlan, LocalArtifactStore, RetryPolicy, Runner, RunnerConfig
-from h3core.adapters.store.nodes import LeaseLost, WithNodeLeases
+from h3core.adapters.store.nodes import Expired, LeaseLost, WithNodeLeases
 from h3core.adapters.store.postgres import PostgresEventStore
 from h3core.domain.events import Admitted, AttemptFailed, CancelRequested, Progress, Running
 from h3core.executors.base import Heartbeat as Beat
@@ -31,14 +33,19 @@ def config(**kw) -> RunnerConfig:
 
 @asynccontextmanager
 async def nodes(
-    url: str, tmp_path, names: list[str], plan: FakePlan, limits: dict[str, FakeLimits] | None = None, **kw
+    url: str, tmp_path, names: list[str], plan: FakePlan, limits: dict[str, FakeLimits] | None = None, plans=None, **kw
 ) -> AsyncIterator[list[Runner]]:
     """Runner nodes on one store (each its own store object, pool and node id), one artifact folder;
-    `limits`: what a node's executor can run, by node (default: anything)."""
+    `limits`: what a node's executor can run, by node (default: anything); `plans`: the fake's plan by attempt."""
     artifacts = LocalArtifactStore(tmp_path / "artifacts")
     stores = [PostgresEventStore(url, node=name) for name in names]
     runners = [
-        Runner(s, FakeExecutor(artifacts, default=plan, limits=(limits or {}).get(name)), config(**kw), artifacts=artifacts)
+        Runner(
+            s,
+            FakeExecutor(artifacts, default=plan, plans=plans, limits=(limits or {}).get(name)),
+            config(**kw),
+            artifacts=artifacts,
+        )
         for name, s in zip(names, stores, strict=True)
     ]
     try:
@@ -55,6 +62,14 @@ async def nodes(
 def runs(store, job_id) -> list[tuple[int, str]]:
     """(attempt, node) of each `running` event of the job."""
     return [(e.body.attempt, e.body.info.get("node")) for e in store.events(job_id) if isinstance(e.body, Running)]
+
+
+def writers(url: str, job_id: str) -> list[tuple[int, str, str | None]]:
+    """(seq, type, node that wrote it) of each of the job's events, as the store recorded them."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT seq, type, node FROM events WHERE job_id = %s ORDER BY seq", (job_id,)).fetchall()
 
 
 async def test_two_nodes_share_one_queue_and_no_job_is_claimed_twice(pg_url, tmp_path):
@@ -232,3 +247,86 @@ async def test_ending_a_dead_attempt_reads_again_after_a_conflict_and_leaves_ano
     assert [e.type for e in me.events("k")][-2:] == ["attempt_failed", "running"]
     for s in (dead, me, b):
         s.close()
+
+
+def test_progress_onto_an_attempt_this_process_did_not_start_is_refused_even_under_its_node_id(pg_url):
+    """A replacement process joined under node a's id while the old one was frozen, ended its attempt
+    and started the next: the old process's progress must not land on the new attempt."""
+    old, new = PostgresEventStore(pg_url, node="a"), PostgresEventStore(pg_url, node="a")
+    old.append("j", [submitted(steps=4), Admitted()])
+    old.append("j", [Running(attempt=1, executor="x")])
+    old.append("j", [Progress(step=1, total=4)])
+    new.append("j", [AttemptFailed(kind="interrupted", message="a started again", attempt=1)])  # its recovery
+    new.append("j", [Running(attempt=2, executor="x")])
+    with pytest.raises(LeaseLost, match="attempt 2 was not started or resumed by this process of node a"):
+        old.append("j", [Progress(step=3, total=4)])
+    new.append("j", [Progress(step=1, total=4)])  # the process that started it reports
+    old.append("j", [CancelRequested(reason="anyone may ask")])
+    assert [e.type for e in new.events("j")][-3:] == ["running", "progress", "cancel_requested"]
+    old.close()
+    new.close()
+
+
+def test_each_event_records_the_node_that_wrote_it(pg_url, pg_server):
+    a, plain = PostgresEventStore(pg_url, node="a"), PostgresEventStore(pg_url)
+    a.append("j", [submitted(), Admitted()])
+    a.append("j", [Running(attempt=1, executor="x")])
+    plain.append("j", [CancelRequested(reason="from an API process opened without a node id")])
+    assert writers(pg_url, "j") == [
+        (1, "submitted", "a"),
+        (2, "admitted", "a"),
+        (3, "running", "a"),
+        (4, "cancel_requested", None),
+    ]
+    elsewhere = pg_server.fresh_schema()
+    copy = PostgresEventStore(elsewhere, node="b")
+    assert copy.import_events(a.events("j")) == 4  # events made elsewhere: their writer is not known here
+    assert {node for _, _, node in writers(elsewhere, "j")} == {None}
+    for s in (a, plain, copy):
+        s.close()
+
+
+@pytest.mark.parametrize("noticed_by", ["progress", "heartbeat"])
+async def test_a_node_whose_lease_was_taken_stops_the_attempt_writes_nothing_more_for_it_and_runs_the_retry(
+    pg_url, tmp_path, caplog, noticed_by
+):
+    caplog.set_level(logging.WARNING, "h3core.runner")
+    # Attempt 1 steps on (a refused progress event tells it) or hangs (then only its heartbeat can).
+    first = FakePlan(step_seconds=0.05) if noticed_by == "progress" else FakePlan(hang_at=2)
+    taker = PostgresEventStore(pg_url, node="b")
+    async with nodes(pg_url, tmp_path, ["a"], FakePlan(), plans=lambda job: first if job.attempt == 1 else None) as (a,):
+        job = (await a.submit(request(steps=40))).job_id
+        await until(lambda: a.store.get(job).step, 30, "attempt 1's first step")
+        assert taker.leases.take_lease(Expired(job_id=job, attempt=1, node_id="a", age_s=0.0), 0.0)  # as a node taking over
+        await until(lambda: job not in a._supervisor.busy, 30, "node a to stop attempt 1")
+        assert a.executor.cleanups == 1, "attempt 1's work was stopped"
+        # Nothing written by a since: the taker's end goes in at the seq it read (else a conflict fails it).
+        seen = taker.get(job)
+        assert seen.status == "running" and seen.attempt == 1
+        taker.append(job, [AttemptFailed(kind="interrupted", message="b took it over", attempt=1)], expected_seq=seen.last_seq)
+        await until(lambda: a.store.get(job).terminal, 30, "node a to run the retry")  # a live attempt writes its end
+    state = taker.get(job)
+    assert state.status == "done" and runs(taker, job) == [(1, "a"), (2, "a")]
+    assert [(t, n) for seq, t, n in writers(pg_url, job) if seq > seen.last_seq][:2] == [
+        ("attempt_failed", "b"),
+        ("running", "a"),
+    ]
+    (lost,) = [r.getMessage() for r in caplog.records if "is lost to this node" in r.getMessage()]
+    assert f"job {job}: attempt 1 is lost" in lost and "node b" in lost
+    if noticed_by == "heartbeat":
+        assert "the heartbeat did not renew its lease: node b holds it now" in lost
+    assert not [r for r in caplog.records if "failed job" in r.getMessage()]
+    taker.close()
+
+
+def test_a_lease_is_gone_only_where_a_beat_begun_after_the_attempt_began_did_not_renew_it():
+    from types import SimpleNamespace
+
+    from h3core.runtime._nodes import NodeHeartbeat, not_renewed
+
+    heartbeat = NodeHeartbeat(SimpleNamespace(node_id="a"), a_info(), 1.0)  # not started: its beats are set here
+    began = {"taken": 10.0, "kept": 10.0, "claimed-since": 20.0}  # when each attempt began (time.monotonic)
+    assert not_renewed(heartbeat, began) == []  # no beat yet
+    heartbeat.last = (15.0, frozenset({"kept"}))
+    # "claimed-since" began after that beat: its lease may not have been there to renew.
+    assert not_renewed(heartbeat, began) == ["taken"]

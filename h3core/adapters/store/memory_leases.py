@@ -62,11 +62,13 @@ class MemoryNodeLeases:
         """A fake of its own; `as_node` gives other nodes' views of it."""
         self.node_id = node_id
         self._table = _Table(now)
+        self._started: dict[str, int] = {}  # the attempts this view (its process) started or resumed: `Fence.keep_starts`
 
     def as_node(self, node_id: str | None) -> MemoryNodeLeases:
         """Node `node_id`'s view of the same nodes and leases."""
         view = copy.copy(self)  # shares the table: one fake, another node
         view.node_id = node_id
+        view._started = {}  # another process: it started none of this one's attempts
         return view
 
     def _me(self) -> str:
@@ -84,10 +86,12 @@ class MemoryNodeLeases:
                 for j, s in states.items()
                 if s is not None and s.status == "running" and (lease := self._table.leases.get(j)) is not None
             }
-        return Fence(self.node_id, held)
+        return Fence(self.node_id, held, {j: self._started[j] for j in states if j in self._started})
 
     def settle(self, fence: Fence, touched: set[str]) -> None:
-        """Keep the fence's lease changes for the jobs the append stored events for (taken or kept: renewed now)."""
+        """Keep the fence's lease changes for the jobs the append stored events for (taken or kept:
+        renewed now), and what it changed of this view's own attempts."""
+        fence.keep_starts(self._started, touched)
         with self._table.lock:
             for job_id, lease in fence.changes(touched).items():
                 if lease is None:

@@ -14,6 +14,13 @@ fake (`memory_leases.MemoryNodeLeases`, fencing a `MemoryNodesEventStore`):
   The check is made inside the append's own write (its transaction, under its lock), never before
   it: a lease taken over between a check and the write would let the write through. `Fence` is
   that check and the lease changes an append makes, for an implementation to run inside its write.
+- **Reports from the attempt's own process.** It also refuses, with `LeaseLost`, what only the
+  process running an attempt reports onto it (`OWN_REPORTS`: progress, checkpoints logged,
+  restored or rejected) onto a running attempt that this store object (this process) did not
+  start or resume, or that it left running (`detached`): a process that lost an attempt cannot
+  report onto a later attempt of the job, not even one its node id holds again (a replacement
+  process joined under the id while it was frozen). Ends, adoptions and cancel requests are not
+  reports: recovery and takeover write them for attempts they did not start.
 - **Leases end with their attempt.** An append that leaves the job not running drops its lease.
 - **Takeover is optimistic.** `take_lease` moves a lease only if it is still held by the node the
   caller saw and still older than the lease length, in one statement: of two nodes taking over, or
@@ -42,7 +49,17 @@ from pydantic import BaseModel
 
 from h3core.adapters.store.base import Conflict
 from h3core.domain.capabilities import Capabilities
-from h3core.domain.events import Body, CancelRequested, Resumed, Running
+from h3core.domain.events import (
+    Body,
+    CancelRequested,
+    Checkpointed,
+    CheckpointRejected,
+    Detached,
+    Progress,
+    Restored,
+    Resumed,
+    Running,
+)
 from h3core.domain.state import JobState
 
 __all__ = [
@@ -53,6 +70,7 @@ __all__ = [
     "NodeLeases",
     "NodeRow",
     "NodeTaken",
+    "OWN_REPORTS",
     "Turn",
     "Turns",
     "WithNodeLeases",
@@ -62,8 +80,19 @@ __all__ = [
 ]
 
 
+# What only the process running an attempt writes onto it, and only while it does (the module
+# docstring's reports from the attempt's own process).
+OWN_REPORTS = (Progress, Checkpointed, Restored, CheckpointRejected)
+
+
 class LeaseLost(Conflict):
-    """The job's running attempt is leased to another node: this node no longer owns it."""
+    """The job's running attempt is not this node's to write onto: another node holds its lease
+    (`holder`, where known), or this process did not start it (see the module's contract)."""
+
+    def __init__(self, message: str, holder: str | None = None) -> None:
+        """`holder`: the node whose lease the attempt is under now, where the store knows."""
+        super().__init__(message)
+        self.holder = holder
 
 
 class NodeTaken(RuntimeError):
@@ -201,36 +230,74 @@ def node_leases(store: object) -> NodeLeases | None:
 
 class Fence:
     """The leases of the jobs one write touches, read inside that write (its transaction, under
-    its lock): `check` refuses what the contract's fenced writes refuse, `record` makes the lease
-    change an append makes, `changes` is what to write back before the write commits. Pure: each
-    implementation of `NodeLeases` reads and writes the leases its own way, and decides alike."""
+    its lock), and the attempts among them this process started or resumed: `check` refuses what
+    the contract's fenced writes refuse, `record` makes the lease change an append makes, `changes`
+    is what to write back before the write commits, and `keep_starts` brings this process's own
+    attempts up to the write. No I/O: each implementation of `NodeLeases` reads and writes the
+    leases its own way, keeps its process's attempts itself, and decides alike."""
 
-    def __init__(self, node_id: str | None, held: Mapping[str, tuple[str, int] | None]) -> None:
-        """`held`: (node, attempt) of each running job's lease, as read in the write; jobs with none are left out."""
+    def __init__(
+        self, node_id: str | None, held: Mapping[str, tuple[str, int] | None], started: Mapping[str, int] | None = None
+    ) -> None:
+        """`held`: (node, attempt) of each running job's lease, as read in the write; jobs with none
+        are left out. `started`: the attempt of each job this process started or resumed, as it
+        kept them (jobs with none left out)."""
         self.node_id = node_id
         self._held = dict(held)
+        self._started: dict[str, int | None] = dict(started or {})
+        self._starts: set[str] = set()  # the jobs whose own attempt this write started or ended
 
     def check(self, state: JobState | None, bodies: Sequence[Body]) -> None:
         """Raise `LeaseLost` where `bodies` go onto a running attempt another node leases (a cancel
-        request comes from anywhere; a store opened for no node is not fenced)."""
-        lease = self._held.get(state.job_id) if state is not None else None
-        if self.node_id is None or state is None or state.status != "running" or lease is None:
+        request comes from anywhere), or report onto one this process did not start or resume (a
+        store opened for no node is not fenced)."""
+        if self.node_id is None or state is None or state.status != "running":
             return
-        if lease != (self.node_id, state.attempt) and not all(isinstance(b, CancelRequested) for b in bodies):
-            raise LeaseLost(f"job {state.job_id}: attempt {state.attempt} is leased to node {lease[0]}, not {self.node_id}")
+        lease = self._held.get(state.job_id)
+        asks_cancel = all(isinstance(b, CancelRequested) for b in bodies)
+        if lease is not None and lease != (self.node_id, state.attempt) and not asks_cancel:
+            raise LeaseLost(
+                f"job {state.job_id}: attempt {state.attempt} is leased to node {lease[0]}, not {self.node_id}", lease[0]
+            )
+        if self._started.get(state.job_id) != state.attempt and any(isinstance(b, OWN_REPORTS) for b in bodies):
+            raise LeaseLost(
+                f"job {state.job_id}: attempt {state.attempt} was not started or resumed by this process of node "
+                f"{self.node_id}: its reports are not this process's to write",
+                lease[0] if lease is not None else None,
+            )
 
     def record(self, state: JobState, bodies: Sequence[Body]) -> None:
         """`bodies` were folded into `state`: a job no longer running loses its lease, an attempt
-        this node starts (`running`) or re-attaches to (`resumed`) is leased to it."""
+        this node starts (`running`) or re-attaches to (`resumed`) is leased to it, and is this
+        process's own to report onto until it ends or the process leaves it (`detached`)."""
         if state.status != "running":
             self._held[state.job_id] = None
+            self._started[state.job_id] = None
+            self._starts.add(state.job_id)
         elif self.node_id is not None and any(isinstance(b, Running | Resumed) for b in bodies):
             self._held[state.job_id] = (self.node_id, state.attempt)
+            self._started[state.job_id] = state.attempt
+            self._starts.add(state.job_id)
+        elif any(isinstance(b, Detached) for b in bodies):
+            self._started[state.job_id] = None
+            self._starts.add(state.job_id)
 
     def changes(self, touched: set[str]) -> dict[str, tuple[str, int] | None]:
         """The leases of the jobs the write stored events for, each to take (and renew) as
         (node, attempt) or to drop as None; a job that had none and took none is left out."""
         return {j: lease for j, lease in self._held.items() if j in touched}
+
+    def keep_starts(self, started: dict[str, int], touched: set[str]) -> None:
+        """Bring `started`, this process's own attempts as it keeps them (by job), up to what the
+        write changed of them among the jobs it stored events for: an attempt started or resumed
+        is added, one that ended dropped. One taken over by another node stays until the job's
+        next start or end here: it admits no other attempt's reports."""
+        for job_id in self._starts & touched:
+            attempt = self._started[job_id]
+            if attempt is None:
+                started.pop(job_id, None)
+            else:
+                started[job_id] = attempt
 
 
 def another_live_process(was: NodeInfo, info: NodeInfo) -> bool:

@@ -17,6 +17,11 @@ A commit's effects are visible before its locks are released (PostgreSQL ends th
 the proc array first), so a reader that sees position n sees every position below it.
 
 Positions, deliveries and nodes' heartbeats are written without the events lock: they write no event.
+No transaction waits long on a stalled client (`_postgres`: a frozen node would hold the events
+lock), but those that fold whole logs in Python: refold, import and migration.
+
+Each event row records the node that wrote it (`events.node`; NULL for a store opened without a
+node id, and for imported events): who wrote what onto a job, for an audit of fencing.
 
 **Its parts.** The store is the event log and its projections, with two more parts for the nodes
 that share it, over the same connections (`_postgres.Connections`: one pool, one write lock):
@@ -39,7 +44,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from h3core.adapters.store._postgres import Connections
+from h3core.adapters.store._postgres import UNHURRIED, Connections
 from h3core.adapters.store._sql import POSTGRES, SQLReads, fold_fingerprint, refolded, unstored
 from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
 from h3core.adapters.store.postgres_leases import PostgresNodeLeases
@@ -119,8 +124,13 @@ def _v4(cur: psycopg.Cursor) -> None:
     cur.execute("CREATE INDEX jobs_videos ON jobs (queue_order) WHERE video_deleted_at IS NULL")
 
 
+def _v5(cur: psycopg.Cursor) -> None:
+    # Which node wrote each event (NULL before, and for a store opened without a node id).
+    cur.execute("ALTER TABLE events ADD COLUMN node text")
+
+
 # Index i migrates schema version i to i + 1. Add a function here, never edit an old one.
-MIGRATIONS: tuple[Callable[[psycopg.Cursor], None], ...] = (_v1, _v2, _v3, _v4)
+MIGRATIONS: tuple[Callable[[psycopg.Cursor], None], ...] = (_v1, _v2, _v3, _v4, _v5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _UPSERT_JOBS = (
@@ -132,8 +142,8 @@ _UPSERT_JOBS = (
     "last_seq = excluded.last_seq, state = excluded.state, tokens = excluded.tokens"
 )
 _INSERT_EVENTS = (
-    "INSERT INTO events (job_id, seq, type, at, body) "
-    "SELECT j, s, t, a, b FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::text[]) "
+    "INSERT INTO events (job_id, seq, type, at, body, node) "
+    "SELECT j, s, t, a, b, %s::text FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::text[]) "
     "WITH ORDINALITY AS x(j, s, t, a, b, n) ORDER BY n RETURNING id, job_id, seq"
 )
 
@@ -200,6 +210,7 @@ class PostgresEventStore(SQLReads):
         with self._db.pool.connection() as conn, conn.transaction():
             # Nodes starting together: one migrates, the others wait and find it done.
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.h3core.migrate'))")
+            conn.execute(UNHURRIED)
             schema = conn.execute("SELECT current_schema()").fetchone()
             assert schema is not None  # a SELECT without FROM returns one row
             if schema[0] is None:
@@ -229,7 +240,7 @@ class PostgresEventStore(SQLReads):
             _upsert(conn, refolded(conn, POSTGRES), {})
             conn.execute(POSTGRES.save_fold, (fingerprint,))
 
-        self._db.write(refold)
+        self._db.write(refold, unhurried=True)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -277,7 +288,7 @@ class PostgresEventStore(SQLReads):
             outcomes.append((new_state, events))
             fence.record(new_state, bodies)
         if written:
-            _store(conn, written, {s.job_id: s for s in states.values() if s is not None})
+            _store(conn, written, {s.job_id: s for s in states.values() if s is not None}, self._leases.node_id)
             conn.execute("SELECT pg_notify(%s, '')", (self._channel,))  # delivered at commit, to `wait_for_events`
             self._leases.settle(conn, fence, {e.job_id for e in written})
         return outcomes
@@ -302,11 +313,11 @@ class PostgresEventStore(SQLReads):
                 for key, owner in _key_owners(conn, list(keys)).items():
                     if owner != keys[key]:
                         raise Conflict(f"idempotency key {key!r} is already in use")
-                _store(conn, fresh, {s.job_id: s for s in states.values() if s is not None})
+                _store(conn, fresh, {s.job_id: s for s in states.values() if s is not None}, None)
                 conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
             return len(fresh)
 
-        return self._db.write(imported)
+        return self._db.write(imported, unhurried=True)
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -411,12 +422,14 @@ def _key_owners(conn: psycopg.Connection, keys: Sequence[str]) -> dict[str, str]
     )
 
 
-def _store(conn: psycopg.Connection, events: Sequence[Event], states: dict[str, JobState]) -> None:
-    """Insert `events` in order (positions drawn in that order) and bring the jobs they belong to
-    to `states`; a new job's queue order is its `Submitted` event's position."""
+def _store(conn: psycopg.Connection, events: Sequence[Event], states: dict[str, JobState], node: str | None) -> None:
+    """Insert `events` in order (positions drawn in that order), each recording `node` as its
+    writer, and bring the jobs they belong to to `states`; a new job's queue order is its
+    `Submitted` event's position."""
     rows = conn.execute(
         _INSERT_EVENTS,
         (
+            node,
             [e.job_id for e in events],
             [e.seq for e in events],
             [e.type for e in events],

@@ -6,7 +6,9 @@ even wait behind this process's write lock (a group commit in flight must not de
 lease). Ages are `now() - beat_at` on the server. The fence is the one part that runs inside the
 event log's append: `fence` reads the leases in the append's transaction (under the events lock)
 and `settle` writes what the append changed before it commits, so a node's write and the lease it
-is checked against are one transaction.
+is checked against are one transaction. The attempts this process started or resumed (what only it
+reports onto: the contract's reports from the attempt's own process) are kept in this object, one
+per store object, so in the process: a replacement process under the same node id has its own.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class PostgresNodeLeases:
         """`db`: the store's connections (this object opens none of its own)."""
         self._db = db
         self.node_id = node_id
+        # The attempt of each job this process started or resumed (`Fence.keep_starts`), kept as its
+        # appends are (under the store's write lock).
+        self._started: dict[str, int] = {}
 
     def _me(self) -> str:
         if self.node_id is None:
@@ -46,14 +51,18 @@ class PostgresNodeLeases:
         transaction, under the events lock, so every other append's lease changes committed
         before it or wait for it to commit."""
         running = [j for j, s in states.items() if s is not None and s.status == "running"]
+        started = {j: self._started[j] for j in states if j in self._started}
         if not running:
-            return Fence(self.node_id, {})
+            return Fence(self.node_id, {}, started)
         rows = conn.execute("SELECT job_id, node_id, attempt FROM leases WHERE job_id = ANY(%s)", (running,)).fetchall()
-        return Fence(self.node_id, {job_id: (node, attempt) for job_id, node, attempt in rows})
+        return Fence(self.node_id, {job_id: (node, attempt) for job_id, node, attempt in rows}, started)
 
     def settle(self, conn: psycopg.Connection, fence: Fence, touched: set[str]) -> None:
         """Write the fence's lease changes for the jobs the append stored events for, on its
-        transaction: those taken (or kept) renewed now, those ended dropped."""
+        transaction: those taken (or kept) renewed now, those ended dropped; and keep what it
+        changed of this process's own attempts (before the commit: a commit that fails leaves
+        one recorded that this process does not run, and whose lease it does not hold)."""
+        fence.keep_starts(self._started, touched)
         leases = fence.changes(touched)
         gone = [j for j, lease in leases.items() if lease is None]
         held = {j: lease for j, lease in leases.items() if lease is not None}

@@ -48,6 +48,13 @@ class _Unfenced(MemoryNodesEventStore):
     append = MemoryEventStore.append  # checks no lease
 
 
+class _ReportsFromAnyProcess(MemoryNodeLeases):
+    def fence(self, states):
+        fence = super().fence(states)
+        fence._started = {j: s.attempt for j, s in states.items() if s is not None}  # as if it started them all
+        return fence
+
+
 class _EveryTakerWins(MemoryNodeLeases):
     def take_lease(self, lease, lease_s):
         super().take_lease(lease, lease_s)
@@ -73,6 +80,10 @@ class _AgedByTheNodesClock(MemoryNodesEventStore):
     [
         (_Unfenced(), NodeLeasesContract.test_a_node_cannot_write_onto_an_attempt_another_node_leases),
         (
+            MemoryNodesEventStore(_ReportsFromAnyProcess()),
+            NodeLeasesContract.test_only_the_process_that_started_or_resumed_an_attempt_reports_onto_it,
+        ),
+        (
             MemoryNodesEventStore(_EveryTakerWins()),
             NodeLeasesContract.test_an_expired_lease_is_seen_by_other_nodes_only_and_one_of_two_takers_wins,
         ),
@@ -82,7 +93,7 @@ class _AgedByTheNodesClock(MemoryNodesEventStore):
         ),
         (_AgedByTheNodesClock(), NodeLeasesContract.test_beats_and_leases_age_by_the_stores_clock_not_the_nodes),
     ],
-    ids=["unfenced", "every-taker-wins", "leases-outlive-attempts", "aged-by-the-nodes-clock"],
+    ids=["unfenced", "reports-from-any-process", "every-taker-wins", "leases-outlive-attempts", "aged-by-the-nodes-clock"],
 )
 def test_the_contract_fails_a_store_that_breaks_it(broken, test):
     with pytest.raises((AssertionError, pytest.fail.Exception)):

@@ -1,6 +1,7 @@
 """What only the PostgreSQL store promises beyond the contract (tests/unit/adapters/test_store.py
 runs the contract on it): a follower misses nothing while several writers commit at once, the
-schema is versioned, and the log is append-only in the database itself."""
+schema is versioned, the log is append-only in the database itself, and a client frozen inside a
+write transaction does not hold every other writer up."""
 
 from __future__ import annotations
 
@@ -95,11 +96,12 @@ def test_queued_jobs_of_a_version_2_store_get_the_columns_a_nodes_claim_filters_
         conn.execute("ALTER TABLE jobs DROP COLUMN video_deleted_at")
         conn.execute("DROP INDEX jobs_queue")
         conn.execute("ALTER TABLE jobs DROP COLUMN frames, DROP COLUMN tokens")
+        conn.execute("ALTER TABLE events DROP COLUMN node")  # version 4's
         conn.execute("CREATE INDEX jobs_queue ON jobs (priority DESC, queue_order) WHERE status = 'queued'")
         conn.execute("UPDATE schema_version SET version = 2")
     store = PostgresEventStore(pg_url)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 4
+        assert store.schema_version() == SCHEMA_VERSION == 5
         assert [s.job_id for s in store.queued()] == ["long", "short"]
         assert [s.job_id for _, s in store.list_videos()] == ["short", "long"]  # version 4: none marked deleted
         assert [s.job_id for s in store.queued(fits=QueueFilter(max_frames=200))] == ["short"]
@@ -143,3 +145,38 @@ def test_a_turn_has_one_holder_and_is_free_once_released_or_its_session_ends(pg_
     finally:
         a.close()
         b.close()
+
+
+def test_a_write_transaction_whose_client_froze_is_ended_by_the_server_and_others_write_on(pg_url, monkeypatch):
+    """A node stopped (SIGSTOP) inside a write would hold the events lock until it thawed; the server
+    ends its transaction once it has waited on the client for `STALLED_TRANSACTION_S`."""
+    from h3core.adapters.store import _postgres
+    from h3core.runtime.store_retry import transient
+
+    monkeypatch.setattr(_postgres, "STALLED_TRANSACTION_S", 0.5)
+    frozen, live = PostgresEventStore(pg_url), PostgresEventStore(pg_url)
+    live.append("j", [submitted()])
+    locked, thaw, outcome = threading.Event(), threading.Event(), []
+
+    def freeze() -> None:
+        try:
+            with frozen._db.pool.connection() as conn, conn.transaction():
+                conn.execute("LOCK TABLE events IN EXCLUSIVE MODE")  # as a write begins
+                locked.set()
+                thaw.wait(60)  # the client is stopped; the server waits on it
+        except psycopg.Error as exc:
+            outcome.append(exc)
+
+    stopped = threading.Thread(target=freeze)
+    stopped.start()
+    assert locked.wait(30)
+    live.append("j", [Admitted()])  # waits for the lock: given up by the server, not by the frozen client
+    assert not thaw.is_set()
+    thaw.set()
+    stopped.join(30)
+    # Its write failed, as one the runner tries again (h3core.runtime.store_retry) when it thaws.
+    assert outcome and "idle-in-transaction" in str(outcome[0]) and transient(outcome[0]), outcome
+    frozen.append("j", [Running(attempt=1, executor="x")])  # and its store writes again, on a fresh connection
+    assert [e.type for e in live.events("j")] == ["submitted", "admitted", "running"]
+    frozen.close()
+    live.close()
