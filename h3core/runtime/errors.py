@@ -40,9 +40,12 @@ class ShuttingDown(Exception):
 class InvalidSubmission(Exception):
     """A request that names something it may not: an upload that is missing or of the wrong kind,
     or a webhook this service cannot or will not send. `errors`: each field and why, in the
-    order the fields were checked; `about`: `uploads` or `webhook`, what was checked."""
+    order the fields were checked; `about`: `uploads` or `webhook`, what was checked; `missing`:
+    (field, upload id) of each upload named that the store does not hold (those of `errors` that
+    are not there at all, as against there but of another kind)."""
 
-    def __init__(self, about: str, errors: list[tuple[str, str]]) -> None:
+    def __init__(self, about: str, errors: list[tuple[str, str]], *, missing: list[tuple[str, str]] | None = None) -> None:
         super().__init__("; ".join(f"{field}: {message}" for field, message in errors))
         self.about = about
         self.errors = errors
+        self.missing = missing or []

@@ -169,8 +169,8 @@ class Submissions:
 
     async def upload_media(self, request: GenerationRequest) -> dict[str, Media]:
         """What is known of each upload the request names (for admission to count its tokens);
-        `InvalidSubmission` naming every one that is missing or of the wrong kind. Without an
-        upload store, nothing is known: {}."""
+        `InvalidSubmission` naming every one that is missing (in its `missing` too) or of the
+        wrong kind. Without an upload store, nothing is known: {}."""
         wanted: list[tuple[str, str, str]] = []  # (field, id, kind)
         for name, ids in request.uploads().items():
             single = name.startswith("keyframes.")
@@ -179,22 +179,24 @@ class Submissions:
         if not wanted or uploads is None:
             return {}
 
-        def read() -> tuple[dict[str, Media], list[tuple[str, str]]]:  # the uploads' records: file I/O
-            media: dict[str, Media] = {}
-            errors: list[tuple[str, str]] = []
+        media: dict[str, Media] = {}
+        errors: list[tuple[str, str]] = []
+        missing: list[tuple[str, str]] = []
+
+        def read() -> None:  # the uploads' records: file I/O
             for where, upload_id, kind in wanted:
                 upload = uploads.get(upload_id)
                 if upload is None:
                     errors.append((where, f"no upload {upload_id!r} (POST /v1/uploads first)"))
+                    missing.append((where, upload_id))
                 elif upload.kind != kind:
                     errors.append((where, f"upload {upload_id!r} is {upload.kind}, not {kind}"))
                 else:
                     media[upload_id] = upload.media()
-            return media, errors
 
-        media, errors = await anyio.to_thread.run_sync(read)
+        await anyio.to_thread.run_sync(read)
         if errors:
-            raise InvalidSubmission("uploads", errors)
+            raise InvalidSubmission("uploads", errors, missing=missing)
         return media
 
     async def cancel(self, job_id: str, reason: str = "cancelled by request", *, wait_s: float = 0.0) -> JobState:

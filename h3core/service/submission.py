@@ -37,9 +37,11 @@ async def submit(
     remixed_from: str | None = None,
     webhook: WebhookTarget | None = None,
 ) -> Submission:
-    """`svc.submissions.submit`, with the uploads it finds missing or of the wrong kind answered as
-    a `ValidationException` naming each; its `InvalidSubmission` for a webhook, `Refused`,
-    `IdempotencyMismatch` and `ShuttingDown` pass through, for each dialect to answer its way."""
+    """`svc.submissions.submit`, with the uploads it names answered for each dialect to shape: a
+    `NotFoundException` (404) where each one at fault is a well-formed id no upload has (`extra`
+    names each field, its id and why), a `ValidationException` naming each where one is of the
+    wrong kind; its `InvalidSubmission` for a webhook, `Refused`, `IdempotencyMismatch` and
+    `ShuttingDown` pass through, for each dialect to answer its way."""
     try:
         return await svc.submissions.submit(
             request, priority=priority, idempotency_key=idempotency_key, remixed_from=remixed_from, webhook=webhook
@@ -47,6 +49,12 @@ async def submit(
     except InvalidSubmission as exc:
         if exc.about != "uploads":
             raise
+        if len(exc.missing) == len(exc.errors):
+            # The request is as the document says (a malformed id never gets here: 422 on its
+            # form); what it names is not there, as a job id in a path that is not.
+            ids = dict(exc.missing)
+            errors = [{"field": field, "message": message, "upload_id": ids[field]} for field, message in exc.errors]
+            raise NotFoundException(detail=str(exc), extra={"errors": errors}) from None
         raise ValidationException(
             detail="invalid uploads", extra=[{"key": field, "message": message} for field, message in exc.errors]
         ) from None

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import struct
 import tempfile
 import threading
 import time
@@ -33,12 +34,12 @@ from typing import Any
 import anyio
 import pytest
 
-from h3core.adapters.uploads.base import ID_PATTERN, Upload, UploadRejected, UploadStore
+from h3core.adapters.uploads.base import DEFAULT_MAX_SAMPLES, ID_PATTERN, Upload, UploadRejected, UploadStore
 from h3core.testing.factories import png
 
 __all__ = ["UploadStoreContract", "chunks"]
 
-MakeUploads = Callable[..., UploadStore]  # (limits=None, *, max_pixels=..., probes=...) -> a fresh, empty store
+MakeUploads = Callable[..., UploadStore]  # (limits=None, *, max_pixels=..., probes=..., max_samples=...) -> a fresh, empty store
 JPEG_HEAD = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00"
 
 
@@ -78,6 +79,64 @@ def mp4(width: int = 64, height: int = 48, frames: int = 12) -> bytes:
         return path.read_bytes()
 
 
+def mp4_bomb(samples: int = 10_000_000, *, compact: bool = True, width: int = 64, height: int = 64) -> bytes:
+    """An MP4 of one `width` x `height` H.264 track that declares `samples` samples of a
+    millisecond each and holds next to none: with `compact`, their sizes as 4-bit `stz2` rows (two
+    a byte: 5 MB for ten million), else one constant `stsz` size (20 bytes for any number). FFmpeg
+    builds an index entry for each declared sample: 390 MB for ten million."""
+
+    def box(kind: bytes, *parts: bytes) -> bytes:
+        body = b"".join(parts)
+        return struct.pack(">I4s", 8 + len(body), kind) + body
+
+    def full(kind: bytes, flags: int, *parts: bytes) -> bytes:
+        return box(kind, struct.pack(">I", flags), *parts)  # version 0
+
+    matrix = struct.pack(">9I", 0x10000, 0, 0, 0, 0x10000, 0, 0, 0, 0x40000000)
+    if compact:
+        sizes = full(b"stz2", 0, struct.pack(">3xBI", 4, samples), bytes((samples + 1) // 2))
+    else:
+        sizes = full(b"stsz", 0, struct.pack(">II", 1, samples))
+    fields = struct.pack(">HHIIIH", width, height, 0x480000, 0x480000, 0, 1)
+    entry = box(b"avc1", bytes(6), struct.pack(">H", 1), bytes(16), fields, bytes(32), struct.pack(">Hh", 24, -1))
+    ftyp = box(b"ftyp", b"isom", struct.pack(">I", 512), b"isomiso2avc1mp41")
+
+    def moov(mdat_at: int) -> bytes:
+        stbl = box(
+            b"stbl",
+            full(b"stsd", 0, struct.pack(">I", 1), entry),
+            full(b"stts", 0, struct.pack(">III", 1, samples, 1)),
+            full(b"stsc", 0, struct.pack(">IIII", 1, 1, samples, 1)),
+            sizes,
+            full(b"stco", 0, struct.pack(">II", 1, mdat_at)),
+        )
+        dinf = box(b"dinf", full(b"dref", 0, struct.pack(">I", 1), full(b"url ", 1)))
+        minf = box(b"minf", full(b"vmhd", 1, bytes(8)), dinf, stbl)
+        mdhd = full(b"mdhd", 0, struct.pack(">IIIIHH", 0, 0, 1000, samples, 0x55C4, 0))
+        mdia = box(b"mdia", mdhd, full(b"hdlr", 0, bytes(4), b"vide", bytes(12), b"\0"), minf)
+        tkhd = full(
+            b"tkhd",
+            3,
+            struct.pack(">IIIII", 0, 0, 1, 0, samples),
+            bytes(16),
+            matrix,
+            struct.pack(">II", width << 16, height << 16),
+        )
+        mvhd = full(
+            b"mvhd",
+            0,
+            struct.pack(">IIIIIH", 0, 0, 1000, samples, 0x10000, 0x100),
+            bytes(10),
+            matrix,
+            bytes(24),
+            struct.pack(">I", 2),
+        )
+        return box(b"moov", mvhd, box(b"trak", tkhd, mdia))
+
+    at = len(ftyp) + len(moov(0)) + 8  # the mdat's payload, after the moov
+    return ftyp + moov(at) + box(b"mdat", bytes(64))
+
+
 async def refused(uploads: UploadStore, content_type: str, body: AsyncIterator[bytes] | bytes) -> UploadRejected:
     """The refusal of an upload that must be refused."""
     with pytest.raises(UploadRejected) as caught:
@@ -97,7 +156,7 @@ class UploadStoreContract:
     def make_uploads(self) -> MakeUploads:
         raise NotImplementedError(
             "override the `make_uploads` fixture: return a factory of fresh, empty stores, "
-            "called as make_uploads(limits=None, *, max_pixels=..., probes=...)"
+            "called as make_uploads(limits=None, *, max_pixels=..., probes=..., max_samples=...)"
         )
 
     @pytest.fixture
@@ -311,6 +370,50 @@ class UploadStoreContract:
         unreadable = wav()[:12] + b"no format chunk" * 4  # a WAVE's leading bytes, then nothing PyAV reads
         upload = await uploads.put("audio/wav", chunks(unreadable))
         assert (upload.kind, upload.seconds, upload.bytes) == ("audio", None, len(unreadable))
+
+    # Bounded sample tables.
+
+    @pytest.mark.parametrize("compact", [True, False], ids=["stz2", "stsz"])
+    async def test_an_mp4_declaring_millions_of_samples_is_refused_before_anything_parses_it(self, uploads, compact):
+        bomb = mp4_bomb(10_000_000, compact=compact)  # 5 MB with 4-bit sizes, 0.7 KB with one constant size
+        for ctype in ("video/mp4", "video/quicktime", "audio/mp4"):
+            rejected = await refused(uploads, ctype, bomb)
+            assert (rejected.status, rejected.field, rejected.limit) == (422, "body", DEFAULT_MAX_SAMPLES)
+            kind = ctype.split("/")[0]
+            assert re.fullmatch(
+                rf"the {kind} declares at least 100000\d\d samples, table rows and boxes; at most 1000000 are accepted",
+                str(rejected),
+            ), str(rejected)
+        assert self.kept(uploads) == set()
+
+    async def test_an_mp4_within_the_sample_bound_is_kept_with_its_duration(self, make_uploads):
+        uploads = make_uploads(max_samples=1000)
+        upload = await uploads.put("video/mp4", chunks(mp4(64, 48, frames=48)))  # 48 frames and 69 AAC packets
+        assert (upload.width, upload.height, upload.has_audio) == (64, 48, True)
+        assert upload.seconds is not None and 1.9 < upload.seconds < 2.2
+        assert (await uploads.put("video/mp4", chunks(mp4_bomb(900)))).seconds == 0.9, "900 samples of 1 ms"
+        rejected = await refused(uploads, "video/mp4", mp4_bomb(1000))
+        assert (rejected.status, rejected.limit) == (422, 1000)
+
+    async def test_a_compressed_movie_header_is_refused(self, uploads):
+        ftyp = mp4_bomb(10)[:32]
+        cmov = (
+            struct.pack(">I4s", 8 + 20, b"moov") + struct.pack(">I4s", 20, b"cmov") + struct.pack(">I4s4s", 12, b"dcom", b"zlib")
+        )
+        rejected = await refused(uploads, "video/quicktime", ftyp + cmov)
+        assert (rejected.status, rejected.field, rejected.limit) == (422, "body", DEFAULT_MAX_SAMPLES)
+        assert "compressed (cmov)" in str(rejected)
+        assert self.kept(uploads) == set()
+
+    async def test_a_probe_that_passes_its_memory_bound_is_refused(self, make_uploads):
+        # The tables are let through here (no bound on them), so FFmpeg reads them: in a child
+        # capped at 64 MiB and 8 bytes a pixel, whose index of ten million entries does not fit.
+        pytest.importorskip("av")
+        uploads = make_uploads(max_samples=10**9, max_pixels=64 * 64)
+        rejected = await refused(uploads, "video/mp4", mp4_bomb(10_000_000))
+        assert (rejected.status, rejected.field, rejected.limit) == (422, "body", 64 * 2**20 + 8 * 64 * 64)
+        assert str(rejected) == f"probing the video needed more than {64 * 2**20 + 8 * 64 * 64} bytes of memory"
+        assert self.kept(uploads) == set()
 
     # Bounded probing.
 

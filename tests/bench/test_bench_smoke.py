@@ -302,3 +302,8 @@ def test_throughput_videos_list(tmp_path, capsys):
     argv = ["--deleted", "10", "--kept", "3", "--probes", "3", "--workdir", str(tmp_path)]
     out = run_main("bench.throughput.videos_list", argv, capsys)
     assert row(out, "10", "/v1/videos?limit=1") and row(out, "0", "/v1/videos?limit=1")
+
+
+def test_studies_upload_bomb_against_this_checkout(tmp_path, capsys):
+    out = run_main("bench.studies.upload_bomb", ["--against", "HEAD", "--samples", "1e5", "--workdir", str(tmp_path)], capsys)
+    assert "100,000 samples" in out

@@ -89,6 +89,7 @@ async def test_every_missing_or_mistyped_upload_is_named_and_a_good_one_is_taken
         ("references.images.1", "no upload 'nope' (POST /v1/uploads first)"),
         ("references.videos.0", f"upload {image.id!r} is image, not video"),
     ]
+    assert bad.value.missing == [("references.images.1", "nope")], "what is not there, apart from what is of the wrong kind"
     assert store.list_jobs(limit=10) == []
     good = await submissions.submit(request(mode="fl2va", keyframes={"first": image.id}))
     assert good.created and good.state.request.keyframes.first == image.id

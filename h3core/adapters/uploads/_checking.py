@@ -1,6 +1,7 @@
 """What every upload store checks, written once: the content type, the size while the bytes
-stream, the leading bytes, and what probing reads (pixels bounded, dimensions readable). A store
-keeps the bytes its own way; these say whether it may."""
+stream, the leading bytes, an MP4's sample tables, and what probing reads (pixels bounded,
+dimensions readable, memory and time bounded). A store keeps the bytes its own way; these say
+whether it may."""
 
 from __future__ import annotations
 
@@ -11,17 +12,25 @@ from collections.abc import Callable
 import anyio
 
 from h3core.adapters.uploads import probing
+from h3core.adapters.uploads._mp4 import declared_entries
 from h3core.adapters.uploads.base import (
     CONTENT_TYPES,
     DEFAULT_LIMITS,
     DEFAULT_MAX_PIXELS,
+    DEFAULT_MAX_SAMPLES,
     DEFAULT_PROBES,
+    MP4_TYPES,
     Kind,
     Upload,
     UploadRejected,
 )
 
 HEAD = 16  # leading bytes kept for the content-type check: enough for every check in CONTENT_TYPES
+# What a probe's child may map beyond PyAV's own: a decoder's few frames of up to max_pixels (8
+# bytes a pixel covers 10-bit 4:2:0 twice over; a 4096 x 4096 8-bit H.264 probe mapped 73 MiB)
+# and 64 MiB besides, for the container's tables (under max_samples, ~40 MB) and buffers.
+PROBE_BASE_MEMORY = 64 * 2**20
+PROBE_BYTES_PER_PIXEL = 8
 
 
 class Receiving:
@@ -75,13 +84,21 @@ class Receiving:
 
 class UploadChecks:
     """The checks of a store with `limits` per kind (over `DEFAULT_LIMITS`), `max_pixels` per image
-    or video frame, and at most `probes` files probed at once."""
+    or video frame, `max_samples` per MP4's sample tables and index, and at most `probes` files
+    probed at once."""
 
     def __init__(
-        self, limits: dict[Kind, int] | None = None, *, max_pixels: int = DEFAULT_MAX_PIXELS, probes: int = DEFAULT_PROBES
+        self,
+        limits: dict[Kind, int] | None = None,
+        *,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+        probes: int = DEFAULT_PROBES,
+        max_samples: int = DEFAULT_MAX_SAMPLES,
     ) -> None:
         self.limits = {**DEFAULT_LIMITS, **(limits or {})}
         self.max_pixels = max_pixels
+        self.max_samples = max_samples
+        self.probe_memory = PROBE_BASE_MEMORY + PROBE_BYTES_PER_PIXEL * max_pixels
         self._probes = anyio.CapacityLimiter(probes)
 
     def _receive(self, content_type: str) -> Receiving:
@@ -97,12 +114,37 @@ class UploadChecks:
         kind, looks_right = CONTENT_TYPES[ctype]
         return Receiving(ctype, kind, self.limits[kind], looks_right)
 
+    def _read(self, upload: Receiving, source: probing.Source) -> probing.Probed:
+        """What the file says of itself (in a worker thread); `UploadRejected` for an MP4 whose
+        sample tables pass `max_samples`, before anything parses them, or a probe past its bounds."""
+        kind = upload.kind
+        if upload.ctype in MP4_TYPES:
+            declared = declared_entries(source, self.max_samples)
+            if declared is None:
+                why = f"the {kind}'s movie header is compressed (cmov): its sample tables cannot be counted before they are read"
+                raise UploadRejected(why, field="body", limit=self.max_samples)
+            if declared > self.max_samples:
+                why = f"the {kind} declares at least {declared} samples, table rows and boxes"
+                raise UploadRejected(f"{why}; at most {self.max_samples} are accepted", field="body", limit=self.max_samples)
+        # Looked up on the module at each call: a test that forbids decoding replaces them there.
+        if kind == "image":
+            return probing.probe_image(source)
+        info = probing.probe(source, memory=self.probe_memory)
+        if info.get("exceeded") == "time":
+            why = f"probing the {kind} took longer than {probing.PROBE_SECONDS:g} s"
+            raise UploadRejected(why, field="body", limit=int(probing.PROBE_SECONDS))
+        if "exceeded" in info:
+            why = f"probing the {kind} needed more than {self.probe_memory} bytes of memory"
+            raise UploadRejected(why, field="body", limit=self.probe_memory)
+        if info.get("index", 0) > self.max_samples:  # FFmpeg's own count, for any container
+            why = f"the {kind}'s index has {info['index']} entries; at most {self.max_samples} are accepted"
+            raise UploadRejected(why, field="body", limit=self.max_samples)
+        return info
+
     async def _admit(self, upload: Receiving, source: probing.Source) -> Upload:
         """Check the received bytes (kept at `source`) and probe them; the record, or `UploadRejected`."""
         upload.check_bytes()
-        # Looked up on the module at each call: a test that forbids decoding replaces them there.
-        reader = probing.probe_image if upload.kind == "image" else probing.probe
-        info = await anyio.to_thread.run_sync(reader, source, limiter=self._probes)
+        info = await anyio.to_thread.run_sync(self._read, upload, source, limiter=self._probes)
         huge = "pixels" in info  # only as many pixels as Pillow would say: it refused to open it
         pixels = info.pop("pixels", None) if huge else int(info.get("width") or 0) * int(info.get("height") or 0)
         if huge or (pixels or 0) > self.max_pixels:

@@ -2,7 +2,8 @@
 addressed by an id the store mints, so that no client string reaches the storage.
 
 A store is made with `limits` (bytes per kind, over `DEFAULT_LIMITS`), `max_pixels` (per image
-or video frame) and `probes` (files probed at once). Every implementation keeps these promises
+or video frame), `probes` (files probed at once) and `max_samples` (per video's or sound's sample
+tables and index). Every implementation keeps these promises
 (`h3core.testing.uploads.UploadStoreContract` checks them; run it against yours):
 
 - **Types.** `put` takes only the content types of `CONTENT_TYPES`, parameters and case aside (the
@@ -30,8 +31,18 @@ or video frame) and `probes` (files probed at once). Every implementation keeps 
   duration and sound are read by PyAV, and a frame above `max_pixels` is refused alike. An image
   or video whose dimensions cannot be read is refused with 422; an audio file is kept whether or
   not its duration can be read.
+- **Bounded sample tables.** FFmpeg holds an index entry for every sample a container declares,
+  and a few bytes can declare millions. An MP4 or QuickTime upload (`MP4_TYPES`) whose boxes, and
+  the rows and samples their tables declare, number more than `max_samples` is refused with 422
+  ("body", `limit`: the bound) from its box headers, before anything parses it; so is one whose
+  movie header is compressed (`cmov`: its tables cannot be counted first). A video or sound of
+  any container whose index FFmpeg builds with more than `max_samples` entries is refused alike.
 - **Bounded probing.** At most `probes` uploads are probed at once (each is a worker thread, and
-  a decoder's memory).
+  a decoder's memory). A video or sound is probed in a child process that may map 64 MiB and 8
+  bytes per pixel of `max_pixels` beyond PyAV's own and run `probing.PROBE_SECONDS`; one that
+  passes either (the child dies, times out, or FFmpeg drops an index for want of memory) is
+  refused with 422 ("body", `limit`: that bound), and the store's own process never holds what
+  FFmpeg allocates.
 """
 
 from __future__ import annotations
@@ -49,8 +60,10 @@ __all__ = [
     "CONTENT_TYPES",
     "DEFAULT_LIMITS",
     "DEFAULT_MAX_PIXELS",
+    "DEFAULT_MAX_SAMPLES",
     "DEFAULT_PROBES",
     "ID_PATTERN",
+    "MP4_TYPES",
     "Kind",
     "Upload",
     "UploadRejected",
@@ -102,6 +115,14 @@ DEFAULT_LIMITS: dict[Kind, int] = {"image": 20 * 2**20, "video": 500 * 2**20, "a
 # it is 64 MiB, where 16000 x 16000 would be 1 GiB.
 DEFAULT_MAX_PIXELS = 4096 * 4096
 DEFAULT_PROBES = 2  # files probed at once (each a worker thread, and a decoder's memory)
+# The most samples, sample-table rows and boxes an MP4 or QuickTime upload may declare, and index
+# entries FFmpeg may build for any video or sound. FFmpeg holds 35-40 bytes a sample (measured: an
+# index entry, its size and composition offset), so the bound is ~40 MB of a probe's memory. An
+# hour of 60 fps video with B-frames and 48 kHz AAC declares ~0.6 million; a reference is cut
+# to the job's length (seconds), so nothing near the bound is needed.
+DEFAULT_MAX_SAMPLES = 1_000_000
+# The content types read as ISO base media (MP4, QuickTime): their sample tables are counted first.
+MP4_TYPES = frozenset({"video/mp4", "video/quicktime", "audio/mp4"})
 
 
 class UploadRejected(ValueError):

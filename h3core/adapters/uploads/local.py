@@ -15,15 +15,15 @@ from pathlib import Path
 import anyio
 
 from h3core.adapters.uploads._checking import UploadChecks
-from h3core.adapters.uploads.base import DEFAULT_MAX_PIXELS, DEFAULT_PROBES, Kind, Upload, is_upload_id
+from h3core.adapters.uploads.base import DEFAULT_MAX_PIXELS, DEFAULT_MAX_SAMPLES, DEFAULT_PROBES, Kind, Upload, is_upload_id
 
 __all__ = ["LocalUploadStore"]
 
 
 class LocalUploadStore(UploadChecks):
     """Uploads as files under `root`, each beside its JSON record: at most `limits` bytes per kind
-    (over `DEFAULT_LIMITS`), `max_pixels` per image or video frame, and at most `probes` files
-    probed at once."""
+    (over `DEFAULT_LIMITS`), `max_pixels` per image or video frame, `max_samples` per video's or
+    sound's tables and index, and at most `probes` files probed at once."""
 
     def __init__(
         self,
@@ -32,8 +32,9 @@ class LocalUploadStore(UploadChecks):
         *,
         max_pixels: int = DEFAULT_MAX_PIXELS,
         probes: int = DEFAULT_PROBES,
+        max_samples: int = DEFAULT_MAX_SAMPLES,
     ) -> None:
-        super().__init__(limits, max_pixels=max_pixels, probes=probes)
+        super().__init__(limits, max_pixels=max_pixels, probes=probes, max_samples=max_samples)
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
 

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterable
 from pathlib import Path
 
 from h3core.adapters.uploads._checking import UploadChecks
-from h3core.adapters.uploads.base import DEFAULT_MAX_PIXELS, DEFAULT_PROBES, Kind, Upload, is_upload_id
+from h3core.adapters.uploads.base import DEFAULT_MAX_PIXELS, DEFAULT_MAX_SAMPLES, DEFAULT_PROBES, Kind, Upload, is_upload_id
 
 __all__ = ["MemoryUploadStore"]
 
@@ -34,9 +34,10 @@ class MemoryUploadStore(UploadChecks):
         *,
         max_pixels: int = DEFAULT_MAX_PIXELS,
         probes: int = DEFAULT_PROBES,
+        max_samples: int = DEFAULT_MAX_SAMPLES,
         root: str | Path | None = None,
     ) -> None:
-        super().__init__(limits, max_pixels=max_pixels, probes=probes)
+        super().__init__(limits, max_pixels=max_pixels, probes=probes, max_samples=max_samples)
         self._root = None if root is None else Path(root).resolve()
         self._folder: tempfile.TemporaryDirectory[str] | None = None  # made on the first `path` without a root
         self._held: dict[str, tuple[Upload, bytes]] = {}

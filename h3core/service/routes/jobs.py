@@ -26,9 +26,13 @@ from h3core.service.context import Service
 from h3core.service.openapi import file_responses
 from h3core.service.requests import JobCreate
 from h3core.service.submission import in_thread, job_state, submit
-from h3core.service.views import ApiStatus, JobPage, JobView, job_view, problems
+from h3core.service.views import ApiStatus, JobPage, JobView, Problem, job_view, problems
 
 STREAM_RESYNC_S = 10.0  # also catch events stored by other processes (a CLI cancel)
+UNKNOWN_UPLOAD = (
+    "an upload id in `keyframes` or `references`, of the form the schema gives, that no upload has: "
+    "`errors` names each such field and its `upload_id` (an id of another form, or an upload of the wrong kind: 422)"
+)
 
 
 # Point reads (`get`, `by_idempotency_key`, `queue_position`: one indexed row, or a count of the
@@ -77,6 +81,7 @@ def _webhook(data: JobCreate) -> WebhookTarget | None:
     responses={
         **problems(400, 401, 409, 415, 422, 503),
         200: ResponseSpec(data_container=JobView, description="an idempotent replay: the job already submitted with this key"),
+        404: ResponseSpec(data_container=Problem, description=UNKNOWN_UPLOAD),
     },
     description="Admits the request against the capacity profile (422 with the ceiling if it is over) and queues it. "
     "With an Idempotency-Key header, the same key and body return the same job (200); another body, 409. "
@@ -90,8 +95,8 @@ async def create_job(
     idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key", min_length=1, max_length=200)] = None,
 ) -> Response[JobView]:
     """Submit a job: 201 with its view and Location, or 200 replaying the job an Idempotency-Key
-    already made. Refused: 422 (over a ceiling, a webhook refused), 409 (the key reused with another
-    body), 503 (shutting down)."""
+    already made. Refused: 422 (over a ceiling, a webhook refused, an upload of the wrong kind), 404
+    (an upload that is not there), 409 (the key reused with another body), 503 (shutting down)."""
     webhook = _webhook(data)
     try:
         # Exactly one request per key is told it created the job (201); the others replay it (200).

@@ -19,14 +19,14 @@ import anyio
 from litestar import Request, Response, Router, delete, get, post
 from litestar.datastructures import UploadFile
 from litestar.di import NamedDependency
-from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
+from litestar.exceptions import HTTPException, NotAuthorizedException, NotFoundException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Encoding, OpenAPI, OpenAPIMediaType, RequestBody
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 from pydantic import ValidationError
 
 from h3core.adapters import previews
-from h3core.adapters.uploads import UploadRejected
+from h3core.adapters.uploads import ID_PATTERN, UploadRejected, is_upload_id
 from h3core.domain.request import GenerationRequest, Keyframes
 from h3core.domain.state import JobState
 from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, ShuttingDown
@@ -196,7 +196,9 @@ async def _stored_reference(svc: Service, ref: object) -> str:
     """The upload id an `input_reference` names or becomes: a file sent with the form, a data URL,
     or `{"file_id": <an id from POST /v1/uploads>}`."""
     if isinstance(ref, dict) and set(ref) == {"file_id"} and isinstance(ref["file_id"], str):
-        return ref["file_id"]  # checked with the request's other uploads
+        if not is_upload_id(ref["file_id"]):  # the form the document gives: else 400 here, not a lookup's 404
+            raise bad("input_reference", f"input_reference.file_id must be an id from POST /v1/uploads, of the form {ID_PATTERN}")
+        return ref["file_id"]  # looked for with the request's other uploads
     if isinstance(ref, UploadFile):
         ctype, chunks = ref.content_type, _one(await ref.read())
     elif isinstance(ref, dict) and set(ref) == {"image_url"} and isinstance(ref["image_url"], str):
@@ -235,7 +237,12 @@ async def _submit(
     try:
         submission = await submit(svc, request, priority=priority, idempotency_key=idempotency_key, remixed_from=remixed_from)
         return submission.state
-    except ValidationException as exc:  # an upload it names is missing or of the wrong kind
+    except NotFoundException as exc:  # an upload it names is not there
+        first = exc.extra["errors"][0] if isinstance(exc.extra, dict) else {}
+        key = str(first.get("field") or "")
+        param = param_for(key.split(".") if key else (), params)
+        raise VideoApiError(404, str(first.get("message") or exc.detail), param=param, code="upload_not_found") from None
+    except ValidationException as exc:  # an upload it names is of the wrong kind
         first = exc.extra[0] if isinstance(exc.extra, list) and exc.extra else {}
         key = str(first.get("key") or "")
         raise bad(
@@ -256,7 +263,14 @@ async def _submit(
     summary="Create a video (OpenAI's Videos API)",
     description="JSON or multipart, as the OpenAI SDK sends it: prompt, model, size ('WxH', sides multiples of 32), "
     "seconds (24 fps), input_reference (an image: fl2va's first frame); any field of POST /v1/jobs besides.",
-    responses=_errors(400, 401, 409, 413, 415, 503),
+    responses={
+        **_errors(400, 401, 409, 413, 415, 503),
+        404: ResponseSpec(
+            data_container=ErrorResponse,
+            description="an upload id (`input_reference.file_id`, a keyframe or a reference), of the form the schema "
+            "gives, that no upload has: `param` names it, `code` is `upload_not_found`",
+        ),
+    },
     # JSON or multipart (the SDK's upload): `_params` checks, 415 otherwise; each has its limit.
     opt={OWN_CONTENT_TYPES_OPT: True, BODY_OPT: "json_or_form"},
 )

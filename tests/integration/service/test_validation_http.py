@@ -155,9 +155,9 @@ def ref2va(*images: str) -> dict:
 
 def test_a_request_needs_its_uploads_to_exist(api):
     missing = "u_" + "0" * 32
-    problem = refused(api, ref2va(missing))
+    problem = refused(api, ref2va(missing), 404)  # an id of the right form that no upload has
     assert fields(problem) == ["references.images.0"], problem
-    assert missing in problem["errors"][0]["message"]
+    assert missing in problem["errors"][0]["message"] and problem["errors"][0]["upload_id"] == missing
 
     image = png(64, 48)
     r = upload(api, image, "image/png")
@@ -171,14 +171,14 @@ def test_a_request_needs_its_uploads_to_exist(api):
     assert job["request"]["mode"] == "ref2va"
     assert job["request"]["references"]["images"] == [up["id"]]
     # Only the missing one is named when one of two is missing.
-    problem = refused(api, ref2va(up["id"], missing))
+    problem = refused(api, ref2va(up["id"], missing), 404)
     assert fields(problem) == ["references.images.1"], problem
     # An image is not a video.
     problem = refused(api, {**ref2va(up["id"]), "references": {"videos": [up["id"]]}})
     assert fields(problem) == ["references.videos.0"], problem
     # Keyframes are checked the same way.
     fl2va = {"prompt": "from this frame", **SMALL, "steps": 1, "mode": "fl2va"}
-    assert fields(refused(api, {**fl2va, "keyframes": {"first": missing}})) == ["keyframes.first"]
+    assert fields(refused(api, {**fl2va, "keyframes": {"first": missing}}, 404)) == ["keyframes.first"]
     first = submit(api, **fl2va, keyframes={"first": up["id"]})
     assert wait_job(api, job["id"])["status"] == "done"
     assert wait_job(api, first["id"])["status"] == "done"

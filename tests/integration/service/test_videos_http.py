@@ -197,9 +197,13 @@ def test_an_input_reference_becomes_the_first_frame_of_an_fl2va_video(client, se
         remote = api.post("/v1/videos", json={"prompt": "x", "input_reference": {"image_url": "https://example.org/a.png"}})
         assert remote.status_code == 400 and remote.json()["error"]["param"] == "input_reference", remote.text
         assert "no remote URL" in remote.json()["error"]["message"]
-    with pytest.raises(openai.BadRequestError) as err:
+    with pytest.raises(openai.NotFoundError) as missing:  # a well-formed id no upload has: 404
         client.videos.create(prompt="x", **QUICK | {"extra_body": {"input_reference": {"file_id": "u_" + "f" * 32}}})
-    assert err.value.body["param"] == "input_reference" and "no upload" in err.value.message
+    assert missing.value.body["param"] == "input_reference" and "no upload" in missing.value.message
+    assert missing.value.body["code"] == "upload_not_found"
+    with pytest.raises(openai.BadRequestError) as err:  # one of another form: 400, as every invalid value here
+        client.videos.create(prompt="x", **QUICK | {"extra_body": {"input_reference": {"file_id": "not-an-upload"}}})
+    assert err.value.body["param"].startswith("input_reference")
     with pytest.raises(openai.BadRequestError) as err:
         client.videos.create(prompt="x", input_reference=("notes.txt", b"not an image", "text/plain"), **QUICK)
     assert err.value.body["param"] == "input_reference"

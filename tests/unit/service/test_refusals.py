@@ -47,15 +47,50 @@ def test_an_upload_id_that_no_upload_could_have_is_refused_by_its_form(client, u
     refs = {**QUICK, "mode": "ref2va", "references": {"images": [upload_id]}}
     assert job_error(client.post("/v1/jobs", json=refs))[0] == "references.images.0"
     error = video_error(client.post("/v1/videos", json={"prompt": "p", "input_reference": {"file_id": upload_id}}))
-    assert error["param"].startswith("input_reference"), error
+    assert error["param"] == "input_reference" and "^u_[0-9a-f]{32}$" in error["message"], error
 
 
-def test_a_well_formed_upload_id_that_does_not_exist_is_refused_as_missing(client):
-    body = {**QUICK, "mode": "fl2va", "keyframes": {"first": "u_" + "0" * 32}}
-    assert job_error(client.post("/v1/jobs", json=body)) == (
-        "keyframes.first",
-        f"no upload 'u_{'0' * 32}' (POST /v1/uploads first)",
-    )
+def test_a_well_formed_upload_id_that_does_not_exist_is_404_naming_the_field_and_the_id(client):
+    # The request is as the document says; what it names is not there (as a job id in a path that is not).
+    missing = "u_" + "0" * 32
+    r = client.post("/v1/jobs", json={**QUICK, "mode": "fl2va", "keyframes": {"first": missing}})
+    assert r.status_code == 404, r.text
+    message = f"no upload {missing!r} (POST /v1/uploads first)"
+    assert r.json() == {
+        "detail": f"keyframes.first: {message}",
+        "errors": [{"field": "keyframes.first", "message": message, "upload_id": missing}],
+    }
+    r = client.post("/v1/jobs", json={**QUICK, "mode": "ref2va", "references": {"images": [missing, "u_" + "1" * 32]}})
+    assert r.status_code == 404, r.text
+    assert [(e["field"], e["upload_id"]) for e in r.json()["errors"]] == [
+        ("references.images.0", missing),
+        ("references.images.1", "u_" + "1" * 32),
+    ]
+    error = video_error(client.post("/v1/videos", json={"prompt": "p", "input_reference": {"file_id": missing}}), 404)
+    assert error == {"message": message, "type": "invalid_request_error", "param": "input_reference", "code": "upload_not_found"}
+    body = {"prompt": "p", "mode": "ref2va", "references": {"videos": [missing]}}
+    error = video_error(client.post("/v1/videos", json=body), 404)
+    assert (error["param"], error["code"]) == ("references.videos.0", "upload_not_found"), error
+
+
+def test_an_upload_that_exists_is_taken_and_one_of_the_wrong_kind_stays_422(client):
+    from tests.factories import png
+
+    image = client.post("/v1/uploads", content=png(64, 48), headers={"Content-Type": "image/png"})
+    assert image.status_code == 201, image.text
+    upload_id = image.json()["id"]
+    r = client.post("/v1/jobs", json={**QUICK, "mode": "fl2va", "keyframes": {"first": upload_id}})
+    assert r.status_code == 201, r.text
+    assert r.json()["request"]["keyframes"]["first"] == upload_id
+    video = client.post("/v1/videos", json={"prompt": "p", "seconds": "1", "input_reference": {"file_id": upload_id}})
+    assert video.status_code == 200, video.text
+    # An image where a video goes: there, but not what the field takes (and with it, one missing).
+    refs = {"images": [upload_id], "videos": [upload_id, "u_" + "0" * 32]}
+    r = client.post("/v1/jobs", json={**QUICK, "mode": "ref2va", "references": refs})
+    assert r.status_code == 422, r.text
+    assert [e["field"] for e in r.json()["errors"]] == ["references.videos.0", "references.videos.1"]
+    error = video_error(client.post("/v1/videos", json={"prompt": "p", "mode": "ref2va", "references": {"videos": [upload_id]}}))
+    assert (error["param"], error["code"]) == ("references.videos.0", "invalid_upload"), error
 
 
 INTERNAL = ("JobCreate", "VideoCreate", "Remix", "GenerationRequest", "instance of")
