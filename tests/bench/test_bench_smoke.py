@@ -117,7 +117,7 @@ def test_http_load(tmp_path, capsys):
     row(out, "status p99 < 20 ms at 64 pollers", "mixed")
     row(out, ">= 300 jobs/s end to end", "mixed")
     row(out, "GET /v1/jobs/{id}", "store.get(id): SQL + parse, called directly", "5")
-    row(out, "POST /v1/jobs", "admission: LiveContract.decide(request)", "5")
+    row(out, "POST /v1/jobs", "admission: LocalAdmission.decide(request)", "5")
     assert "### Server profile (cProfile, CPU time of every thread)" in out  # the profiled server ran and wrote it
 
 

@@ -32,8 +32,9 @@ def test_an_api_process_and_a_runner_process_share_one_store(servers: Servers):
         # Live: the stream follows what the runner process stores, to the end.
         job = submit(c, steps=6, prompt="a fox [fake step=0.1]")
         events = stream(c, job["id"])
-        assert [t for t, _, _ in events] == ["submitted", "admitted", "running"] + ["progress"] * 6 + ["done"]
-        assert [i for _, i, _ in events] == list(range(1, 11))
+        progress = ["progress"] * 5 + ["checkpointed", "progress"]  # the fake checkpoints after step 5 by default
+        assert [t for t, _, _ in events] == ["submitted", "admitted", "running", *progress, "done"]
+        assert [i for _, i, _ in events] == list(range(1, 12))
         # /metrics counts what the runner process did, learnt from the store.
         done_twice = 'h3core_job_duration_seconds_count{status="done"} 2.0'
         poll(lambda: done_twice in c.get("/metrics").text, 5, "/metrics to count both jobs", lambda: c.get("/metrics").text)

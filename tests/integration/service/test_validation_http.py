@@ -95,7 +95,8 @@ def test_a_body_that_is_not_a_json_object_is_refused(api):
 
 def test_over_capacity_is_422_with_the_ceiling_that_v1_ceilings_lists(api):
     problem = refused(api, {"prompt": "a long fox", "frames": 900})  # at the default 1344x768, t2va
-    assert set(problem) == {"detail", "ceiling", "reason"}, problem
+    assert set(problem) == {"detail", "ceiling", "reason", "errors"}, problem
+    assert problem["errors"] == [{"field": "frames", "message": problem["detail"]}]
     assert problem["reason"] == "vram"
     assert problem["ceiling"]["max_frames"] == 430
     assert problem["ceiling"]["reason"] == "vram"
