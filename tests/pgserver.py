@@ -14,6 +14,7 @@ import contextlib
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -64,6 +65,10 @@ class PgServer:
     folder: Path
     port: int
     user: str
+    # How to run its pg_ctl (a fault test restarts the server): the binaries, and as whom.
+    bin: Path | None = None
+    runas: pwd.struct_passwd | None = None
+    options: str = ""
 
     def url(self, dbname: str = "postgres", schema: str | None = None) -> str:
         url = f"postgresql://{self.user}@127.0.0.1:{self.port}/{dbname}"
@@ -78,6 +83,59 @@ class PgServer:
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f"CREATE SCHEMA {name}")
         return self.url(schema=name)
+
+    # -- faults, for the tests of what a node does when its server goes away ---------------------
+
+    def _pg_ctl(self, *args: str | Path) -> None:
+        assert self.bin is not None, "a server started by running_server"
+        env = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+        done = subprocess.run(
+            [self.bin / "pg_ctl", "-D", self.folder / "data", *args],
+            preexec_fn=_as(self.runas),
+            env=env,
+            cwd=self.folder,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode:
+            raise RuntimeError(f"pg_ctl {' '.join(map(str, args))} failed: {done.stderr.strip() or done.stdout.strip()}")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (`fast`: sessions ended, a clean shutdown; `immediate`: as a crash)."""
+        self._pg_ctl("-m", mode, "-w", "-t", "60", "stop")
+
+    def start(self) -> None:
+        """Start it again on the same port and folder (after `stop`)."""
+        self._pg_ctl("-l", self.folder / "log", "-o", self.options, "-w", "-t", "60", "start")
+
+    def restart(self, mode: str = "fast", down_s: float = 0.0) -> None:
+        """Stop the server as `mode` says, stay down `down_s`, and start it again."""
+        import time
+
+        self.stop(mode)
+        time.sleep(down_s)
+        self.start()
+
+    def postmaster_pid(self) -> int:
+        return int((self.folder / "data" / "postmaster.pid").read_text().split()[0])
+
+    def pause(self) -> None:
+        """Freeze the postmaster (SIGSTOP): new connections hang, sessions already open go on."""
+        os.kill(self.postmaster_pid(), signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.postmaster_pid(), signal.SIGCONT)
+
+    def terminate_backends(self, dbname: str = "postgres") -> int:
+        """End every other session of the server's databases (`pg_terminate_backend`); how many."""
+        import psycopg
+
+        with psycopg.connect(self.url(dbname), autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            ).fetchall()
+        return sum(1 for (ok,) in rows if ok)
 
     @staticmethod
     def empty(url: str) -> None:
@@ -189,7 +247,7 @@ def running_server() -> Iterator[PgServer]:
                 log = (folder / "log").read_text(errors="replace")[-2000:] if (folder / "log").exists() else ""
                 raise NoPostgres(f"PostgreSQL did not start: {done.stderr.strip()}\n{log}")
         try:
-            yield PgServer(folder, port, name)
+            yield PgServer(folder, port, name, bin=bin_, runas=user, options=opts)
         finally:
             subprocess.run([bin_ / "pg_ctl", "-D", data, "-m", "immediate", "-w", "stop"], **run)
     finally:
