@@ -14,27 +14,40 @@ stops (its position saved) when stdin ends, as it does when the parent exits, ho
 (kill -9 included), so no delivering process outlives the runner that started it. The child
 prints its outcome counts as JSON lines; the parent adds them to `outcomes` (/metrics). A child
 that dies is started again after `restart_s`: it goes on from the saved position.
+
+On a store shared by nodes the child delivers only while it holds the delivery turn, a lease of
+`turn_lease_s` that it renews every third of it (`h3core.adapters.store.nodes`, Turns); one that
+stands by tries for the turn as often. A child frozen or cut off from the store past its lease
+sends and saves nothing more (the dispatcher checks the turn before each) and exits; its parent
+starts another, which waits for the turn while another node's child delivers. The child's store
+reads and writes are tried again on transient failures (a restarted server, ended sessions) for
+`store_retry_s`, renewals for as long as the lease lasts; past that it exits 1, one line logged,
+and is started again. It always exits once delivery ends: a worker thread still blocked (on the
+lifeline, or on a store that hangs) never keeps it alive.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 from subprocess import PIPE
 from typing import TYPE_CHECKING, Literal
 
 import anyio
 from anyio.abc import Process, TaskStatus
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 
-from h3core.adapters.store.nodes import Turn, WithTurns
+from h3core.adapters.store.nodes import Turn, TurnLost, WithTurns
 from h3core.domain.webhooks import Endpoint
 from h3core.runtime.logs import configure
 from h3core.runtime.settings import Settings, endpoint_secrets, secret_list
+from h3core.runtime.store_retry import StoreUnavailable, retrying, transient
 
 if TYPE_CHECKING:
     from h3core.runtime.webhooks import WebhookDispatcher
@@ -46,8 +59,8 @@ log = logging.getLogger("h3core.webhooks")
 SECRET_ENV = "H3_WEBHOOK_SECRET"
 REPORT_EVERY_S = 0.25
 TURN = "webhooks"  # the one delivery turn of a deployment on a shared store
-TURN_CHECK_S = 2.0  # how often a standing-by node tries for it, and the holder checks it still holds it
 STOP_GRACE_S = 10.0
+RENEW_RETRY_S = 0.1  # the pause between tries of a renewal that failed, while the lease lasts
 
 
 class DeliveryConfig(BaseModel):
@@ -57,6 +70,10 @@ class DeliveryConfig(BaseModel):
     endpoints: list[Endpoint] = []
     allow: list[str] = []
     resync_s: float = 0.05  # how often the log is read for new events
+    # A store shared by nodes: how long the delivery turn lasts unrenewed (renewed, and tried for
+    # by a node standing by, every third of it).
+    turn_lease_s: float = Field(default=5.0, gt=0)
+    store_retry_s: float = Field(default=30.0, gt=0)  # how long a failing store is tried again before the child exits
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -141,6 +158,8 @@ def delivery_for(settings: Settings) -> DeliveryProcess | None:
         endpoints=endpoints,
         allow=settings.webhooks_allow,
         resync_s=settings.tail_interval,
+        turn_lease_s=settings.webhook_turn_lease,
+        store_retry_s=settings.store_retry,
         log_format=settings.log_format,
         log_level=settings.log_level,
     )
@@ -167,7 +186,8 @@ async def _deliver(config: DeliveryConfig) -> None:
     from h3core.runtime.webhooks import WebhookDispatcher
 
     secrets = secret_list(SecretStr(os.environ.get(SECRET_ENV, "")))
-    store = open_store_at(parse_location(config.db))  # the SQLite file, or the PostgreSQL server
+    # The SQLite file, or the PostgreSQL server (which may be restarting).
+    store = await retrying(partial(open_store_at, parse_location(config.db)), limit_s=config.store_retry_s, what="open")
     bus = EventBus()
     bus.close()  # nobody publishes in this process: the subscription reads the store every resync_s
     sender = WebhookSender(secrets, Allow(config.allow))
@@ -178,12 +198,14 @@ async def _deliver(config: DeliveryConfig) -> None:
         endpoints=config.endpoints,
         endpoint_secrets=endpoint_secrets(config.endpoints),
         resync_s=config.resync_s,
+        store_retry_s=config.store_retry_s,
     )
     try:
         async with anyio.create_task_group() as tg:
 
             async def deliver() -> None:
-                turn = await _wait_for_turn(store)
+                turn = await _wait_for_turn(store, config)
+                dispatcher.turn = turn  # checked before every send and save
                 _report({"delivering": True})
                 try:
                     async with anyio.create_task_group() as inner:
@@ -193,14 +215,15 @@ async def _deliver(config: DeliveryConfig) -> None:
                             inner.start_soon(_keep_turn, turn)
                 finally:
                     if turn is not None:
-                        turn.release()
+                        with anyio.CancelScope(shield=True):
+                            await _release(turn)
 
             tg.start_soon(deliver)
             # The lifeline: stdin ends when the parent closes it or exits (however it exits).
             await anyio.to_thread.run_sync(sys.stdin.buffer.read, abandon_on_cancel=True)
             tg.cancel_scope.cancel()
-        _report({"outcomes": dict(dispatcher.outcomes)})
     finally:
+        _report({"outcomes": dict(dispatcher.outcomes)})
         store.close()
 
 
@@ -213,36 +236,68 @@ async def _report_outcomes(dispatcher: WebhookDispatcher) -> None:
         await anyio.sleep(REPORT_EVERY_S)
 
 
-async def _wait_for_turn(store: object) -> Turn | None:
+async def _wait_for_turn(store: object, config: DeliveryConfig) -> Turn | None:
     """On a store shared by nodes, wait for the deployment's one delivery turn: every node that
     has the secret may deliver, one at a time, or each would send every event. None: the store
     has one runner (SQLite), whose process is the only one delivering."""
     if not isinstance(store, WithTurns):
         return None
     waiting = False
+    take = partial(store.turns.take_turn, TURN, config.turn_lease_s)
     while True:
-        turn = await anyio.to_thread.run_sync(store.turns.take_turn, TURN)
+        turn = await retrying(take, limit_s=config.store_retry_s, what="take of the delivery turn")
         if turn is not None:
             if waiting:
-                log.info("this node delivers the webhooks now (the node that did has stopped)")
+                log.info("this node delivers the webhooks now (the node that did has stopped, or lost its turn)")
             return turn
         if not waiting:
             log.info("another node delivers the webhooks; this one takes over if it stops")
             _report({"delivering": False})
             waiting = True
-        await anyio.sleep(TURN_CHECK_S)
+        await anyio.sleep(config.turn_lease_s / 3)
 
 
 async def _keep_turn(turn: Turn) -> None:
-    """End this process once its turn is gone (its connection lost): another node may hold it
-    now. The parent starts another process, which waits for the turn again."""
-    while await anyio.to_thread.run_sync(turn.held):
-        await anyio.sleep(TURN_CHECK_S)
-    raise TurnLost("the webhook delivery turn was lost with its connection to the store")
+    """Renew the turn every third of its lease; end this process (`TurnLost`) once it is not held:
+    another process took it, or no renewal got through within the lease (the store unreachable,
+    or this process frozen past it). A renewal that fails is tried again while the lease lasts;
+    one that hangs is left to its thread (the process is ending)."""
+    every = turn.lease_s / 3
+    while True:
+        await anyio.sleep(every)
+        failed: Exception | None = None
+        while True:
+            if not turn.held():
+                why = f"the last failure: {failed}" if failed is not None else "this process was held up past it"
+                raise TurnLost(f"no renewal of the webhook delivery turn got through within its lease ({why})")
+            renewed: bool | None = None
+            try:
+                with anyio.move_on_after(every):
+                    renewed = await anyio.to_thread.run_sync(turn.renew, abandon_on_cancel=True)
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                if failed is None:
+                    log.warning("renewing the webhook delivery turn failed (%s); trying again while its lease lasts", exc)
+                failed = exc
+                await anyio.sleep(RENEW_RETRY_S)
+                continue
+            if renewed is not None:
+                break
+        if not renewed:
+            raise TurnLost("the webhook delivery turn passed to another process, or its lease ran out before it was renewed")
+        if failed is not None:
+            log.info("the webhook delivery turn is renewed again")
 
 
-class TurnLost(RuntimeError):
-    pass
+async def _release(turn: Turn) -> None:
+    """Give the turn up, so that another node goes on at once; a store that cannot be reached
+    leaves it to pass with its lease."""
+    try:
+        with anyio.move_on_after(turn.lease_s):
+            await anyio.to_thread.run_sync(turn.release, abandon_on_cancel=True)
+    except Exception as exc:
+        log.info("the webhook delivery turn could not be released (%s): it passes with its lease", exc)
 
 
 def _report(message: dict[str, object]) -> None:
@@ -253,15 +308,36 @@ def _report(message: dict[str, object]) -> None:
         pass
 
 
+def _first(group: BaseExceptionGroup) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
 def main() -> None:
-    """The child: read the config line from stdin, deliver until stdin ends."""
+    """The child: read the config line from stdin, deliver until stdin ends; exit 1 when the turn
+    is lost or the store stays unusable (the parent starts another)."""
     config = DeliveryConfig.model_validate_json(sys.stdin.buffer.readline())
     configure(config.log_format, config.log_level)
+    status = 1
     try:
         anyio.run(_deliver, config)
+        status = 0
     except* TurnLost as group:
-        log.warning("%s: this process stops, another waits for the turn", group.exceptions[0])
-        sys.exit(1)
+        log.warning("%s: this process stops, another waits for the turn", _first(group))
+    except* StoreUnavailable as group:
+        log.error("webhook delivery stops (%s): this process is started again", _first(group))
+    except* Exception:
+        log.exception("the webhook delivery process failed")
+    finally:
+        # Exit now, whatever ended it: a worker thread still blocked on the lifeline (stdin) or on a
+        # store that hangs would hold the interpreter's exit, and the process would live on idle.
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError):  # the parent is gone: nobody reads
+                stream.flush()
+        os._exit(status)
 
 
 if __name__ == "__main__":

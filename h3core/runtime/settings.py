@@ -256,6 +256,13 @@ class Settings(BaseSettings):
         le=3600,
         description="PostgreSQL store: seconds without a heartbeat before others take a node's jobs over.",
     )
+    webhook_turn_lease: float = Field(
+        default=5.0,
+        ge=0.5,
+        le=300,
+        description="PostgreSQL store: seconds the node delivering webhooks keeps its turn without renewing it "
+        "(renewed every third of it); past it another node delivers.",
+    )
     ready_cache: float = Field(
         default=1.0,
         ge=0,

@@ -87,3 +87,11 @@ async def retrying(call: Callable[[], T], *, limit_s: float, what: str, limiter:
         on_retry=retried,
         give_up=unusable,
     )
+
+
+async def in_thread(call: Callable[[], T], *, limit_s: float | None, what: str) -> T:
+    """`call()` in a worker thread: with `limit_s`, tried again on transient failures as `retrying`
+    says; with None, once (its failure raised as it is)."""
+    if limit_s is None:
+        return await anyio.to_thread.run_sync(call)
+    return await retrying(call, limit_s=limit_s, what=what)

@@ -13,12 +13,15 @@ Waiting for new events takes no polling beside a runner: the subscription sleeps
 publishes, then reads the store (the bus only wakes it; the store says what is new, so an event
 dropped from the bus is never missed). Events another process stores reach it within `resync_s`.
 One reader per name at a time: two running under one name would each deliver everything.
+With `retry_s`, a store that fails (a lost connection, a restarted server) is read and written
+again for that long (`h3core.runtime.store_retry`); past it `StoreUnavailable` ends the reading.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
+from functools import partial
 from typing import Literal
 
 import anyio
@@ -27,6 +30,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from h3core.adapters.store.base import EventStore
 from h3core.domain.events import Event
 from h3core.runtime.bus import EventBus
+from h3core.runtime.store_retry import in_thread
 
 __all__ = ["Start", "Subscription"]
 
@@ -67,6 +71,7 @@ class Subscription:
         start: Start = "beginning",
         batch: int = 100,
         resync_s: float = 1.0,
+        retry_s: float | None = None,
     ) -> None:
         if not name:
             raise ValueError("a subscription needs a name")
@@ -76,20 +81,21 @@ class Subscription:
         self.start = start
         self.batch = batch  # events read at once; the position is saved after each batch is handled
         self.resync_s = resync_s  # how late an event another process stored can be seen, at most
+        self.retry_s = retry_s  # how long a failing store is tried again (None: not at all)
 
     async def position(self) -> int:
         """The saved position; the first time, where `start` says, saved at once (so that "end"
         means the end as of the first start, not of each restart)."""
-        saved = await anyio.to_thread.run_sync(self.store.position, self.name)
+        saved = await in_thread(partial(self.store.position, self.name), limit_s=self.retry_s, what="position read")
         if saved is not None:
             return saved
-        at = 0 if self.start == "beginning" else await anyio.to_thread.run_sync(self.store.cursor)
+        at = 0 if self.start == "beginning" else await in_thread(self.store.cursor, limit_s=self.retry_s, what="cursor read")
         await self.save(at)
         return at
 
     async def save(self, position: int) -> None:
         """Keep `position` as this subscription's place: every event up to it is handled."""
-        await anyio.to_thread.run_sync(self.store.save_position, self.name, position)
+        await in_thread(partial(self.store.save_position, self.name, position), limit_s=self.retry_s, what="position save")
 
     async def batches(self, after: int) -> AsyncGenerator[list[tuple[int, Event]], None]:
         """Every event stored after position `after`, in store order, a batch at a time, forever
@@ -99,7 +105,8 @@ class Subscription:
                 # Subscribed (and drained) before each read of the store: whatever is published
                 # after a read wakes the wait that follows it, so nothing waits `resync_s` for nothing.
                 while _drain(live) or self.bus.closed:
-                    rows = await anyio.to_thread.run_sync(self.store.events_after, after, self.batch)
+                    read = partial(self.store.events_after, after, self.batch)
+                    rows = await in_thread(read, limit_s=self.retry_s, what="read of the log")
                     if rows:
                         after = rows[-1][0]
                         yield rows

@@ -16,7 +16,11 @@ to `longest_s`, each cut by up to half at random (jitter), for `limit_s` from th
 (DELIVERY_BACKOFF: 0.5 s to 5 min, for 1 hour); then the delivery is given up: logged, counted
 (`outcomes`, /metrics), and passed. `start` and `progress` are tried once: the next event, or
 the end, says more. A job's progress goes at most once per `progress_every_s` (0.5 s, as
-Replicate's): one that a later progress overtakes while it waits is not sent (the latest wins).
+Replicate's): one that a later progress overtakes while it waits is not sent (the latest wins),
+nor one whose job has ended: its terminal event read, or, for what was stored before this
+dispatcher started (a restart, another node's delivery taken over from the saved place), its job
+ended in the store. So no job's progress reaches a receiver after that job's end, which a
+process that delivered it before the takeover may already have sent.
 Each delivery's tries and outcome are kept in the store (`deliveries(job_id)`: the API's
 GET /v1/jobs/{id}/webhooks and `h3core replay`), saved with the position.
 
@@ -26,7 +30,13 @@ deliveries to one target are held in memory (with their events), `window` in all
 deliveries past its share are deferred, kept as (job, seq) only and read back from the store, in
 order, as it has room. So a dead receiver holds the position (a restart sends again what came
 after it) but never stops the reading, nor another receiver's deliveries.
-Needs the `service` extra (`h3core.adapters.webhooks`).
+
+Delivering from a store shared by nodes takes the deployment's delivery turn (`turn`, taken by
+the caller: `h3core.runtime.delivery_process`): it is checked before every send and every save,
+and once it is not held (its lease passed unrenewed: this process was frozen, or cut off from
+the store) `run` ends with `TurnLost`, sending and saving nothing more. With `store_retry_s`, the
+store's reads and writes are tried again on transient failures for that long; past it `run`
+ends with `StoreUnavailable`. Needs the `service` extra (`h3core.adapters.webhooks`).
 """
 
 from __future__ import annotations
@@ -34,10 +44,12 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -45,16 +57,20 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from h3core.adapters.backoff import Backoff, retry
 from h3core.adapters.store.base import EventStore
+from h3core.adapters.store.nodes import Turn, TurnLost
 from h3core.adapters.webhooks import DeliveryFailed, WebhookSender
 from h3core.domain.events import Event, Submitted
 from h3core.domain.webhooks import Allow, Delivery, Endpoint, WebhookTarget, event_kind, webhook_id
 from h3core.runtime.bus import EventBus
 from h3core.runtime.settings import Settings, endpoint_secrets, secret_list
+from h3core.runtime.store_retry import in_thread
 from h3core.runtime.subscription import Subscription
 
 __all__ = ["DELIVERY_BACKOFF", "SUBSCRIPTION", "WebhookDispatcher", "dispatcher_for", "target_of"]
 
 log = logging.getLogger("h3core.webhooks")
+
+T = TypeVar("T")
 
 SUBSCRIPTION = "webhooks"
 DELIVERY_BACKOFF = Backoff(first_s=0.5, longest_s=300.0, limit_s=3600.0, jitter=0.5)
@@ -105,13 +121,17 @@ class WebhookDispatcher:
         save_every_s: float = 0.2,
         progress_every_s: float = 0.5,
         resync_s: float = 1.0,
+        store_retry_s: float | None = None,
+        turn: Turn | None = None,
     ) -> None:
         self.store = store
         self.sender = sender
         self.endpoints = tuple(endpoints)  # the deployment's, for every job besides its own webhook
         self.endpoint_secrets = dict(endpoint_secrets or {})  # their own secrets, by `Endpoint.secret_env`
         self.backoff = backoff
-        self.subscription = Subscription(store, bus, SUBSCRIPTION, batch=500, resync_s=resync_s)
+        self.store_retry_s = store_retry_s  # how long a failing store is tried again (None: not at all)
+        self.turn = turn  # the deployment's delivery turn, where the store is shared by nodes
+        self.subscription = Subscription(store, bus, SUBSCRIPTION, batch=500, resync_s=resync_s, retry_s=store_retry_s)
         self.concurrency = concurrency  # sends at once to one target (scheme, host, port)
         self._sends: dict[str, anyio.CapacityLimiter] = {}  # per target: a slow one fills its own
         self.window = window  # deliveries held in memory, in all
@@ -133,6 +153,13 @@ class WebhookDispatcher:
         self._moved = anyio.Event()  # a delivery ended: the position may advance, the window has room
         # What became of each delivery since the last save (`store.deliveries(job_id)` shows them).
         self._unsaved: dict[tuple[str, int, str], Delivery] = {}
+        # Jobs whose terminal event was read, at its position: their progress still waiting is
+        # not sent. Dropped once the position passes it (no earlier event of the job is pending).
+        self._ended_at: dict[str, int] = {}
+        # The end of the log when this dispatcher started: what is at or before it may have been
+        # delivered by a process before this one, so a job's end is looked up in the store.
+        self._backlog_to = 0
+        self._ended_in_store: dict[str, bool] = {}  # of the backlog's jobs, looked up once each
 
     def position(self) -> int:
         """Where the subscription can be saved now: before the oldest delivery still pending."""
@@ -141,6 +168,7 @@ class WebhookDispatcher:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Deliver until cancelled; the position is saved as deliveries end, and once more at the end."""
         self._read_to = self._saved = await self.subscription.position()
+        self._backlog_to = await self._store_call(self.store.cursor, "cursor read")
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -156,12 +184,21 @@ class WebhookDispatcher:
                         self._signal()
         finally:
             with anyio.CancelScope(shield=True):
-                await self._save()
+                await self._last_save()
                 await self.sender.aclose()
+
+    async def _store_call(self, call: Callable[[], T], what: str) -> T:
+        return await in_thread(call, limit_s=self.store_retry_s, what=what)
+
+    def _check_turn(self) -> None:
+        """Raise `TurnLost` unless this process still holds the delivery turn (or needs none)."""
+        if self.turn is not None and not self.turn.held():
+            raise TurnLost(f"the delivery turn {self.turn.name!r} is no longer this process's: its lease passed unrenewed")
 
     async def _take(self, position: int, event: Event) -> None:
         target = await self._target(event)
         if event.terminal:
+            self._ended_at[event.job_id] = position
             self._targets.pop(event.job_id, None)
             for key in [k for k in self._last_progress if k[0] == event.job_id]:
                 del self._last_progress[key]
@@ -194,7 +231,7 @@ class WebhookDispatcher:
         waiting = self._deferred.get(target)
         while waiting and self._held[target] < self.target_window:
             d = waiting[0]
-            events = await anyio.to_thread.run_sync(self.store.events, d.job_id, d.seq - 1)
+            events = await self._store_call(partial(self.store.events, d.job_id, d.seq - 1), "read of a job's events")
             waiting.popleft()
             event = next(e for e in events if e.seq == d.seq)
             self._hold(_Delivery(d.position, event, d.endpoint))
@@ -206,7 +243,7 @@ class WebhookDispatcher:
             self._targets[event.job_id] = event.body.webhook
             return event.body.webhook
         if event.job_id not in self._targets:  # submitted before the position: its state says
-            state = await anyio.to_thread.run_sync(self.store.get, event.job_id)
+            state = await self._store_call(partial(self.store.get, event.job_id), "read of a job")
             self._targets[event.job_id] = state.webhook if state is not None else None
         return self._targets[event.job_id]
 
@@ -215,14 +252,14 @@ class WebhookDispatcher:
         job_id = key[0]
         try:
             while lane:
-                if event_kind(lane[0].event) != "progress" or self.progress_every_s <= 0:
+                if event_kind(lane[0].event) != "progress":
                     await self._deliver(lane[0])
-                elif not self._overtaken(lane):
+                elif not await self._superseded(lane):
                     last = self._last_progress.get(key, -float("inf"))
                     wait = last + self.progress_every_s - anyio.current_time()
                     if wait > 0:
                         await anyio.sleep(wait)
-                    if not self._overtaken(lane):
+                    if self.progress_every_s <= 0 or not await self._superseded(lane):
                         if job_id in self._targets:  # not ended (an ended job's entry would stay for good)
                             self._last_progress[key] = anyio.current_time()
                         await self._deliver(lane[0])
@@ -245,12 +282,27 @@ class WebhookDispatcher:
             self._tg.start_soon(self._undefer, target)
         self._signal()
 
-    def _overtaken(self, lane: deque[_Delivery]) -> bool:
-        """Is a later progress right behind the one at the lane's head? Then the latest wins."""
-        if len(lane) > 1 and event_kind(lane[1].event) == "progress":
+    async def _superseded(self, lane: deque[_Delivery]) -> bool:
+        """Is the progress at the lane's head not to be sent? A later progress is right behind it
+        (throttled: the latest wins), or its job has ended (the module docstring); counted."""
+        head = lane[0]
+        overtaken = self.progress_every_s > 0 and len(lane) > 1 and event_kind(lane[1].event) == "progress"
+        if overtaken or await self._job_ended(head):
             self.outcomes["superseded"] += 1
             return True
         return False
+
+    async def _job_ended(self, d: _Delivery) -> bool:
+        job_id = d.event.job_id
+        if job_id in self._ended_at:
+            return True
+        if d.position > self._backlog_to:  # stored since this dispatcher started: its end, if any, is read in order
+            return False
+        ended = self._ended_in_store.get(job_id)
+        if ended is None:
+            state = await self._store_call(partial(self.store.get, job_id), "read of a job")
+            ended = self._ended_in_store[job_id] = state is not None and state.terminal
+        return ended
 
     async def _deliver(self, d: _Delivery) -> None:
         msg_id = webhook_id(d.event)
@@ -280,6 +332,7 @@ class WebhookDispatcher:
             if sends is None:
                 sends = self._sends[target] = anyio.CapacityLimiter(self.concurrency)
             async with sends:
+                self._check_turn()  # a send waits for its slot: checked after the wait, just before it goes
                 try:
                     await self.sender.send(d.endpoint.url, msg_id, body, secrets=secrets)
                 except DeliveryFailed as exc:
@@ -335,15 +388,33 @@ class WebhookDispatcher:
             await self._save()
             await anyio.sleep(self.save_every_s)
 
-    async def _save(self) -> None:
-        """The delivery records noted since the last save, then the position (one write each)."""
+    async def _save(self, *, once: bool = False) -> None:
+        """The delivery records noted since the last save, then the position (one write each);
+        `once`: each tried once, not retried."""
+        self._check_turn()  # a process that lost the turn writes nothing over its taker's
+        limit_s = None if once else self.store_retry_s
         if self._unsaved:
             records, self._unsaved = list(self._unsaved.values()), {}
-            await anyio.to_thread.run_sync(self.store.save_deliveries, records)
+            await in_thread(partial(self.store.save_deliveries, records), limit_s=limit_s, what="save of delivery records")
         at = self.position()
         if at != self._saved:
-            await self.subscription.save(at)
+            await in_thread(partial(self.store.save_position, SUBSCRIPTION, at), limit_s=limit_s, what="position save")
             self._saved = at
+        self._ended_at = {job_id: p for job_id, p in self._ended_at.items() if p > at}
+        if at >= self._backlog_to:
+            self._ended_in_store.clear()
+
+    async def _last_save(self) -> None:
+        """The save as `run` ends, tried once: a store that fails it, or a turn lost, leaves the
+        next process to send again from the last place saved (logged, not raised: what ended
+        `run` is what its caller hears of)."""
+        if self.turn is not None and not self.turn.held():
+            log.warning("the webhook delivery turn is lost: the position and records since the last save are not saved")
+            return
+        try:
+            await self._save(once=True)
+        except Exception as exc:
+            log.warning("webhook deliveries since the last save could not be saved (%s): the next start sends them again", exc)
 
 
 def dispatcher_for(settings: Settings, store: EventStore, bus: EventBus) -> WebhookDispatcher | None:
@@ -356,5 +427,11 @@ def dispatcher_for(settings: Settings, store: EventStore, bus: EventBus) -> Webh
     secrets = secret_list(settings.webhook_secret) if settings.webhook_secret is not None else []
     sender = WebhookSender(secrets, Allow(settings.webhooks_allow))
     return WebhookDispatcher(
-        store, bus, sender, endpoints=endpoints, endpoint_secrets=endpoint_secrets(endpoints), resync_s=settings.poll_interval
+        store,
+        bus,
+        sender,
+        endpoints=endpoints,
+        endpoint_secrets=endpoint_secrets(endpoints),
+        resync_s=settings.poll_interval,
+        store_retry_s=settings.store_retry,
     )

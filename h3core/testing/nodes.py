@@ -19,7 +19,10 @@ and what it refuses):
                 s.close()
 
 h3core's own suite runs it against `PostgresEventStore` and the fake, `MemoryNodesEventStore`.
-The lease length the expiry tests wait out is `LEASE_S` (a twentieth of a second). Needs pytest.
+The lease length the expiry tests wait out is `LEASE_S` (a twentieth of a second).
+
+`TurnsContract` is the turns' contract (`WithTurns`), over the same `open_node` fixture: a class
+can subclass both. Needs pytest.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 import pytest
 
 from h3core.adapters.store.base import EventStore, utc_now
-from h3core.adapters.store.nodes import LeaseLost, NodeInfo, NodeLeases, NodeTaken, WithNodeLeases
+from h3core.adapters.store.nodes import LeaseLost, NodeInfo, NodeLeases, NodeTaken, Turn, WithNodeLeases, WithTurns
 from h3core.domain.events import (
     Admitted,
     AttemptFailed,
@@ -54,7 +57,7 @@ from h3core.domain.events import (
 from h3core.domain.retry import RetryPolicy
 from h3core.testing.factories import artifact, submitted
 
-__all__ = ["LEASE_S", "NodeLeasesContract"]
+__all__ = ["LEASE_S", "NodeLeasesContract", "TurnsContract"]
 
 LEASE_S = 0.05
 WAIT_S = 30.0  # a bound on a loaded machine for a lease to age past LEASE_S, not a measure
@@ -272,3 +275,94 @@ class NodeLeasesContract:
         expired = _until(lambda: len(e := watcher.leases.expired(LEASE_S)) == 2 and e, "both leases to age")
         assert {x.node_id for x in expired} == {"behind", "ahead"}  # ... nor late (ahead)
         assert all(LEASE_S < x.age_s < LONG_S for x in expired)
+
+
+class TurnsContract:
+    """What every store with turns must do (`WithTurns`; the contract in `h3core.adapters.store.nodes`)."""
+
+    @pytest.fixture
+    def open_node(self):
+        raise NotImplementedError("override the `open_node` fixture: (node, clock=utc_now) -> a store on one shared backend")
+
+    def test_a_turn_has_one_holder_until_it_is_released(self, open_node):
+        a, b = open_node("a"), open_node("b")
+        assert isinstance(a, WithTurns)
+        held = a.turns.take_turn("webhooks", LONG_S)
+        assert isinstance(held, Turn) and held.held() and held.renew() and held.held()
+        assert b.turns.take_turn("webhooks", LONG_S) is None  # one holder per name
+        other = b.turns.take_turn("another", LONG_S)
+        assert other is not None  # names are apart
+        other.release()
+        held.release()
+        assert not held.held()
+        taken = b.turns.take_turn("webhooks", LONG_S)  # a release frees it at once
+        assert taken is not None and a.turns.take_turn("webhooks", LONG_S) is None
+        held.release()  # the old holder's second release frees nothing of the new holder's
+        assert a.turns.take_turn("webhooks", LONG_S) is None and taken.renew()
+        taken.release()
+
+    def test_a_turn_not_renewed_within_its_lease_passes_on_and_its_old_holder_knows(self, open_node):
+        a, b, c = open_node("a"), open_node("b"), open_node("c")
+        old = a.turns.take_turn("webhooks", LEASE_S)
+        assert old is not None
+        new = _until(lambda: b.turns.take_turn("webhooks", LONG_S), "a's turn to pass its lease")
+        assert not old.held()  # by its own clock: it took the turn more than a lease ago
+        assert not old.renew() and not old.held()
+        old.release()  # frees nothing of the new holder's
+        assert c.turns.take_turn("webhooks", LEASE_S) is None and new.renew() and new.held()
+
+    def test_a_holder_that_comes_back_after_its_lease_renews_nothing_even_with_no_other_holder(self, open_node):
+        a = open_node("a")
+        old = a.turns.take_turn("webhooks", LEASE_S)
+        assert old is not None
+        time.sleep(LEASE_S * 2)
+        assert not old.held() and not old.renew()
+        again = a.turns.take_turn("webhooks", LEASE_S)  # free: a new hold, under a new token
+        assert again is not None and again.held()
+
+    def test_a_holder_that_renews_keeps_its_turn(self, open_node):
+        a, b = open_node("a"), open_node("b")
+        lease = 0.5
+        for _ in range(5):  # a machine that stalls past the lease between the steps proves nothing: again
+            held = a.turns.take_turn("webhooks", lease)
+            assert held is not None
+            time.sleep(lease / 2)
+            renewed = time.monotonic()
+            assert held.renew()
+            time.sleep(lease * 0.7)  # the take is more than a lease old now, the renewal is not
+            taken = b.turns.take_turn("webhooks", lease)
+            if time.monotonic() - renewed < lease:
+                assert taken is None, "a turn renewed within its lease was taken"
+                assert held.held() and held.renew()
+                held.release()
+                return
+            held.release()
+            if taken is not None:
+                taken.release()
+        pytest.skip("the machine stalled past the lease every time: nothing to conclude")
+
+    def test_of_two_takers_of_a_free_turn_exactly_one_wins(self, open_node):
+        b, c = open_node("b"), open_node("c")
+        won: list[Turn | None] = []
+        start = threading.Barrier(2)
+
+        def take(store) -> None:
+            start.wait()
+            won.append(store.turns.take_turn("webhooks", LONG_S))
+
+        threads = [threading.Thread(target=take, args=(s,)) for s in (b, c)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(w is not None for w in won) == [False, True], "exactly one of two takers wins"
+
+    def test_turns_age_by_the_stores_clock_not_the_holders(self, open_node):
+        skew = timedelta(hours=1)
+        ahead = open_node("ahead", lambda: utc_now() + skew)
+        behind = open_node("behind", lambda: utc_now() - skew)
+        watcher = open_node("watcher")
+        assert behind.turns.take_turn("long", LONG_S) is not None
+        assert watcher.turns.take_turn("long", LONG_S) is None  # not expired early
+        assert ahead.turns.take_turn("short", LEASE_S) is not None
+        _until(lambda: watcher.turns.take_turn("short", LONG_S), "the short turn to pass its lease")  # nor late

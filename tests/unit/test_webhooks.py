@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sqlite3
 import ssl
 import subprocess
 import threading
@@ -19,6 +20,7 @@ from standardwebhooks import Webhook
 from typer.testing import CliRunner
 
 from h3core.adapters.backoff import Backoff
+from h3core.adapters.store.nodes import TurnLost
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.adapters.webhooks import DeliveryFailed, MemoryTransport, PostFailed, WebhookSender, target_refusal
 from h3core.cli import app
@@ -26,6 +28,7 @@ from h3core.domain.events import Submitted
 from h3core.domain.webhooks import Allow, WebhookTarget
 from h3core.runtime.bus import EventBus
 from h3core.runtime.delivery_process import DeliveryConfig, DeliveryProcess
+from h3core.runtime.store_retry import StoreUnavailable
 from h3core.runtime.webhooks import SUBSCRIPTION, WebhookDispatcher
 from h3core.testing.factories import done_log
 from tests.receiver import Receiver, receiver
@@ -73,8 +76,11 @@ async def test_a_job_s_events_arrive_signed_in_order_and_the_position_moves_past
     store = SQLiteEventStore(tmp_path / "h3.db")
     with receiver() as rec:
         async with delivering(store) as dispatcher:
-            store.append("a", _log(rec.url))
-            store.append("b", [Submitted(request=_log(rec.url)[0].request)])  # no webhook asked: nothing sent
+            *running, end = _log(rec.url)
+            store.append("a", running)
+            store.append("b", [Submitted(request=running[0].request)])  # no webhook asked: nothing sent
+            await until(lambda: len(rec.got()) >= 3, 30, "job a's webhooks while it runs")
+            store.append("a", [end])  # after its progress was sent (a progress read with its job's end is not)
             await until(lambda: len(rec.got()) >= 4, 30, "job a's webhooks")
             await until(lambda: store.position(SUBSCRIPTION) == store.cursor(), 30, "the position to move on")
     payloads = _verified(rec)
@@ -131,7 +137,8 @@ async def test_a_receiver_down_past_the_limit_ends_given_up_and_the_position_mov
 
 async def test_a_terminal_event_stored_before_a_crash_is_delivered_after_the_restart_and_only_then(tmp_path):
     """The dispatcher had started (its position saved) when the job ran to its end, and the process
-    died before any delivery: the next start delivers every event; a start after that, none again."""
+    died before any delivery: the next start delivers its start and its end, not its progress (the
+    job has ended: the progress is stale news); a start after that, nothing again."""
     path = tmp_path / "h3.db"
     with receiver() as rec:
         store = SQLiteEventStore(path)
@@ -140,10 +147,10 @@ async def test_a_terminal_event_stored_before_a_crash_is_delivered_after_the_res
         store.close()
         store = SQLiteEventStore(path)  # the restart
         await _deliver_until(store, lambda: store.position(SUBSCRIPTION) == store.cursor())
-        assert [p["type"] for p in _verified(rec)] == ["job.running", "job.progress", "job.progress", "job.done"]
+        assert [p["type"] for p in _verified(rec)] == ["job.running", "job.done"]
         store.append("b", _log(rec.url))  # a start after that sends b's, and nothing of a's again
         await _deliver_until(store, lambda: store.position(SUBSCRIPTION) == store.cursor())
-        assert [r.headers["webhook-id"] for r in rec.got()] == [f"msg_{job}_{seq}" for job in "ab" for seq in (3, 4, 5, 6)]
+        assert [r.headers["webhook-id"] for r in rec.got()] == [f"msg_{job}_{seq}" for job in "ab" for seq in (3, 6)]
         store.close()
 
 
@@ -175,16 +182,139 @@ async def test_private_targets_are_refused_after_resolution_unless_allowed():
 
 async def test_progress_is_throttled_and_the_latest_wins(tmp_path):
     store = SQLiteEventStore(tmp_path / "h3.db")
-    first, *rest = done_log(steps=20)
+    first, *rest, end = done_log(steps=20)
     with receiver() as rec:
         target = WebhookTarget(url=rec.url, events=("progress", "completed"))
         # The 20 are stored at once: all but the last are overtaken.
         async with delivering(store, progress_every_s=1.0) as dispatcher:
             store.append("a", [first.model_copy(update={"webhook": target}), *rest])
+            await until(lambda: any(r.payload["data"]["event"].get("step") == 20 for r in rec.got()), 30, "the last progress")
+            store.append("a", [end])
             await until(lambda: any(r.payload["type"] == "job.done" for r in rec.got()), 30, "the done webhook")
     steps = [p["data"]["event"]["step"] for p in _verified(rec) if p["type"] == "job.progress"]
     assert steps[-1] == 20 and len(steps) < 20 and steps == sorted(steps)
     assert dispatcher.outcomes["superseded"] == 20 - len(steps)
+    store.close()
+
+
+async def test_a_progress_read_with_its_job_s_end_is_not_sent(tmp_path):
+    """Its job ended: the progress would reach the receiver after the news it is older than."""
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    with receiver() as rec:
+        async with delivering(store) as dispatcher:  # progress not throttled: only the end supersedes it
+            store.append("a", _log(rec.url))
+            await until(lambda: store.position(SUBSCRIPTION) == store.cursor(), 30, "the position to move on")
+    assert [p["type"] for p in _verified(rec)] == ["job.running", "job.done"]
+    assert dispatcher.outcomes["superseded"] == 2 and dispatcher.outcomes["delivered"] == 2
+    store.close()
+
+
+class _Gated(SQLiteEventStore):
+    """Reads of the log past `gate_at` wait until `gate` is set: what is stored there is not read yet."""
+
+    gate_at = 0
+    gate = threading.Event()
+
+    def events_after(self, cursor, limit=1000):
+        if cursor >= self.gate_at:
+            self.gate.wait(30)
+        return super().events_after(cursor, limit)
+
+
+async def test_after_a_takeover_a_job_that_ended_in_the_store_gets_none_of_its_progress(tmp_path):
+    """A dispatcher starting from a saved place before a job's progress (a restart, a takeover),
+    the job's end stored but not read yet: the store says the job has ended, so its progress,
+    which the process before may have sent or superseded, is not sent (late); its end is."""
+    store = _Gated(tmp_path / "h3.db")
+    store.gate = threading.Event()
+    with receiver() as rec:
+        *running, end = _log(rec.url)
+        store.append("a", running)
+        store.append("a", [end])
+        store.gate_at = 5  # the first read ends with a's last progress (its seq: it is the only job)
+        dispatcher = _dispatcher(store)
+        dispatcher.subscription.batch = 5
+        async with anyio.create_task_group() as tg:
+            await tg.start(dispatcher.run)
+            await until(lambda: dispatcher.outcomes["superseded"] == 2, 10, "both progress events to be dropped")
+            store.gate.set()
+            await until(lambda: store.position(SUBSCRIPTION) == store.cursor(), 30, "the position to move on")
+            tg.cancel_scope.cancel()
+    assert [p["type"] for p in _verified(rec)] == ["job.running", "job.done"]
+    store.close()
+
+
+class _Turn:
+    """A delivery turn held until the test says it is not (`Turn`)."""
+
+    name = "webhooks"
+    lease_s = 1.0
+    holding = True
+
+    def held(self) -> bool:
+        return self.holding
+
+    def renew(self) -> bool:
+        return self.holding
+
+    def release(self) -> None:
+        self.holding = False
+
+
+async def test_a_dispatcher_that_no_longer_holds_its_turn_sends_and_saves_nothing_more(tmp_path):
+    store = SQLiteEventStore(tmp_path / "h3.db")
+    turn = _Turn()
+    with receiver() as rec:
+        dispatcher = _dispatcher(store, turn=turn)
+        with pytest.raises(BaseExceptionGroup) as ended:
+            async with anyio.create_task_group() as tg:
+                await tg.start(dispatcher.run)
+                store.append("a", _log(rec.url, events=("completed",)))
+                await until(lambda: store.position(SUBSCRIPTION) == store.cursor(), 30, "a's delivery and the place past it")
+                turn.holding = False  # its lease passed unrenewed (frozen, cut off): another node may deliver now
+                saved = store.position(SUBSCRIPTION)
+                store.append("b", _log(rec.url, events=("completed",)))
+                with anyio.fail_after(30):
+                    await anyio.sleep_forever()  # the dispatcher ends by itself
+    assert ended.group_contains(TurnLost)
+    assert [r.headers["webhook-id"] for r in rec.got()] == ["msg_a_6"]
+    assert store.position(SUBSCRIPTION) == saved and store.deliveries("b") == []
+    store.close()
+
+
+class _Flaky(SQLiteEventStore):
+    """Its reads of the log and position saves fail (as a lost connection does) while `failing` counts down."""
+
+    failing = 0
+
+    def _fail(self) -> None:
+        if self.failing:
+            self.failing -= 1
+            raise sqlite3.OperationalError("disk I/O error")
+
+    def events_after(self, cursor, limit=1000):
+        self._fail()
+        return super().events_after(cursor, limit)
+
+    def save_position(self, name, position):
+        self._fail()
+        super().save_position(name, position)
+
+
+async def test_a_store_failing_for_a_while_is_read_again_and_one_failing_past_the_bound_ends_the_dispatcher(tmp_path):
+    store = _Flaky(tmp_path / "h3.db")
+    with receiver() as rec:
+        async with delivering(store, store_retry_s=30) as dispatcher:
+            store.failing = 3
+            store.append("a", _log(rec.url, events=("completed",)))
+            await until(lambda: store.position(SUBSCRIPTION) == store.cursor(), 30, "a's delivery and the place past it")
+        assert store.failing == 0 and dispatcher.outcomes["delivered"] == 1
+        store.failing = 10**6
+        with pytest.raises(BaseExceptionGroup) as ended:
+            async with delivering(store, store_retry_s=0.3):
+                with anyio.fail_after(30):
+                    await anyio.sleep_forever()
+        assert ended.group_contains(StoreUnavailable)
     store.close()
 
 
@@ -199,11 +329,12 @@ async def test_the_delivering_process_delivers_and_stops_with_its_position_saved
         async with anyio.create_task_group() as tg:
             await tg.start(delivery.run)
             store.append("a", _log(rec.url))
-            await until(lambda: delivery.outcomes["delivered"] == 3, 30, "the counts the child reports")
+            await until(lambda: delivery.outcomes["delivered"] == 2, 30, "the counts the child reports")
+            await until(lambda: store.position(SUBSCRIPTION) == store.cursor(), 30, "the position to move on")
             tg.cancel_scope.cancel()  # closes the child's stdin, waits for it
-    # The two progress events came at once: the first is overtaken by the second (throttled).
-    assert [p["type"] for p in _verified(rec)] == ["job.running", "job.progress", "job.done"]
-    assert delivery.outcomes["superseded"] == 1
+    # The two progress events came with the job's end: the first is overtaken, the second superseded by the end.
+    assert [p["type"] for p in _verified(rec)] == ["job.running", "job.done"]
+    assert delivery.outcomes["superseded"] == 2
     assert store.position(SUBSCRIPTION) == store.cursor() and delivery.starts == 1
     store.close()
 
@@ -281,7 +412,10 @@ async def test_a_dead_receiver_s_backlog_is_deferred_not_held_and_delivered_in_o
             assert store.position(SUBSCRIPTION) < store.cursor()
             dead.down = False
             await until(lambda: len(dead.answered()) == 4, 30, "the backlog")
-            store.append("e", _log(dead.url))  # 4 deliveries at once: 2 held, 2 deferred behind them
+            *running, end = _log(dead.url)
+            store.append("e", running)  # 3 deliveries at once: 2 held, 1 deferred behind them
+            await until(lambda: store.position(SUBSCRIPTION) == store.cursor(), 30, "the position to reach the end")
+            store.append("e", [end])
             await until(lambda: store.position(SUBSCRIPTION) == store.cursor(), 30, "the position to reach the end")
     assert sorted(r.headers["webhook-id"] for r in dead.answered()[:4]) == [f"msg_d{n}_6" for n in range(4)]
     assert [r.headers["webhook-id"] for r in dead.answered()[4:]] == [f"msg_e_{seq}" for seq in (3, 4, 5, 6)]

@@ -1,6 +1,7 @@
 """The fake of node leases: `MemoryNodeLeases` honours the `NodeLeases` contract in memory, and
 `MemoryNodesEventStore` is the memory event store whose appends it fences (`WithNodeLeases`), for
-tests of code that runs as one node among several, without a PostgreSQL server.
+tests of code that runs as one node among several, without a PostgreSQL server. Its `turns`
+(`MemoryTurns`) honour the `Turns` contract over the same fake (`WithTurns`).
 
 Several nodes share one fake as PostgreSQL's stores share one database: `as_node` gives another
 node's view of the same log and leases. Ages are read from the fake's own clock (`now`, its
@@ -11,17 +12,19 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from h3core.adapters.store.base import precheck, utc_now
 from h3core.adapters.store.memory import MemoryEventStore
-from h3core.adapters.store.nodes import Expired, Fence, NodeInfo, NodeRow, NodeTaken, another_live_process
+from h3core.adapters.store.nodes import Expired, Fence, HeldTurn, NodeInfo, NodeRow, NodeTaken, another_live_process
 from h3core.domain.events import Body, Event
 from h3core.domain.state import JobState
 
-__all__ = ["MemoryNodeLeases", "MemoryNodesEventStore"]
+__all__ = ["MemoryNodeLeases", "MemoryNodesEventStore", "MemoryTurns"]
 
 
 @dataclass
@@ -40,6 +43,13 @@ class _Lease:
     renewed_at: datetime
 
 
+@dataclass
+class _TurnRow:
+    token: str
+    lease_s: float
+    renewed_at: datetime
+
+
 class _Table:
     """What every node's view shares: the nodes, the leases, their lock and the clock ages are read by."""
 
@@ -48,6 +58,7 @@ class _Table:
         self.lock = threading.Lock()
         self.nodes: dict[str, _Node] = {}
         self.leases: dict[str, _Lease] = {}
+        self.turns: dict[str, _TurnRow] = {}
 
     def age(self, at: datetime) -> float:
         return (self.now() - at).total_seconds()
@@ -178,11 +189,54 @@ class MemoryNodeLeases:
             return True
 
 
+class MemoryTurns:
+    """The fake `Turns` (`h3core.adapters.store.nodes` states the contract): a row per turn in
+    the fake's table, aged by its clock (`now`), as PostgreSQL's `turns` table by the server's."""
+
+    def __init__(self, leases: MemoryNodeLeases) -> None:
+        """The turns of the fake `leases` belongs to (every node's view shares them)."""
+        self._table = leases._table
+
+    def take_turn(self, name: str, lease_s: float) -> _MemoryTurn | None:
+        """Hold `name` for `lease_s` if it has no row, or one past its holder's lease; None if not."""
+        since = time.monotonic()
+        with self._table.lock:
+            row = self._table.turns.get(name)
+            if row is not None and self._table.age(row.renewed_at) <= row.lease_s:
+                return None
+            token = uuid.uuid4().hex
+            self._table.turns[name] = _TurnRow(token, lease_s, self._table.now())
+        return _MemoryTurn(self._table, name, token, lease_s, since)
+
+
+class _MemoryTurn(HeldTurn):
+    """A turn held under one token (`MemoryTurns.take_turn`)."""
+
+    def __init__(self, table: _Table, name: str, token: str, lease_s: float, since: float) -> None:
+        super().__init__(name, token, lease_s, since)
+        self._table = table
+
+    def _renewed(self) -> bool:
+        with self._table.lock:
+            row = self._table.turns.get(self.name)
+            if row is None or row.token != self.token or self._table.age(row.renewed_at) > row.lease_s:
+                return False
+            row.renewed_at = self._table.now()
+            return True
+
+    def _released(self) -> None:
+        with self._table.lock:
+            row = self._table.turns.get(self.name)
+            if row is not None and row.token == self.token:
+                del self._table.turns[self.name]
+
+
 class MemoryNodesEventStore(MemoryEventStore):
     """The memory event store shared by runner nodes (`WithNodeLeases`): its appends are fenced by
     its `leases` inside the same hold of its lock, as PostgreSQL's are inside the append's
-    transaction. `leases`: the fake's nodes and leases, as the node this view is (by default a
-    fake of its own, for no node); `clock`: what its events are stamped with."""
+    transaction; its `turns` are the fake's too. `leases`: the fake's nodes and leases, as the
+    node this view is (by default a fake of its own, for no node); `clock`: what its events are
+    stamped with."""
 
     def __init__(self, leases: MemoryNodeLeases | None = None, *, clock: Callable[[], datetime] = utc_now) -> None:
         """A store of its own (one "database"); `as_node` gives other nodes' views of it."""
@@ -193,6 +247,11 @@ class MemoryNodesEventStore(MemoryEventStore):
     def leases(self) -> MemoryNodeLeases:
         """The nodes and their leases, which fence this store's appends."""
         return self._leases
+
+    @property
+    def turns(self) -> MemoryTurns:
+        """Named turns over the same fake (`Turns`)."""
+        return MemoryTurns(self._leases)
 
     def as_node(self, node: str | None, *, clock: Callable[[], datetime] | None = None) -> MemoryNodesEventStore:
         """Node `node`'s view of the same log and leases, as another process's store on the same

@@ -30,8 +30,18 @@ fake (`memory_leases.MemoryNodeLeases`, fencing a `MemoryNodesEventStore`):
 
 A store shared by nodes may also be `WithTurns`: its `turns` are work that one process of the
 deployment must do at a time (delivering webhooks from the log), each waiting for a named turn.
-At most one holder per name; a turn ends when released or when its holder's process dies, and
-`held()` says whether it still is.
+The contract, which `h3core.testing.nodes.TurnsContract` checks against PostgreSQL and the fake:
+
+- **One holder per name.** A turn is taken for a lease (`take_turn(name, lease_s)`) and renewed
+  by its holder (`renew`); nobody else takes it while its last renewal (or the take) is younger
+  than that lease, by the store's clock. Of two takers of a free turn exactly one wins.
+- **A lease, not a session.** A holder that stops renewing (killed, frozen, cut off from the
+  store) loses the turn once its lease has passed: another process takes it then, and the old
+  holder's `renew` says False from then on, even where nobody took it. A release frees it at once.
+- **The holder knows without asking.** `held()` reads no store: it is True while the last renewal
+  that succeeded (or the take) began less than the lease ago by the holder's own monotonic clock,
+  so a holder that thaws after a freeze knows it may have lost the turn before it acts again;
+  a taker, by the store's clock, cannot take it before then.
 
 Callers ask a store for these parts with `isinstance(store, WithNodeLeases)` (or `node_leases`,
 for a store opened as a node) and `isinstance(store, WithTurns)`; a store without them (SQLite,
@@ -41,6 +51,7 @@ memory) has one runner and no nodes.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -71,7 +82,9 @@ __all__ = [
     "NodeRow",
     "NodeTaken",
     "OWN_REPORTS",
+    "HeldTurn",
     "Turn",
+    "TurnLost",
     "Turns",
     "WithNodeLeases",
     "WithTurns",
@@ -180,8 +193,17 @@ class NodeLeases(Protocol):
 class Turn(Protocol):
     """A named turn this process holds (the module docstring states the contract)."""
 
+    name: str
+    lease_s: float
+
+    def renew(self) -> bool:
+        """Renew the lease on the store; False once the turn is no longer this holder's (its lease
+        passed, another holder took it). Raises what the store raises when it cannot answer."""
+        ...
+
     def held(self) -> bool:
-        """Still held: False once its connection to the store is gone (another may hold it now)."""
+        """Still this holder's as far as it knows without asking the store: not lost to a renewal,
+        and the last renewal that succeeded (or the take) began less than the lease ago."""
         ...
 
     def release(self) -> None:
@@ -193,9 +215,56 @@ class Turn(Protocol):
 class Turns(Protocol):
     """Named turns, each held by one process of the deployment at a time (the module docstring)."""
 
-    def take_turn(self, name: str) -> Turn | None:
-        """Hold the turn `name` if no other process does; None if one does."""
+    def take_turn(self, name: str, lease_s: float) -> Turn | None:
+        """Hold the turn `name` for `lease_s` (renewed by its holder) if nobody holds it; None if
+        another process does."""
         ...
+
+
+class TurnLost(RuntimeError):
+    """A turn this process held is no longer its own (or may not be): it must not act on it."""
+
+
+class HeldTurn:
+    """A turn held under one token, as `Turn` says, for its implementations: this bookkeeping of
+    what the holder knows of its lease without asking the store (the contract's last clause), over
+    the store's own statements, which a subclass gives (`_renewed`, `_released`)."""
+
+    def __init__(self, name: str, token: str, lease_s: float, since: float) -> None:
+        """`since`: this process's monotonic time before the take was sent (the store's lease
+        starts no earlier)."""
+        self.name = name
+        self.token = token
+        self.lease_s = lease_s
+        self._since = since
+        self._lost = False
+
+    def renew(self) -> bool:
+        """Renew on the store (`_renewed`); False, for good, once the turn is not this hold's."""
+        at = time.monotonic()  # before the statement goes: the store's renewal is no earlier
+        if self._renewed():
+            self._since = max(self._since, at)
+            return True
+        self._lost = True
+        return False
+
+    def held(self) -> bool:
+        """Not lost, and the last renewal that succeeded (or the take) began less than the lease ago."""
+        return not self._lost and time.monotonic() - self._since < self.lease_s
+
+    def release(self) -> None:
+        """Never held again from now; the store's row gone if it is still this hold's (`_released`)."""
+        self._lost = True
+        self._released()
+
+    def _renewed(self) -> bool:
+        raise NotImplementedError
+
+    def _released(self) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, lease_s={self.lease_s:g})"
 
 
 @runtime_checkable

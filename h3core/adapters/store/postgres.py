@@ -26,10 +26,10 @@ node id, and for imported events): who wrote what onto a job, for an audit of fe
 **Its parts.** The store is the event log and its projections, with two more parts for the nodes
 that share it, over the same connections (`_postgres.Connections`: one pool, one write lock):
 `leases` (`postgres_leases.PostgresNodeLeases`, the nodes and their leases) and `turns`
-(`postgres_turns.PostgresTurns`). One coupling is kept on purpose: an append checks and moves
-the leases of the jobs it writes inside its own transaction (`PostgresNodeLeases.fence` and
-`settle`), under the events lock: a check made before the write would let a node whose lease
-another append moved meanwhile write onto the attempt.
+(`postgres_turns.PostgresTurns`, leased rows of the `turns` table). One coupling is kept on
+purpose: an append checks and moves the leases of the jobs it writes inside its own transaction
+(`PostgresNodeLeases.fence` and `settle`), under the events lock: a check made before the write
+would let a node whose lease another append moved meanwhile write onto the attempt.
 
 The schema, the parts' tables included, is versioned as SQLite's is (`MIGRATIONS`; the version in
 `schema_version`), migrated under an advisory lock so nodes starting together migrate once.
@@ -129,8 +129,17 @@ def _v5(cur: psycopg.Cursor) -> None:
     cur.execute("ALTER TABLE events ADD COLUMN node text")
 
 
+def _v6(cur: psycopg.Cursor) -> None:
+    # Turns with a lease (postgres_turns): a holder frozen or cut off from the server loses its
+    # turn once its lease passes, however long its session lives.
+    cur.execute(
+        "CREATE TABLE turns (name text PRIMARY KEY, holder text NOT NULL, token text NOT NULL, "
+        "lease_s double precision NOT NULL, renewed_at timestamptz NOT NULL)"
+    )
+
+
 # Index i migrates schema version i to i + 1. Add a function here, never edit an old one.
-MIGRATIONS: tuple[Callable[[psycopg.Cursor], None], ...] = (_v1, _v2, _v3, _v4, _v5)
+MIGRATIONS: tuple[Callable[[psycopg.Cursor], None], ...] = (_v1, _v2, _v3, _v4, _v5, _v6)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _UPSERT_JOBS = (

@@ -1,5 +1,5 @@
-"""The node-lease contract (`h3core.testing.nodes`) run against PostgreSQL and the fake, the fake
-held to the event-store contract too, and fakes that break a clause failing it."""
+"""The node-lease and turn contracts (`h3core.testing.nodes`) run against PostgreSQL and the fake,
+the fake held to the event-store contract too, and fakes that break a clause failing them."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import pytest
 
 from h3core.adapters.store.base import utc_now
 from h3core.adapters.store.memory import MemoryEventStore
-from h3core.adapters.store.memory_leases import MemoryNodeLeases, MemoryNodesEventStore
-from h3core.testing.nodes import NodeLeasesContract
+from h3core.adapters.store.memory_leases import MemoryNodeLeases, MemoryNodesEventStore, MemoryTurns, _TurnRow
+from h3core.testing.nodes import NodeLeasesContract, TurnsContract
 from h3core.testing.store import EventStoreContract
 
 
-class TestPostgresNodeLeases(NodeLeasesContract):
+class TestPostgresNodeLeases(NodeLeasesContract, TurnsContract):
     @pytest.fixture
     def open_node(self, pg_url):
         from h3core.adapters.store.postgres import PostgresEventStore
@@ -32,7 +32,7 @@ def memory_nodes(store: MemoryNodesEventStore):
     return lambda node, clock=utc_now: store.as_node(node, clock=clock)
 
 
-class TestMemoryNodeLeases(NodeLeasesContract):
+class TestMemoryNodeLeases(NodeLeasesContract, TurnsContract):
     @pytest.fixture
     def open_node(self):
         return memory_nodes(MemoryNodesEventStore())
@@ -98,3 +98,52 @@ class _AgedByTheNodesClock(MemoryNodesEventStore):
 def test_the_contract_fails_a_store_that_breaks_it(broken, test):
     with pytest.raises((AssertionError, pytest.fail.Exception)):
         test(NodeLeasesContract(), memory_nodes(broken))
+
+
+class _TurnsFreeWhileHeld(MemoryTurns):
+    def take_turn(self, name, lease_s):
+        self._table.turns.pop(name, None)  # as a session lock on a pooled connection handed back
+        return super().take_turn(name, lease_s)
+
+
+class _TurnsForAsLongAsTheSession(MemoryTurns):
+    def take_turn(self, name, lease_s):
+        return super().take_turn(name, 3600.0 if lease_s < 1 else lease_s)  # no lease of its own: the session's
+
+
+class _TurnsAgedByTheHoldersClock(MemoryTurns):
+    def take_turn(self, name, lease_s):
+        turn = super().take_turn(name, lease_s)
+        if turn is not None:
+            row = self._table.turns[name]
+            self._table.turns[name] = _TurnRow(row.token, row.lease_s, self.clock())  # the holder's clock, not the store's
+        return turn
+
+
+class _BrokenTurns(MemoryNodesEventStore):
+    """A fake whose `turns` are of class `kind`, the holder's clock handed to them."""
+
+    def __init__(self, kind: type[MemoryTurns]) -> None:
+        super().__init__()
+        self.kind = kind
+
+    @property
+    def turns(self) -> MemoryTurns:
+        turns = self.kind(self._leases)
+        turns.clock = self._clock  # type: ignore[attr-defined]
+        return turns
+
+
+@pytest.mark.parametrize(
+    ("broken", "test"),
+    [
+        (_TurnsFreeWhileHeld, TurnsContract.test_a_turn_has_one_holder_until_it_is_released),
+        (_TurnsForAsLongAsTheSession, TurnsContract.test_a_turn_not_renewed_within_its_lease_passes_on_and_its_old_holder_knows),
+        (_TurnsAgedByTheHoldersClock, TurnsContract.test_turns_age_by_the_stores_clock_not_the_holders),
+    ],
+    ids=["free-while-held", "held-for-the-session", "aged-by-the-holders-clock"],
+)
+def test_the_turns_contract_fails_turns_that_break_it(broken, test, monkeypatch):
+    monkeypatch.setattr("h3core.testing.nodes.WAIT_S", 1.0)  # a turn that never passes: fail in a second
+    with pytest.raises((AssertionError, pytest.fail.Exception)):
+        test(TurnsContract(), memory_nodes(_BrokenTurns(broken)))
