@@ -64,7 +64,9 @@ class Receiver:
             return [g for g in self.got if g[2]]
 
 
-def _serve(rec: Receiver) -> tuple[ThreadingHTTPServer, str]:
+def serve_receiver(rec: Receiver) -> tuple[ThreadingHTTPServer, str]:
+    """`rec` served on a free loopback port, in a thread: the server (to shut down) and its URL."""
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -100,7 +102,8 @@ def _worker(db: Path, log: Path, step: float) -> subprocess.Popen:
         return subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, env=_env(), cwd=db.parent)
 
 
-def _children(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
+    """The processes `pid` started that still run (Linux)."""
     try:
         return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
@@ -170,7 +173,7 @@ def trial(n: int, work: Path, rng: random.Random, jobs: int, steps: int, step_s:
     db = work / "h3.db"
     log = work / "worker.log"
     rec = Receiver(down=n % 2 == 1, delay_s=0.0 if n % 2 else 0.3)
-    server, url = _serve(rec)
+    server, url = serve_receiver(rec)
     try:
         anyio.run(_enqueue, db, jobs, steps, url)
         first = _worker(db, log, step_s)
@@ -180,7 +183,7 @@ def trial(n: int, work: Path, rng: random.Random, jobs: int, steps: int, step_s:
         # send is in flight (the receiver holds it 0.3 s), so the worker dies before its answer.
         wait_for(lambda: bool(_terminal_ids(db)[0] & (_tried(rec) if rec.down else rec.arrived)), 60)
         time.sleep(rng.uniform(0.0, jobs * steps * step_s if rec.down else rec.delay_s * 0.8))
-        children = _children(first.pid)  # the delivering process
+        children = child_pids(first.pid)  # the delivering process
         if not rec.down:  # even trials: the delivering process is killed too, mid-send (a machine's crash)
             for pid in children:
                 os.kill(pid, signal.SIGKILL)

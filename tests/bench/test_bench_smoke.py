@@ -208,6 +208,22 @@ def test_crash_webhooks(tmp_path, capsys):
     assert got["terminal"] == "2" and got["lost"] == got["repeats differing"] == got["unknown ids"] == got["orphans"] == "0"
 
 
+def test_crash_fleet_faults(tmp_path, capsys):
+    # A PostgreSQL of its own (the bench starts it): the fault ends every session of its server.
+    out = run_main(
+        "bench.crash.fleet_faults",
+        ["--kinds", "terminate_backends", "--trials", "1", "--runners", "2", "--streams", "1", "--seconds", "3"]
+        + ["--rate", "2", "--recover", "2", "--drain", "10", "--deliver", "3", "--workdir", str(tmp_path)],
+        capsys,
+    )
+    columns = ["n", "acked", "lost", "stuck", "2 ends", "verify", "201 back s", "5xx/4xx/none"]
+    columns += ["hooks missing", "after end", "hook max s", "cut/unf/gap", "exits"]
+    got = dict(zip(columns, [c.strip() for c in row(out, "terminate_backends", "0").strip("|").split("|")][1:], strict=True))
+    assert int(got["acked"]) > 0 and got["lost"] == got["2 ends"] == "0" and got["verify"] == "clean", got
+    verdict = [c.strip() for c in row(out, "terminate_backends", "1").strip("|").split("|")][-1]
+    assert verdict in ("pass", "FAIL")  # the fixes' verdict: the bench reports it, the smoke run does not judge it
+
+
 def test_submit_against_this_checkout(tmp_path, capsys):
     # The A/B machinery with this checkout on both sides (`--against-path`): no git worktree made.
     out = run_main(
