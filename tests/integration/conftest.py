@@ -67,10 +67,8 @@ class Worker:
         os.kill(self.proc.pid, sig)
 
     def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"worker {self.pid} did not exit within {timeout:g}s\n{self.log()}") from None
+        poll(lambda: self.proc.poll() is not None, timeout, f"worker {self.pid} to exit", self.log)
+        return self.proc.returncode
 
     def wait_ready(self, timeout: float = 30) -> None:
         poll(

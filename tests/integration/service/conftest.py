@@ -135,10 +135,9 @@ class Server:
 
     def wait(self, timeout: float) -> int:
         assert self.proc is not None
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"h3core serve did not exit within {timeout:g}s\n{self.log()}") from None
+        proc = self.proc
+        poll(lambda: proc.poll() is not None, timeout, "h3core serve to exit", self.log)
+        return proc.returncode
 
     def stop(self, timeout: float = 10) -> None:
         """SIGTERM, and the process must exit cleanly (CLEAN_EXIT) within `timeout` seconds."""
