@@ -91,6 +91,7 @@ class Runner:
         # A node of a shared store claims the jobs its own executor's contract admits.
         mine = admission.local if isinstance(admission, FleetAdmission) else admission
         local = mine if isinstance(mine, LocalAdmission) else local
+        self._local = local  # what this node claims by, and states to the others (its heartbeat)
         self.submissions = Submissions(
             store, self.config, admission=admission, uploads=uploads, webhooks=webhooks, bus=bus, id_factory=id_factory
         )
@@ -173,7 +174,7 @@ class Runner:
         attempt is stopped first (their ends cannot be written: the next start records them)."""
         leases = node_leases(self.store)  # on a store shared by runner nodes, this one's
         if leases is not None:  # before any task group: `NodeTaken` reaches the caller as it is
-            info = node_info(leases, self.executor, self.slot_count(), "runner")
+            info = node_info(leases, self.executor, self.slot_count(), "runner", self._local.current)
             await anyio.to_thread.run_sync(leases.join, info, self.config.lease_s)
         async with self.executor.running():
             await self.submissions.writing(functools.partial(self._run_jobs, task_status))
@@ -183,7 +184,7 @@ class Runner:
         if leases is None:
             await self._run_node(task_status, None)
             return
-        info = functools.partial(node_info, leases, self.executor, self.slot_count(), "runner")
+        info = functools.partial(node_info, leases, self.executor, self.slot_count(), "runner", self._local.current)
         heartbeat = NodeHeartbeat(leases, info(), self.config.lease_s / 3)
         heartbeat.start()
         self.heartbeat = heartbeat

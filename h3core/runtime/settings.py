@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, SecretStr, field_validator
+from pydantic import AfterValidator, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, TomlConfigSettingsSource
 
 from h3core.adapters.store.location import is_postgres_url
@@ -257,10 +257,18 @@ class Settings(BaseSettings):
         description="PostgreSQL store: seconds without a heartbeat before others take a node's jobs over.",
     )
     ready_cache: float = Field(
-        default=1.0,
-        ge=0,
+        default=0.25,
+        ge=0.05,
         le=60,
-        description="Seconds /readyz reuses its look at the store and the runner process; 0: every request.",
+        description="Seconds between the background looks /readyz answers from (the store writable, the runner "
+        "process or nodes alive).",
+    )
+    ready_stale: float = Field(
+        default=2.0,
+        gt=0,
+        le=600,
+        description="Seconds without a look at the store coming back (it hangs) before /readyz answers not ready; "
+        "more than H3_READY_CACHE.",
     )
     # Unset, POST /v1/jobs refuses a `webhook` and no endpoint is sent to.
     webhook_secret: Annotated[SecretStr | None, NoFlag] = Field(
@@ -277,6 +285,14 @@ class Settings(BaseSettings):
         default=[],
         description="Hosts and CIDR ranges webhooks may reach although private or loopback, comma-separated [none].",
     )
+
+    @field_validator("ready_stale")
+    @classmethod
+    def _stale_past_a_look(cls, value: float, info: ValidationInfo) -> float:
+        interval = info.data.get("ready_cache")
+        if interval is not None and value <= interval:
+            raise ValueError(f"must be more than H3_READY_CACHE ({interval:g} s): a look is due every that many seconds")
+        return value
 
     @field_validator(
         "api_tokens",

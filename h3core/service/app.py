@@ -72,6 +72,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg:
             await tg.start(svc.run_runner)
+            await tg.start(svc.readiness.run)  # /readyz answers from its first look on
             tg.start_soon(svc.metrics.follow, svc.bus)
             await tg.start(svc.run_webhooks)  # its place in the log is known before a request is taken
             try:

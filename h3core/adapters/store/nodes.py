@@ -48,6 +48,7 @@ from typing import Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from h3core.adapters.store.base import Conflict
+from h3core.domain.admission import RulesStatement
 from h3core.domain.capabilities import Capabilities
 from h3core.domain.events import (
     Body,
@@ -109,9 +110,13 @@ class NodeInfo(BaseModel):
     slots: int
     executor: str
     modes: list[str]  # what its executor can start now
-    # Its executor's whole statement (modes, window, budgets, ...): what admission across nodes
-    # judges a request by. None from a node of an older version (it states its modes only).
+    # Its executor's whole statement (modes, window, budgets, ...). None from a node of an older
+    # version (it states its modes only).
     capabilities: Capabilities | None = None
+    # What its own admission judges a request by: those capabilities with the budgets its capacity
+    # profiles give each group, and the profile that describes it. Every node admits for it by this
+    # (`h3core.runtime.fleet`). None from a node of an older version: a reader applies its own profiles.
+    rules: RulesStatement | None = None
 
 
 class NodeRow(NodeInfo):

@@ -156,3 +156,43 @@ def test_of_two_nodes_with_the_webhook_secret_one_delivers_and_the_other_takes_o
         poll(lambda: done_hooks(later), 60, "node b's webhooks", lambda: str(rec.got()))
         sent = [r.headers["webhook-id"] for r in rec.got()]
         assert len(sent) == len(set(sent)) == 12, "an event was delivered twice, or one not at all"
+
+
+SMALL_BOX = """
+name = "small-box"
+hardware = "a box measured at one short run"
+attention = "any"
+api_max_frames = 1200
+resolutions = [[448, 256]]
+
+[[points]]
+width = 448
+height = 256
+frames = 48
+outcome = "ran"
+"""
+
+
+def test_an_api_node_without_a_profile_refuses_what_the_runner_nodes_profile_refuses(pg_url, tmp_path, monkeypatch):
+    """The runner node admits by its own profile (here a budget of one short run); the API node,
+    with no profile of its own, judges by the profile the node states, so it never admits a job
+    that no node would claim (it used to: 201, then `waiting` forever)."""
+    monkeypatch.chdir(tmp_path)
+    profile = tmp_path / "small-box.toml"
+    profile.write_text(SMALL_BOX)
+    with (
+        node(pg_url, tmp_path / "r", node="box", capacity_profile=str(profile), poll_interval=0.05) as runner,
+        node(pg_url, tmp_path / "a", role="api") as api,
+    ):
+        ready = lambda: (r := api.get("/readyz")).status_code == 200 and r.json()  # noqa: E731 - it has read the node
+        poll(ready, 30, "the api node to read the runner node's statement")
+        refused = api.post("/v1/jobs", json={**QUICK, "frames": 240})
+        assert refused.status_code == 422, refused.text
+        body = refused.json()
+        assert body["reason"] == "unverified" and "profile small-box" in body["detail"] and "node box" in body["detail"], body
+        assert body["errors"] == [{"field": "frames", "message": body["detail"]}]
+        assert runner.post("/v1/jobs", json={**QUICK, "frames": 240}).status_code == 422, "the runner node judges alike"
+        created = api.post("/v1/jobs", json={**QUICK, "frames": 48})
+        assert created.status_code == 201, created.text
+        job = created.json()["id"]
+        poll(lambda: api.get(f"/v1/jobs/{job}").json()["status"] == "done", 30, "the runner node to run the job")
