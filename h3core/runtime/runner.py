@@ -48,6 +48,7 @@ from h3core.runtime._writer import GroupWriter
 from h3core.runtime.admission import CapabilityFile, LocalAdmission, publish_capabilities
 from h3core.runtime.bus import EventBus
 from h3core.runtime.config import RunnerConfig
+from h3core.runtime.deletions import DeletionSweep
 from h3core.runtime.fleet import FleetAdmission
 from h3core.runtime.ids import new_job_id
 from h3core.runtime.submissions import Submissions, WebhookPolicy
@@ -103,6 +104,8 @@ class Runner:
         self.submissions.on_submitted = self._poke
         self.submissions.on_cancel = self._supervisor.cancel
         self.heartbeat: NodeHeartbeat | None = None  # on a store shared by runner nodes, while running
+        # Removes its files of videos deleted through any node, while running (with `artifacts`).
+        self.deletions = DeletionSweep(store, artifacts, self.config.deletion_sweep_s) if artifacts is not None else None
 
     @property
     def admission(self) -> AdmissionPolicy:
@@ -220,6 +223,8 @@ class Runner:
             self.submissions.open()
             task_status.started()
             tg.start_soon(self._supervisor.watch_store)
+            if self.deletions is not None:
+                tg.start_soon(self.deletions.run)
             if self.board is not None:
                 tg.start_soon(publish_capabilities, self.executor, self.board)
             if self.config.queue_timeout_s is not None:

@@ -256,6 +256,12 @@ class Settings(BaseSettings):
         le=3600,
         description="PostgreSQL store: seconds without a heartbeat before others take a node's jobs over.",
     )
+    deletion_sweep: float = Field(
+        default=2.0,
+        gt=0,
+        le=3600,
+        description="Seconds between looks for videos deleted (through any node) whose files this node holds: it removes them.",
+    )
     ready_cache: float = Field(
         default=0.25,
         ge=0.05,
@@ -431,6 +437,7 @@ class Settings(BaseSettings):
             cancel_grace_s=self.cancel_grace,
             store_retry_s=self.store_retry,
             lease_s=self.lease,
+            deletion_sweep_s=self.deletion_sweep,
             checkpoints=CheckpointPolicy(every_steps=self.checkpoint_every_steps, every_s=self.checkpoint_every_s),
             retry=RetryPolicy(max_attempts=self.max_attempts, retry_on=tuple(self.retry_on)),
         )
