@@ -270,7 +270,7 @@ class Settings(BaseSettings):
         "process or nodes alive).",
     )
     ready_stale: float = Field(
-        default=2.0,
+        default=5.0,
         gt=0,
         le=600,
         description="Seconds without a look at the store coming back (it hangs) before /readyz answers not ready; "

@@ -2,9 +2,10 @@
 
 A store shared by runner nodes (PostgreSQL's) is `WithNodeLeases`: besides the event log and its
 projections it has `leases`, a `NodeLeases` that keeps a row per node (its identity, slots, what
-its executor can run and the rules its admission judges by, profile included, its last heartbeat) and a lease per running attempt, taken by the `running`
-(or `resumed`) event the node writes and renewed by the node's heartbeat. The store is opened for
-one node (`leases.node_id`) or for none (an API process: it reads the nodes and writes unfenced).
+its executor can run and the rules its admission judges by, profile included, its last heartbeat)
+and a lease per running attempt, taken by the `running` (or `resumed`) event the node writes and
+renewed by the node's heartbeat. The store is opened for one node (`leases.node_id`) or for none
+(an API process: it reads the nodes and writes unfenced).
 The contract, which `h3core.testing.nodes.NodeLeasesContract` checks against PostgreSQL and the
 fake (`memory_leases.MemoryNodeLeases`, fencing a `MemoryNodesEventStore`):
 
