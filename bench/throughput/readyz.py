@@ -46,7 +46,7 @@ from typing import Any
 import aiohttp
 import anyio
 
-from bench.common import ROOT, console, ms, parse, pct, print_load_at_end, print_machine, show, table, version
+from bench.common import ROOT, console, export, ms, parse, pct, print_load_at_end, print_machine, show, table, version
 from bench.throughput.http_load import SUBMIT_BODY, Server, cpu_seconds
 
 AGAINST = "3465f5d"  # the last commit whose /readyz looked at the store itself (its reads cached for 1 s)
@@ -259,17 +259,6 @@ def report(passes: list[Pass], args: argparse.Namespace) -> None:
     show(t)
 
 
-def _archive(ref: str, workdir: Path) -> Path:
-    """The h3core package of `ref`, unpacked under `workdir` (git archive: the repository is left as it is)."""
-    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref], check=True, capture_output=True, text=True)
-    path = workdir / f"h3core-{sha.stdout.strip()}"
-    if not path.exists():
-        path.mkdir(parents=True)
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "h3core"], check=True, capture_output=True)
-        subprocess.run(["tar", "-x", "-C", str(path)], input=archive.stdout, check=True)
-    return path
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", type=Path, default=None, help="the stored-jobs DB is cached here (default: a new temp dir)")
@@ -296,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "h3core"], capture_output=True, text=True).stdout
     sides = [
         Side(f"{head or 'this'}{' + changes' if dirty else ''} (this checkout)", ROOT),
-        Side(args.against, args.against_path or _archive(args.against, args.workdir)),
+        Side(args.against, args.against_path or export(args.against, args.workdir)),
     ]
     for k, side in enumerate(sides):
         cache_for(side, args, k)

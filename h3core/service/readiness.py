@@ -150,14 +150,4 @@ class Readiness:
 
 def _view(n: NodeRow) -> NodeView:
     """A node as /readyz lists it (built here, once per look: the request only reads it)."""
-    return NodeView(
-        node_id=n.node_id,
-        host=n.host,
-        pid=n.pid,
-        slots=n.slots,
-        leases=n.leases,
-        modes=n.modes,
-        beat_age_s=n.beat_age_s,
-        lease_s=n.lease_s,
-        alive=n.alive(),
-    )
+    return NodeView(**n.model_dump(include=set(NodeView.model_fields) - {"alive"}), alive=n.alive())
