@@ -49,6 +49,7 @@ class Statements:
             return sql.replace("?", placeholder)
 
         self.placeholder = placeholder
+        self.artifact_path = artifact_path
         self.state = q("SELECT state FROM jobs WHERE job_id = ?")
         self.by_key = q("SELECT state FROM jobs WHERE idempotency_key = ?")
         self.cursor_of = q("SELECT queue_order FROM jobs WHERE job_id = ?")
