@@ -83,9 +83,13 @@ class DeletionSweep:
         """Sweep now, then every `interval_s`, until cancelled; a sweep that fails (the store, the
         disk) is logged and tried again at the next."""
         task_status.started()
+        failing: str | None = None  # logged once while it lasts, not at every sweep
         while True:
             try:
                 await anyio.to_thread.run_sync(self.sweep)
+                failing = None
             except Exception as exc:
-                log.warning("could not remove the files of deleted videos: %s", exc, extra={"error": str(exc)})
+                if str(exc) != failing:
+                    log.warning("could not remove the files of deleted videos: %s", exc, extra={"error": str(exc)})
+                failing = str(exc)
             await anyio.sleep(self.interval_s)

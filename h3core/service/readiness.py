@@ -83,6 +83,7 @@ class Readiness:
         self.api = api
         self._clock = clock
         self._last: Look | None = None
+        self._warned: str | None = None  # the last failure logged: a failing store is logged once, not every look
         # Its own thread: a look never waits for one the requests hold, nor holds one they need.
         self._thread = anyio.CapacityLimiter(1)
 
@@ -117,11 +118,18 @@ class Readiness:
         try:
             rows = await self._thread_run(self._db.leases.nodes) if isinstance(self._db, WithNodeLeases) else []
         except Exception as exc:  # the store's own answer says it is failing; who runs the jobs is unknown
-            log.warning("/readyz could not read the runner nodes: %s", exc, extra={"error": str(exc)})
+            self._warn(f"/readyz could not read the runner nodes: {exc}")
             return Look(store if store != "ok" else f"the runner nodes cannot be read: {exc}", None, (), began)
         nodes = tuple(_view(n) for n in rows)
         runner = await self._runner(rows) if self.api else None
+        if store == "ok":
+            self._warned = None
         return Look(store, runner, nodes, began)
+
+    def _warn(self, message: str) -> None:
+        if message != self._warned:
+            log.warning("%s", message, extra={"error": message})
+            self._warned = message
 
     async def _thread_run(self, fn: Callable[[], T]) -> T:
         return await anyio.to_thread.run_sync(fn, limiter=self._thread)
@@ -144,7 +152,7 @@ class Readiness:
         try:
             return await self._thread_run(lambda: RunnerLock.holder(lock))
         except OSError as exc:
-            log.warning("/readyz could not look at the runner lock: %s", exc, extra={"error": str(exc)})
+            self._warn(f"/readyz could not look at the runner lock: {exc}")
             return None
 
 
