@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import os
 import random
@@ -166,10 +167,10 @@ async def load(url: str, ids: list[str], out: Pass, args: argparse.Namespace, se
             tg.cancel_scope.cancel()
 
 
-def cache_for(side: Side, args: argparse.Namespace, k: int) -> None:
+def cache_for(side: Side, args: argparse.Namespace) -> None:
     """The side's store of `--jobs` done jobs, built (or found cached) by its own code: a store of
     this checkout's schema would be refused by an older h3core. Its ids read with sqlite3 alone."""
-    folder = args.workdir / f"store-{k}-{side.code.name}"
+    folder = args.workdir / f"store-{hashlib.sha1(str(side.code.resolve()).encode()).hexdigest()[:10]}"
     folder.mkdir(parents=True, exist_ok=True)
     build = "import sys; from pathlib import Path; from bench.throughput.http_load import cached_store; "
     build += "print(cached_store(Path(sys.argv[1]), int(sys.argv[2]))[0])"
@@ -287,8 +288,8 @@ def main(argv: list[str] | None = None) -> None:
         Side(f"{head or 'this'}{' + changes' if dirty else ''} (this checkout)", ROOT),
         Side(args.against, args.against_path or export(args.against, args.workdir)),
     ]
-    for k, side in enumerate(sides):
-        cache_for(side, args, k)
+    for side in sides:
+        cache_for(side, args)
     console.print(
         f"Store: {len(sides[0].ids):,} done jobs (built by each side's code), a fresh copy per pass. "
         "Server: `python -m h3core.cli serve` (one process, "
