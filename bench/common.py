@@ -9,6 +9,7 @@ import platform
 import shlex
 import sqlite3
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -21,6 +22,18 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository (this checkout)
+
+
+def export(ref: str, workdir: Path) -> Path:
+    """The h3core package of `ref`, unpacked under `workdir` (git archive: the repository is left as it is)."""
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref], check=True, capture_output=True, text=True)
+    path = workdir / f"h3core-{sha.stdout.strip()}"
+    if not path.exists():
+        path.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "h3core"], check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", str(path)], input=archive.stdout, check=True)
+    return path
+
 
 # Markdown tables: readable in a terminal and pasteable into a README as they are. Text is printed
 # as it is: no rich markup ("[...]" in a prompt), no emoji codes (":100:" in "jobs.py:100:get_job").

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from bench.common import ROOT, parse, print_load_at_end, print_machine, show, table
+from bench.common import ROOT, export, parse, print_load_at_end, print_machine, show, table
 
 # Run in a fresh process with the side's code first on sys.path: argv = file, max_samples or "-".
 MEASURE = """
@@ -53,17 +53,6 @@ except UploadRejected as exc:
 child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
 print(json.dumps({"rise": peak() - before, "child": child, "answer": answer, "s": time.perf_counter() - start}))
 """
-
-
-def export(ref: str, workdir: Path) -> Path:
-    """The h3core package of `ref`, unpacked under `workdir` (git archive: the repository is left as it is)."""
-    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref], check=True, capture_output=True, text=True)
-    path = workdir / f"h3core-{sha.stdout.strip()}"
-    if not path.exists():
-        path.mkdir(parents=True)
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "h3core"], check=True, capture_output=True)
-        subprocess.run(["tar", "-x", "-C", str(path)], input=archive.stdout, check=True)
-    return path
 
 
 def measure(code: Path, file: Path, max_samples: str) -> dict:

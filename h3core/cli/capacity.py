@@ -17,7 +17,7 @@ from h3core.adapters.store.location import is_postgres_url
 from h3core.adapters.store.nodes import WithNodeLeases
 from h3core.cli.app import app
 from h3core.cli.common import EXIT_DATA, DbOption, console, console_err, fail, first_error, open_store
-from h3core.domain.admission import DEFAULT_API_MAX_FRAMES, DEFAULT_RESOLUTIONS
+from h3core.domain.admission import DEFAULT_API_MAX_FRAMES, DEFAULT_RESOLUTIONS, AdmissionRules, RulesStatement
 from h3core.domain.capabilities import Capabilities
 from h3core.domain.capacity import CapacityProfile, Evidence, Fit, Outcome, evidence_points, fit
 from h3core.domain.probe import GIB, probed_profile
@@ -59,19 +59,24 @@ def profile_named(ref: str | None) -> CapacityProfile | None:
         fail(str(exc))
 
 
-def _stated(db: Path) -> list[tuple[Capabilities, str]]:
+# What a runner can run, where that was read, and the rules it states it admits by (PostgreSQL
+# nodes: its capabilities under its own profile; None where it states none).
+_Stated = tuple[Capabilities, str, RulesStatement | None]
+
+
+def _stated(db: Path) -> list[_Stated]:
     """What the runners on `db` state they can run: each live node's on PostgreSQL, else the
     SQLite runner's published file (none: nothing stated)."""
     if is_postgres_url(db):
         with open_store(db) as store:
             assert isinstance(store, WithNodeLeases)
             rows = [r for r in store.leases.nodes() if r.alive() and r.capabilities is not None]
-        return [(r.capabilities, f"as node {r.node_id} on {db} states it") for r in rows if r.capabilities is not None]
+        return [(r.capabilities, f"as node {r.node_id} on {db} states it", r.rules) for r in rows if r.capabilities is not None]
     board = CapabilityFile(capabilities_path(db))
-    return [(board.read(), f"as the runner on {db} states it")] if board.path.exists() else []
+    return [(board.read(), f"as the runner on {db} states it", None)] if board.path.exists() else []
 
 
-def _capabilities(db: Path, executor: str | None) -> list[tuple[Capabilities, str]]:
+def _capabilities(db: Path, executor: str | None) -> list[_Stated]:
     """What the runners on `db` state they can run, or else what the configured executor would."""
     if executor is None and (stated := _stated(db)):
         return stated
@@ -84,7 +89,7 @@ def _capabilities(db: Path, executor: str | None) -> list[tuple[Capabilities, st
             f"cannot build the {executor or 'configured'} executor: "
             f"{first_error(exc) if isinstance(exc, ValidationError) else exc}"
         )
-    return [(built.capabilities(), f"the {settings.executor} executor as configured (not running)")]
+    return [(built.capabilities(), f"the {settings.executor} executor as configured (not running)", None)]
 
 
 def _point(p) -> str:
@@ -94,13 +99,17 @@ def _point(p) -> str:
 @capacity_app.command("show")
 def show(db: DbOption = Path("h3core.db"), profile: ProfileOption = None, executor: ExecutorOption = None) -> None:
     """Print the ceilings the service enforces: the capacity profile and what the executor can run,
-    together (on PostgreSQL, for each live runner node)."""
-    for caps, where in _capabilities(db, executor):
-        _show(caps, where, profile)
+    together (on PostgreSQL, for each live runner node, by the profile it states unless `--profile`
+    names one)."""
+    for caps, where, rules in _capabilities(db, executor):
+        _show(caps, where, profile, rules)
 
 
-def _show(caps: Capabilities, where: str, profile: str | None) -> None:
-    contract = LocalAdmission(lambda: caps, builtin_profiles(), profile=profile_named(profile)).current()
+def _show(caps: Capabilities, where: str, profile: str | None, rules: RulesStatement | None = None) -> None:
+    if rules is not None and profile is None:
+        contract = AdmissionRules.of(rules)  # the node's own: what every node admits for it by
+    else:
+        contract = LocalAdmission(lambda: caps, builtin_profiles(), profile=profile_named(profile)).current()
     prof, caps = contract.profile, contract.caps
     out = console()
     out.print(Text.assemble(("executor ", "bold"), (caps.executor, "bold"), f"  ({where})"))

@@ -136,11 +136,12 @@ class VideoNow:
     missing: bool = False  # no file at all (and no deletion recorded)
 
 
-def video_now(videos: LocalArtifactStore, artifact: Artifact, *, hashed: bool) -> VideoNow:
+def video_now(videos: LocalArtifactStore, artifact: Artifact, *, hashed: bool, deleted: datetime | None = None) -> VideoNow:
     """Is the recorded video still there, byte for byte (size only unless `hashed`), or was it
-    deleted on purpose? Deletions are recorded beside the video, not in the log."""
+    deleted on purpose? Deletions are recorded in the store (`deleted`: when, as its mark says:
+    the file may have been another node's) and beside the video, not in the log."""
     try:
-        deleted = videos.deleted_at(artifact.path)
+        deleted = deleted or videos.deleted_at(artifact.path)
         if deleted is not None:
             return VideoNow(deleted_at=deleted)
         size, sha = videos.measure(artifact.path, hashed=hashed)

@@ -127,7 +127,7 @@ def verify(
             statuses[state.status if state is not None else "broken"] += 1
             if problem is None and not logs_only and state is not None and state.artifact is not None:
                 checked += 1
-                now = video_now(videos, state.artifact, hashed=not quick)
+                now = video_now(videos, state.artifact, hashed=not quick, deleted=store.video_deleted_at(job_id))
                 problem, missing = now.problem, missing + now.missing
                 if now.deleted_at is not None:
                     deleted.append((job_id, state.artifact.path, now.deleted_at))

@@ -60,9 +60,9 @@ def nodes(
 
 
 def _limits(node: NodeRow) -> tuple[str, str]:
-    """The frames the node's window admits and its largest group's token budget ("-": none stated
-    or no bound)."""
-    caps = node.capabilities
+    """The frames the node's window admits and its largest group's token budget, as its admission
+    judges by them (its profiles' budgets included) ("-": none stated or no bound)."""
+    caps = node.rules.capabilities if node.rules is not None else node.capabilities
     if caps is None:
         return "-", "-"
     window = caps.window

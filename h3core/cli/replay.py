@@ -80,6 +80,7 @@ def replay(
         job_id = job_named(store, job_id, db)
         events = read_log(store, job_id)
         deliveries = store.deliveries(job_id)
+        deleted = store.video_deleted_at(job_id) if events else None
     if not events:
         fail(f"no job {job_id!r} in {db}")
 
@@ -118,7 +119,7 @@ def replay(
     if state.step is not None:
         status.append(f"  step {state.step}/{state.total}")
     status.append(f"  {len(events)} events over {dur((events[-1].at - events[0].at).total_seconds())}")
-    video = _video_line(LocalArtifactStore(artifacts, create=False), state) if state.artifact is not None else None
+    video = _video_line(LocalArtifactStore(artifacts, create=False), state, deleted) if state.artifact is not None else None
     if video is not None and video[1]:
         status.append(f"  video {video[1]}", style="bold yellow")
     out.print()
@@ -138,14 +139,14 @@ def webhook_line(d: Delivery) -> str:
     return f"#{d.seq} {d.event_type} -> {d.url}: {outcome} after {tries} ({d.webhook_id}, {ts(d.updated_at)}){last}"
 
 
-def _video_line(videos: LocalArtifactStore, state: JobState) -> tuple[str, str | None]:
-    """What became of a done job's video since its log recorded it (deletions are recorded beside
-    the video, not in the log), and a word for the state line when it is gone."""
+def _video_line(videos: LocalArtifactStore, state: JobState, deleted: datetime | None = None) -> tuple[str, str | None]:
+    """What became of a done job's video since its log recorded it (deletions are recorded in the
+    store, `deleted`, and beside the video, not in the log), and a word for the state line when it is gone."""
     a = state.artifact
     assert a is not None
-    if not videos.root.is_dir():
+    if deleted is None and not videos.root.is_dir():
         return f"not looked for: no artifact store at {videos.root} (pass --artifacts or set H3_ARTIFACTS)", None
-    now = video_now(videos, a, hashed=False)
+    now = video_now(videos, a, hashed=False, deleted=deleted)
     if now.deleted_at is not None:
         return f"{a.path} was deleted at {ts(now.deleted_at)} (DELETE /v1/videos/{state.job_id}); the log remains", "deleted"
     if now.problem is not None:

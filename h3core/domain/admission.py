@@ -129,6 +129,18 @@ class _Limit(BaseModel):
     verified: bool = True
 
 
+class RulesStatement(BaseModel):
+    """What an `AdmissionRules` judges by, whole, as a node states it to the others that admit for
+    it (`h3core.adapters.store.nodes.NodeInfo.rules`): its capabilities, each group's budget filled
+    in from the capacity profiles that describe it, and the profile that describes the executor
+    (quality caps, the API's limit, its canvases, the references policy); None where none does."""
+
+    model_config = ConfigDict(frozen=True)
+
+    capabilities: Capabilities
+    profile: CapacityProfile | None = None
+
+
 class AdmissionRules:
     """What is admitted is what the executor will run. Pure: a function of its inputs."""
 
@@ -137,6 +149,15 @@ class AdmissionRules:
         self.profile = profile
         self.api_max_frames = profile.api_max_frames if profile is not None else DEFAULT_API_MAX_FRAMES
         self.resolutions = profile.resolutions if profile is not None else DEFAULT_RESOLUTIONS
+
+    def statement(self) -> RulesStatement:
+        """What these rules judge by, for another process to judge as they do (`of`)."""
+        return RulesStatement(capabilities=self.caps, profile=self.profile)
+
+    @classmethod
+    def of(cls, statement: RulesStatement) -> AdmissionRules:
+        """The rules a `statement` describes: they decide every request as the stating ones do."""
+        return cls(statement.capabilities, statement.profile)
 
     # -- the one judgement -------------------------------------------------------------------
 

@@ -3,8 +3,9 @@
 The heartbeat runs in a thread of its own, with its own connection from the store's pool: an
 executor that blocks the event loop (a GPU step called without a worker thread) or a long group
 commit does not stop it, so a busy node keeps its leases. What it beats with (slots, the executor's
-capabilities: what admission on every node judges by) is refreshed from the event loop, which is
-where the executor is asked.
+capabilities and the rules its admission judges by, profile included: what admission on every
+node judges a request for it by) is refreshed from the event loop, which is where the executor is
+asked.
 
 Every node looks for leases older than `lease_s` (their node stopped beating: killed, frozen, cut
 off from the store). It takes each over (`take_lease`: one wins), and ends the attempt as recovery
@@ -30,6 +31,7 @@ import anyio
 
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.nodes import NodeInfo, NodeLeases, node_leases
+from h3core.domain.admission import AdmissionRules
 from h3core.executors.base import Executor
 from h3core.runtime._journal import Journal
 from h3core.runtime._recovery import end_dead_attempt
@@ -42,8 +44,12 @@ __all__ = ["NodeHeartbeat", "node_info", "not_renewed", "take_over_expired", "wa
 log = logging.getLogger("h3core.nodes")
 
 
-def node_info(leases: NodeLeases, executor: Executor, slots: int, role: str) -> NodeInfo:
-    """What this node says of itself (asked on the event loop: the executor's capabilities)."""
+def node_info(
+    leases: NodeLeases, executor: Executor, slots: int, role: str, rules: Callable[[], AdmissionRules] | None = None
+) -> NodeInfo:
+    """What this node says of itself (asked on the event loop: the executor's capabilities); `rules`:
+    what its own admission judges by now, stated whole (its profile included) for the other nodes
+    to admit for it by."""
     assert leases.node_id is not None
     caps = executor.capabilities()
     return NodeInfo(
@@ -55,6 +61,7 @@ def node_info(leases: NodeLeases, executor: Executor, slots: int, role: str) -> 
         executor=executor.name,
         modes=list(caps.runnable_modes),
         capabilities=caps,
+        rules=rules().statement() if rules is not None else None,
     )
 
 

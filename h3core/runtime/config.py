@@ -32,6 +32,9 @@ class RunnerConfig(BaseModel):
     # runs lasts without a heartbeat (beats come every third of it); past it another node ends the
     # attempt as interrupted and the retry policy decides what follows.
     lease_s: float = Field(default=30.0, gt=0)
+    # How often the runner removes its files of videos the store records deleted (a DELETE through
+    # another node: h3core.runtime.deletions).
+    deletion_sweep_s: float = Field(default=2.0, gt=0)
     # When an executor that keeps denoising checkpoints stores one (`capabilities().checkpoints`);
     # a policy with both criteria off turns them off.
     checkpoints: CheckpointPolicy = CheckpointPolicy(every_steps=5, every_s=120.0)

@@ -1,10 +1,14 @@
 """Admission on a store shared by runner nodes: a request is judged against every live node.
 
-Each runner node states its executor's capabilities in its heartbeat (`NodeInfo.capabilities`);
-`FleetAdmission` judges a submission against each live node's own `AdmissionRules` (profiles matched as
-`LocalAdmission` matches them) and admits it if one node can run it (`h3core.domain.fleet`). This
-node's capabilities come fresh from its executor; the others' from the store, read by `watch` in
-a worker thread every `interval_s`, so a submit never waits for the store. With no live node, the
+Each runner node states in its heartbeat what its own admission judges a request by
+(`NodeInfo.rules`: its executor's capabilities with the budgets its capacity profiles give each
+group, and the profile that describes it: quality caps, the API's limit, canvases, the references
+policy). `FleetAdmission` judges a submission against each live node's rules as that node states
+them, and admits it if one node can run it (`h3core.domain.fleet`): a request no live node would
+claim is refused, naming the limit, wherever it is submitted. A node of an older version states its
+capabilities alone; this node's profiles are matched to them, as `LocalAdmission` matches its own.
+This node's rules come fresh from its executor; the others' from the store, read by `watch` in a
+worker thread every `interval_s`, so a submit never waits for the store. With no live node, the
 last statements of the known nodes are used with no mode ready: the jobs are admitted and wait.
 """
 
@@ -17,7 +21,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from h3core.adapters.store.nodes import NodeLeases, NodeRow
-from h3core.domain.admission import AdmissionRules, CeilingRow, Decision
+from h3core.domain.admission import AdmissionRules, CeilingRow, Decision, RulesStatement
 from h3core.domain.capabilities import Capabilities, ModeReadiness
 from h3core.domain.capacity import CapacityProfile
 from h3core.domain.fleet import NodeRules, ceilings_across, decide_across
@@ -28,6 +32,10 @@ from h3core.runtime.admission import LocalAdmission, rules_for, unknown
 __all__ = ["FleetAdmission"]
 
 log = logging.getLogger("h3core.nodes")
+
+# What a node's rules are built from: its statement of them, its capabilities (an older node's
+# whole statement), and why none of its modes is ready (its last statement, the node not alive).
+_Said = tuple[RulesStatement | None, Capabilities | None, str | None]
 
 
 class FleetAdmission:
@@ -52,7 +60,7 @@ class FleetAdmission:
         self.interval_s = interval_s
         self._others: tuple[NodeRules, ...] = ()  # live nodes but this one
         self._fallback: tuple[NodeRules, ...] = ()  # known nodes' last statements, none ready
-        self._built: dict[str, tuple[Capabilities, AdmissionRules]] = {}  # each node's contract, until its statement changes
+        self._built: dict[str, tuple[_Said, AdmissionRules]] = {}  # each node's rules, until its statement changes
 
     # -- reading the nodes (a worker thread) ------------------------------------------------
 
@@ -61,25 +69,38 @@ class FleetAdmission:
         self.update(self.leases.nodes())
 
     def update(self, rows: Sequence[NodeRow]) -> None:
-        """Judge by these node rows from now on: the live others' statements (each one's contract
+        """Judge by these node rows from now on: the live others' statements (each one's rules
         built again only when its statement changed), and the last known ones for when none is live."""
         me = self.leases.node_id
         stated = [r for r in rows if r.capabilities is not None and r.node_id != me]
         live = [r for r in stated if r.alive()]
-        built: dict[str, tuple[Capabilities, AdmissionRules]] = {}
+        built: dict[str, tuple[_Said, AdmissionRules]] = {}
 
-        def contract(node: str, caps: Capabilities) -> NodeRules:
-            was = self._built.get(node)
-            built[node] = was if was is not None and was[0] == caps else (caps, rules_for(caps, self.profiles, self.explicit))
-            return node, built[node][1]
+        def contract(row: NodeRow, not_ready: str | None = None) -> NodeRules:
+            said = (row.rules, row.capabilities, not_ready)
+            was = self._built.get(row.node_id)
+            built[row.node_id] = was if was is not None and was[0] == said else (said, self._rules_of(row, not_ready))
+            return row.node_id, built[row.node_id][1]
 
-        others = tuple(contract(r.node_id, r.capabilities) for r in live if r.capabilities is not None)
+        others = tuple(contract(r) for r in live)
         fallback = tuple(
-            contract(r.node_id, r.capabilities.not_ready(f"node {r.node_id} is not alive"))
+            contract(r, f"node {r.node_id} is not alive")
             for r in sorted(stated, key=lambda r: r.beat_at, reverse=True)  # the latest statement first
-            if r.capabilities is not None
         )
         self._others, self._fallback, self._built = others, fallback, built
+
+    def _rules_of(self, row: NodeRow, not_ready: str | None) -> AdmissionRules:
+        """The node's rules as it states them, its profile included (`not_ready`: every mode not
+        ready, for that reason); a node of an older version stated its capabilities alone: this
+        node's profiles are matched to them."""
+        if row.rules is not None:
+            said = row.rules
+            if not_ready is not None:
+                said = said.model_copy(update={"capabilities": said.capabilities.not_ready(not_ready)})
+            return AdmissionRules.of(said)
+        assert row.capabilities is not None
+        caps = row.capabilities if not_ready is None else row.capabilities.not_ready(not_ready)
+        return rules_for(caps, self.profiles, self.explicit)
 
     async def watch(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep the other nodes' statements fresh, until cancelled (read once before it starts).

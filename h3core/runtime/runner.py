@@ -48,6 +48,7 @@ from h3core.runtime._writer import GroupWriter
 from h3core.runtime.admission import CapabilityFile, LocalAdmission, publish_capabilities
 from h3core.runtime.bus import EventBus
 from h3core.runtime.config import RunnerConfig
+from h3core.runtime.deletions import DeletionSweep
 from h3core.runtime.fleet import FleetAdmission
 from h3core.runtime.ids import new_job_id
 from h3core.runtime.submissions import Submissions, WebhookPolicy
@@ -91,6 +92,7 @@ class Runner:
         # A node of a shared store claims the jobs its own executor's contract admits.
         mine = admission.local if isinstance(admission, FleetAdmission) else admission
         local = mine if isinstance(mine, LocalAdmission) else local
+        self._local = local  # what this node claims by, and states to the others (its heartbeat)
         self.submissions = Submissions(
             store, self.config, admission=admission, uploads=uploads, webhooks=webhooks, bus=bus, id_factory=id_factory
         )
@@ -102,6 +104,8 @@ class Runner:
         self.submissions.on_submitted = self._poke
         self.submissions.on_cancel = self._supervisor.cancel
         self.heartbeat: NodeHeartbeat | None = None  # on a store shared by runner nodes, while running
+        # Removes its files of videos deleted through any node, while running (with `artifacts`).
+        self.deletions = DeletionSweep(store, artifacts, self.config.deletion_sweep_s) if artifacts is not None else None
 
     @property
     def admission(self) -> AdmissionPolicy:
@@ -173,7 +177,7 @@ class Runner:
         attempt is stopped first (their ends cannot be written: the next start records them)."""
         leases = node_leases(self.store)  # on a store shared by runner nodes, this one's
         if leases is not None:  # before any task group: `NodeTaken` reaches the caller as it is
-            info = node_info(leases, self.executor, self.slot_count(), "runner")
+            info = node_info(leases, self.executor, self.slot_count(), "runner", self._local.current)
             await anyio.to_thread.run_sync(leases.join, info, self.config.lease_s)
         async with self.executor.running():
             await self.submissions.writing(functools.partial(self._run_jobs, task_status))
@@ -183,7 +187,7 @@ class Runner:
         if leases is None:
             await self._run_node(task_status, None)
             return
-        info = functools.partial(node_info, leases, self.executor, self.slot_count(), "runner")
+        info = functools.partial(node_info, leases, self.executor, self.slot_count(), "runner", self._local.current)
         heartbeat = NodeHeartbeat(leases, info(), self.config.lease_s / 3)
         heartbeat.start()
         self.heartbeat = heartbeat
@@ -219,6 +223,8 @@ class Runner:
             self.submissions.open()
             task_status.started()
             tg.start_soon(self._supervisor.watch_store)
+            if self.deletions is not None:
+                tg.start_soon(self.deletions.run)
             if self.board is not None:
                 tg.start_soon(publish_capabilities, self.executor, self.board)
             if self.config.queue_timeout_s is not None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, SecretStr, field_validator
+from pydantic import AfterValidator, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, TomlConfigSettingsSource
 
 from h3core.adapters.store.location import is_postgres_url
@@ -263,11 +263,25 @@ class Settings(BaseSettings):
         description="PostgreSQL store: seconds the node delivering webhooks keeps its turn without renewing it "
         "(renewed every third of it); past it another node delivers.",
     )
+    deletion_sweep: float = Field(
+        default=2.0,
+        gt=0,
+        le=3600,
+        description="Seconds between looks for videos deleted (through any node) whose files this node holds: it removes them.",
+    )
     ready_cache: float = Field(
-        default=1.0,
-        ge=0,
+        default=0.25,
+        ge=0.05,
         le=60,
-        description="Seconds /readyz reuses its look at the store and the runner process; 0: every request.",
+        description="Seconds between the background looks /readyz answers from (the store writable, the runner "
+        "process or nodes alive).",
+    )
+    ready_stale: float = Field(
+        default=5.0,
+        gt=0,
+        le=600,
+        description="Seconds without a look at the store coming back (it hangs) before /readyz answers not ready; "
+        "more than H3_READY_CACHE.",
     )
     # Unset, POST /v1/jobs refuses a `webhook` and no endpoint is sent to.
     webhook_secret: Annotated[SecretStr | None, NoFlag] = Field(
@@ -284,6 +298,14 @@ class Settings(BaseSettings):
         default=[],
         description="Hosts and CIDR ranges webhooks may reach although private or loopback, comma-separated [none].",
     )
+
+    @field_validator("ready_stale")
+    @classmethod
+    def _stale_past_a_look(cls, value: float, info: ValidationInfo) -> float:
+        interval = info.data.get("ready_cache")
+        if interval is not None and value <= interval:
+            raise ValueError(f"must be more than H3_READY_CACHE ({interval:g} s): a look is due every that many seconds")
+        return value
 
     @field_validator(
         "api_tokens",
@@ -422,6 +444,7 @@ class Settings(BaseSettings):
             cancel_grace_s=self.cancel_grace,
             store_retry_s=self.store_retry,
             lease_s=self.lease,
+            deletion_sweep_s=self.deletion_sweep,
             checkpoints=CheckpointPolicy(every_steps=self.checkpoint_every_steps, every_s=self.checkpoint_every_s),
             retry=RetryPolicy(max_attempts=self.max_attempts, retry_on=tuple(self.retry_on)),
         )

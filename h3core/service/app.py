@@ -14,6 +14,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.status_codes import HTTP_422_UNPROCESSABLE_ENTITY, HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import Message, Scope
 
+from h3core.runtime.deletions import DeletionSweep
 from h3core.runtime.settings import Settings
 from h3core.service.auth import bearer_guard
 from h3core.service.bodies import BodyLimits, ServiceRequest
@@ -72,6 +73,9 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg:
             await tg.start(svc.run_runner)
+            await tg.start(svc.readiness.run)  # /readyz answers from its first look on
+            if svc.runner is None:  # the api role: its files of deleted videos (a runner sweeps its own)
+                tg.start_soon(DeletionSweep(svc.store, svc.artifacts, svc.settings.deletion_sweep).run)
             tg.start_soon(svc.metrics.follow, svc.bus)
             await tg.start(svc.run_webhooks)  # its place in the log is known before a request is taken
             try:

@@ -61,11 +61,14 @@ class Service:
     on_fatal: Callable[[], None] | None = None
     _runner_scope: anyio.CancelScope | None = None
     _loop: asyncio.AbstractEventLoop | None = None
-    readiness: Readiness = field(init=False)  # /readyz's looks at the disk, reused for `ready_cache` seconds
+    # What /readyz reports of the store and the runner process or nodes: looked at by `readiness.run`
+    # (the app starts it) every `ready_cache` seconds; /readyz reads it from memory.
+    readiness: Readiness = field(init=False)
 
     def __post_init__(self) -> None:
-        runner_lock = runner_lock_for(self.settings.db) if self.settings.role == "api" else None  # another process
-        self.readiness = Readiness(self.store, runner_lock, self.settings.ready_cache)
+        api = self.settings.role == "api"
+        runner_lock = runner_lock_for(self.settings.db) if api else None  # another process
+        self.readiness = Readiness(self.store, runner_lock, self.settings.ready_cache, self.settings.ready_stale, api=api)
 
     @property
     def webhook_allow(self) -> Allow:

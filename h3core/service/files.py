@@ -1,5 +1,10 @@
 """A stored file over HTTP, whole or a byte range of it (RFC 9110 §14), for GET and HEAD; and a
-job's video checked against its record before any of it is served."""
+job's video checked against its record, and against its deletion, before any of it is served.
+
+A deletion (DELETE /v1/videos/{id}) is a fact in the store, and every route that serves or offers
+a video reads it there (`deleted_at`): nodes may each keep their own artifacts folder, and a node
+that still holds the file of a video deleted through another node must not serve it, nor offer it,
+before it has removed it (h3core.runtime.deletions)."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import anyio
@@ -15,8 +21,10 @@ from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
 from h3core.adapters.artifacts import ArtifactStore
+from h3core.adapters.store.base import JobProjections
 from h3core.domain.adoption import mismatch
 from h3core.domain.events import Artifact
+from h3core.domain.state import JobState
 from h3core.service.ranges import Unsatisfiable, parse_range
 
 CHUNK = 1 << 16
@@ -43,13 +51,33 @@ _VERIFIED_MAX = 4096
 _VERIFIED_LOCK = threading.Lock()  # `checked` runs on several worker threads at once
 
 
-def checked(artifacts: ArtifactStore, artifact: Artifact, whose: str) -> tuple[Path, int]:
+def deleted_at(store: JobProjections, artifacts: ArtifactStore, state: JobState) -> datetime | None:
+    """When the job's video was deleted: the store's mark, whichever node holds the file; else
+    what this node's artifact store recorded (a deletion by an earlier h3core, or one whose mark
+    in the store a failure cut off). A point read and a file or two: inline, as the point reads."""
+    return store.video_deleted_at(state.job_id) or recorded_deleted_at(artifacts, state)
+
+
+def recorded_deleted_at(artifacts: ArtifactStore, state: JobState) -> datetime | None:
+    """When this node's artifact store recorded the job's video deleted (as a whole, or its file);
+    None where it did not."""
+    when = artifacts.video_deleted_at(state.job_id)
+    if when is None and state.artifact is not None:
+        try:
+            when = artifacts.deleted_at(state.artifact.path)
+        except ValueError:
+            return None  # a recorded path outside the store: its video route says so
+    return when
+
+
+def checked(artifacts: ArtifactStore, artifact: Artifact, whose: str, *, deleted: datetime | None = None) -> tuple[Path, int]:
     """The video's path and size, if the file is still the one its record describes, byte for
-    byte (sha256, read again whenever the file changed on disk); else `ArtifactProblem`: a
-    truncated, damaged or replaced file is never served under the recorded sha256. Blocking (it
-    reads the file): call it in a worker thread."""
+    byte (sha256, read again whenever the file changed on disk); else `ArtifactProblem`: a video
+    deleted (`deleted`: when, as `deleted_at` says; else as this node's store recorded it), or a
+    truncated, damaged or replaced file, is never served. Blocking (it reads the file): call it in a
+    worker thread."""
     try:
-        deleted = artifacts.deleted_at(artifact.path)
+        deleted = deleted or artifacts.deleted_at(artifact.path)
         path = artifacts.resolve(artifact.path)
     except ValueError:
         raise ArtifactProblem(404, f"{whose} recorded video path is not in the artifact store", "content_missing") from None

@@ -135,6 +135,8 @@ class VideoDeleted(BaseModel):  # noqa: D101
     id: str
     object: Literal["video.deleted"] = "video.deleted"
     deleted: bool
+    # h3core's: what became of the video's file (DELETE /v1/videos/{id}'s description says each).
+    file: Literal["removed", "recorded", "none"]
 
 
 class Remix(BaseModel):  # noqa: D101

@@ -166,6 +166,25 @@ class EventStoreContract:
         with pytest.raises(UnknownJob):
             store.mark_video_deleted("nope", _AT)
 
+    def test_deletions_follow_in_the_order_marked_each_job_once(self, store):
+        for job in ("a", "b", "c", "d"):
+            _queue(store, job)
+        assert store.video_deletions() == []
+        for job in ("c", "a", "c", "d"):  # a second mark of c changes nothing
+            store.mark_video_deleted(job, _AT)
+        follow = lambda **kw: [(d.position, d.job_id) for d in store.video_deletions(**kw)]  # noqa: E731
+        assert follow() == [(1, "c"), (2, "a"), (3, "d")]
+        assert follow(after=1) == [(2, "a"), (3, "d")]
+        assert follow(after=1, limit=1) == [(2, "a")] and follow(after=3) == []
+        store.append("a", done_log(steps=1)[2:])  # it runs on and ends with a video: the feed says so
+        store.mark_video_deleted("b", _AT)
+        assert follow(after=3) == [(4, "b")]
+        (a,) = store.video_deletions(after=1, limit=1)
+        state = store.get("a")
+        assert (a.status, a.path) == ("done", state.artifact.path) and store.video_deletions()[0][2:] == ("queued", None)
+        assert store.videos_deleted_at(["a", "b", "x", "a"]) == {"a": _AT, "b": _AT}
+        assert store.videos_deleted_at([]) == {}
+
     def test_a_writable_store_answers_ping(self, store):
         store.ping()
 

@@ -124,11 +124,12 @@ def test_http_load(tmp_path, capsys):
 def test_readyz(tmp_path, capsys):
     out = run_main(
         "bench.throughput.readyz",
-        ["--workdir", str(tmp_path), "--jobs", "60", "--caches", "1", "--seconds", "0.6", "--warmup", "0.2"]
-        + ["--submitters", "1", "--readers", "1", "--probe-every", "0.05", "--slots", "2"],
+        ["--workdir", str(tmp_path), "--jobs", "60", "--seconds", "0.6", "--warmup", "0.2", "--writers", "1"]
+        + ["--pollers", "2", "--submitters", "1", "--readers", "1", "--slots", "2", "--against", "HEAD"]
+        + ["--against-path", str(ROOT)],
         capsys,
     )
-    row(out, "1")  # one pass: H3_READY_CACHE=0 runs the same code with another setting, at another server start
+    row(out, "HEAD")  # the other side's pass: this checkout again (no archive of another commit)
 
 
 def test_console(tmp_path, capsys):

@@ -9,8 +9,9 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import pytest
 
-from h3core.adapters.store.nodes import NodeRow
+from h3core.adapters.store.nodes import NodeInfo, NodeRow
 from h3core.domain.capabilities import Capabilities, FrameWindow
+from h3core.domain.capacity import CapacityProfile, MeasuredPoint
 from h3core.domain.request import GenerationRequest
 from h3core.runtime.admission import LocalAdmission
 from h3core.runtime.fleet import FleetAdmission
@@ -23,8 +24,13 @@ def caps(max_seconds: float) -> Capabilities:
     return Capabilities(executor="fake", window=FrameWindow(max_seconds=max_seconds, source="fake limits"))
 
 
-def row(node: str, max_seconds: float | None, *, age_s: float = 1.0, beat: int = 0) -> NodeRow:
-    """A node as `nodes()` returns it; `max_seconds` None: a node of an older version (no statement)."""
+def row(
+    node: str, max_seconds: float | None, *, age_s: float = 1.0, beat: int = 0, profile: CapacityProfile | None = None
+) -> NodeRow:
+    """A node as `nodes()` returns it; `max_seconds` None: a node of an older version (no statement);
+    `profile`: the rules it states are its capabilities under that profile (else it states none, as
+    a node of the version before profiles were stated)."""
+    rules = LocalAdmission(lambda: caps(max_seconds), profile=profile).current().statement() if profile is not None else None
     return NodeRow(
         node_id=node,
         host="h",
@@ -34,6 +40,7 @@ def row(node: str, max_seconds: float | None, *, age_s: float = 1.0, beat: int =
         executor="fake",
         modes=["t2va"],
         capabilities=caps(max_seconds) if max_seconds is not None else None,
+        rules=rules,
         started_at=T0,
         beat_at=T0 + timedelta(seconds=beat),
         beat_age_s=age_s,
@@ -70,6 +77,36 @@ def test_a_request_is_admitted_if_any_live_node_can_run_it_else_refused_naming_t
     t2va = next(r for r in fleet.ceilings() if (r.shape.mode, r.shape.width, r.shape.height) == ("t2va", 448, 256))
     assert t2va.max_frames == 464 and t2va.why.startswith("node big: ")
     assert fleet.source().runnable_modes == ("t2va", "fl2va", "ref2va")
+
+
+def small_box() -> CapacityProfile:
+    """A profile measured at one short run: requests past its tokens are refused (unverified)."""
+    ran = MeasuredPoint(width=448, height=256, frames=48, outcome="ran")
+    return CapacityProfile(
+        name="small-box", hardware="h", attention="a", api_max_frames=1200, resolutions=((448, 256),), points=(ran,)
+    )
+
+
+def test_each_node_is_judged_by_the_profile_it_states_and_an_older_one_by_this_nodes():
+    store = Store(None, [row("small", 20.0, profile=small_box())])
+    fleet = FleetAdmission(store)  # an API node with no profile of its own
+    fleet.refresh()
+    assert fleet.decide(req(48)).admitted
+    refused = fleet.decide(req(240))  # in the node's window, past its profile's budget: it would never claim it
+    assert not refused.admitted and refused.reason == "unverified" and "profile small-box" in refused.detail, refused
+    t2va = next(r for r in fleet.ceilings() if (r.shape.mode, r.shape.width, r.shape.height) == ("t2va", 448, 256))
+    assert t2va.max_frames == 56 and t2va.reason == "unverified"
+    # A node of the version before: its capabilities alone, judged with this node's profiles.
+    store.rows = [row("old", 20.0)]
+    for mine, admitted in ((None, True), (small_box(), False)):
+        fleet = FleetAdmission(store, profile=mine)
+        fleet.refresh()
+        assert fleet.decide(req(240)).admitted is admitted
+    # Its row, as it stored it, still reads.
+    older = NodeInfo.model_validate_json(
+        '{"node_id": "old", "host": "h", "pid": 1, "role": "runner", "slots": 1, "executor": "fake", "modes": ["t2va"]}'
+    )
+    assert older.rules is None and older.capabilities is None
 
 
 def test_this_nodes_executor_is_judged_fresh_and_first():

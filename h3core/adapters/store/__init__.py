@@ -3,7 +3,16 @@ node), PostgreSQL (several nodes; the `postgres` extra, loaded when a store is o
 (the fake). A store shared by nodes has parts of its own (`nodes`: the node-lease contract), on
 PostgreSQL (`postgres_leases`, `postgres_turns`) and in the fake (`memory_leases`)."""
 
-from h3core.adapters.store.base import Conflict, EventLog, EventStore, JobProjections, Notifying, UnknownJob, precheck
+from h3core.adapters.store.base import (
+    Conflict,
+    EventLog,
+    EventStore,
+    JobProjections,
+    Notifying,
+    UnknownJob,
+    VideoDeletion,
+    precheck,
+)
 from h3core.adapters.store.memory import MemoryEventStore
 from h3core.adapters.store.memory_leases import MemoryNodeLeases, MemoryNodesEventStore
 from h3core.adapters.store.postgres import PostgresEventStore
@@ -22,5 +31,6 @@ __all__ = [
     "SQLiteEventStore",
     "SchemaTooNew",
     "UnknownJob",
+    "VideoDeletion",
     "precheck",
 ]

@@ -14,11 +14,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Protocol
 
-from h3core.adapters.store.base import Conflict
+from h3core.adapters.store.base import Conflict, VideoDeletion
 from h3core.domain.admission import QueueFilter
 from h3core.domain.events import VERSIONS, Event, body_from_json, event_from_json
 from h3core.domain.state import JobState, Status, apply, fold
@@ -40,14 +40,16 @@ __all__ = [
 class Statements:
     """The SQL both stores run, in one driver's placeholder style."""
 
-    def __init__(self, placeholder: str, bytewise: str) -> None:
+    def __init__(self, placeholder: str, bytewise: str, artifact_path: str) -> None:
         """`placeholder`: the driver's (`?`, `%s`); `bytewise`: what makes a text column order by
-        its bytes (SQLite's default BINARY does: ""; PostgreSQL's default follows the locale)."""
+        its bytes (SQLite's default BINARY does: ""; PostgreSQL's default follows the locale);
+        `artifact_path`: the expression that reads a state's video path from its JSON."""
 
         def q(sql: str) -> str:
             return sql.replace("?", placeholder)
 
         self.placeholder = placeholder
+        self.artifact_path = artifact_path
         self.state = q("SELECT state FROM jobs WHERE job_id = ?")
         self.by_key = q("SELECT state FROM jobs WHERE idempotency_key = ?")
         self.cursor_of = q("SELECT queue_order FROM jobs WHERE job_id = ?")
@@ -90,7 +92,17 @@ class Statements:
         self.deliveries = q(f"SELECT record FROM deliveries WHERE job_id = ? ORDER BY seq, url{bytewise}")
         self.video_deleted_at = q("SELECT video_deleted_at FROM jobs WHERE job_id = ?")
         # The first time stays: a second DELETE (or a listing that finds an older record) changes nothing.
-        self.mark_video_deleted = q("UPDATE jobs SET video_deleted_at = coalesce(video_deleted_at, ?) WHERE job_id = ?")
+        # The first mark takes the next deletion position: run inside the store's write turn (one
+        # writer at a time), so positions are drawn in commit order and `video_deletions` skips none.
+        self.mark_video_deleted = q(
+            "UPDATE jobs SET video_deleted_at = coalesce(video_deleted_at, ?), video_deleted_pos = coalesce("
+            "video_deleted_pos, (SELECT coalesce(max(video_deleted_pos), 0) + 1 FROM jobs WHERE video_deleted_pos IS NOT NULL)"
+            ") WHERE job_id = ?"
+        )
+        self.video_deletions = q(
+            f"SELECT video_deleted_pos, job_id, status, {artifact_path} FROM jobs WHERE video_deleted_pos > ? "
+            "ORDER BY video_deleted_pos LIMIT ?"
+        )
 
     def jobs_page(
         self,
@@ -129,8 +141,8 @@ class Statements:
         )
 
 
-SQLITE = Statements("?", "")
-POSTGRES = Statements("%s", ' COLLATE "C"')
+SQLITE = Statements("?", "", "json_extract(state, '$.artifact.path')")
+POSTGRES = Statements("%s", ' COLLATE "C"', "state::json -> 'artifact' ->> 'path'")
 
 
 class _Rows(Protocol):
@@ -241,6 +253,18 @@ class SQLReads:
     def video_deleted_at(self, job_id: str) -> datetime | None:
         rows = self._point(self._sql.video_deleted_at, (job_id,))
         return datetime.fromisoformat(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def videos_deleted_at(self, job_ids: Collection[str]) -> dict[str, datetime]:
+        ids, out = list(dict.fromkeys(job_ids)), {}
+        for i in range(0, len(ids), 500):  # under any driver's limit on parameters
+            part = ids[i : i + 500]
+            marks = ", ".join([self._sql.placeholder] * len(part))
+            sql = f"SELECT job_id, video_deleted_at FROM jobs WHERE job_id IN ({marks}) AND video_deleted_at IS NOT NULL"
+            out.update({job_id: datetime.fromisoformat(at) for job_id, at in self._read(sql, part)})
+        return out
+
+    def video_deletions(self, after: int = 0, limit: int = 1000) -> list[VideoDeletion]:
+        return [VideoDeletion(*row) for row in self._read(self._sql.video_deletions, (after, limit))]
 
     def unfinished(self) -> list[JobState]:
         return [JobState.model_validate_json(s) for (s,) in self._read(self._sql.unfinished)]

@@ -28,10 +28,15 @@
 - **Stable cursors.** A job's cursor is its submission order; listings page on it both ways.
 - **Deleted videos kept apart.** `mark_video_deleted(job_id, at)` records that the job's video was
   deleted (OpenAI's Videos API: DELETE /v1/videos/{id}), keeping the first time, read back by
-  `video_deleted_at`. It is no event (a finished job's log takes none) and no fold undoes it: later
-  appends and a rebuilt projection keep it. `list_videos` pages as `list_jobs` does, leaving
-  marked jobs out where it selects, so a page costs the same however many were deleted (SQL
-  stores: a partial index of the unmarked jobs).
+  `video_deleted_at` (`videos_deleted_at` for many jobs at once). It is no event (a finished job's
+  log takes none) and no fold undoes it: later appends and a rebuilt projection keep it.
+  `list_videos` pages as `list_jobs` does, leaving marked jobs out where it selects, so a page
+  costs the same however many were deleted (SQL stores: a partial index of the unmarked jobs).
+- **Deletions followable.** The first mark of a job takes the next position of the deletions,
+  and `video_deletions(after)` gives the jobs marked after a position in the order they were
+  marked, gap-free as `events_after` (a mark never appears after one made later): each node
+  removes the files it holds of deleted videos by reading only what was marked since it last
+  looked (`h3core.runtime.deletions`).
 
 Both: **no open cursors.** Every read returns fully materialised values, so a read never holds
 a lock a writer waits on (docs/design.md §2.3).
@@ -45,7 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from h3core.domain.admission import QueueFilter
 from h3core.domain.events import Body, Event, Submitted
@@ -83,6 +88,17 @@ def precheck(state: JobState | None, job_id: str, bodies: Sequence[Body], expect
 def utc_now() -> datetime:
     """The time now, in UTC: the stores' clock unless one is given."""
     return datetime.now(UTC)
+
+
+class VideoDeletion(NamedTuple):
+    """A job whose video was marked deleted, as `video_deletions` follows them: its deletion
+    position, and its status and video (`JobState.artifact.path`, None while it has none) as the
+    store holds them now."""
+
+    position: int
+    job_id: str
+    status: Status
+    path: str | None
 
 
 @runtime_checkable
@@ -190,6 +206,16 @@ class JobProjections(Protocol):
 
     def video_deleted_at(self, job_id: str) -> datetime | None:
         """When `mark_video_deleted` recorded the job's video deleted; None if it never did."""
+        ...
+
+    def videos_deleted_at(self, job_ids: Collection[str]) -> dict[str, datetime]:
+        """`video_deleted_at` of each of `job_ids` whose video is marked deleted (the others left out)."""
+        ...
+
+    def video_deletions(self, after: int = 0, limit: int = 1000) -> list[VideoDeletion]:
+        """The first `limit` jobs whose video was marked deleted after position `after`, in the
+        order they were marked: gap-free, as `events_after` (the module docstring). Positions
+        start at 1."""
         ...
 
     def queued(

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
 
-from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, precheck, utc_now
+from h3core.adapters.store.base import AppendOutcome, AppendRequest, Conflict, UnknownJob, VideoDeletion, precheck, utc_now
 from h3core.domain.admission import QueueFilter
 from h3core.domain.events import Body, Event, Submitted
 from h3core.domain.state import IllegalEvent, JobState, Status, apply, extend
@@ -28,6 +28,7 @@ class MemoryEventStore:
         self._positions: dict[str, int] = {}  # subscriptions' saved places
         self._deliveries: dict[tuple[str, int, str], Delivery] = {}
         self._videos_deleted: dict[str, datetime] = {}
+        self._deletions: list[str] = []  # the jobs marked deleted, in the order marked (position i + 1)
 
     def _commit(self, state: JobState, events: Sequence[Event]) -> None:
         if isinstance(events[0].body, Submitted):
@@ -135,16 +136,34 @@ class MemoryEventStore:
         return out[:limit]
 
     def mark_video_deleted(self, job_id: str, at: datetime) -> None:
-        """Mark the job's video deleted, the first time kept; UnknownJob for a job not held."""
+        """Mark the job's video deleted, the first time kept (and the next deletion position);
+        UnknownJob for a job not held."""
         with self._lock:
             if job_id not in self._states:
                 raise UnknownJob(job_id)
-            self._videos_deleted.setdefault(job_id, at)
+            if job_id not in self._videos_deleted:
+                self._videos_deleted[job_id] = at
+                self._deletions.append(job_id)
 
     def video_deleted_at(self, job_id: str) -> datetime | None:
         """When the job's video was marked deleted; None if it never was."""
         with self._lock:
             return self._videos_deleted.get(job_id)
+
+    def videos_deleted_at(self, job_ids: Collection[str]) -> dict[str, datetime]:
+        """`video_deleted_at` of each of `job_ids` marked deleted."""
+        with self._lock:
+            return {j: self._videos_deleted[j] for j in job_ids if j in self._videos_deleted}
+
+    def video_deletions(self, after: int = 0, limit: int = 1000) -> list[VideoDeletion]:
+        """The jobs marked deleted after position `after`, in marking order."""
+        with self._lock:
+            start = max(after, 0)
+            out = []
+            for position, job_id in enumerate(self._deletions[start : start + limit], start + 1):
+                state = self._states[job_id]
+                out.append(VideoDeletion(position, job_id, state.status, state.artifact.path if state.artifact else None))
+            return out
 
     def cursor_of(self, job_id: str) -> int | None:
         """The job's submission order; None for an unknown job."""

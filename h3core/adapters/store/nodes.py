@@ -2,9 +2,10 @@
 
 A store shared by runner nodes (PostgreSQL's) is `WithNodeLeases`: besides the event log and its
 projections it has `leases`, a `NodeLeases` that keeps a row per node (its identity, slots, what
-its executor can run, its last heartbeat) and a lease per running attempt, taken by the `running`
-(or `resumed`) event the node writes and renewed by the node's heartbeat. The store is opened for
-one node (`leases.node_id`) or for none (an API process: it reads the nodes and writes unfenced).
+its executor can run and the rules its admission judges by, profile included, its last heartbeat)
+and a lease per running attempt, taken by the `running` (or `resumed`) event the node writes and
+renewed by the node's heartbeat. The store is opened for one node (`leases.node_id`) or for none
+(an API process: it reads the nodes and writes unfenced).
 The contract, which `h3core.testing.nodes.NodeLeasesContract` checks against PostgreSQL and the
 fake (`memory_leases.MemoryNodeLeases`, fencing a `MemoryNodesEventStore`):
 
@@ -59,6 +60,7 @@ from typing import Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from h3core.adapters.store.base import Conflict
+from h3core.domain.admission import RulesStatement
 from h3core.domain.capabilities import Capabilities
 from h3core.domain.events import (
     Body,
@@ -122,9 +124,13 @@ class NodeInfo(BaseModel):
     slots: int
     executor: str
     modes: list[str]  # what its executor can start now
-    # Its executor's whole statement (modes, window, budgets, ...): what admission across nodes
-    # judges a request by. None from a node of an older version (it states its modes only).
+    # Its executor's whole statement (modes, window, budgets, ...). None from a node of an older
+    # version (it states its modes only).
     capabilities: Capabilities | None = None
+    # What its own admission judges a request by: those capabilities with the budgets its capacity
+    # profiles give each group, and the profile that describes it. Every node admits for it by this
+    # (`h3core.runtime.fleet`). None from a node of an older version: a reader applies its own profiles.
+    rules: RulesStatement | None = None
 
 
 class NodeRow(NodeInfo):

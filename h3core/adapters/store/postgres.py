@@ -138,8 +138,19 @@ def _v6(cur: psycopg.Cursor) -> None:
     )
 
 
+def _v7(cur: psycopg.Cursor) -> None:
+    # Deletions as a followable feed (as SQLite's schema 9): each mark's position, the marks made
+    # before numbered in submission order, and an index of the marked jobs by it.
+    cur.execute("ALTER TABLE jobs ADD COLUMN video_deleted_pos bigint")
+    cur.execute(
+        "UPDATE jobs SET video_deleted_pos = m.n FROM (SELECT job_id, row_number() OVER (ORDER BY queue_order) AS n "
+        "FROM jobs WHERE video_deleted_at IS NOT NULL) m WHERE jobs.job_id = m.job_id"
+    )
+    cur.execute("CREATE INDEX jobs_deletions ON jobs (video_deleted_pos) WHERE video_deleted_pos IS NOT NULL")
+
+
 # Index i migrates schema version i to i + 1. Add a function here, never edit an old one.
-MIGRATIONS: tuple[Callable[[psycopg.Cursor], None], ...] = (_v1, _v2, _v3, _v4, _v5, _v6)
+MIGRATIONS: tuple[Callable[[psycopg.Cursor], None], ...] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _UPSERT_JOBS = (
@@ -401,14 +412,15 @@ class PostgresEventStore(SQLReads):
         self._db.write(save, events=False)
 
     def mark_video_deleted(self, job_id: str, at: datetime) -> None:
-        """Mark the job's video deleted (the first time kept), committed before it returns (no event:
-        without the events lock; the projection's upsert leaves the column alone)."""
+        """Mark the job's video deleted (the first time kept), committed before it returns. No event,
+        but under the events lock: the first mark's deletion position is drawn in commit order, as
+        an event's is, so `video_deletions` skips none (the projection's upsert leaves the columns alone)."""
 
         def mark(conn: psycopg.Connection) -> None:
             if conn.execute(POSTGRES.mark_video_deleted, (at.isoformat(), job_id)).rowcount == 0:
                 raise UnknownJob(job_id)
 
-        self._db.write(mark, events=False)
+        self._db.write(mark)
 
     def close(self) -> None:
         """Close the listening connection and the pool."""

@@ -27,7 +27,7 @@ from h3core.domain.webhooks import Delivery
 if TYPE_CHECKING:
     from sqlite_utils import Database
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 class SchemaTooNew(RuntimeError):
@@ -118,8 +118,18 @@ def _v8(db: Database) -> None:
     db.execute("CREATE INDEX jobs_videos ON jobs (queue_order) WHERE video_deleted_at IS NULL")
 
 
+def _v9(db: Database) -> None:
+    # Deletions as a followable feed: each mark's position, in the order marked (the marks made
+    # before, in submission order), and an index of the marked jobs by it: a node reads only the
+    # deletions since it last looked (h3core.runtime.deletions).
+    db.execute("ALTER TABLE jobs ADD COLUMN video_deleted_pos INTEGER")
+    marked = [j for (j,) in db.execute("SELECT job_id FROM jobs WHERE video_deleted_at IS NOT NULL ORDER BY queue_order")]
+    db.conn.executemany("UPDATE jobs SET video_deleted_pos = ? WHERE job_id = ?", [(i, j) for i, j in enumerate(marked, 1)])
+    db.execute("CREATE INDEX jobs_deletions ON jobs (video_deleted_pos) WHERE video_deleted_pos IS NOT NULL")
+
+
 # Index i migrates schema version i to i + 1. Add a function here, never edit an old one.
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8)
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9)
 
 
 _UPDATE_JOB = (

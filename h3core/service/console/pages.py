@@ -21,6 +21,7 @@ from litestar.response import Redirect, ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
 from h3core.domain.story import why
+from h3core.service import files
 from h3core.service.auth import SESSION_COOKIE, SESSION_SECONDS, bearer_matches, session_matches, session_value, token_matches
 from h3core.service.console.live import changes
 from h3core.service.console.queue import SINCE, STATUS_CHOICES, Filter, page, rows
@@ -167,12 +168,7 @@ async def job_page(
         events = svc.store.events(job_id)
         now = datetime.now(UTC)
         request_fields = state.request.model_dump(exclude_none=True)
-        deleted = None
-        if state.artifact is not None:
-            try:
-                deleted = svc.artifacts.deleted_at(state.artifact.path)
-            except ValueError:
-                deleted = None
+        deleted = files.deleted_at(svc.store, svc.artifacts, state) if state.artifact is not None else None
         context: dict[str, Any] = {
             "job": state,
             "row": rows([state], now)[0],

@@ -49,14 +49,9 @@ async def _view(svc: Service, state: JobState) -> JobView:
 
 
 def _deleted_at(svc: Service, state: JobState) -> datetime | None:
-    """When a done job's video was deleted on purpose (a small record beside it: one open, inline
-    like the point reads), so that the view never offers a url that answers 410."""
-    if state.artifact is None:
-        return None
-    try:
-        return svc.artifacts.deleted_at(state.artifact.path)
-    except ValueError:
-        return None  # a recorded path outside the store: its video route says so
+    """When a done job's video was deleted on purpose (the store's mark, or a record beside the
+    file: inline like the point reads), so that the view never offers a url that answers 410."""
+    return files.deleted_at(svc.store, svc.artifacts, state) if state.artifact is not None else None
 
 
 def _refuse(field: str, message: str) -> HTTPException:
@@ -143,7 +138,9 @@ async def list_jobs(
 
     def read() -> tuple[list[tuple[int, JobState]], dict[str, datetime | None]]:
         rows = svc.store.list_jobs(status=status, limit=limit + 1, before=int(cursor) if cursor else None)
-        return rows, {s.job_id: _deleted_at(svc, s) for _, s in rows[:limit] if s.artifact is not None}
+        videos = [s for _, s in rows[:limit] if s.artifact is not None]
+        marked = svc.store.videos_deleted_at([s.job_id for s in videos])  # one read for the page
+        return rows, {s.job_id: marked.get(s.job_id) or _deleted_at(svc, s) for s in videos}
 
     rows, deleted = await in_thread(read)
     now = datetime.now(UTC)
@@ -253,7 +250,8 @@ async def _video(svc: Service, request: Request, job_id: str) -> files.Span:
         raise HTTPException(status_code=409, detail=f"job {job_id} has no video: it is {state.status}")
     artifact = state.artifact
     try:
-        path, size = await in_thread(lambda: files.checked(svc.artifacts, artifact, f"job {job_id}'s"))
+        deleted = _deleted_at(svc, state)
+        path, size = await in_thread(lambda: files.checked(svc.artifacts, artifact, f"job {job_id}'s", deleted=deleted))
     except files.ArtifactProblem as exc:
         raise HTTPException(status_code=exc.status, detail=exc.message) from None
     return files.span(path, size, request.headers, media_type=artifact.media_type, sha256=artifact.sha256)

@@ -19,7 +19,6 @@ from h3core.service.views import (
     CeilingsView,
     GroupView,
     ModeView,
-    NodeView,
     ReadyStatus,
     ReadyView,
     ceilings_view,
@@ -54,11 +53,12 @@ async def readyz(svc: NamedDependency[Service], request: Request) -> Response[Re
 async def readiness(svc: Service) -> Response[ReadyView]:
     """The readiness view, 200 when ready and 503 when not: ready is the store writable, the runner
     accepting (api role: a runner process or node alive) and a mode the executor can run. The view says
-    why not, and shows the modes, device groups, attention probe and runner nodes."""
-    # The store and the runner lock through `svc.readiness` (reused for H3_READY_CACHE seconds:
-    # service/readiness.py); everything else from memory, on every request.
+    why not, and shows the modes, device groups, attention probe and runner nodes. Memory only: what
+    lies outside it (the store, the runner lock, the nodes) comes from the last background look
+    (`svc.readiness`, service/readiness.py), not checked by this request."""
+    look = svc.readiness.now()
     checks: dict[str, str] = {}
-    checks["store"] = f"unusable: {svc.fatal}" if svc.fatal is not None else await svc.readiness.store()
+    checks["store"] = f"unusable: {svc.fatal}" if svc.fatal is not None else look.store
     caps = svc.contract.source()
     modes = [ModeView(mode=m.mode, served=m.served, ready=m.runnable, reason=m.reason) for m in caps.modes]
     problems = caps.problems()
@@ -67,7 +67,7 @@ async def readiness(svc: Service) -> Response[ReadyView]:
     groups = None
     runner = svc.runner
     if runner is None:  # the api role: the jobs run in another process: the runner lock's holder, or the nodes
-        holder = await svc.readiness.runner()
+        holder = look.runner
         if holder:
             runs = f"{holder} run the jobs" if holder.startswith("node ") else f"process {holder} runs the jobs"
         elif svc.readiness.runner_lock is None:
@@ -82,11 +82,9 @@ async def readiness(svc: Service) -> Response[ReadyView]:
         health = runner.executor.health()
         groups = [GroupView.model_validate(h, from_attributes=True) for h in health] if health is not None else None
     attention = _attention(runner.executor) if runner is not None else None
-    rows = await svc.readiness.nodes()
-    nodes = [NodeView(**n.model_dump(), alive=n.alive()) for n in rows] if rows else None
     view = ReadyView(
         node=leases.node_id if (leases := node_leases(svc.store)) is not None else None,
-        nodes=nodes,
+        nodes=list(look.nodes) or None,
         status="ready" if ok else "not ready",
         executor=executor,
         modes=modes,

@@ -121,11 +121,9 @@ def document(openapi: OpenAPI, models: Sequence[str]) -> None:
 
 
 def _deleted_at(svc: Service, state: JobState) -> datetime | None:
-    """When DELETE removed the video (a stat of its record; earlier versions recorded only its file's)."""
-    when = svc.artifacts.video_deleted_at(state.job_id)
-    if when is None and state.artifact is not None:
-        when = svc.artifacts.deleted_at(state.artifact.path)
-    return when
+    """When DELETE deleted the video: the store's mark, whichever node took the DELETE and whichever
+    holds the file; else this node's records (earlier versions recorded only those)."""
+    return files.deleted_at(svc.store, svc.artifacts, state)
 
 
 def _state(svc: Service, video_id: str) -> JobState:
@@ -321,8 +319,8 @@ async def retrieve_video(svc: NamedDependency[Service], video_id: FromPath[str])
 def _page(svc: Service, cursor: int | None, limit: int, oldest_first: bool) -> VideoList:
     """Up to `limit` videos past `cursor`, deleted ones left out: the store skips those it has
     marked (`list_videos`), so a page reads as much with thousands deleted as with none. A deletion
-    only the artifact store recorded (an earlier h3core's, or a DELETE stopped before its mark) is
-    found on the rows read and marked, once; the rows are then read again past it."""
+    only this node's artifact store recorded (an earlier h3core's) is found on the rows read and
+    marked, once; the rows are then read again past it."""
     data: list[Video] = []
     more = False
     while not more:
@@ -331,7 +329,7 @@ def _page(svc: Service, cursor: int | None, limit: int, oldest_first: bool) -> V
         else:
             rows = svc.store.list_videos(limit=limit + 1, oldest_first=False, before=cursor)
         for _, state in rows:
-            deleted = _deleted_at(svc, state)
+            deleted = files.recorded_deleted_at(svc.artifacts, state)  # the store's marks are left out already
             if deleted is not None:
                 svc.store.mark_video_deleted(state.job_id, deleted)
                 continue
@@ -366,28 +364,49 @@ async def list_videos(
     "/{video_id:str}",
     status_code=200,
     summary="Delete a video: it is gone from /v1/videos (404 after, as OpenAI's API answers)",
-    description="A live video is cancelled and a finished one's file deleted. From then on every /v1/videos route "
-    "answers 404 for it (code video_deleted) and the list leaves it out; its job and event log stay on /v1/jobs.",
+    description="A live video is cancelled and a finished one's file deleted. The deletion is recorded in the store "
+    "first: from then on every /v1/videos route of every node answers 404 for it (code video_deleted), the list "
+    "leaves it out, and no node serves its file; its job and event log stay on /v1/jobs. OpenAI's answer, with one "
+    "field of h3core's: `file` says what became of the video's file. `removed`: this node held it and removed it. "
+    "`recorded`: this node does not hold it (with an artifacts folder per node, another does) or the job has not "
+    "ended yet (a cancel on its way; it may still finish with a video): the node that holds the file removes it "
+    "within H3_DELETION_SWEEP seconds (default 2) of the deletion, or of the job's end. `none`: the video has no "
+    "file (it failed, or was cancelled before one was made).",
     responses=_errors(401, 404),
 )
 async def delete_video(svc: NamedDependency[Service], video_id: FromPath[str]) -> VideoDeleted:
-    """Delete the video: gone from /v1/videos at once, cancelled if it is live, and its file deleted
-    if it has ended with one; its job and log stay on /v1/jobs."""
+    """Delete the video: recorded in the store (gone from /v1/videos on every node at once),
+    cancelled if it is live, and its file removed if it has ended with one this node holds; the
+    answer's `file` says which (another node removes a file it holds when it next sweeps)."""
     state = _state(svc, video_id)
-    when = await in_thread(svc.artifacts.delete_video, video_id)  # first: gone from here whatever follows
-    # Then the store's mark, which the list selects on (a crash between: the list finds the record).
-    await in_thread(svc.store.mark_video_deleted, video_id, when)
+    # The store's mark first: the fact every node acts on (the list selects on it, every route
+    # reads it, the node that holds the file removes it); then this node's record beside the video.
+    await in_thread(svc.store.mark_video_deleted, video_id, datetime.now(UTC))
+    await in_thread(svc.artifacts.delete_video, video_id)
     if not state.terminal:
         try:
             state = await cancel(svc, video_id, reason="deleted through /v1/videos")
         except NotCancellable as exc:
             state = exc.state  # it ended meanwhile: delete what it left
         if not state.terminal:
-            return VideoDeleted(id=video_id, deleted=True)  # still stopping
+            return VideoDeleted(id=video_id, deleted=True, file="recorded")  # still stopping: its node sweeps what it makes
         # Ended: cancelled, or done because the cancel came too late: its video goes as a finished one's.
-    if state.artifact is not None:
-        await in_thread(svc.artifacts.delete, state.artifact.path)
-    return VideoDeleted(id=video_id, deleted=True)
+    if state.artifact is None:
+        return VideoDeleted(id=video_id, deleted=True, file="none")
+    path = state.artifact.path
+    removed = await in_thread(_remove_here, svc, path)
+    return VideoDeleted(id=video_id, deleted=True, file="removed" if removed else "recorded")
+
+
+def _remove_here(svc: Service, path: str) -> bool:
+    """Remove the video's file where this node holds it; whether this node's copy is removed now
+    (by this call, or by this node's sweep a moment before)."""
+    try:
+        if svc.artifacts.measure(path, hashed=False)[0] is not None:
+            svc.artifacts.delete(path)
+        return svc.artifacts.deleted_at(path) is not None
+    except ValueError:
+        return False  # a recorded path outside the store: nothing of it is here
 
 
 # -- content ----------------------------------------------------------------------------------

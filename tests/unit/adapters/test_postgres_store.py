@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -94,6 +95,8 @@ def test_queued_jobs_of_a_version_2_store_get_the_columns_a_nodes_claim_filters_
         store.append(job, [submitted(frames=frames), Admitted(tokens=tokens)])
     store.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:  # back to version 2's shape
+        conn.execute("DROP INDEX jobs_deletions")
+        conn.execute("ALTER TABLE jobs DROP COLUMN video_deleted_pos")  # version 6's
         conn.execute("DROP INDEX jobs_videos")
         conn.execute("ALTER TABLE jobs DROP COLUMN video_deleted_at")
         conn.execute("DROP INDEX jobs_queue")
@@ -104,7 +107,7 @@ def test_queued_jobs_of_a_version_2_store_get_the_columns_a_nodes_claim_filters_
         conn.execute("UPDATE schema_version SET version = 2")
     store = PostgresEventStore(pg_url)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 6
+        assert store.schema_version() == SCHEMA_VERSION == 7
         assert [s.job_id for s in store.queued()] == ["long", "short"]
         assert [s.job_id for _, s in store.list_videos()] == ["short", "long"]  # version 4: none marked deleted
         assert [s.job_id for s in store.queued(fits=QueueFilter(max_frames=200))] == ["short"]
@@ -174,3 +177,23 @@ def test_a_write_transaction_whose_client_froze_is_ended_by_the_server_and_other
     assert [e.type for e in live.events("j")] == ["submitted", "admitted", "running"]
     frozen.close()
     live.close()
+
+
+def test_the_videos_a_version_6_store_marked_deleted_follow_in_submission_order(pg_url):
+    store = PostgresEventStore(pg_url)
+    for job in ("a", "b", "c"):
+        store.append(job, [submitted(), Admitted()])
+    for job in ("c", "a"):
+        store.mark_video_deleted(job, datetime(2026, 1, 1, tzinfo=UTC))
+    store.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to version 6's shape
+        conn.execute("DROP INDEX jobs_deletions")
+        conn.execute("ALTER TABLE jobs DROP COLUMN video_deleted_pos")
+        conn.execute("UPDATE schema_version SET version = 6")
+    store = PostgresEventStore(pg_url)
+    try:
+        assert [d[:2] for d in store.video_deletions()] == [(1, "a"), (2, "c")]
+        store.mark_video_deleted("b", datetime(2026, 1, 2, tzinfo=UTC))
+        assert [d[:2] for d in store.video_deletions(after=2)] == [(3, "b")]
+    finally:
+        store.close()

@@ -97,7 +97,7 @@ def test_a_version_1_file_is_migrated_forward(tmp_path):
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     store = SQLiteEventStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 8
+    assert store.schema_version() == SCHEMA_VERSION == 9
     plan = (
         sqlite3.connect(path)
         .execute("EXPLAIN QUERY PLAN SELECT state FROM jobs WHERE status = 'queued' ORDER BY priority DESC, queue_order LIMIT 5")
@@ -142,6 +142,8 @@ def test_queued_jobs_of_a_version_6_file_get_the_columns_a_nodes_claim_filters_b
 
 
 def _drop_v8(conn: sqlite3.Connection) -> None:
+    conn.execute("DROP INDEX jobs_deletions")
+    conn.execute("ALTER TABLE jobs DROP COLUMN video_deleted_pos")  # version 8's
     conn.execute("DROP INDEX jobs_videos")
     conn.execute("ALTER TABLE jobs DROP COLUMN video_deleted_at")
 
@@ -161,6 +163,26 @@ def test_the_jobs_of_a_version_7_file_are_listed_as_videos_until_one_is_marked_d
     assert [s.job_id for _, s in store.list_videos()] == ["b", "a"] and store.video_deleted_at("a") is None
     store.mark_video_deleted("b", datetime(2026, 1, 1, tzinfo=UTC))
     assert [s.job_id for _, s in store.list_videos()] == ["a"]
+    store.close()
+
+
+def test_the_videos_a_version_8_file_marked_deleted_follow_in_submission_order(tmp_path):
+    path = tmp_path / "v8.db"
+    store = SQLiteEventStore(path)
+    for job in ("a", "b", "c"):
+        store.append(job, [submitted(), Admitted()])
+    for job in ("c", "a"):
+        store.mark_video_deleted(job, datetime(2026, 1, 1, tzinfo=UTC))
+    store.close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("DROP INDEX jobs_deletions")
+    conn.execute("ALTER TABLE jobs DROP COLUMN video_deleted_pos")
+    conn.execute("PRAGMA user_version = 8")
+    conn.close()
+    store = SQLiteEventStore(path)
+    assert [d[:2] for d in store.video_deletions()] == [(1, "a"), (2, "c")]
+    store.mark_video_deleted("b", datetime(2026, 1, 2, tzinfo=UTC))
+    assert [d[:2] for d in store.video_deletions(after=2)] == [(3, "b")]
     store.close()
 
 

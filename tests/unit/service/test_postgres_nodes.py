@@ -5,6 +5,7 @@ runner node."""
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import ExitStack, contextmanager
 
 from litestar.testing import TestClient
@@ -14,7 +15,8 @@ from h3core.runtime.settings import Settings
 from h3core.service.app import create_app
 from h3core.service.context import build_service
 from tests.receiver import receiver
-from tests.unit.service.conftest import QUICK
+from tests.unit.service.conftest import QUICK, finished_video
+from tests.unit.service.test_deleted_videos import gone
 from tests.unit.service.test_webhooks import SECRET
 from tests.waiting import poll
 
@@ -156,3 +158,80 @@ def test_of_two_nodes_with_the_webhook_secret_one_delivers_and_the_other_takes_o
         poll(lambda: done_hooks(later), 60, "node b's webhooks", lambda: str(rec.got()))
         sent = [r.headers["webhook-id"] for r in rec.got()]
         assert len(sent) == len(set(sent)) == 12, "an event was delivered twice, or one not at all"
+
+
+SMALL_BOX = """
+name = "small-box"
+hardware = "a box measured at one short run"
+attention = "any"
+api_max_frames = 1200
+resolutions = [[448, 256]]
+
+[[points]]
+width = 448
+height = 256
+frames = 48
+outcome = "ran"
+"""
+
+
+def test_an_api_node_without_a_profile_refuses_what_the_runner_nodes_profile_refuses(pg_url, tmp_path, monkeypatch):
+    """The runner node admits by its own profile (here a budget of one short run); the API node,
+    with no profile of its own, judges by the profile the node states, so it never admits a job
+    that no node would claim (it used to: 201, then `waiting` forever)."""
+    monkeypatch.chdir(tmp_path)
+    profile = tmp_path / "small-box.toml"
+    profile.write_text(SMALL_BOX)
+    with (
+        node(pg_url, tmp_path / "r", node="box", capacity_profile=str(profile), poll_interval=0.05) as runner,
+        node(pg_url, tmp_path / "a", role="api") as api,
+    ):
+        ready = lambda: (r := api.get("/readyz")).status_code == 200 and r.json()  # noqa: E731 - it has read the node
+        poll(ready, 30, "the api node to read the runner node's statement")
+        refused = api.post("/v1/jobs", json={**QUICK, "frames": 240})
+        assert refused.status_code == 422, refused.text
+        body = refused.json()
+        assert body["reason"] == "unverified" and "profile small-box" in body["detail"] and "node box" in body["detail"], body
+        assert body["errors"] == [{"field": "frames", "message": body["detail"]}]
+        assert runner.post("/v1/jobs", json={**QUICK, "frames": 240}).status_code == 422, "the runner node judges alike"
+        created = api.post("/v1/jobs", json={**QUICK, "frames": 48})
+        assert created.status_code == 201, created.text
+        job = created.json()["id"]
+        poll(lambda: api.get(f"/v1/jobs/{job}").json()["status"] == "done", 30, "the runner node to run the job")
+
+
+def test_a_video_deleted_through_a_node_without_its_file_is_served_by_none_and_removed_by_its_holder(
+    pg_url, tmp_path, monkeypatch
+):
+    """Each node with its own artifacts folder: the runner node holds the video, the DELETE goes to
+    the API node, which holds nothing. The deletion is the store's record: neither node serves the
+    video from then on (the holder's file still there, its sweep held), and the holder's sweep
+    removes the file once let go."""
+    monkeypatch.chdir(tmp_path)
+    with (
+        node_and_service(pg_url, tmp_path / "r", node="r", poll_interval=0.05, deletion_sweep=0.1) as (runner, svc),
+        node(pg_url, tmp_path / "a", role="api") as api,
+    ):
+        video = finished_video(api)
+        path = svc.store.get(video["id"]).artifact.path
+        held_file = svc.artifacts.resolve(path)
+        assert held_file.is_file() and not (tmp_path / "a" / "artifacts" / path).exists()
+        sweep, real = svc.runner.deletions, svc.runner.deletions.sweep
+        held: list[int] = []
+        sweep.sweep = lambda: held.append(1) or []  # the holder removes nothing while the test looks
+        poll(lambda: held, 30, "a sweep of the runner node to be held (none under way)")
+        r = api.delete(f"/v1/videos/{video['id']}")
+        assert r.status_code == 200 and r.json() == {**r.json(), "deleted": True, "file": "recorded"}, r.text
+        for client in (api, runner):
+            gone(client, video["id"])
+            assert client.get(f"/v1/jobs/{video['id']}/video").status_code == 410
+            view = client.get(f"/v1/jobs/{video['id']}").json()
+            assert view["artifact"]["url"] is None and view["artifact"]["deleted_at"] is not None, view
+            (listed,) = [j for j in client.get("/v1/jobs").json()["items"] if j["id"] == video["id"]]
+            assert listed["artifact"]["url"] is None, listed
+        assert held_file.is_file(), "neither node served it, though its holder still has the file"
+        let_go = time.monotonic()
+        sweep.sweep = real
+        poll(lambda: not held_file.exists(), 20, "the runner node's sweep to remove the file")
+        print(f"removed {time.monotonic() - let_go:.2f} s after the sweep was let go (interval 0.1 s)")
+        assert svc.artifacts.deleted_at(path) is not None and svc.artifacts.video_deleted_at(video["id"])
