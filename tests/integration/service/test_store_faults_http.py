@@ -3,10 +3,11 @@ runner node (`serve --role runner`, the fake executor) on a server of this modul
 tests restart (`-m fast`, `-m immediate`), rid of every session (`pg_terminate_backend`) and freeze
 (SIGSTOP of the postmaster).
 
-After each fault: submits through the API node are 201 again once the store is back (it used to
-answer 503 for good: its store tail died of the restart and took the submissions with it), a job
-submitted before the fault ends `done`, and a live stream opened before it reaches the job's
-terminal event with every event once, in order (one reopened with Last-Event-ID loses nothing).
+After each fault: /healthz stayed 200 throughout, beside a client polling a job; submits through
+the API node are 201 again once the store is back (it used to answer 503 for good: its store tail
+died of the restart and took the submissions with it); a job submitted before the fault ends
+`done`; and a live stream opened before it reaches the job's terminal event with every event once,
+in order (one reopened with Last-Event-ID loses nothing).
 A store kept down past a short H3_STORE_RETRY ends an API node with status 1, /healthz 503 before
 it goes. And a writer frozen inside its write, holding the events lock, holds another store's
 append up for about `STALLED_TRANSACTION_S` only: the server ends its session.
@@ -122,6 +123,40 @@ class Stream:
         return self.seen
 
 
+class Probed:
+    """While the block runs: a client polling the job's status, and /healthz probed every 0.2 s
+    beside it, each answer's (status, seconds) kept."""
+
+    def __init__(self, base_url: str, job_id: str) -> None:
+        self.base_url, self.job_id = base_url, job_id
+        self.answers: list[tuple[int, float]] = []
+        self._done = threading.Event()
+        self._threads = [threading.Thread(target=self._poll, daemon=True), threading.Thread(target=self._probe, daemon=True)]
+
+    def __enter__(self) -> Probed:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        for thread in self._threads:
+            thread.join(60)
+
+    def _poll(self) -> None:
+        with httpx.Client(base_url=self.base_url, timeout=60) as client:
+            while not self._done.is_set():
+                with contextlib.suppress(httpx.TransportError):
+                    client.get(f"/v1/jobs/{self.job_id}")  # 200, or 503 while the store is away
+
+    def _probe(self) -> None:
+        with httpx.Client(base_url=self.base_url, timeout=60) as client:
+            while not self._done.wait(0.2):
+                began = time.monotonic()
+                status = client.get("/healthz").status_code
+                self.answers.append((status, time.monotonic() - began))
+
+
 def stored(url: str, job_id: str) -> list[tuple[str, int]]:
     with psycopg.connect(url) as conn:
         rows = conn.execute("SELECT type, seq FROM events WHERE job_id = %s ORDER BY seq", (job_id,)).fetchall()
@@ -159,8 +194,16 @@ def test_the_api_node_and_a_runner_node_ride_out_the_fault(fleet: Fleet, pg: PgS
         live = Stream(api.url, job).start()
         wait_job(c, job, lambda j: j["status"] == "running" and (j.get("step") or 0) >= 1, 60, "the job to run a step")
         poll(lambda: live.seen or live.error, 60, "the stream to be open")
-        FAULTS[fault](pg)
-        back = time.monotonic()  # the store answers again
+        with Probed(api.url, job) as probed:
+            FAULTS[fault](pg)
+            back = time.monotonic()  # the store answers again
+            after = len(probed.answers)
+            poll(lambda: len(probed.answers) >= after + 3, 60, "a few probes after the fault")
+        # Liveness through the fault, beside a client polling the job: a store briefly away fails
+        # no probe (that a read waiting on the server holds no request up: test_liveness.py).
+        assert probed.answers and {s for s, _ in probed.answers} == {200}, probed.answers
+        slowest = max(t for _, t in probed.answers)
+        assert slowest < 5, f"/healthz took {slowest:.2f}s during the fault (beside a client polling the job)"
 
         poll(lambda: submit_status(c) == 201, 60, f"a submit through the API node to be 201 after {fault}", api.log)
         took = time.monotonic() - back

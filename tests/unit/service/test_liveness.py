@@ -5,6 +5,8 @@ ended (`on_fatal`), never left serving 503 on every submit with a 200 liveness."
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,3 +88,33 @@ def test_a_needed_task_beside_the_runner_that_fails_is_fatal_too(tmp_path, monke
         poll(lambda: ended, 30, "the process to be ended")
         assert client.get("/healthz").status_code == 503
         assert not svc.submissions.accepting and str(svc.fatal) == "the metrics' follower broke"
+
+
+def test_on_postgres_a_read_that_waits_on_the_server_does_not_hold_liveness_up(tmp_path, pg_url):
+    """A point read of a PostgreSQL store waits on the network, and on a connection while the server
+    restarts: on the event loop it held every request up, /healthz among them (8 s behind 4 clients
+    polling a job during a restart)."""
+    config = Settings(role="api", db=pg_url, artifacts=tmp_path / "artifacts", uploads=tmp_path / "uploads", executor="fake")
+    svc = build_service(config)
+    waiting, release = threading.Event(), threading.Event()
+    real = svc.store.get
+
+    def slow_get(job_id: str):
+        if job_id == "slow":
+            waiting.set()
+            release.wait(60)  # the server is away
+        return real(job_id)
+
+    svc.store.get = slow_get  # type: ignore[method-assign]
+    with TestClient(create_app(config, svc), base_url="http://127.0.0.1:8100", timeout=30) as client:
+        reader = threading.Thread(target=lambda: client.get("/v1/jobs/slow"))
+        reader.start()
+        try:
+            assert waiting.wait(30)
+            began = time.monotonic()
+            assert client.get("/healthz").status_code == 200
+            took = time.monotonic() - began
+            assert took < 20, f"/healthz waited {took:.1f}s for the read (released after 60 s)"
+        finally:
+            release.set()
+            reader.join(30)
