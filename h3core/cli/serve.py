@@ -57,8 +57,10 @@ def serve(given: dict[str, Any]) -> None:
     finally:
         if lock is not None:
             lock.release()
-    if service.fatal is not None:
+    if isinstance(service.fatal, StoreUnavailable):
         fail(f"h3core stopped, the store is unusable: {service.fatal}", EXIT_DATA)
+    if service.fatal is not None:  # a bug: the log has its traceback
+        fail(f"h3core stopped, it cannot do its job: {service.fatal}", EXIT_DATA)
 
 
 def _banner(settings: Settings) -> str:

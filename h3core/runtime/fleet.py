@@ -112,9 +112,10 @@ class FleetAdmission:
             await self.read()
 
     async def read(self) -> None:
-        """`refresh` in a worker thread; a failure is logged and the last statements kept."""
+        """`refresh` in a worker thread; a failure is logged and the last statements kept. A stop does
+        not wait for it (a read of a store that is away waits for a connection)."""
         try:
-            await anyio.to_thread.run_sync(self.refresh)
+            await anyio.to_thread.run_sync(self.refresh, abandon_on_cancel=True)
         except Exception as exc:
             log.warning("could not read the nodes' capabilities: %s", exc, extra={"error": str(exc)})
 

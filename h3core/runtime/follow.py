@@ -2,17 +2,28 @@
 
 The one way a reader (the embedding API's `Jobs.follow`, the HTTP live stream) turns a store and
 an `EventBus` into a gapless, ordered sequence of a job's events.
+
+A read of the store that fails transiently (the server restarting, its sessions ended:
+`store_retry.transient`) is tried again, a keep-alive yielded before each pause, until it goes
+through or the bus's owner stops: a stream opened before a fault reaches the terminal event after
+it. Whether the store is lost for good is the process's call (`StoreUnavailable` ends it and
+closes the bus), not each reader's.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator, Callable
 
 import anyio
 from anyio.abc import ObjectReceiveStream
 
+from h3core.adapters.backoff import Backoff
 from h3core.domain.events import Event
 from h3core.runtime.bus import EventBus
+from h3core.runtime.store_retry import FIRST_PAUSE_S, LONGEST_PAUSE_S, transient
+
+log = logging.getLogger("h3core.follow")
 
 
 class _Resync:
@@ -44,11 +55,30 @@ async def follow(
     thread), then each one as it is published, in order and without gaps, ending after the
     terminal one or when the bus closes. Yields None whenever `resync_s` passes quietly (a
     keep-alive for a stream) and then reads the store again, which is how events other processes
-    stored arrive; ends there if `stopping()`. Never yields inside a cancel scope."""
+    stored arrive; ends there if `stopping()`. A read that fails transiently is tried again (the
+    module docstring), None yielded before each pause. Never yields inside a cancel scope."""
+    failures = 0
+    backoff = Backoff(FIRST_PAUSE_S, min(LONGEST_PAUSE_S, resync_s))
     while True:
         # Subscribe before reading the store, so nothing falls between the two.
         async with bus.subscribe(job_id) as live:
-            for e in await anyio.to_thread.run_sync(read, job_id, after):
+            try:
+                stored = await anyio.to_thread.run_sync(read, job_id, after)
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                failures += 1
+                if failures == 1:
+                    log.info("following job %s: the store failed (%s); reading it again", job_id, exc, extra={"job_id": job_id})
+                stored = None
+            if stored is None:
+                if bus.closed or stopping():
+                    return
+                yield None
+                await anyio.sleep(backoff.pause(failures))
+                continue
+            failures = 0
+            for e in stored:
                 yield e
                 after = e.seq
                 if e.terminal:

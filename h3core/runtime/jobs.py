@@ -152,14 +152,18 @@ class Jobs:
                     uploads=self._uploads,
                     webhooks=self._webhooks,
                 )
-                async with anyio.create_task_group() as tg:
-                    await tg.start(runner.run)
-                    self._runner = runner
-                    try:
-                        yield
-                    finally:
-                        tg.cancel_scope.cancel()  # the runner's shutdown
-                runner.bus.close()  # after its last events: followers end
+                try:
+                    async with anyio.create_task_group() as tg:
+                        await tg.start(runner.run)
+                        self._runner = runner
+                        try:
+                            yield
+                        finally:
+                            tg.cancel_scope.cancel()  # the runner's shutdown
+                finally:
+                    # After its last events, or its failure (the store lost): followers end, rather
+                    # than read a failing store again and again (`follow`).
+                    runner.bus.close()
             finally:
                 self._runner = None
                 if owned:

@@ -129,7 +129,7 @@ def build_node(settings: Settings, *, store: EventStore | None = None, executor:
     # The writer publishes what it writes to its own bus; a tail's bus is apart, or every event
     # written here would reach it twice.
     bus = EventBus()
-    tail = StoreTail(store, bus, interval_s=settings.tail_interval) if shared else None
+    tail = StoreTail(store, bus, interval_s=settings.tail_interval, retry_s=settings.store_retry) if shared else None
     if settings.role == "api":  # no executor here: the runner process has it, and states what it can run
         judged_by = service_admission(store, settings)
         submissions = Submissions(store, config, admission=judged_by, uploads=files.uploads, webhooks=policy)

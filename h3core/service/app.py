@@ -11,11 +11,12 @@ from litestar import Litestar, Request, Response, Router
 from litestar.di import Provide
 from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
 from litestar.openapi import OpenAPIConfig
-from litestar.status_codes import HTTP_422_UNPROCESSABLE_ENTITY, HTTP_500_INTERNAL_SERVER_ERROR
+from litestar.status_codes import HTTP_422_UNPROCESSABLE_ENTITY, HTTP_500_INTERNAL_SERVER_ERROR, HTTP_503_SERVICE_UNAVAILABLE
 from litestar.types import Message, Scope
 
 from h3core.runtime.deletions import DeletionSweep
 from h3core.runtime.settings import Settings
+from h3core.runtime.store_retry import StoreUnavailable, transient
 from h3core.service.auth import bearer_guard
 from h3core.service.bodies import BodyLimits, ServiceRequest
 from h3core.service.console import console_router
@@ -57,7 +58,12 @@ async def _nosniff(message: Message, scope: Scope) -> None:
 
 
 def _internal_error(request: Request, exc: Exception) -> Response:
-    logging.getLogger("h3core.service").exception("unhandled error on %s %s", request.method, request.scope["path"])
+    log = logging.getLogger("h3core.service")
+    if transient(exc) or isinstance(exc, StoreUnavailable):  # the store is away (a restart): not a bug, and it passes
+        log.warning("%s %s: the store failed: %s", request.method, request.scope["path"], exc, extra={"error": str(exc)})
+        body = {"detail": "the store is unavailable just now; try again"}
+        return Response(body, status_code=HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "2"})
+    log.exception("unhandled error on %s %s", request.method, request.scope["path"])
     return _problem(HTTP_500_INTERNAL_SERVER_ERROR, "internal error; the server log has the details")
 
 
@@ -76,7 +82,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
             await tg.start(svc.readiness.run)  # /readyz answers from its first look on
             if svc.runner is None:  # the api role: its files of deleted videos (a runner sweeps its own)
                 tg.start_soon(DeletionSweep(svc.store, svc.artifacts, svc.settings.deletion_sweep).run)
-            tg.start_soon(svc.metrics.follow, svc.bus)
+            tg.start_soon(svc.keep, "the metrics' follower", lambda: svc.metrics.follow(svc.bus))
             await tg.start(svc.run_webhooks)  # its place in the log is known before a request is taken
             try:
                 yield

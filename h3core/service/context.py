@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -29,6 +29,9 @@ from h3core.service.metrics import Metrics
 from h3core.service.readiness import Readiness
 
 log = logging.getLogger("h3core.service")
+
+# How long a process whose runner failed keeps answering (503) before it exits (`Service.run_runner`).
+FATAL_LINGER_S = 1.0
 
 
 @dataclass
@@ -56,8 +59,9 @@ class Service:
     # a burst of them cannot take every thread the service has.
     previews: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
     stopping: bool = False
-    # Set when the runner stopped because the store is unusable; `on_fatal` then ends the process.
-    fatal: StoreUnavailable | None = None
+    # Set when a task the process needs failed after start-up (the runner, the tail, the
+    # submissions: `StoreUnavailable` when the store is unusable); `on_fatal` then ends the process.
+    fatal: Exception | None = None
     on_fatal: Callable[[], None] | None = None
     _runner_scope: anyio.CancelScope | None = None
     _loop: asyncio.AbstractEventLoop | None = None
@@ -99,9 +103,10 @@ class Service:
 
     async def run_runner(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the runner (in the api role, the submissions alone) and the store tail until cancelled or
-        `begin_shutdown`; `task_status` is started once the runner has. A store that fails after
-        start-up is recorded in `fatal` and `on_fatal` called (at start-up it raises); the bus is closed
-        after the runner's last events."""
+        `begin_shutdown`; `task_status` is started once the runner has. Any of them failing after
+        start-up (a store unusable for longer than the retry limit, a bug), or ending unasked, is
+        fatal: recorded in `fatal`, and the process ended through `on_fatal` `FATAL_LINGER_S` later
+        (at start-up it raises). The bus is closed after the runner's last events."""
         self._loop = asyncio.get_running_loop()
         try:
             with anyio.CancelScope() as scope:
@@ -114,14 +119,61 @@ class Service:
                     else:
                         await self.runner.run(task_status=task_status)
                     tg.cancel_scope.cancel()  # the tail, once the runner has stopped
-        except* StoreUnavailable as group:
+            if not self.stopping:  # nothing asked it to stop: a process that would serve 503 forever
+                raise RuntimeError("the runner stopped by itself")
+        except* Exception as group:
             if not self.submissions.started:
                 raise  # at start-up: the service does not start
-            self.fatal = StoreUnavailable.within(group)
-            self.stopping = True
-            if self.on_fatal is not None:
-                self.on_fatal()
+            self.fail(_cause(group), "the runner")
         self.bus.close()  # after the runner's last events (the interruptions) went out
+        if self.fatal is not None:
+            await self._end_process()
+
+    def fail(self, exc: Exception, what: str) -> None:
+        """`what` failed past start-up with `exc`: the process cannot do its job. Record it (the first
+        cause is kept), stop admitting and stop the runner; `run_runner` ends the process."""
+        if self.fatal is None:
+            self.fatal = exc
+            if not isinstance(exc, StoreUnavailable):  # the store's loss is logged where it was given up on
+                log.error("%s failed; h3core stops: %s", what, exc, exc_info=exc)
+        self.stopping = True
+        if self._runner_scope is not None:
+            self._runner_scope.cancel()
+
+    async def keep(self, what: str, work: Callable[[], Awaitable[object]]) -> None:
+        """`work()`, a task the process needs beside the runner (the metrics' follower): its failure
+        is fatal, as the runner's is."""
+        try:
+            await work()
+        except Exception as exc:
+            self.fail(exc, what)
+            if self.bus.closed:  # the runner's task has ended already: it will not end the process
+                await self._end_process()
+
+    def health(self) -> str | None:
+        """Why the process cannot do its job (/healthz: a liveness probe restarts it), or None. It
+        cannot once `fatal` is set: the runner's task (runner, tail, submissions) or another the
+        process needs failed, or ended unasked, or the store failed past the retry limit (every
+        loop that reads it gives up there)."""
+        return None if self.fatal is None else f"h3core is stopping: {self.fatal}"
+
+    async def _end_process(self) -> None:
+        """End the process through `on_fatal`, `FATAL_LINGER_S` from now, answering 503 on /healthz
+        and /readyz meanwhile: a client or probe polling them sees why before the port closes."""
+        await anyio.sleep(FATAL_LINGER_S)
+        if self.on_fatal is not None:
+            self.on_fatal()
+
+
+def _cause(group: BaseExceptionGroup) -> Exception:
+    """What ended a task group: its `StoreUnavailable` where there is one (the others follow from
+    it), else its first exception."""
+    unusable, _ = group.split(StoreUnavailable)
+    exc: BaseException = unusable if unusable is not None else group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    assert isinstance(exc, Exception)  # `except* Exception` gives only those
+    return exc
 
 
 def build_service(settings: Settings) -> Service:

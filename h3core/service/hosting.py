@@ -37,8 +37,9 @@ class HostingError(RuntimeError):
 def host(service: Service, application: Litestar) -> None:
     """Serve `application` with uvicorn as `service.settings` say, until SIGTERM or SIGINT: the
     service is told at once (its runner stops, live streams end), then uvicorn waits for open
-    connections. A stop so asked for returns normally; a store that became unusable ends the
-    serving too, left in `service.fatal` for the caller. Raises HostingError where the /metrics
+    connections. A stop so asked for returns normally; a fatal failure (the store unusable, a task
+    the process needs failed: `Service.run_runner`) ends the serving too, left in `service.fatal`
+    for the caller. Raises HostingError where the /metrics
     listener cannot bind its port."""
     import uvicorn
 

@@ -3,6 +3,7 @@ job durations and executor failures counted from the live event stream."""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 import anyio
@@ -27,6 +28,9 @@ from h3core.domain.state import TERMINAL
 from h3core.executors.base import Executor
 from h3core.runtime.bus import EventBus
 from h3core.runtime.delivery_process import DeliveryProcess
+from h3core.runtime.store_retry import transient
+
+log = logging.getLogger("h3core.metrics")
 
 # Jobs take minutes (docs/design.md §1: 11–14 min); the buckets span a fake second to an hour.
 GROUP_STATES = ("starting", "ready", "busy", "dead", "down")
@@ -242,10 +246,21 @@ class Metrics:
                         redo.pop(event.job_id, None)
                         first = started.pop(event.job_id, None)
                         if first is None:  # started before this subscription (or never)
-                            state = await anyio.to_thread.run_sync(self.store.get, event.job_id)
-                            first = state.started_at if state is not None else None
+                            first = await self._started_at(event.job_id)
                         if first is not None:
                             self.duration.labels(status=event.type).observe((event.at - first).total_seconds())
+
+    async def _started_at(self, job_id: str) -> datetime | None:
+        """When the job first started, from the store; None where it never did, or the store is away
+        (that job's duration goes unobserved: a histogram is not worth stopping the process for)."""
+        try:
+            state = await anyio.to_thread.run_sync(self.store.get, job_id)
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            log.warning("metrics: job %s's duration not observed: the store failed (%s)", job_id, exc, extra={"job_id": job_id})
+            return None
+        return state.started_at if state is not None else None
 
     def _count_checkpoints(self, event: Event, reached: dict[str, int], redo: dict[str, int]) -> None:
         """Checkpoints, resumes, releases, and the steps a later attempt computes again (its

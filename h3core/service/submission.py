@@ -4,9 +4,13 @@ refusals in its own shape."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import anyio
 from litestar.exceptions import NotFoundException, ValidationException
 
+from h3core.adapters.store.location import is_postgres_url
 from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
 from h3core.domain.webhooks import WebhookTarget
@@ -14,15 +18,27 @@ from h3core.runtime.errors import InvalidSubmission
 from h3core.runtime.submissions import Submission
 from h3core.service.context import Service
 
+T = TypeVar("T")
+
 
 async def in_thread(fn, *args):
     """`fn(*args)` on a worker thread, awaited: for store reads that can be long."""
     return await anyio.to_thread.run_sync(lambda: fn(*args))
 
 
-def job_state(svc: Service, job_id: str) -> JobState:
-    """The job, or 404. A point read: inline on the event loop (cheaper than a thread hop)."""
-    state = svc.store.get(job_id)
+async def point_read(svc: Service, fn: Callable[..., T], *args: object) -> T:
+    """A point read of the store (one indexed row): inline on the event loop where the store is a
+    local file (a hop to a thread costs more than the read), on a worker thread where it is a server
+    (PostgreSQL): there a read waits on the network, and while the server restarts on a connection,
+    which must not stall every other request, /healthz among them."""
+    if is_postgres_url(svc.settings.db):
+        return await in_thread(fn, *args)
+    return fn(*args)
+
+
+async def job_state(svc: Service, job_id: str) -> JobState:
+    """The job, or 404 (a point read)."""
+    state = await point_read(svc, svc.store.get, job_id)
     if state is None:
         raise NotFoundException(f"no job {job_id!r}")
     return state

@@ -162,6 +162,14 @@ class ReadyView(BaseModel):  # noqa: D101
     nodes: list[NodeView] | None = None  # every runner node of such a store
 
 
+class HealthView(BaseModel):
+    """/healthz: whether the process can do its job, and where it cannot, why (not told to a caller
+    without a valid token when tokens are set)."""
+
+    status: Literal["ok", "failing"]
+    reason: str | None = None
+
+
 class ReadyStatus(BaseModel):
     """/readyz for a caller without a valid token (when tokens are set): no paths, no pids."""
 

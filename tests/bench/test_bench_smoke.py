@@ -97,6 +97,14 @@ def test_pg_driver(pg_server, capsys):
     row(out, "asyncpg")  # measured, or "not installed": it is not a dependency
 
 
+def test_pg_faults(pg_server, capsys):
+    # One idle connection (psycopg_pool's own check pauses a second per dead one after the first) and
+    # no frozen writer (each costs the 2 s bound): the integration tests measure that one.
+    out = run_main("bench.studies.pg_faults", ["--reads", "20", "--pool", "1", "--stalls", "0"], capsys, pg=pg_server)
+    row(out, "no check", "1")  # the dead idle connection failed a read
+    row(out, "h3core's (Connections)", "0")
+
+
 def test_commit(tmp_path, capsys):
     out = run_main("bench.studies.commit", ["--commits", "5", "--rounds", "2", "--workdir", str(tmp_path)], capsys)
     row(out, "crash-safe (this checkout)")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import anyio
 import pytest
 
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.domain.events import Admitted, Progress, Running
 from h3core.runtime.bus import EventBus
+from h3core.runtime.store_retry import StoreUnavailable
 from h3core.runtime.tail import StoreTail
 from tests.factories import submitted
 
@@ -69,3 +72,43 @@ async def test_a_tail_whose_notifications_fail_falls_back_to_polling(tmp_path):
         with anyio.fail_after(30):
             assert (await everything.receive()).job_id == "a"
         tg.cancel_scope.cancel()
+
+
+class Flaky(SQLiteEventStore):
+    """A store whose reads of the log fail transiently while `failing` is set."""
+
+    failing = False
+
+    def events_after(self, cursor, limit=1000):
+        if self.failing:
+            raise sqlite3.OperationalError("disk I/O error")
+        return super().events_after(cursor, limit)
+
+
+async def test_a_tail_reads_on_after_the_store_failed_for_a_while_and_misses_nothing(tmp_path):
+    path = tmp_path / "h3.db"
+    mine, theirs = Flaky(path, durable=False), SQLiteEventStore(path, durable=False)
+    bus = EventBus()
+    async with bus.subscribe() as everything, anyio.create_task_group() as tg:
+        await tg.start(StoreTail(mine, bus, interval_s=0.01, retry_s=30).run)
+        mine.failing = True
+        theirs.append("a", [submitted(), Admitted()])  # stored while the tail's reads fail
+        await anyio.sleep(0.3)  # a few failed reads, retried
+        mine.failing = False
+        with anyio.fail_after(30):
+            assert [(e.job_id, e.seq) for e in [await everything.receive(), await everything.receive()]] == [("a", 1), ("a", 2)]
+        tg.cancel_scope.cancel()
+
+
+async def test_a_tail_whose_store_fails_past_its_limit_raises_store_unavailable_and_a_bug_at_once(tmp_path):
+    store = Flaky(tmp_path / "h3.db", durable=False)
+    store.failing = True  # its start (the newest position) reads; then every read of the log fails
+    with anyio.fail_after(30), pytest.raises(StoreUnavailable, match="every tail read for 0.2s"):
+        await StoreTail(store, EventBus(), interval_s=0.01, retry_s=0.2).run()
+
+    def bug(cursor, limit=1000):
+        raise ValueError("a bug")
+
+    store.events_after = bug  # type: ignore[method-assign]
+    with anyio.fail_after(30), pytest.raises(ValueError, match="a bug"):  # not the store's failure: never retried
+        await StoreTail(store, EventBus(), interval_s=0.01, retry_s=30).run()

@@ -38,6 +38,7 @@ Everything lives in the connection's `search_path` schema: one database can hold
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -227,10 +228,10 @@ class PostgresEventStore(SQLReads):
         return self._read("SELECT version FROM schema_version")[0][0]
 
     def _migrate(self) -> None:
-        with self._db.pool.connection() as conn, conn.transaction():
+        with self._db.connection() as conn, conn.transaction():
+            conn.execute(UNHURRIED)  # first: a node waits for another's migration, however long it takes
             # Nodes starting together: one migrates, the others wait and find it done.
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.h3core.migrate'))")
-            conn.execute(UNHURRIED)
             schema = conn.execute("SELECT current_schema()").fetchone()
             assert schema is not None  # a SELECT without FROM returns one row
             if schema[0] is None:
@@ -370,17 +371,31 @@ class PostgresEventStore(SQLReads):
     def wait_for_events(self, timeout_s: float) -> bool:
         """Block until a transaction (of any process) stores events, or `timeout_s` passes: True
         when woken (LISTEN/NOTIFY; the followers' wake-up, `h3core.runtime.tail`). The first call
-        returns True at once: what committed before it listened is read, not waited for."""
+        returns True at once: what committed before it listened is read, not waited for. After any
+        error the listening session is dropped, and the next call is a first call again."""
         import psycopg
 
         with self._listen_lock:
-            if self._listener is None or self._listener.closed:
-                self._listener = self._db.session()
-                self._listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self._channel)))
-                return True
-            for _ in self._listener.notifies(timeout=timeout_s, stop_after=1):
-                return True
-            return False
+            try:
+                if self._listener is None or self._listener.closed:
+                    self._drop_listener()
+                    self._listener = self._db.session()
+                    self._listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self._channel)))
+                    return True
+                for _ in self._listener.notifies(timeout=timeout_s, stop_after=1):
+                    return True
+                return False
+            except BaseException:
+                # Whatever failed, the next call listens on a new session (and returns True at once:
+                # what was announced meanwhile is read, not waited for).
+                self._drop_listener()
+                raise
+
+    def _drop_listener(self) -> None:
+        if self._listener is not None:
+            with contextlib.suppress(Exception):  # a session already gone closes without a word
+                self._listener.close()
+            self._listener = None
 
     def orphans(self) -> list[str]:
         """Job ids with events but no `jobs` row (invisible to the store API): what `verify` reports."""
@@ -425,8 +440,7 @@ class PostgresEventStore(SQLReads):
     def close(self) -> None:
         """Close the listening connection and the pool."""
         with self._listen_lock:
-            if self._listener is not None:
-                self._listener.close()
+            self._drop_listener()
         self._db.close()
 
 

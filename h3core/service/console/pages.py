@@ -162,7 +162,7 @@ async def job_page(
 ) -> Response:
     if not _signed_in(svc, request):
         return _to_signin(request)
-    state = job_state(svc, job_id)  # 404 naming the job
+    state = await job_state(svc, job_id)  # 404 naming the job
 
     def render() -> Response:
         events = svc.store.events(job_id)

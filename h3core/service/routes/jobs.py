@@ -25,7 +25,7 @@ from h3core.service.cancelling import CANCEL_ANSWER_S, cancel, refusal
 from h3core.service.context import Service
 from h3core.service.openapi import file_responses
 from h3core.service.requests import JobCreate
-from h3core.service.submission import in_thread, job_state, submit
+from h3core.service.submission import in_thread, job_state, point_read, submit
 from h3core.service.views import ApiStatus, JobPage, JobView, Problem, job_view, problems
 
 STREAM_RESYNC_S = 10.0  # also catch events stored by other processes (a CLI cancel)
@@ -37,13 +37,14 @@ UNKNOWN_UPLOAD = (
 
 # Point reads (`get`, `by_idempotency_key`, `queue_position`: one indexed row, or a count of the
 # jobs ahead: on SQLite under a millisecond below 10,000 queued, bench.throughput.queue_position) run
-# inline on the event loop: a hop to a thread costs more than the read. The store serves them on
-# a connection of their own, apart from the writer's (in WAL mode a read never waits for a write)
-# and from long reads. Reads that can be long (a page of the list, a job's whole log) go to a thread.
+# inline on the event loop on SQLite: a hop to a thread costs more than the read. The store serves
+# them on a connection of their own, apart from the writer's (in WAL mode a read never waits for a
+# write) and from long reads. On PostgreSQL they go to a thread (`point_read`), as reads that can be
+# long (a page of the list, a job's whole log) always do.
 
 
 async def _view(svc: Service, state: JobState) -> JobView:
-    position = svc.store.queue_position(state.job_id) if state.status == "queued" else None
+    position = await point_read(svc, svc.store.queue_position, state.job_id) if state.status == "queued" else None
     waiting = svc.contract.source().waiting_reason(state.request.mode) if state.status == "queued" else None
     return job_view(state, now=datetime.now(UTC), queue_position=position, waiting=waiting, deleted_at=_deleted_at(svc, state))
 
@@ -123,7 +124,7 @@ async def create_job(
 @get("/jobs/{job_id:str}", summary="A job's status", responses=problems(401, 404, 422))
 async def get_job(svc: NamedDependency[Service], job_id: FromPath[str]) -> JobView:
     """The job's view, with its queue position and what it waits for while queued; 404 for an unknown id."""
-    return await _view(svc, job_state(svc, job_id))
+    return await _view(svc, await job_state(svc, job_id))
 
 
 @get("/jobs", summary="Jobs, newest first", responses=problems(400, 401, 422))
@@ -182,7 +183,7 @@ async def cancel_job(svc: NamedDependency[Service], job_id: FromPath[str]) -> Jo
 @get("/jobs/{job_id:str}/events", summary="A job's event log", responses=problems(401, 404, 422))
 async def job_events(svc: NamedDependency[Service], job_id: FromPath[str]) -> list[Event]:
     """The job's event log, in seq order; 404 for an unknown id."""
-    job_state(svc, job_id)
+    await job_state(svc, job_id)
     return await in_thread(svc.store.events, job_id)
 
 
@@ -195,7 +196,7 @@ async def job_events(svc: NamedDependency[Service], job_id: FromPath[str]) -> li
 )
 async def job_webhooks(svc: NamedDependency[Service], job_id: FromPath[str]) -> list[Delivery]:
     """The job's webhook delivery records, one per event and endpoint; 404 for an unknown id."""
-    job_state(svc, job_id)
+    await job_state(svc, job_id)
     return await in_thread(svc.store.deliveries, job_id)
 
 
@@ -229,7 +230,7 @@ async def job_stream(
     """The history so far (after Last-Event-ID), then each event as it is stored, ending after the
     terminal one. A job that has ended streams what follows Last-Event-ID and ends at once; with
     nothing after it, 204 (an EventSource then stops reconnecting)."""
-    state = job_state(svc, job_id)
+    state = await job_state(svc, job_id)
     # A Last-Event-ID past the end of the log (another job's, or a made-up one) reads as the end:
     # the stream still sees this job's later events, its terminal one included.
     start = min(last_event_id or 0, state.last_seq)
@@ -245,7 +246,7 @@ async def job_stream(
 
 async def _video(svc: Service, request: Request, job_id: str) -> files.Span:
     """What to send of a job's video, or the 4xx that says why there is none to send."""
-    state = job_state(svc, job_id)
+    state = await job_state(svc, job_id)
     if state.artifact is None:
         raise HTTPException(status_code=409, detail=f"job {job_id} has no video: it is {state.status}")
     artifact = state.artifact

@@ -12,12 +12,14 @@ from litestar.openapi.datastructures import ResponseSpec
 from h3core.adapters.store.nodes import node_leases
 from h3core.executors.base import Executor
 from h3core.runtime.settings import Settings
+from h3core.runtime.store_retry import StoreUnavailable
 from h3core.service.auth import bearer_matches
 from h3core.service.context import Service
 from h3core.service.views import (
     AttentionRowView,
     CeilingsView,
     GroupView,
+    HealthView,
     ModeView,
     ReadyStatus,
     ReadyView,
@@ -26,10 +28,24 @@ from h3core.service.views import (
 )
 
 
-@get("/healthz", summary="The process is up", sync_to_thread=False)
-def healthz() -> dict[str, str]:
-    """Ok while the process answers at all: liveness, nothing checked."""
-    return {"status": "ok"}
+@get(
+    "/healthz",
+    summary="The process can do its job (liveness)",
+    description="503 once it cannot (its runner, store tail or submissions failed, or the store failed past "
+    "H3_STORE_RETRY): the process exits soon after, and a liveness probe should restart it if it does not.",
+    sync_to_thread=False,
+    responses={503: ResponseSpec(data_container=HealthView, description="it cannot, and why")},
+)
+def healthz(svc: NamedDependency[Service], request: Request) -> Response[HealthView]:
+    """Liveness: 200 while the process can do its job, 503 once it cannot (`Service.health`), saying
+    why to a caller with a token where tokens are set (the reason may name hosts). Read from memory:
+    it answers while the store is down, which is for /readyz to say."""
+    why = svc.health()
+    if why is None:
+        return Response(HealthView(status="ok"))
+    if svc.settings.api_tokens and not bearer_matches(request.headers.get("authorization"), svc.settings.api_tokens):
+        why = None
+    return Response(HealthView(status="failing", reason=why), status_code=503)
 
 
 @get(
@@ -58,7 +74,8 @@ async def readiness(svc: Service) -> Response[ReadyView]:
     (`svc.readiness`, service/readiness.py), not checked by this request."""
     look = svc.readiness.now()
     checks: dict[str, str] = {}
-    checks["store"] = f"unusable: {svc.fatal}" if svc.fatal is not None else look.store
+    unusable = isinstance(svc.fatal, StoreUnavailable)
+    checks["store"] = f"unusable: {svc.fatal}" if unusable else look.store
     caps = svc.contract.source()
     modes = [ModeView(mode=m.mode, served=m.served, ready=m.runnable, reason=m.reason) for m in caps.modes]
     problems = caps.problems()

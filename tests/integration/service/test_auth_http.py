@@ -119,7 +119,7 @@ def test_every_v1_route_needs_a_valid_bearer_token(guarded):
 
     # Outside /v1 nothing is guarded: the liveness probe answers anyone.
     r = httpx.get(f"{guarded.url}/healthz")
-    assert r.status_code == 200 and r.json() == {"status": "ok"}
+    assert r.status_code == 200 and r.json() == {"status": "ok", "reason": None}
 
 
 def serve_refused(tmp_path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

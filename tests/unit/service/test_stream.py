@@ -4,14 +4,16 @@ server does when a client disconnects, would otherwise fail to exit the scope)."
 
 from __future__ import annotations
 
+import sqlite3
+
 import anyio
 import pytest
 
 from h3core.adapters.store.memory import MemoryEventStore
-from h3core.domain.events import Admitted, Progress, Running
+from h3core.domain.events import Admitted, Done, Progress, Running
 from h3core.runtime.bus import EventBus
 from h3core.runtime.follow import follow
-from tests.factories import submitted
+from tests.factories import artifact, submitted
 
 pytestmark = pytest.mark.anyio
 
@@ -77,3 +79,32 @@ async def test_events_stored_elsewhere_arrive_on_resync_after_a_keep_alive():
     finally:
         await stream.aclose()
     assert bus.subscribers == 0
+
+
+async def test_a_read_that_fails_transiently_is_read_again_after_a_keep_alive_and_a_bug_is_not():
+    store, bus = _store_with_running_job(), EventBus()
+    store.append("j", [Done(artifact=artifact())])
+    failures = [sqlite3.OperationalError("disk I/O error"), sqlite3.OperationalError("database is locked")]
+
+    def flaky(job_id: str, after: int) -> list:
+        if failures:
+            raise failures.pop(0)
+        return store.events(job_id, after)
+
+    with anyio.fail_after(30):
+        seen = [e async for e in follow(bus, flaky, "j", 2, resync_s=60.0)]
+    assert seen[:2] == [None, None], "a keep-alive before each pause"
+    assert [e.seq for e in seen[2:]] == [3, 4] and seen[-1].terminal
+
+    def broken(job_id: str, after: int) -> list:
+        raise ValueError("a bug")
+
+    with anyio.fail_after(30), pytest.raises(ValueError, match="a bug"):
+        [e async for e in follow(bus, broken, "j", 2, resync_s=60.0)]
+
+    def away(job_id: str, after: int) -> list:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    bus.close()  # the process stops (the store lost for good): a reader still failing ends with it
+    with anyio.fail_after(30):
+        assert [e async for e in follow(bus, away, "j", 2, resync_s=60.0)] == []
