@@ -52,9 +52,12 @@ class Counting:
 
 
 def test_a_new_connection_past_the_limit_closes_the_one_idle_longest(implementation):
-    with serving(capped(implementation(LONG), 4)) as address:
+    protocol = capped(implementation(LONG), 4)
+    with serving(protocol) as address:
         used = connect(address)
         idle = [connect(address) for _ in range(3)]
+        # Accepted (in the order made) before `used` is used: a loaded server could accept them later.
+        poll(lambda: len(protocol.held) == 4, 10, "the server to hold the four connections")  # type: ignore[attr-defined]
         used.sendall(GET)  # made first, but used since: the others are idler
         assert read_response(used).startswith(b"HTTP/1.1 200 ")
         newcomer = connect(address, GET)  # the fifth: the one idle longest goes for it
