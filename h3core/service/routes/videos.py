@@ -56,7 +56,7 @@ from h3core.service.openai_videos import (
 )
 from h3core.service.openapi import RawSchema, add_component, file_responses, ref
 from h3core.service.requests import JobCreate, not_an_object
-from h3core.service.submission import in_thread, submit
+from h3core.service.submission import in_thread, point_read, submit
 from h3core.service.validation import field_errors
 
 # A placeholder upload id, to validate a request before its input_reference is stored.
@@ -126,12 +126,17 @@ def _deleted_at(svc: Service, state: JobState) -> datetime | None:
     return files.deleted_at(svc.store, svc.artifacts, state)
 
 
-def _state(svc: Service, video_id: str) -> JobState:
-    """The video's job, or 404: there is none, or the video was deleted (as OpenAI's API answers)."""
-    state = svc.store.get(video_id)  # a point read: inline, as in /v1/jobs
+def _found(svc: Service, video_id: str) -> tuple[JobState | None, datetime | None]:
+    state = svc.store.get(video_id)
+    return state, None if state is None else _deleted_at(svc, state)
+
+
+async def _state(svc: Service, video_id: str) -> JobState:
+    """The video's job, or 404: there is none, or the video was deleted (as OpenAI's API answers).
+    Point reads, as in /v1/jobs (`point_read`: off the event loop where the store is a server)."""
+    state, deleted = await point_read(svc, _found, svc, video_id)
     if state is None:
         raise VideoApiError(404, f"no video {video_id!r}", param="video_id", code="video_not_found")
-    deleted = _deleted_at(svc, state)
     if deleted is not None:
         raise VideoApiError(
             404,
@@ -296,7 +301,7 @@ async def remix_video(
     svc: NamedDependency[Service], video_id: FromPath[str], data: JSONBody[Remix], idempotency_key: _IdempotencyKey = None
 ) -> Video:
     """A new video with the source video's request and a new prompt, recorded as remixed from it."""
-    source = _state(svc, video_id)
+    source = await _state(svc, video_id)
     try:
         request = GenerationRequest.model_validate({**source.request.model_dump(), "prompt": data.prompt})
     except ValidationError as exc:
@@ -311,7 +316,7 @@ async def remix_video(
 @get("/{video_id:str}", summary="A video", responses=_errors(401, 404))
 async def retrieve_video(svc: NamedDependency[Service], video_id: FromPath[str]) -> Response[Video]:
     """The video object, with `openai-poll-after-ms` until it has ended."""
-    state = _state(svc, video_id)
+    state = await _state(svc, video_id)
     wait = poll_after_ms(state, datetime.now(UTC))
     return Response(_video(svc, state), headers={"openai-poll-after-ms": str(wait)} if wait is not None else {})
 
@@ -378,7 +383,7 @@ async def delete_video(svc: NamedDependency[Service], video_id: FromPath[str]) -
     """Delete the video: recorded in the store (gone from /v1/videos on every node at once),
     cancelled if it is live, and its file removed if it has ended with one this node holds; the
     answer's `file` says which (another node removes a file it holds when it next sweeps)."""
-    state = _state(svc, video_id)
+    state = await _state(svc, video_id)
     # The store's mark first: the fact every node acts on (the list selects on it, every route
     # reads it, the node that holds the file removes it); then this node's record beside the video.
     await in_thread(svc.store.mark_video_deleted, video_id, datetime.now(UTC))
@@ -426,7 +431,7 @@ async def video_content(
     """The finished video's file (whole, or the byte range a Range asks for), or a thumbnail or
     spritesheet made from it; no video yet, or one deleted, missing or damaged, is a 404 whose code
     says why."""
-    state = _state(svc, video_id)
+    state = await _state(svc, video_id)
     artifact = state.artifact
     if artifact is None:
         raise VideoApiError(
