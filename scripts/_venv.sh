@@ -50,7 +50,10 @@ if [ "$stale" = 1 ]; then
     if [[ " $closure " == *" pipeline "* ]] && ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
         "$VENV/bin/python" -m pip install -q "${H3_TORCH:-torch==2.13.0}"
     fi
-    "$VENV/bin/python" -m pip install -q -e "$ROOT${EXTRAS:+[$EXTRAS]}"
+    # pip (24.1+) shows its build backend's warnings even with -q: setuptools' "Editable installation"
+    # banner on every set-up. That one warning is ignored; errors and other warnings still show.
+    PYTHONWARNINGS="ignore:Editable installation:UserWarning" \
+        "$VENV/bin/python" -m pip install -q -e "$ROOT${EXTRAS:+[$EXTRAS]}"
     touch "${stamps[@]}"
 fi
 # The checkout's own modules compiled once (0.8 s, then only what changed): the editable install

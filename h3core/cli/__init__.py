@@ -20,7 +20,9 @@ such job, no such store, a bad value); 3 another worker already holds the store.
 """
 
 from h3core.cli import capacity, client, logs, model, nodes, replay, serve, worker  # noqa: F401  (each registers its commands)
-from h3core.cli.app import app
+from h3core.cli.app import app, reflow_help
+
+reflow_help(app)
 
 __all__ = ["app", "main"]
 

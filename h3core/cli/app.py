@@ -1,8 +1,11 @@
 """The `h3core` Typer application that every command module registers on."""
 
+import inspect
 from importlib.metadata import PackageNotFoundError, version
 
 import typer
+
+__all__ = ["app", "reflow_help"]
 
 app = typer.Typer(
     name="h3core",
@@ -29,3 +32,26 @@ def _options(
     ),
 ) -> None:
     """Run long video-generation jobs so that none is ever stuck, lost or silently half-done."""
+
+
+def reflow_help(typer_app: typer.Typer) -> None:
+    """Make every command's help (its docstring) one line per paragraph, subcommands included.
+
+    Docstrings are wrapped at the source's width; typer's rich help prints a single line break of
+    the commands table and of later paragraphs as it is, so the text broke mid-sentence.
+    """
+    for command in typer_app.registered_commands:
+        text = command.help or inspect.getdoc(command.callback)
+        if text:
+            command.help = _one_line_paragraphs(text)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            info = group.typer_instance.info
+            if isinstance(info.help, str):
+                info.help = _one_line_paragraphs(info.help)
+            reflow_help(group.typer_instance)
+
+
+def _one_line_paragraphs(text: str) -> str:
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in paragraph.splitlines()) for paragraph in paragraphs)

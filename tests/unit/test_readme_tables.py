@@ -3,13 +3,14 @@ settings with their `serve` flags: each checked both ways, so neither drifts fro
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import typer.main
 
 from h3core.cli import app
-from h3core.runtime.settings import Settings
-from tests.readme import command_table, settings_table
+from h3core.runtime.settings import NoFlag, Settings
+from tests.readme import README, command_table, settings_table
 
 
 def cli_commands() -> dict[str, Any]:
@@ -46,3 +47,17 @@ def test_the_settings_table_lists_every_setting_with_its_serve_flag():
     expected = {variable: flags.get(name) for variable, name in variables.items()}  # H3_API_TOKENS: no flag
     wrong = {variable: (flag, expected[variable]) for variable, flag in table.items() if flag != expected[variable]}
     assert wrong == {}, "rows whose flag is missing or not serve's (table, serve)"
+
+
+def test_the_readme_names_the_settings_without_a_flag():
+    """The README's `serve` row says every setting has a flag but the secrets, and names them."""
+    serve = next(line for line in README.read_text(encoding="utf-8").splitlines() if line.startswith("| `h3core serve`"))
+    said = re.search(r"except the (\w+) secrets, which have no flag on purpose[^:]*: ((?:`H3_\w+`(?:, | and )?)+)", serve)
+    assert said is not None, serve
+    named = set(re.findall(r"`(H3_\w+)`", said.group(2)))
+    flagless = {f"H3_{name.upper()}" for name, field in Settings.model_fields.items() if NoFlag in field.metadata}
+    assert named == flagless
+    numbers = {"one": 1, "two": 2, "three": 3, "four": 4}
+    assert numbers.get(said.group(1)) == len(flagless), said.group(0)
+    serve_flags = {p.name for p in cli_commands()["serve"].params}
+    assert {name for name in Settings.model_fields if f"H3_{name.upper()}" not in flagless} <= serve_flags

@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 STUB = """#!/bin/sh
 # A venv's python: records every pip call; `-c` (is torch there?) says yes.
 if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then echo "$*" >> "$(dirname "$0")/../pip-calls"; fi
+if [ "$1" = "-m" ] && [ "$2" = "pip" ] && [ "$4" = "-q" ] && [ "$5" = "-e" ]; then
+    echo "${PYTHONWARNINGS:-}" >> "$(dirname "$0")/../editable-warnings"
+fi
 exit 0
 """
 
@@ -70,3 +73,11 @@ def test_an_extra_that_is_not_declared_is_named(venv):
     run = subprocess.run(["bash", "-c", ". scripts/_venv.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert run.returncode != 0 and "no extra 'nope' in pyproject.toml" in run.stderr
     assert not (venv / "pip-calls").exists()
+
+
+def test_the_editable_install_ignores_setuptools_banner_only(venv):
+    """pip shows the build backend's warnings even with -q; the set-up ignores the one that says
+    "Editable installation" (a banner on every first set-up), not warnings in general."""
+    assert set_up(venv, "serve")
+    filters = (venv / "editable-warnings").read_text().splitlines()
+    assert filters == ["ignore:Editable installation:UserWarning"]
