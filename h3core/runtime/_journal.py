@@ -136,7 +136,7 @@ def log_written(state: JobState, bodies: Sequence[Body]) -> None:
                 extra |= {"path": body.artifact.path}
                 log.info("job %s recovered: attempt %d had committed its video", state.job_id, body.attempt, extra=extra)
             case AttemptFailed():
-                extra |= {"attempt": body.attempt, "kind": body.kind}
+                extra |= {"attempt": body.attempt, "kind": body.kind, "executor": state.executor}
                 log.warning(
                     "job %s attempt %d failed (%s), queued again: %s",
                     state.job_id,
@@ -146,7 +146,7 @@ def log_written(state: JobState, bodies: Sequence[Body]) -> None:
                     extra=extra,
                 )
             case Failed():
-                extra |= {"kind": body.kind}
+                extra |= {"kind": body.kind, "executor": state.executor}
                 log.warning("job %s failed (%s): %s", state.job_id, body.kind, body.message, extra=extra)
             case CancelRequested():
                 log.info("job %s: cancel requested (%s)", state.job_id, body.reason, extra=extra)

@@ -205,8 +205,10 @@ class Supervisor:
             a.error = classify(exc)
             kind, message, _ = a.error
             where = {"job_id": a.state.job_id, "attempt": a.state.attempt, "executor": self.executor.name, "kind": kind}
-            log.warning("executor %s failed job %s (%s): %s", self.executor.name, a.state.job_id, kind, message, extra=where)
-            log.debug("executor %s failed job %s", self.executor.name, a.state.job_id, exc_info=exc, extra=where)
+            # The failure's event is its WARNING (the journal logs it once written); here, the traceback.
+            log.debug(
+                "executor %s failed job %s (%s): %s", self.executor.name, a.state.job_id, kind, message, exc_info=exc, extra=where
+            )
         finally:
             a.driver_done = True
             a.wake()
