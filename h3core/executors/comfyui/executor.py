@@ -407,6 +407,7 @@ class ComfyUIExecutor(NoReports):
         delay = s.poll_min_s
         vanished_since: float | None = None
         next_poll = anyio.current_time()
+        reported = False  # the sampler reported a step while this attempt followed it
         async with self.feed.follow(prompt_id) as hints:
             while True:
                 # Wait for a hint or the poll timer; decide outside the scope (never yield in it).
@@ -428,7 +429,7 @@ class ComfyUIExecutor(NoReports):
                     seen = tail.progress(steps)
                     step = max(step or 0, seen or 0) or None
                 if step is not None and step > last_step:
-                    last_step = step
+                    last_step, reported = step, True
                     yield Progress(step=step, total=steps)
                 elif heard:
                     yield Heartbeat("comfyui")
@@ -439,8 +440,9 @@ class ComfyUIExecutor(NoReports):
                 entry, running, pending = await self._patiently(lambda: self._poll(prompt_id), job=job, prompt_id=prompt_id)
                 if entry is not None:
                     result = await self._finish(job, template, prompt_id, entry)
-                    if last_step < steps and entry.status == "success" and counts_steps:
+                    if last_step < steps and entry.status == "success" and counts_steps and reported:
                         # The socket missed the last steps; the success ComfyUI reports is the sampler's too.
+                        # A sampler that reported no step reports none here either: no progress is made up.
                         yield Progress(step=steps, total=steps)
                     yield result
                     return

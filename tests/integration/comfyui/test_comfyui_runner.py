@@ -227,6 +227,15 @@ async def test_raylight_progress_comes_from_the_log_trusting_only_the_requests_s
     assert steps and steps[-1] == 12 and all(0 < s <= 12 for s in steps) and len(steps) > 2
 
 
+async def test_a_prompt_whose_sampler_reports_no_progress_gets_none_made_up_from_its_history(make_runner, comfy):
+    comfy.send_progress = False  # nothing on the socket, and no log to read
+    async with make_runner() as runner:
+        job = await runner.submit(req(steps=6))
+        state = await ended(runner, job.job_id)
+    assert state.status == "done", state.error
+    assert [e.body for e in runner.store.events(job.job_id) if e.type == "progress"] == []
+
+
 async def test_comfyui_unreachable_mid_job_fails_the_attempt_within_the_bound_and_the_retry_waits_for_it(
     make_runner, comfy, caplog
 ):
