@@ -17,7 +17,7 @@ import socket
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
-from h3core.service import connections, deadlines
+from h3core.service import connections, deadlines, targets
 
 if TYPE_CHECKING:
     import uvicorn
@@ -66,10 +66,11 @@ def host(service: Service, application: Litestar) -> None:
         log_level=settings.log_level,
         # uvloop and httptools (uvicorn[standard]) where they import, asyncio and h11 otherwise:
         # uvicorn's defaults, named so that no one sets them to something slower unawares. The
-        # HTTP protocol is the one "auto" picks, with read deadlines (service/deadlines.py).
+        # HTTP protocol is the one "auto" picks, with read deadlines (service/deadlines.py) and the host
+        # of an absolute-form target taken as its Host (service/targets.py).
         loop="auto",
         timeout_graceful_shutdown=max(5, int(settings.cancel_grace) + 5),
-        http=connections.capped(deadlines.protocol(limits), held),
+        http=connections.capped(targets.with_authority(deadlines.protocol(limits)), held),
         timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]  # uvicorn says int; a float works
         access_log=settings.log_level == "debug",
         # JSON lines: uvicorn's records go through h3core's handler rather than uvicorn's own.
@@ -85,7 +86,7 @@ def host(service: Service, application: Litestar) -> None:
             lifespan="off",
             access_log=False,
             loop="auto",
-            http=connections.capped(deadlines.protocol(limits), held),
+            http=connections.capped(targets.with_authority(deadlines.protocol(limits)), held),
             timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]  # uvicorn says int; a float works
         )
         metrics_server = (_quiet_server(metrics_config), _listen(settings.metrics_host, settings.metrics_port))

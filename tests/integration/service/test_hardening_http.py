@@ -341,6 +341,15 @@ def test_a_header_the_guard_reads_given_twice_is_400_naming_it(api, api_server, 
     assert count(api) == before, "nothing was queued"
 
 
+def test_an_absolute_form_targets_host_is_judged_not_the_host_header(api_server, done_job):
+    """RFC 9112 §3.2.2: the target's authority replaces Host, so the allowed-hosts check judges it."""
+    status, problem = raw(api_server, b"GET http://evil.example/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    assert status == 400 and problem["errors"][0]["field"] == "Host" and "evil.example" in problem["detail"], problem
+    target = b"http://127.0.0.1:%d/v1/jobs/%s" % (api_server.port, done_job["id"].encode())
+    status, job = raw(api_server, b"GET " + target + b" HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n")
+    assert status == 200 and job["id"] == done_job["id"], job
+
+
 def test_aiohttps_bodiless_cancel_is_taken(api, api_server):
     """aiohttp sends `Content-Type: application/octet-stream` and `Content-Length: 0` with no body."""
     import asyncio
