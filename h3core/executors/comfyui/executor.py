@@ -407,7 +407,7 @@ class ComfyUIExecutor(NoReports):
         delay = s.poll_min_s
         vanished_since: float | None = None
         next_poll = anyio.current_time()
-        reported = False  # the sampler reported a step while this attempt followed it
+        reported = last_step > 0  # the sampler reported a step on this attempt (before a restart, too)
         async with self.feed.follow(prompt_id) as hints:
             while True:
                 # Wait for a hint or the poll timer; decide outside the scope (never yield in it).
