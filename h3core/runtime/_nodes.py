@@ -25,6 +25,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import anyio
@@ -63,6 +64,12 @@ def node_info(
         capabilities=caps,
         rules=rules().statement() if rules is not None else None,
     )
+
+
+def last_beat(leases: NodeLeases) -> datetime | None:
+    """This node's last heartbeat as the store keeps it (None: it never joined): read before it
+    joins again, when its previous process was last seen alive."""
+    return next((row.beat_at for row in leases.nodes() if row.node_id == leases.node_id), None)
 
 
 class NodeHeartbeat:

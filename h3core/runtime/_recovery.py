@@ -42,10 +42,15 @@ def can_resume(executor: Executor, state: JobState) -> bool:
 
 
 async def recover(
-    journal: Journal, executor: Executor, admission: AdmissionPolicy, artifacts: ArtifactStore | None
+    journal: Journal,
+    executor: Executor,
+    admission: AdmissionPolicy,
+    artifacts: ArtifactStore | None,
+    last_beat: datetime | None = None,
 ) -> list[JobState]:
     """End what a dead or stopped process left running, or return it, marked `Resumed`, where
-    the executor re-attaches to its work."""
+    the executor re-attaches to its work. `last_beat`: on a store shared by runner nodes, this
+    node's last heartbeat before it joined again (its row, read before the join), if it had one."""
     # On a store shared by runner nodes, another node's running attempts are its own (or, once
     # its lease expires, whichever node takes the lease over: h3core.runtime._nodes). Read before
     # the jobs: one claimed in between is refused to us at the write (`end_dead_attempt`).
@@ -55,8 +60,9 @@ async def recover(
         others = {j: n for j, n in (await journal.read(leases.lease_holders)).items() if n != leases.node_id}
     # Load fully, then write (docs/design.md §2.3): the list is materialised before any append.
     unfinished = await journal.read(journal.store.unfinished)
-    # Read before this process writes anything: when the previous runner was last seen writing.
-    last_write = await journal.read(_runner_last_write, journal.store)
+    # When the previous process was last seen alive. Alone on its store, any runner write is its own
+    # (read before this process writes anything); among nodes, others write on, so its own beat counts.
+    last_write = last_beat if leases is not None else await journal.read(_runner_last_write, journal.store)
     resumable = []
     now = datetime.now(UTC)
     for state in unfinished:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from datetime import datetime
 
 import anyio
 import anyio.abc
@@ -40,7 +41,7 @@ from h3core.domain.state import JobState
 from h3core.domain.webhooks import WebhookTarget
 from h3core.executors.base import Executor
 from h3core.runtime._claiming import Claimer
-from h3core.runtime._nodes import NodeHeartbeat, node_info, watch_nodes
+from h3core.runtime._nodes import NodeHeartbeat, last_beat, node_info, watch_nodes
 from h3core.runtime._queue_deadline import expire_queued
 from h3core.runtime._recovery import recover
 from h3core.runtime._supervisor import Supervisor
@@ -93,6 +94,7 @@ class Runner:
         mine = admission.local if isinstance(admission, FleetAdmission) else admission
         local = mine if isinstance(mine, LocalAdmission) else local
         self._local = local  # what this node claims by, and states to the others (its heartbeat)
+        self._last_beat: datetime | None = None  # this node's, before it joined again
         self.submissions = Submissions(
             store, self.config, admission=admission, uploads=uploads, webhooks=webhooks, bus=bus, id_factory=id_factory
         )
@@ -178,6 +180,7 @@ class Runner:
         leases = node_leases(self.store)  # on a store shared by runner nodes, this one's
         if leases is not None:  # before any task group: `NodeTaken` reaches the caller as it is
             info = node_info(leases, self.executor, self.slot_count(), "runner", self._local.current)
+            self._last_beat = await anyio.to_thread.run_sync(last_beat, leases)  # the join overwrites it
             await anyio.to_thread.run_sync(leases.join, info, self.config.lease_s)
         async with self.executor.running():
             await self.submissions.writing(functools.partial(self._run_jobs, task_status))
@@ -202,7 +205,7 @@ class Runner:
     async def _run_node(self, task_status: TaskStatus[None], heartbeat: NodeHeartbeat | None, info=None) -> None:
         if isinstance(self.admission, FleetAdmission):  # recovery admits imported logs by what every node can run
             await self.admission.read()
-        resumable = await recover(self._journal, self.executor, self.admission, self.artifacts)
+        resumable = await recover(self._journal, self.executor, self.admission, self.artifacts, self._last_beat)
         slots = anyio.Semaphore(self.slot_count())
         async with anyio.create_task_group() as tg:
             await self.submissions.watch_nodes(tg)

@@ -413,6 +413,37 @@ async def test_resumed_after_counts_from_when_h3core_stopped_not_from_the_jobs_l
     assert resumed.body.after_s < (resumed.at - progress.at).total_seconds() - 0.9, "not from the job's last step"
 
 
+async def test_after_a_crash_among_nodes_resumed_counts_from_this_nodes_last_beat_not_other_nodes_writes(make_runner, comfy):
+    """On a store shared by runner nodes, the others write on while a crashed node is down: its
+    resumed attempt counts from its own last heartbeat, not from another node's newest write."""
+    from h3core.adapters.store.memory_leases import MemoryNodeLeases, MemoryNodesEventStore
+    from h3core.adapters.store.nodes import NodeInfo
+    from h3core.domain.events import Admitted, Running, Submitted
+
+    shared = MemoryNodesEventStore(MemoryNodeLeases("a"))
+    import os
+    import socket
+
+    # The crashed process as this one (a node restarted in place takes its id back at once).
+    info = {"host": socket.gethostname(), "pid": os.getpid(), "role": "runner", "slots": 1, "executor": "comfyui"}
+    shared.leases.join(NodeInfo(node_id="a", modes=["t2va"], **info), lease_s=30)
+    shared.append("j", [Submitted(request=req(steps=4)), Admitted()], expected_seq=0)
+    shared.append("j", [Running(attempt=1, executor="comfyui", executor_ref="gone")], expected_seq=2)
+    crashed = shared.leases.nodes()[0].beat_at  # its last beat: the crash follows
+    other = shared.as_node("b")
+    other.leases.join(NodeInfo(node_id="b", modes=["t2va"], **info), lease_s=30)
+    for i in range(3):  # node b runs on, writing, while a is down
+        await anyio.sleep(0.5)
+        job = f"b{i}"
+        other.append(job, [Submitted(request=req()), Admitted(), Running(attempt=1, executor="fake")], expected_seq=0)
+    async with make_runner(shared) as runner:
+        state = await ended(runner, "j")
+    resumed = next(e for e in shared.events("j") if e.type == "resumed")
+    assert state.status == "done" and state.attempt == 2, "the prompt was gone: the retry made the video"
+    assert resumed.body.after_s >= 1.5 - 0.01, "at least the time node b wrote on"
+    assert resumed.body.after_s <= (resumed.at - crashed).total_seconds() + 0.001, "from node a's last beat"
+
+
 async def test_a_prompt_slow_to_stop_is_interrupted_once_then_again_only_on_a_backoff(make_runner, comfy):
     from h3core.executors.comfyui.executor import INTERRUPT_AGAIN
 

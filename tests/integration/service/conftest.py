@@ -115,6 +115,17 @@ class Server:
         poll(healthy_or_gone, timeout, "h3core serve to answer /healthz or exit", self.log)
         return self.proc.poll() is None
 
+    def wait_ready(self, timeout: float, what: str = "/readyz to answer 200", *, also=None) -> None:
+        """Until /readyz answers 200; on the deadline, its last answer and `also()` (another
+        node's log) are shown beside this one's."""
+        with self.client() as api:
+            poll(
+                lambda: api.get("/readyz").status_code == 200,
+                timeout,
+                what,
+                lambda: api.get("/readyz").text + (also() if also else self.log()),
+            )
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -221,8 +232,7 @@ def default_server(tmp_path_factory) -> Iterator[Server]:
     del server.env["H3_EXECUTOR"]
     try:
         server.start(timeout=120)
-        with server.client() as api:
-            poll(lambda: api.get("/readyz").status_code == 200, 120, "the model to load", lambda: api.get("/readyz").text)
+        server.wait_ready(120, "the model to load")
         yield server
         server.stop(timeout=30)
     finally:

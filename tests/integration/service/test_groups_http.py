@@ -96,13 +96,8 @@ def test_a_two_rank_group_outlives_idleness_a_killed_rank_and_a_lost_ray_head(se
         }
     )
     server.start(timeout=120)
+    server.wait_ready(180, "the group to start")
     with server.client() as api:
-        poll(
-            lambda: api.get("/readyz").status_code == 200,
-            180,
-            "the group to start",
-            lambda: api.get("/readyz").text + server.log(),
-        )
         (group,) = api.get("/readyz").json()["groups"]
         assert (group["size"], group["state"], group["rebuilds"]) == (2, "ready", 0)
         addresses = listening(server.proc.pid)
@@ -225,13 +220,8 @@ def test_with_a_ray_address_the_groups_are_placed_on_that_cluster(servers: Serve
             }
         )
         server.start(timeout=120)
+        server.wait_ready(180, "the group to start")
         with server.client() as api:
-            poll(
-                lambda: api.get("/readyz").status_code == 200,
-                180,
-                "the group to start",
-                lambda: api.get("/readyz").text + server.log(),
-            )
             assert not ranks(server.proc.pid), "with an address the service must not start Ray itself"
             assert ranks(head.pid), "the rank should run on the operator's cluster"
             assert {p.nice() for p in ranks(head.pid)} == {os.nice(0)}, "RAY_worker_niceness=0 is how"

@@ -112,8 +112,10 @@ def test_sigterm_with_an_open_stream_stops_promptly(servers):
     took = time.monotonic() - sent
     reader.join(5)
     assert not reader.is_alive()
-    assert took < 3, f"h3core serve took {took:.1f}s to stop with a stream open\n{server.log()}"
+    # The server ended the stream itself: uvicorn did not wait out its drain timeout and cancel it.
+    assert "Shutting down" in server.log() and "graceful shutdown exceeded" not in server.log(), server.log()
     assert "Traceback" not in server.log()
+    print(f"stopped {took:.2f}s after SIGTERM with a stream open")
 
 
 def test_a_second_server_on_the_same_store_refuses_to_start(servers):

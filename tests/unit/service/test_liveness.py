@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -111,10 +110,8 @@ def test_on_postgres_a_read_that_waits_on_the_server_does_not_hold_liveness_up(t
         reader.start()
         try:
             assert waiting.wait(30)
-            began = time.monotonic()
             assert client.get("/healthz").status_code == 200
-            took = time.monotonic() - began
-            assert took < 20, f"/healthz waited {took:.1f}s for the read (released after 60 s)"
+            assert not release.is_set() and reader.is_alive(), "/healthz answered while the read still waited"
         finally:
             release.set()
             reader.join(30)
