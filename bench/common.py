@@ -1,5 +1,5 @@
 """Shared by every bench: what machine it ran on, tables, percentiles, timing, the command line, a
-throwaway PostgreSQL. Imported as `bench.common` (benches run as `python -m bench.<kind>.<name>`)."""
+throwaway PostgreSQL and S3 server. Imported as `bench.common` (benches run as `python -m bench.<kind>.<name>`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from importlib import metadata
 from pathlib import Path
 
@@ -218,12 +218,23 @@ def wait_for(predicate, timeout: float) -> bool:
 
 
 @contextmanager
-def postgres(server: object | None = None) -> Iterator:
-    """`server` when given (the suite's own, tests/pgserver.py), else a throwaway PostgreSQL for this run."""
+def _given_or_started(server: object | None, start: Callable[[], AbstractContextManager]) -> Iterator:
     if server is not None:
         yield server
         return
+    with start() as started:
+        yield started
+
+
+def postgres(server: object | None = None) -> AbstractContextManager:
+    """`server` when given (the suite's own, tests/pgserver.py), else a throwaway PostgreSQL for this run."""
     from tests.pgserver import running_server
 
-    with running_server() as started:
-        yield started
+    return _given_or_started(server, running_server)
+
+
+def seaweed(server: object | None = None) -> AbstractContextManager:
+    """`server` when given (the suite's own, tests/seaweed.py), else a throwaway S3 server (SeaweedFS) for this run."""
+    from tests.seaweed import running_seaweed
+
+    return _given_or_started(server, running_seaweed)

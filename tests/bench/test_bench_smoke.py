@@ -97,6 +97,16 @@ def test_pg_driver(pg_server, capsys):
     row(out, "asyncpg")  # measured, or "not installed": it is not a dependency
 
 
+def test_s3_client(seaweed, tmp_path, capsys):
+    argv = ["--sizes", "1", "--rounds", "1", "--workdir", str(tmp_path)]
+    out = run_main("bench.studies.s3_client", argv, capsys, server=seaweed)
+    for op in ("upload", "download", "stream"):
+        row(out, "boto3", "1", op)
+        row(out, "obstore", "1", op)  # measured, or "not installed": it is not a dependency
+    assert "yes: listed True, aborted True" in row(out, "list and abort orphaned multipart uploads")
+    assert "put: PreconditionFailed; multipart: PreconditionFailed" in row(out, "create-only put (If-None-Match: *)")
+
+
 def test_pg_faults(pg_server, capsys):
     # One idle connection (psycopg_pool's own check pauses a second per dead one after the first) and
     # no frozen writer (each costs the 2 s bound): the integration tests measure that one.

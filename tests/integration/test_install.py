@@ -43,6 +43,8 @@ NOT_IN_CORE = (
     "ray",
     "swagger-ui-py",
     "standardwebhooks",
+    "boto3",
+    "botocore",
 )
 
 

@@ -30,6 +30,8 @@ OPTIONAL = (
     "playwright",
     "psycopg",
     "psycopg_pool",
+    "boto3",
+    "botocore",
 )
 
 
