@@ -8,7 +8,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from h3core.adapters.artifacts import LocalArtifactStore
+from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.location import local_dir
 from h3core.adapters.uploads import LocalUploadStore
 from h3core.domain.capabilities import MODES
@@ -20,7 +20,7 @@ from h3core.runtime.settings import Settings, SettingsError
 log = logging.getLogger("h3core.service")
 
 
-def make_executor(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalUploadStore) -> Executor:
+def make_executor(settings: Settings, artifacts: ArtifactStore, uploads: LocalUploadStore) -> Executor:
     """The executor `settings.executor` names, committing to `artifacts` and reading `uploads`, not
     yet running. Raises `SettingsError` for settings it cannot run with (a missing extra or URL)."""
     if settings.executor == "fake":
@@ -80,7 +80,7 @@ def attention_cache_path(settings: Settings) -> Path:
     return local_dir(settings.db) / "h3-attention-cache.json"
 
 
-def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalUploadStore) -> Executor:
+def _pipeline(settings: Settings, artifacts: ArtifactStore, uploads: LocalUploadStore) -> Executor:
     # The settings are judged before torch and diffusers are imported (seconds): a setting that
     # cannot work stops `serve` at once. (`model` itself imports neither; the package needs numpy.)
     from h3core.executors.pipeline.model import FACTS_FILE, missing_parts
@@ -136,7 +136,7 @@ def _pipeline(settings: Settings, artifacts: LocalArtifactStore, uploads: LocalU
         raise SettingsError(f"attention/device: {exc}") from exc
 
 
-def _groups(settings: Settings, topology, model: dict, artifacts: LocalArtifactStore, uploads: LocalUploadStore) -> Executor:
+def _groups(settings: Settings, topology, model: dict, artifacts: ArtifactStore, uploads: LocalUploadStore) -> Executor:
     from h3core.executors.distributed import ClusterSettings, DistributedExecutor, DistributedSettings
     from h3core.executors.pipeline.attention import AttentionError
 

@@ -92,6 +92,19 @@ class _Handler(logging.StreamHandler):
     """Ours: a second `configure` replaces it rather than adding another."""
 
 
+class _Stderr(_Handler):
+    """Ours, on whatever `sys.stderr` is when a record is written: a stream replaced since (a
+    test's capture, closed at the test's end; a redirect) is never written to afterwards."""
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: TextIO) -> None:
+        pass
+
+
 def configure(format: LogFormat = "text", level: LogLevel = "info", stream: TextIO | None = None) -> None:
     """Send every log record at `level` or above to `stream` (stderr) in `format`; the `QUIET`
     libraries' only from WARNING."""
@@ -102,7 +115,7 @@ def configure(format: LogFormat = "text", level: LogLevel = "info", stream: Text
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _Handler)]:
         root.removeHandler(old)
-    handler = _Handler(stream or sys.stderr)
+    handler = _Handler(stream) if stream is not None else _Stderr()
     handler.setFormatter(JsonLines() if format == "json" else Text())
     root.addHandler(handler)
     root.setLevel(level.upper())

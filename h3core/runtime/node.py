@@ -18,8 +18,9 @@ What it builds, by role:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from h3core.adapters.artifacts import LocalArtifactStore
+from h3core.adapters.artifacts import ArtifactStore, LocalArtifactStore
 from h3core.adapters.profiles import builtin_profiles, load_profile_ref
 from h3core.adapters.store.base import EventStore
 from h3core.adapters.store.location import open_store_at
@@ -34,7 +35,7 @@ from h3core.runtime.delivery_process import DeliveryProcess, delivery_for
 from h3core.runtime.executor_factory import make_executor
 from h3core.runtime.fleet import FleetAdmission
 from h3core.runtime.runner import Runner
-from h3core.runtime.settings import Settings
+from h3core.runtime.settings import Settings, SettingsError
 from h3core.runtime.submissions import Submissions, WebhookPolicy
 from h3core.runtime.tail import StoreTail
 
@@ -45,7 +46,7 @@ __all__ = ["Files", "Node", "build_executor", "build_node", "fleet_interval", "o
 class Files:
     """Where a node keeps files: the videos it commits and the uploads requests name."""
 
-    artifacts: LocalArtifactStore
+    artifacts: ArtifactStore
     uploads: LocalUploadStore
 
 
@@ -74,10 +75,24 @@ def fleet_interval(settings: Settings) -> float:
     return min(1.0, settings.lease / 3)
 
 
+def open_artifacts(settings: Settings) -> ArtifactStore:
+    """The artifact store the settings name: a folder, or a bucket (`s3://`) with this node's
+    staging folder; `SettingsError` where the s3 extra is missing."""
+    if isinstance(settings.artifacts, Path):
+        return LocalArtifactStore(settings.artifacts)
+    try:
+        import boto3  # noqa: F401
+    except ImportError:
+        raise SettingsError("artifacts: an s3:// store needs the s3 extra (pip install 'h3core[s3]')") from None
+    from h3core.adapters.artifacts.s3 import S3ArtifactStore
+
+    return S3ArtifactStore(str(settings.artifacts), settings.staging)
+
+
 def open_files(settings: Settings) -> Files:
     """The artifact and upload stores the settings name (created where missing; `OSError` where
     they cannot be), with the upload limits the settings set."""
-    artifacts = LocalArtifactStore(settings.artifacts)
+    artifacts = open_artifacts(settings)
     uploads = LocalUploadStore(
         settings.uploads,
         limits={k: min(v, settings.max_upload_bytes) for k, v in DEFAULT_LIMITS.items()},

@@ -14,6 +14,7 @@ import base64
 import binascii
 import ipaddress
 import os
+import re
 import socket
 import tomllib
 from importlib.resources.abc import Traversable
@@ -24,6 +25,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, TomlConfigSettingsSource
 
+from h3core.adapters.artifacts.s3 import parse_s3_url
 from h3core.adapters.store.location import is_postgres_url
 from h3core.adapters.uploads import DEFAULT_MAX_PIXELS
 from h3core.domain.capabilities import MODES
@@ -47,6 +49,21 @@ def _postgres_url(value: str) -> str:
 
 
 PostgresUrl = Annotated[str, AfterValidator(_postgres_url)]
+
+
+def _s3_url(value: str) -> str:
+    parse_s3_url(value)  # raises ValueError naming what is wrong
+    return value
+
+
+def _not_a_url(value: Path) -> Path:
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:(/|$)", str(value)):  # a URL (a Path keeps one slash of `//`)
+        raise ValueError(f"{str(value)!r} is neither a folder nor an s3://bucket/prefix URL")
+    return value
+
+
+S3Url = Annotated[str, AfterValidator(_s3_url)]
+Folder = Annotated[Path, AfterValidator(_not_a_url)]
 
 
 class NoFlag:
@@ -106,7 +123,20 @@ class Settings(BaseSettings):
     db: Annotated[PostgresUrl | Path, Field(union_mode="left_to_right")] = Field(
         default=Path("h3core.db"), description="The store: a SQLite file or a postgresql:// URL."
     )
-    artifacts: Path = Field(default=Path("artifacts"), description="Folder for videos.")
+    artifacts: Annotated[S3Url | Folder, Field(union_mode="left_to_right")] = Field(
+        default=Path("artifacts"),
+        description="Videos and checkpoints: a folder, or an s3://bucket/prefix URL (AWS_* variables: endpoint, keys).",
+    )
+    staging: Path = Field(
+        default=Path("staging"), description="With s3:// artifacts: this node's folder for videos being written."
+    )
+    artifact_serving: Literal["proxy", "redirect"] = Field(
+        default="proxy",
+        description="With s3:// artifacts: send videos through the service (proxy) or redirect to a presigned URL.",
+    )
+    artifact_url_ttl: int = Field(
+        default=300, ge=10, le=604800, description="Seconds a presigned video URL stays valid (redirect serving)."
+    )
     uploads: Path = Field(default=Path("uploads"), description="Folder for keyframes and references.")
     executor: ExecutorName = Field(default="pipeline", description="pipeline, comfyui or fake.")
     api_tokens: Annotated[list[str], NoDecode, NoFlag] = Field(

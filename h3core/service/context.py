@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import anyio
 import anyio.abc
 
-from h3core.adapters.artifacts import LocalArtifactStore
+from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.base import EventStore
 from h3core.adapters.store.location import runner_lock_for
 from h3core.adapters.uploads import LocalUploadStore
@@ -40,7 +40,7 @@ class Service:
 
     settings: Settings
     store: EventStore
-    artifacts: LocalArtifactStore
+    artifacts: ArtifactStore
     uploads: LocalUploadStore
     # Admission and /v1/ceilings: the profile and what the executor can run (on PostgreSQL, what
     # any live runner node can run).

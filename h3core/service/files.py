@@ -12,8 +12,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
+from datetime import UTC, datetime, timedelta
 
 import anyio
 from litestar import Response
@@ -27,7 +26,6 @@ from h3core.domain.events import Artifact
 from h3core.domain.state import JobState
 from h3core.service.ranges import Unsatisfiable, parse_range
 
-CHUNK = 1 << 16
 # A video is sent as its record says: mp4 from the pipeline; the fake's YUV4MPEG2 where PyAV is
 # missing and the container a ComfyUI workflow saves are other video types.
 VIDEO_MEDIA_TYPES = {"video/mp4": "the pipeline's video", "video/*": "another executor's container (its record's type)"}
@@ -44,9 +42,10 @@ class ArtifactProblem(Exception):
         self.code = code
 
 
-# Files whose sha256 was found to be their record's, by (inode, size, mtime): one is hashed again
-# only once it has changed on disk, so a file is verified once, not on every request.
-_VERIFIED: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
+# Files whose sha256 was found to be their record's, by version (a local file's inode, size and
+# modification time; an object's ETag): one is hashed again only once it has changed, so a file is
+# verified once, not on every request.
+_VERIFIED: OrderedDict[str, str] = OrderedDict()
 _VERIFIED_MAX = 4096
 _VERIFIED_LOCK = threading.Lock()  # `checked` runs on several worker threads at once
 
@@ -70,33 +69,28 @@ def recorded_deleted_at(artifacts: ArtifactStore, state: JobState) -> datetime |
     return when
 
 
-def checked(artifacts: ArtifactStore, artifact: Artifact, whose: str, *, deleted: datetime | None = None) -> tuple[Path, int]:
-    """The video's path and size, if the file is still the one its record describes, byte for
-    byte (sha256, read again whenever the file changed on disk); else `ArtifactProblem`: a video
-    deleted (`deleted`: when, as `deleted_at` says; else as this node's store recorded it), or a
+def checked(artifacts: ArtifactStore, artifact: Artifact, whose: str, *, deleted: datetime | None = None) -> int:
+    """The video's size, if the file is still the one its record describes, byte for byte
+    (sha256, read again whenever the file changed); else `ArtifactProblem`: a video deleted
+    (`deleted`: when, as `deleted_at` says; else as this node's store recorded it), or a
     truncated, damaged or replaced file, is never served. Blocking (it reads the file): call it in a
     worker thread."""
     try:
         deleted = deleted or artifacts.deleted_at(artifact.path)
-        path = artifacts.resolve(artifact.path)
+        seen = artifacts.stat(artifact.path)
     except ValueError:
         raise ArtifactProblem(404, f"{whose} recorded video path is not in the artifact store", "content_missing") from None
     if deleted is not None:
         raise ArtifactProblem(410, f"{whose} video was deleted at {deleted.isoformat()}; its log remains", "video_deleted")
-    try:
-        st = path.stat()
-        seen: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
-    except FileNotFoundError:
-        seen = None
     problem = None
     with _VERIFIED_LOCK:
         known = _VERIFIED.get(artifact.path)
-    if seen is None or known != seen:
+    if seen is None or known != seen.version:
         size, sha = artifacts.measure(artifact.path)
         problem = mismatch(artifact, size, sha)
         if problem is None and seen is not None:
             with _VERIFIED_LOCK:
-                _VERIFIED[artifact.path] = seen
+                _VERIFIED[artifact.path] = seen.version
                 _VERIFIED.move_to_end(artifact.path)
                 while len(_VERIFIED) > _VERIFIED_MAX:
                     _VERIFIED.popitem(last=False)
@@ -104,14 +98,16 @@ def checked(artifacts: ArtifactStore, artifact: Artifact, whose: str, *, deleted
         code = "content_missing" if seen is None else "content_changed"
         raise ArtifactProblem(410, f"{whose} video cannot be served: {problem} in the artifact store", code)
     assert seen is not None
-    return path, seen[1]
+    return seen.size
 
 
 @dataclass(frozen=True)
 class Span:
-    """What to send of a file: bytes `start`..`end` (inclusive), and the headers that say so."""
+    """What to send of a stored file (`path` in `artifacts`): bytes `start`..`end` (inclusive),
+    and the headers that say so."""
 
-    path: Path
+    artifacts: ArtifactStore
+    path: str
     start: int
     end: int
     partial: bool
@@ -124,7 +120,9 @@ class Span:
         return 206 if self.partial else 200
 
 
-def span(path: Path, size: int, request_headers: Mapping[str, str], *, media_type: str, sha256: str) -> Span:
+def span(
+    artifacts: ArtifactStore, path: str, size: int, request_headers: Mapping[str, str], *, media_type: str, sha256: str
+) -> Span:
     """The part of a `size`-byte file a request asks for (Range, If-Range against the ETag);
     416 past the end."""
     etag = f'"{sha256}"'
@@ -138,24 +136,40 @@ def span(path: Path, size: int, request_headers: Mapping[str, str], *, media_typ
     headers = {"Accept-Ranges": "bytes", "Content-Length": str(end - start + 1), "ETag": etag}
     if part is not None:
         headers["Content-Range"] = f"bytes {start}-{end}/{size}"
-    return Span(path, start, end, part is not None, headers, media_type)
+    return Span(artifacts, path, start, end, part is not None, headers, media_type)
 
 
 def stream(s: Span) -> Stream:
-    """The response that sends the span, read from the file in chunks as it is sent."""
+    """The response that sends the span, read from the store a chunk at a time as it is sent
+    (each read on a worker thread: an object store's read waits on the network)."""
 
     async def body() -> AsyncIterator[bytes]:
-        async with await anyio.open_file(s.path, "rb") as f:
-            await f.seek(s.start)
-            remaining = s.end - s.start + 1
-            while remaining > 0:
-                chunk = await f.read(min(CHUNK, remaining))
-                if not chunk:
-                    return
-                remaining -= len(chunk)
+        chunks = await anyio.to_thread.run_sync(s.artifacts.read, s.path, s.start, s.end)
+        try:
+            while (chunk := await anyio.to_thread.run_sync(next, chunks, None)) is not None:
                 yield chunk
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(_close, chunks)
 
     return Stream(body(), status_code=s.status, headers=s.headers, media_type=s.media_type)
+
+
+def _close(chunks: object) -> None:
+    close = getattr(chunks, "close", None)
+    if close is not None:
+        close()
+
+
+def send(s: Span, *, serving: str, ttl_s: int, head_only: bool = False) -> Response:
+    """The span, streamed (its status and headers only, for HEAD); with `serving` "redirect", a
+    307 to the address the store gives for the file, valid `ttl_s` seconds (`H3-Url-Expires`
+    says until when), where it has one: the client then reads (and ranges) the object directly."""
+    if serving == "redirect" and (url := s.artifacts.url(s.path, ttl_s)) is not None:
+        expires = (datetime.now(UTC) + timedelta(seconds=ttl_s)).isoformat(timespec="seconds")
+        headers = {"Location": url, "Cache-Control": "no-store", "H3-Url-Expires": expires}
+        return Response(content=b"", status_code=307, headers=headers)
+    return head(s) if head_only else stream(s)
 
 
 def head(s: Span) -> Response[None]:

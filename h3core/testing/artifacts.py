@@ -100,7 +100,7 @@ class ArtifactStoreContract:
         found = artifacts.committed(JOB, 1)
         assert found is not None and found.recorded == artifact
         assert (found.attempt, found.size, found.sha256) == (1, len(VIDEO), sha)
-        assert artifacts.resolve(artifact.path).read_bytes() == VIDEO
+        assert b"".join(artifacts.read(artifact.path)) == VIDEO
         assert artifacts.measure(artifact.path) == (len(VIDEO), sha)
         assert artifacts.measure(artifact.path, hashed=False) == (len(VIDEO), None)
         assert artifacts.committed(JOB, 2) is None and artifacts.committed(OTHER, 1) is None
@@ -114,7 +114,7 @@ class ArtifactStoreContract:
         recorded = found.recorded
         assert (recorded.bytes, recorded.sha256, recorded.frames, recorded.duration_s) == (len(WHOLE), sha, 24, 1.0)
         assert recorded.path.endswith(".y4m") and recorded.media_type == "video/x-yuv4mpeg2"
-        assert artifacts.resolve(recorded.path).read_bytes() == WHOLE and not staged.exists(), "renamed into place"
+        assert b"".join(artifacts.read(recorded.path)) == WHOLE and not staged.exists(), "moved into place"
         assert [(f.path, f.partial) for f in artifacts.files() if f.path.endswith(".y4m")] == [(recorded.path, False)]
         assert artifacts.committed(JOB, 1) == found, "read back as any committed video"
 
@@ -171,8 +171,11 @@ class ArtifactStoreContract:
 
     def test_no_path_leaves_the_store_and_no_unsafe_job_id_is_taken(self, artifacts):
         for path in ("../outside.mp4", "/etc/passwd", f"{JOB}/../../outside.mp4"):
-            with pytest.raises(ValueError):
-                artifacts.resolve(path)
+            for read in (artifacts.stat, artifacts.read, artifacts.measure, artifacts.deleted_at, artifacts.remove):
+                with pytest.raises(ValueError):
+                    read(path)
+            with pytest.raises(ValueError), artifacts.local_file(path):
+                pass
         for job in ("../x", "a/b", "", "."):
             with pytest.raises(ValueError):
                 artifacts.staging(job, 1)
@@ -180,6 +183,27 @@ class ArtifactStoreContract:
                 assert artifacts.committed(job, 1) is None
             except ValueError:
                 pass
+
+    def test_a_file_reads_back_whole_or_by_range_and_its_version_changes_with_its_bytes(self, artifacts):
+        artifact = _commit(artifacts)
+        stat = artifacts.stat(artifact.path)
+        assert stat is not None and stat.size == len(VIDEO) and stat.version
+        assert artifacts.stat(artifact.path) == stat, "unchanged, the same version"
+        assert b"".join(artifacts.read(artifact.path, 10, 20)) == VIDEO[10:21]
+        assert b"".join(artifacts.read(artifact.path, len(VIDEO) - 5)) == VIDEO[-5:]
+        assert b"".join(artifacts.read(artifact.path, 0, 0)) == VIDEO[:1]
+        with artifacts.local_file(artifact.path) as path:
+            assert path.read_bytes() == VIDEO
+        url = artifacts.url(artifact.path, 60)
+        assert url is None or url.startswith(("http://", "https://"))
+        other = _commit(artifacts, attempt=2, data=VIDEO[::-1])
+        assert artifacts.stat(other.path).version != stat.version, "other bytes, another version"
+        artifacts.remove(artifact.path)
+        assert artifacts.stat(artifact.path) is None
+        with pytest.raises(FileNotFoundError):
+            b"".join(artifacts.read(artifact.path))
+        with pytest.raises(FileNotFoundError), artifacts.local_file(artifact.path):
+            pass
 
     def test_a_deletion_is_recorded_before_the_video_goes_and_keeps_its_first_time(self, artifacts):
         artifact = _commit(artifacts)

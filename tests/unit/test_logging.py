@@ -172,6 +172,27 @@ def test_configure_prints_text_or_json_at_the_level_asked_and_replaces_itself():
         configure("xml")  # type: ignore[arg-type]
 
 
+def test_on_stderr_records_go_to_the_stderr_of_the_moment_never_to_one_replaced_and_closed(monkeypatch):
+    """A test's captured stderr is closed at its end; a record a thread writes after it (a runner
+    still stopping) goes to the stderr now, not to the closed one ("I/O operation on closed file")."""
+    root = logging.getLogger()
+    before = list(root.handlers), root.level
+    first, then = io.StringIO(), io.StringIO()
+    try:
+        monkeypatch.setattr(sys, "stderr", first)
+        configure("text", "info")
+        log = logging.getLogger("h3core.test")
+        log.info("one")
+        monkeypatch.setattr(sys, "stderr", then)
+        first.close()
+        log.info("two")
+    finally:
+        root.handlers[:] = before[0]
+        root.setLevel(before[1])
+    assert then.getvalue().endswith("INFO h3core.test: two\n"), then.getvalue()
+    assert "Logging error" not in then.getvalue()
+
+
 def test_a_configured_process_makes_records_without_looking_up_their_caller_thread_or_process():
     """Neither format shows them; looking them up was a third of each record's cost (three per job)."""
     code = (

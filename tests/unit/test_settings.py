@@ -53,3 +53,20 @@ def test_a_folder_is_not_a_settings_file(config):
     config.mkdir()
     with pytest.raises(SettingsError, match="Is a directory"):
         Settings()
+
+
+def test_artifacts_are_a_folder_or_an_s3_url_and_anything_else_is_refused_by_name(config, monkeypatch):
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    config.write_text("")
+    assert Settings().artifacts == Path("artifacts")
+    monkeypatch.setenv("H3_ARTIFACTS", "s3://videos/h3/prod")
+    assert Settings().artifacts == "s3://videos/h3/prod"
+    monkeypatch.setenv("H3_ARTIFACTS", "/srv/h3/artifacts")
+    assert Settings().artifacts == Path("/srv/h3/artifacts")
+    for bad in ("s3://", "s3:/videos", "https://bucket.example/x", "s3://videos/x?versionId=1"):
+        monkeypatch.setenv("H3_ARTIFACTS", bad)
+        with pytest.raises(ValidationError, match="artifacts"):
+            Settings()

@@ -6,18 +6,21 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from h3core.adapters.artifacts.base import media_type, sha256_file
-from h3core.domain.adoption import Expected
+from h3core.adapters.artifacts.base import CHUNK, FileStat, media_type, sha256_file
+from h3core.domain.adoption import Expected, FoundArtifact
 from h3core.domain.events import Artifact
 from h3core.domain.ids import is_job_id
 from h3core.domain.retention import StoredFile
 
-_ATTEMPT_FILE = re.compile(r"^attempt-(\d{1,9})\.")
+ATTEMPT_FILE = re.compile(r"^attempt-(\d{1,9})\.")
 # A denoising checkpoint: `checkpoint-<attempt>-<step>.ckpt`, apart from the attempt's own files so
 # that discarding a failed attempt keeps what the next one continues from.
-_CHECKPOINT_FILE = re.compile(r"^checkpoint-(\d{1,9})-(\d{1,9})\.ckpt(\.part)?$")
+CHECKPOINT_FILE = re.compile(r"^checkpoint-(\d{1,9})-(\d{1,9})\.ckpt(\.part)?$")
 PART = ".part"  # a staged file's suffix: not a video until its commit renames it
 
 
@@ -65,6 +68,22 @@ class AttemptFolders:
         self, staged: Path, *, job_id: str, attempt: int, frames: int, duration_s: float, media_type: str = "video/mp4"
     ) -> Artifact:
         """Each store records and renames in its own way (`LocalArtifactStore`, `MemoryArtifactStore`)."""
+        raise NotImplementedError
+
+    def committed(self, job_id: str, attempt: int, *, expect: Expected | None = None) -> FoundArtifact | None:
+        """The recorded video (`_recorded`, each store's own) with what its file holds now; with
+        `expect`, a whole staged video a crash left before its record, committed first; None if
+        none was committed."""
+        recorded = self._recorded(job_id, attempt)
+        if recorded is None and expect is not None:
+            recorded = self._commit_whole_staged(job_id, attempt, expect)
+        if recorded is None:
+            return None
+        size, sha = self.measure(recorded.path)
+        return FoundArtifact(attempt=attempt, recorded=recorded, size=size, sha256=sha)
+
+    def _recorded(self, job_id: str, attempt: int) -> Artifact | None:
+        """Each store keeps its records in its own way."""
         raise NotImplementedError
 
     def _commit_whole_staged(self, job_id: str, attempt: int, expect: Expected) -> Artifact | None:
@@ -144,7 +163,7 @@ class AttemptFolders:
     def read_checkpoint(self, rel_path: str) -> bytes:
         """A checkpoint's bytes as stored (FileNotFoundError where it is gone)."""
         path = self.resolve(rel_path)
-        if _CHECKPOINT_FILE.match(path.name) is None or path.name.endswith(PART):
+        if CHECKPOINT_FILE.match(path.name) is None or path.name.endswith(PART):
             raise ValueError(f"{rel_path!r} is not a checkpoint")
         return path.read_bytes()
 
@@ -165,7 +184,7 @@ class AttemptFolders:
             names = sorted(e.name for e in os.scandir(d) if e.is_file(follow_symlinks=False))
         except FileNotFoundError:
             return []
-        return [(int(m.group(1)), int(m.group(2)), f"{d.name}/{n}") for n in names if (m := _CHECKPOINT_FILE.match(n))]
+        return [(int(m.group(1)), int(m.group(2)), f"{d.name}/{n}") for n in names if (m := CHECKPOINT_FILE.match(n))]
 
     def _attempt_files(self, d: Path) -> list[tuple[int, str]]:
         try:
@@ -174,7 +193,7 @@ class AttemptFolders:
             return []
         out = []
         for e in entries:
-            m = _ATTEMPT_FILE.match(e.name)
+            m = ATTEMPT_FILE.match(e.name)
             if m is not None and e.is_file(follow_symlinks=False):
                 out.append((int(m.group(1)), f"{d.name}/{e.name}"))
         return out
@@ -198,7 +217,50 @@ class AttemptFolders:
         self.resolve(rel_path).unlink(missing_ok=True)
 
     def resolve(self, rel_path: str) -> Path:
+        """The local file of `rel_path`; `ValueError` for a path leaving the store."""
         path = (self.root / rel_path).resolve()
         if not path.is_relative_to(self.root):
             raise ValueError(f"artifact path {rel_path!r} leaves the artifact store")
         return path
+
+    def stat(self, rel_path: str) -> FileStat | None:
+        """Size and version (inode, size, modification time) of a regular file; None for none."""
+        try:
+            st = self.resolve(rel_path).stat()
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return FileStat(st.st_size, f"{st.st_ino}-{st.st_size}-{st.st_mtime_ns}")
+
+    def read(self, rel_path: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        """The file's bytes `start`..`end` (inclusive), read a chunk at a time as they are taken."""
+        path = self.resolve(rel_path)
+        f = open(path, "rb")  # opened here, not at the first `next`: a missing file raises now
+
+        def chunks() -> Iterator[bytes]:
+            with f:
+                f.seek(start)
+                remaining = None if end is None else end - start + 1
+                while remaining is None or remaining > 0:
+                    block = f.read(CHUNK if remaining is None else min(CHUNK, remaining))
+                    if not block:
+                        return
+                    if remaining is not None:
+                        remaining -= len(block)
+                    yield block
+
+        return chunks()
+
+    @contextmanager
+    def local_file(self, rel_path: str) -> Iterator[Path]:
+        """The file itself (it is local)."""
+        path = self.resolve(rel_path)
+        if not path.is_file():
+            raise FileNotFoundError(rel_path)
+        yield path
+
+    def url(self, rel_path: str, expires_s: int) -> str | None:
+        """None: a folder has no address of its own (the service sends its files)."""
+        self.resolve(rel_path)
+        return None

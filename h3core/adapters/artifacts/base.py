@@ -31,8 +31,13 @@ checks them; run it against yours):
   Checkpoints belong to the job, not to an attempt: `attempt_files` and `discard` leave them;
   `files` lists them with their step; `remove` deletes one.
 - **Reading.** `measure(path)` is a file's size and sha256 now ((None, None) for no file; sha256
-  None unless `hashed`); `resolve(path)` gives the file to serve, and refuses (`ValueError`) a
-  path that would leave the store.
+  None unless `hashed`); `stat(path)` its size and a `version` that changes whenever its bytes
+  may have (None for no file), without reading it; `read(path, start, end)` its bytes `start`..`end`
+  (inclusive; to the end with `end` None) in chunks, as they are read (FileNotFoundError where it
+  is gone); `local_file(path)` a local file holding them while the context lasts (the file itself
+  where the store is a folder, a temporary copy otherwise); `url(path, expires_s)` an address a
+  client may fetch them from directly for `expires_s` seconds, where the store has one (None
+  otherwise). Each refuses (`ValueError`) a path that would leave the store.
 - **Deletion on purpose.** `delete(path)` records when, then removes the video; `deleted_at` tells
   a deleted video (its time) from a lost one (None). `delete_video(job_id)` records that a job's
   video is deleted as a whole (OpenAI's Videos API: the object is gone, finished or not), read
@@ -43,6 +48,9 @@ from __future__ import annotations
 
 import hashlib
 import mimetypes
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -51,7 +59,19 @@ from h3core.domain.adoption import Expected, FoundArtifact
 from h3core.domain.events import Artifact
 from h3core.domain.retention import StoredFile
 
-__all__ = ["ArtifactStore", "media_type", "sha256_file"]
+__all__ = ["ArtifactStore", "FileStat", "media_type", "sha256_file"]
+
+CHUNK = 1 << 20  # what `read` yields at a time: bounded memory per request, few calls per video
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """A stored file's size, and a version that changes whenever its bytes may have (a local
+    file's inode, size and modification time; an object's ETag): what was verified once need not
+    be read again while its version stands."""
+
+    size: int
+    version: str
 
 
 @runtime_checkable
@@ -109,8 +129,20 @@ class ArtifactStore(Protocol):
         """The file's (size, sha256) now; (None, None) if it is not there; sha256 None unless `hashed`."""
         ...
 
-    def resolve(self, rel_path: str) -> Path:
-        """The local file of `rel_path` (an `Artifact.path`); `ValueError` for a path leaving the store."""
+    def stat(self, rel_path: str) -> FileStat | None:
+        """The file's size and version now, without reading it; None if it is not there."""
+        ...
+
+    def read(self, rel_path: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        """The file's bytes `start`..`end` (inclusive; `end` None: to its end), chunk by chunk."""
+        ...
+
+    def local_file(self, rel_path: str) -> AbstractContextManager[Path]:
+        """A local file with the file's bytes while the context lasts (FileNotFoundError: none)."""
+        ...
+
+    def url(self, rel_path: str, expires_s: int) -> str | None:
+        """An address to fetch the file from directly for `expires_s` seconds; None where the store has none."""
         ...
 
     def delete(self, rel_path: str) -> datetime:
@@ -137,7 +169,7 @@ def media_type(path: Path | str) -> str:
     return mimetypes.guess_type(Path(path).name)[0] or "application/octet-stream"
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+def sha256_file(path: Path, chunk: int = CHUNK) -> str:
     """The file's sha256, hex, read in chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:

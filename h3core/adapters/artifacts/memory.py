@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from h3core.adapters.artifacts._folder import AttemptFolders
-from h3core.domain.adoption import Expected, FoundArtifact
 from h3core.domain.events import Artifact
 from h3core.domain.retention import StoredFile
 
@@ -39,17 +38,10 @@ class MemoryArtifactStore(AttemptFolders):
         os.replace(staged, final)
         return artifact
 
-    def committed(self, job_id: str, attempt: int, *, expect: Expected | None = None) -> FoundArtifact | None:
-        """The recorded video with what its file holds now (with `expect`, a whole staged video
-        committed first, as the local store does after a crash); None if none was committed."""
+    def _recorded(self, job_id: str, attempt: int) -> Artifact | None:
+        """The record kept in memory (`committed` measures it as it is now)."""
         self._dir(job_id)
-        recorded = self._records.get((job_id, attempt))
-        if recorded is None and expect is not None:
-            recorded = self._commit_whole_staged(job_id, attempt, expect)
-        if recorded is None:
-            return None
-        size, sha = self.measure(recorded.path)
-        return FoundArtifact(attempt=attempt, recorded=recorded, size=size, sha256=sha)
+        return self._records.get((job_id, attempt))
 
     def discard(self, job_id: str, attempt: int) -> list[StoredFile]:
         """Remove the attempt's files and forget its record."""

@@ -12,7 +12,7 @@ from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPI
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
-from litestar.response import ServerSentEvent, Stream
+from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
 from h3core.domain.events import Event
@@ -252,20 +252,21 @@ async def _video(svc: Service, request: Request, job_id: str) -> files.Span:
     artifact = state.artifact
     try:
         deleted = _deleted_at(svc, state)
-        path, size = await in_thread(lambda: files.checked(svc.artifacts, artifact, f"job {job_id}'s", deleted=deleted))
+        size = await in_thread(lambda: files.checked(svc.artifacts, artifact, f"job {job_id}'s", deleted=deleted))
     except files.ArtifactProblem as exc:
         raise HTTPException(status_code=exc.status, detail=exc.message) from None
-    return files.span(path, size, request.headers, media_type=artifact.media_type, sha256=artifact.sha256)
+    return files.span(svc.artifacts, artifact.path, size, request.headers, media_type=artifact.media_type, sha256=artifact.sha256)
 
 
 _VIDEO_ERRORS = problems(401, 404, 409, 410, 416, 422)
 
 
 @get("/jobs/{job_id:str}/video", summary="The finished video (supports Range)", responses=_VIDEO_ERRORS, media_type="video/mp4")
-async def job_video(svc: NamedDependency[Service], request: Request, job_id: FromPath[str]) -> Stream:
+async def job_video(svc: NamedDependency[Service], request: Request, job_id: FromPath[str]) -> Response:
     """The job's video, whole or the byte range a Range asks for, once it is found to be the file its
-    record describes: 409 before there is one, 410 once it is deleted, missing or changed."""
-    return files.stream(await _video(svc, request, job_id))
+    record describes: 409 before there is one, 410 once it is deleted, missing or changed. With
+    H3_ARTIFACT_SERVING=redirect and an object store, a 307 to a presigned URL instead."""
+    return _send(svc, await _video(svc, request, job_id))
 
 
 @head(
@@ -276,7 +277,12 @@ async def job_video(svc: NamedDependency[Service], request: Request, job_id: Fro
 )
 async def job_video_head(svc: NamedDependency[Service], request: Request, job_id: FromPath[str]) -> Response[None]:
     """GET's status and headers for the job's video (its size, ETag, the range), without the body."""
-    return files.head(await _video(svc, request, job_id))
+    return _send(svc, await _video(svc, request, job_id), head_only=True)
+
+
+def _send(svc: Service, span: files.Span, *, head_only: bool = False) -> Response:
+    settings = svc.settings
+    return files.send(span, serving=settings.artifact_serving, ttl_s=settings.artifact_url_ttl, head_only=head_only)
 
 
 def document(openapi: OpenAPI) -> None:

@@ -438,12 +438,20 @@ async def video_content(
             404, f"video {video_id} has no content: it is {video_status(state)}", param="video_id", code="video_not_ready"
         )
     try:
-        path, size = await in_thread(lambda: files.checked(svc.artifacts, artifact, f"video {video_id}'s"))
+        size = await in_thread(lambda: files.checked(svc.artifacts, artifact, f"video {video_id}'s"))
         if variant == "video":
-            return files.stream(files.span(path, size, request.headers, media_type=artifact.media_type, sha256=artifact.sha256))
+            sent = files.span(
+                svc.artifacts, artifact.path, size, request.headers, media_type=artifact.media_type, sha256=artifact.sha256
+            )
+            return files.send(sent, serving=svc.settings.artifact_serving, ttl_s=svc.settings.artifact_url_ttl)
         make, media_type = _PREVIEW_MAKERS[variant]
+
+        def preview() -> bytes:
+            with svc.artifacts.local_file(artifact.path) as path:
+                return make(path, frames=artifact.frames)
+
         try:
-            data = await anyio.to_thread.run_sync(lambda: make(path, frames=artifact.frames), limiter=svc.previews)
+            data = await anyio.to_thread.run_sync(preview, limiter=svc.previews)
         except FileNotFoundError:
             gone = f"video {video_id}'s file went missing from the artifact store"
             raise files.ArtifactProblem(410, gone, "content_missing") from None

@@ -1,0 +1,56 @@
+"""Nodes that share no folder, their videos in a real S3-compatible object store (SeaweedFS,
+tests/seaweed.py), their jobs in one PostgreSQL: a video one node made is served by the other
+(whole, by range, HEAD, previews, or a redirect to a presigned URL), and a DELETE through either
+removes the object for both."""
+
+from __future__ import annotations
+
+import hashlib
+
+import httpx
+import pytest
+
+from tests.integration.service.conftest import Server, Servers, submit, wait_job
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def node(servers: Servers, pg_url: str, s3_env: dict[str, str], name: str, **env: str) -> Server:
+    server = servers.make({**s3_env, "H3_NODE": name, **env})
+    server.db = pg_url  # type: ignore[assignment]
+    server.artifacts = s3_env["H3_ARTIFACTS"]  # type: ignore[assignment]
+    return server.start(120)
+
+
+def test_a_video_made_on_one_node_is_served_by_another_and_a_delete_through_either_removes_it(servers, pg_url, s3_env, seaweed):
+    maker = node(servers, pg_url, s3_env, "gpu-1")
+    other = node(servers, pg_url, s3_env, "api-1", H3_ROLE="api")
+    redirecting = node(servers, pg_url, s3_env, "api-2", H3_ROLE="api", H3_ARTIFACT_SERVING="redirect")
+    with maker.client() as a, other.client() as b, redirecting.client() as c:
+        job = submit(b, steps=2)["id"]
+        done = wait_job(b, job)
+        assert done["status"] == "done", done
+        sha = done["artifact"]["sha256"]
+        assert not list(maker.root.glob("artifacts/**/*.mp4")) and not list((maker.root / "staging").rglob("*.mp4"))
+
+        whole = b.get(f"/v1/jobs/{job}/video")
+        assert whole.status_code == 200 and hashlib.sha256(whole.content).hexdigest() == sha
+        assert a.get(f"/v1/jobs/{job}/video").content == whole.content, "the maker serves the same bytes"
+        ranged = b.get(f"/v1/jobs/{job}/video", headers={"Range": "bytes=10-19"})
+        assert ranged.status_code == 206 and ranged.content == whole.content[10:20]
+        assert ranged.headers["content-range"] == f"bytes 10-19/{len(whole.content)}"
+        head = b.head(f"/v1/jobs/{job}/video")
+        assert head.headers["etag"] == f'"{sha}"' and head.headers["content-length"] == str(len(whole.content))
+        thumb = b.get(f"/v1/videos/{job}/content", params={"variant": "thumbnail"})
+        assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/webp", thumb.text
+
+        moved = c.get(f"/v1/jobs/{job}/video")
+        assert moved.status_code == 307 and moved.headers["h3-url-expires"], moved.text
+        assert moved.headers["location"].startswith(seaweed.endpoint)
+        direct = httpx.get(moved.headers["location"], headers={"Range": "bytes=0-99"})
+        assert direct.status_code == 206 and direct.content == whole.content[:100], "the presigned URL reads the object"
+
+        assert b.delete(f"/v1/videos/{job}").status_code == 200
+        for client in (a, b, c):
+            assert client.get(f"/v1/jobs/{job}/video").status_code == 410
+        assert httpx.get(moved.headers["location"]).status_code == 404, "the object itself is gone"

@@ -1,0 +1,141 @@
+"""The artifact store in a real S3-compatible object store (SeaweedFS, tests/seaweed.py): the
+shipped contract, multipart uploads with their record, unfinished uploads aborted, and a kill in
+the middle of an upload's parts (the real write path) recovered with nothing redone in vain and
+no part left behind."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from h3core.adapters.artifacts.s3 import S3ArtifactStore
+from h3core.domain.adoption import Expected
+from h3core.testing.artifacts import JOB, ArtifactStoreContract
+from tests.waiting import poll
+
+PART = 5 << 20  # S3's least part
+
+
+class TestS3ArtifactStore(ArtifactStoreContract):
+    @pytest.fixture
+    def artifacts(self, seaweed, s3_url, tmp_path):
+        return S3ArtifactStore(s3_url, tmp_path / "staging", client=seaweed.client())
+
+
+@pytest.fixture
+def store(seaweed, s3_url, tmp_path) -> S3ArtifactStore:
+    return S3ArtifactStore(s3_url, tmp_path / "staging", client=seaweed.client(), part_bytes=PART)
+
+
+def y4m(frames: int, width: int = 320, height: int = 240) -> bytes:
+    """A whole YUV4MPEG2 video at 24 fps (what recovery can tell whole from cut)."""
+    frame = b"FRAME\n" + bytes(width * height * 3 // 2)
+    return f"YUV4MPEG2 W{width} H{height} F24:1 Ip A1:1 C420jpeg\n".encode() + frame * frames
+
+
+def uploads(store: S3ArtifactStore) -> list[str]:
+    listed = store.s3.list_multipart_uploads(Bucket=store.bucket, Prefix=store.prefix)
+    return [u["Key"] for u in listed.get("Uploads", [])]
+
+
+def orphan(store: S3ArtifactStore, rel: str) -> None:
+    """A multipart upload begun and one part sent, never completed: what a crash leaves."""
+    key = store._key(rel)
+    upload = store.s3.create_multipart_upload(Bucket=store.bucket, Key=key)["UploadId"]
+    store.s3.upload_part(Bucket=store.bucket, Key=key, UploadId=upload, PartNumber=1, Body=bytes(PART))
+
+
+def test_a_video_larger_than_a_part_goes_up_in_parts_with_its_record(store):
+    data = os.urandom(2 * PART + 12345)
+    staged = store.staging(JOB, 1)
+    staged.write_bytes(data)
+    artifact = store.commit(staged, job_id=JOB, attempt=1, frames=24, duration_s=1.0)
+    assert not staged.exists(), "the staged file goes once the object is up"
+    head = store.s3.head_object(Bucket=store.bucket, Key=store._key(artifact.path))
+    assert head["ContentLength"] == len(data) and head["ETag"].strip('"').endswith("-3"), head["ETag"]
+    found = store.committed(JOB, 1)
+    assert found is not None and found.recorded == artifact and found.sha256 == hashlib.sha256(data).hexdigest()
+    assert b"".join(store.read(artifact.path, PART - 2, PART + 1)) == data[PART - 2 : PART + 2], "a range across parts"
+
+
+def test_unfinished_uploads_are_listed_and_aborted_by_commit_discard_and_abort_uploads(store):
+    orphan(store, f"{JOB}/attempt-1.mp4")
+    partial = [(f.attempt, f.path, f.partial) for f in store.files()]
+    assert partial == [(1, f"{JOB}/attempt-1.mp4.part", True)]
+    staged = store.staging(JOB, 1)
+    staged.write_bytes(b"video")
+    store.commit(staged, job_id=JOB, attempt=1, frames=24, duration_s=1.0)
+    assert uploads(store) == [], "the commit of the same name aborted what a crash left"
+
+    orphan(store, f"{JOB}/attempt-2.mp4")
+    assert [f.path for f in store.discard(JOB, 2)] == [f"{JOB}/attempt-2.mp4.part"]
+    assert uploads(store) == []
+
+    orphan(store, f"{JOB}/attempt-3.mp4")
+    orphan(store, f"{JOB}/checkpoint-3-4.ckpt")
+    assert sorted(store.abort_uploads()) == [f"{JOB}/attempt-3.mp4", f"{JOB}/checkpoint-3-4.ckpt"]
+    assert uploads(store) == [] and store.committed(JOB, 1) is not None, "the committed video stays"
+
+
+_CHILD = """
+import sys, time
+import boto3
+from botocore.config import Config
+from h3core.adapters.artifacts.s3 import S3ArtifactStore
+
+url, staging, job = sys.argv[1:4]
+client = boto3.client("s3", config=Config(s3={"addressing_style": "path"}))  # AWS_* from the environment
+sent = []
+def slow_after_the_first(**kw):
+    sent.append(1)
+    if len(sent) > 1:
+        time.sleep(60)  # the kill comes in here
+client.meta.events.register("before-send.s3.UploadPart", slow_after_the_first)
+store = S3ArtifactStore(url, staging, client=client, part_bytes=5 << 20)
+staged = store.staging(job, 1, ".y4m")
+store.commit(staged, job_id=job, attempt=1, frames=int(sys.argv[4]), duration_s=int(sys.argv[4]) / 24)
+"""
+
+
+def test_a_kill_in_the_middle_of_an_upload_leaves_no_part_and_the_staged_video_is_committed_at_recovery(
+    seaweed, s3_url, tmp_path
+):
+    frames = 180  # 20.7 MB: five parts
+    data = y4m(frames)
+    staging = tmp_path / "staging"
+    store = S3ArtifactStore(s3_url, staging, client=seaweed.client(), part_bytes=PART)
+    store.staging(JOB, 1, ".y4m").write_bytes(data)
+    env = {**os.environ, **seaweed.env(), "PYTHONPATH": str(Path(__file__).parents[2])}
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, s3_url, str(staging), JOB, str(frames)], env=env)
+    try:
+        key = store._key(f"{JOB}/attempt-1.y4m")
+
+        def a_part_is_up() -> bool:
+            assert child.poll() is None, "the upload ended before the kill"
+            for u in store.s3.list_multipart_uploads(Bucket=store.bucket, Prefix=key).get("Uploads", []):
+                parts = store.s3.list_parts(Bucket=store.bucket, Key=key, UploadId=u["UploadId"]).get("Parts", [])
+                if parts:
+                    return True
+            return False
+
+        poll(a_part_is_up, 60, "the first part to be up")
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert store.committed(JOB, 1) is None, "no object: the upload never completed"
+    assert [(f.path, f.partial) for f in store.files()] == [
+        (f"{JOB}/attempt-1.y4m.part", True),  # staged on this node
+        (f"{JOB}/attempt-1.y4m.part", True),  # the unfinished upload
+    ]
+    found = store.committed(JOB, 1, expect=Expected(frames=frames, fps=24))
+    assert found is not None and found.sha256 == hashlib.sha256(data).hexdigest() == found.recorded.sha256
+    assert uploads(store) == [], "the unfinished upload was aborted, not left billing"
+    assert [(f.path, f.partial) for f in store.files()] == [(found.recorded.path, False)]
