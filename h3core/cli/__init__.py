@@ -10,6 +10,7 @@
     h3core backup DEST         copy the store while it is in use
     h3core nodes               the runner nodes of a PostgreSQL store, their slots and last beats
     h3core migrate --to URL    copy a SQLite store into PostgreSQL, every log intact
+    h3core migrate-artifacts DIR --to s3://...   copy a folder of videos into an object store, each checked
     h3core worker              run queued jobs with the configured executor until SIGTERM/SIGINT
     h3core enqueue --prompt    store a job for a worker to run (no runner is started)
     h3core capacity show/fit/probe, h3core model make-tiny/attention
@@ -19,7 +20,7 @@ Every command on a store takes `--db PATH` or `--db postgresql://...` (env `H3_D
 such job, no such store, a bad value); 3 another worker already holds the store.
 """
 
-from h3core.cli import capacity, client, logs, model, nodes, replay, serve, worker  # noqa: F401  (each registers its commands)
+from h3core.cli import artifacts, capacity, client, logs, model, nodes, replay, serve, worker  # noqa: F401  (each registers its commands)
 from h3core.cli.app import app, reflow_help
 
 reflow_help(app)

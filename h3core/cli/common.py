@@ -17,7 +17,8 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from h3core.adapters.artifacts import LocalArtifactStore
+from h3core.adapters.artifacts import ArtifactStore
+from h3core.adapters.artifacts.location import artifacts_at
 from h3core.adapters.lock import LockHeld, RunnerLock
 from h3core.adapters.store.location import StoreLocation, is_postgres_url, open_store_at, parse_location, runner_lock_for
 from h3core.adapters.store.sqlite import SchemaTooNew, SQLiteEventStore
@@ -45,8 +46,13 @@ DbOption = Annotated[
 ]
 
 ArtifactsOption = Annotated[
-    Path,
-    typer.Option("--artifacts", envvar="H3_ARTIFACTS", help="The artifact store (finished videos).", show_default=True),
+    str,  # a URL stays whole (a Path would fold its `//`)
+    typer.Option(
+        "--artifacts",
+        envvar="H3_ARTIFACTS",
+        help="The artifact store: a folder, or an s3://bucket/prefix URL.",
+        show_default=True,
+    ),
 ]
 
 
@@ -136,7 +142,7 @@ class VideoNow:
     missing: bool = False  # no file at all (and no deletion recorded)
 
 
-def video_now(videos: LocalArtifactStore, artifact: Artifact, *, hashed: bool, deleted: datetime | None = None) -> VideoNow:
+def video_now(videos: ArtifactStore, artifact: Artifact, *, hashed: bool, deleted: datetime | None = None) -> VideoNow:
     """Is the recorded video still there, byte for byte (size only unless `hashed`), or was it
     deleted on purpose? Deletions are recorded in the store (`deleted`: when, as its mark says:
     the file may have been another node's) and beside the video, not in the log."""
@@ -220,3 +226,12 @@ def take_runner_lock(db: StoreLocation) -> RunnerLock | None:
     except OSError as exc:
         fail(f"cannot create the lock file {lock_path}: {exc.strerror or exc}")
     return lock
+
+
+def open_artifacts_at(location: str) -> ArtifactStore:
+    """The artifact store at `location` for a command, made nowhere (a folder that is not there
+    reads as empty); exits 2 naming the missing extra for an s3:// URL without boto3."""
+    try:
+        return artifacts_at(location, create=False)
+    except ImportError:
+        fail(f"--artifacts {location}: an s3:// store needs the s3 extra (pip install 'h3core[s3]')")

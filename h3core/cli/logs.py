@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from rich.table import Table
 from rich.text import Text
 
-from h3core.adapters.artifacts import LocalArtifactStore
+from h3core.adapters.artifacts.location import present, where
 from h3core.adapters.store.base import Conflict
 from h3core.adapters.store.location import is_postgres_url
 from h3core.adapters.store.sqlite import SQLiteEventStore
@@ -33,6 +33,7 @@ from h3core.cli.common import (
     fail,
     first_error,
     job_named,
+    open_artifacts_at,
     open_store,
     plural,
     ts,
@@ -103,7 +104,7 @@ def _check_job(store: SQLiteEventStore | PostgresEventStore, job_id: str) -> tup
 @app.command()
 def verify(
     db: DbOption = Path("h3core.db"),
-    artifacts: ArtifactsOption = Path("artifacts"),
+    artifacts: ArtifactsOption = "artifacts",
     quick: Annotated[bool, typer.Option("--quick", help="Check each video's size, not its sha256.")] = False,
     logs_only: Annotated[bool, typer.Option("--logs-only", help="Check the logs, not the videos.")] = False,
 ) -> None:
@@ -113,11 +114,11 @@ def verify(
     broken: list[tuple[str, str]] = []
     statuses: Counter[str] = Counter()
     n_events = 0
-    videos = LocalArtifactStore(artifacts, create=False)
+    videos = open_artifacts_at(artifacts)
     checked, missing = 0, 0
     deleted: list[tuple[str, str, datetime]] = []
     with open_store(db) as store:
-        if not logs_only and not videos.root.is_dir() and store.list_jobs(status="done", limit=1):
+        if not logs_only and not present(videos) and store.list_jobs(status="done", limit=1):
             # Every video would read as missing: the folder is what is wrong, not each job.
             fail(f"no artifact store at {artifacts} (pass --artifacts or set H3_ARTIFACTS; --logs-only checks the logs alone)")
         job_ids = store.job_ids()
@@ -141,7 +142,7 @@ def verify(
     if not logs_only:
         how = "size only" if quick else "size and sha256"
         out.print(
-            f"checked {plural(checked, 'video')} in {videos.root} ({how})"
+            f"checked {plural(checked, 'video')} in {where(videos)} ({how})"
             + (f", {len(deleted)} of them deleted" if deleted else "")
         )
     for job_id, path, when in deleted:
@@ -153,7 +154,7 @@ def verify(
     for job_id, problem in broken:
         out.print(Text.assemble(("BROKEN ", "bold red"), (job_id, "bold"), f": {problem}"))
     if missing and missing == checked - len(deleted):
-        out.print(f"none of the {missing} videos is in {videos.root}: is it the folder the service writes (H3_ARTIFACTS)?")
+        out.print(f"none of the {missing} videos is in {where(videos)}: is it the store the service writes (H3_ARTIFACTS)?")
     if broken:
         fail(f"{len(broken)} broken job(s) in {db}", EXIT_DATA)
     what = "every log folds and matches the projection"
@@ -165,7 +166,7 @@ def verify(
 @app.command()
 def gc(
     db: DbOption = Path("h3core.db"),
-    artifacts: ArtifactsOption = Path("artifacts"),
+    artifacts: ArtifactsOption = "artifacts",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
     uploads: Annotated[
         Path | None,
@@ -175,9 +176,9 @@ def gc(
     """Remove artifact files no job needs: partial files, videos of attempts that ended without
     becoming their job's video, files of jobs the store does not know; and uploads cut off before
     they were stored. Safe beside a running service."""
-    if not artifacts.is_dir():
+    store_files = open_artifacts_at(artifacts)
+    if not present(store_files):
         fail(f"no artifact store at {artifacts} (pass --artifacts or set H3_ARTIFACTS)")
-    store_files = LocalArtifactStore(artifacts)
     files = store_files.files()  # listed before the jobs are read: no state is older than its files
     with open_store(db) as store:
         jobs = {job_id: store.get(job_id) for job_id in sorted({f.job_id for f in files})}
@@ -189,7 +190,7 @@ def gc(
             store_files.remove(g.file.path)
     total = sum(g.file.bytes for g in found)
     verb = "would free" if dry_run else "freed"
-    out.print(f"{len(files)} files in {store_files.root}; {len(found)} not needed, {verb} {total} bytes")
+    out.print(f"{len(files)} files in {where(store_files)}; {len(found)} not needed, {verb} {total} bytes")
     if uploads is not None and uploads.is_dir():
         parts = LocalUploadStore(uploads).sweep_parts(dry_run=dry_run)
         for name, size in parts:

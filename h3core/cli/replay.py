@@ -10,7 +10,8 @@ import typer
 from pydantic import ValidationError
 from rich.text import Text
 
-from h3core.adapters.artifacts import LocalArtifactStore
+from h3core.adapters.artifacts import ArtifactStore
+from h3core.adapters.artifacts.location import present, where
 from h3core.adapters.store.sqlite import SQLiteEventStore
 from h3core.cli.app import app
 from h3core.cli.common import (
@@ -24,6 +25,7 @@ from h3core.cli.common import (
     fail,
     first_error,
     job_named,
+    open_artifacts_at,
     open_store,
     short,
     ts,
@@ -72,7 +74,7 @@ def read_log(store: SQLiteEventStore | PostgresEventStore, job_id: str) -> list[
 def replay(
     job_id: Annotated[str, typer.Argument(help="The job to replay: its id, or the start of one (as `submit --watch` shows).")],
     db: DbOption = Path("h3core.db"),
-    artifacts: ArtifactsOption = Path("artifacts"),
+    artifacts: ArtifactsOption = "artifacts",
     as_json: Annotated[bool, typer.Option("--json", help="Print the events as JSON Lines instead.")] = False,
 ) -> None:
     """Show a job's timeline, folded from its event log, and why it ended the way it did."""
@@ -119,7 +121,7 @@ def replay(
     if state.step is not None:
         status.append(f"  step {state.step}/{state.total}")
     status.append(f"  {len(events)} events over {dur((events[-1].at - events[0].at).total_seconds())}")
-    video = _video_line(LocalArtifactStore(artifacts, create=False), state, deleted) if state.artifact is not None else None
+    video = _video_line(open_artifacts_at(artifacts), state, deleted) if state.artifact is not None else None
     if video is not None and video[1]:
         status.append(f"  video {video[1]}", style="bold yellow")
     out.print()
@@ -139,18 +141,18 @@ def webhook_line(d: Delivery) -> str:
     return f"#{d.seq} {d.event_type} -> {d.url}: {outcome} after {tries} ({d.webhook_id}, {ts(d.updated_at)}){last}"
 
 
-def _video_line(videos: LocalArtifactStore, state: JobState, deleted: datetime | None = None) -> tuple[str, str | None]:
+def _video_line(videos: ArtifactStore, state: JobState, deleted: datetime | None = None) -> tuple[str, str | None]:
     """What became of a done job's video since its log recorded it (deletions are recorded in the
     store, `deleted`, and beside the video, not in the log), and a word for the state line when it is gone."""
     a = state.artifact
     assert a is not None
-    if deleted is None and not videos.root.is_dir():
-        return f"not looked for: no artifact store at {videos.root} (pass --artifacts or set H3_ARTIFACTS)", None
+    if deleted is None and not present(videos):
+        return f"not looked for: no artifact store at {where(videos)} (pass --artifacts or set H3_ARTIFACTS)", None
     now = video_now(videos, a, hashed=False, deleted=deleted)
     if now.deleted_at is not None:
         return f"{a.path} was deleted at {ts(now.deleted_at)} (DELETE /v1/videos/{state.job_id}); the log remains", "deleted"
     if now.problem is not None:
-        return f"{now.problem} in {videos.root} (not deleted through the API; `h3core verify` checks every video)", (
+        return f"{now.problem} in {where(videos)} (not deleted through the API; `h3core verify` checks every video)", (
             "missing" if now.missing else "changed"
         )
-    return f"{a.path} in {videos.root}, {a.bytes} bytes as recorded (`h3core verify` checks its sha256)", None
+    return f"{a.path} in {where(videos)}, {a.bytes} bytes as recorded (`h3core verify` checks its sha256)", None

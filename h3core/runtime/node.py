@@ -18,9 +18,9 @@ What it builds, by role:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-from h3core.adapters.artifacts import ArtifactStore, LocalArtifactStore
+from h3core.adapters.artifacts import ArtifactStore
+from h3core.adapters.artifacts.location import artifacts_at
 from h3core.adapters.profiles import builtin_profiles, load_profile_ref
 from h3core.adapters.store.base import EventStore
 from h3core.adapters.store.location import open_store_at
@@ -78,15 +78,10 @@ def fleet_interval(settings: Settings) -> float:
 def open_artifacts(settings: Settings) -> ArtifactStore:
     """The artifact store the settings name: a folder, or a bucket (`s3://`) with this node's
     staging folder; `SettingsError` where the s3 extra is missing."""
-    if isinstance(settings.artifacts, Path):
-        return LocalArtifactStore(settings.artifacts)
     try:
-        import boto3  # noqa: F401
+        return artifacts_at(settings.artifacts, staging=settings.staging)
     except ImportError:
         raise SettingsError("artifacts: an s3:// store needs the s3 extra (pip install 'h3core[s3]')") from None
-    from h3core.adapters.artifacts.s3 import S3ArtifactStore
-
-    return S3ArtifactStore(str(settings.artifacts), settings.staging)
 
 
 def open_files(settings: Settings) -> Files:

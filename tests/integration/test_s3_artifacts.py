@@ -139,3 +139,52 @@ def test_a_kill_in_the_middle_of_an_upload_leaves_no_part_and_the_staged_video_i
     assert found is not None and found.sha256 == hashlib.sha256(data).hexdigest() == found.recorded.sha256
     assert uploads(store) == [], "the unfinished upload was aborted, not left billing"
     assert [(f.path, f.partial) for f in store.files()] == [(found.recorded.path, False)]
+
+
+def test_migrate_artifacts_copies_videos_checkpoints_and_marks_each_checked_and_skips_them_when_run_again(
+    aws_environ, s3_url, tmp_path
+):
+    from typer.testing import CliRunner
+
+    from h3core.adapters.artifacts import LocalArtifactStore
+    from h3core.cli import app
+    from h3core.testing.artifacts import OTHER
+
+    folder = LocalArtifactStore(tmp_path / "artifacts")
+
+    def commit(job: str, attempt: int, data: bytes):
+        staged = folder.staging(job, attempt)
+        staged.write_bytes(data)
+        return folder.commit(staged, job_id=job, attempt=attempt, frames=24, duration_s=1.0)
+
+    kept = commit(JOB, 2, os.urandom(PART + 100))  # in parts
+    gone = commit(JOB, 1, b"an older attempt's video, deleted")
+    deleted_at = folder.delete(gone.path)
+    ckpt, _, _ = folder.put_checkpoint(JOB, 2, 7, b"latents")
+    third = "abcdef0123456789abcdef0123456789"
+    damaged = commit(third, 1, b"a video whose file changed after its record")
+    folder.resolve(damaged.path).write_bytes(b"another video, same name")
+    commit(OTHER, 1, b"a video deleted as a whole (OpenAI's DELETE)")
+    whole_deleted = folder.delete_video(OTHER)
+    folder.staging(JOB, 3).write_bytes(b"a node's unfinished work")
+
+    def run() -> tuple[int, str]:
+        result = CliRunner().invoke(app, ["migrate-artifacts", str(folder.root), "--to", s3_url], env={"COLUMNS": "200"})
+        return result.exit_code, result.output
+
+    code, said = run()
+    assert code == 1 and f"FAILED {damaged.path}: not copied: " in said, said
+    bucket = S3ArtifactStore(s3_url)
+    assert bucket.recorded(kept.path) == kept and bucket.measure(kept.path) == (kept.bytes, kept.sha256)
+    assert bucket.read_checkpoint(ckpt) == b"latents"
+    assert bucket.deleted_at(gone.path) == deleted_at and bucket.video_deleted_at(OTHER) == whole_deleted
+    assert bucket.stat(damaged.path) is None and bucket.stat(gone.path) is None
+    assert {f.path for f in bucket.files()} == {kept.path, ckpt}, "no staged file, damaged or deleted video"
+    assert "3 copied" not in said and f"copied {kept.path}" in said
+
+    folder.delete(damaged.path)  # the damaged one dealt with: run again
+    code, again = run()
+    assert code == 0, again
+    assert again.count("copied ") == 1 and f"copied {damaged.path}.deleted" in again, again
+    assert "1 copied, 4 already there, 0 failed" in again, again
+    assert bucket.deleted_at(damaged.path) is not None

@@ -58,11 +58,19 @@ def parse_s3_url(url: str) -> tuple[str, str]:
 
 class S3ArtifactStore(AttemptFolders):
     """Videos and checkpoints in `s3://bucket/prefix`, staged under `staging` on this node's disk
-    (see the module). `client`: a boto3 S3 client (default: one from the environment); a video
+    (see the module; none given: a temporary folder of its own). `client`: a boto3 S3 client
+    (default: one from the environment); a video
     larger than `part_bytes` goes up in parts of that size."""
 
-    def __init__(self, url: str, staging: str | Path, *, client: Any = None, part_bytes: int = MULTIPART_BYTES) -> None:
-        super().__init__(staging)  # the folder methods this class inherits are its staging's
+    def __init__(
+        self, url: str, staging: str | Path | None = None, *, client: Any = None, part_bytes: int = MULTIPART_BYTES
+    ) -> None:
+        # No staging folder (a command that stages nothing): one of this object's own, removed with it.
+        self._own_staging = None
+        if staging is None:
+            self._own_staging = tempfile.TemporaryDirectory(prefix="h3core-staging-")
+            staging = self._own_staging.name
+        super().__init__(staging)
         self.bucket, self.prefix = parse_s3_url(url)
         self.url_text = url
         self.part_bytes = max(part_bytes, 5 << 20)  # S3's least part (but the last)
@@ -74,6 +82,16 @@ class S3ArtifactStore(AttemptFolders):
             config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"})
             client = boto3.client("s3", config=config)
         self.s3 = client
+
+    def present(self) -> bool:
+        """Whether the bucket is there (and these credentials may read it)."""
+        try:
+            self.s3.head_bucket(Bucket=self.bucket)
+        except Exception as exc:
+            if self._missing(exc) or "403" in str(exc) or "NoSuchBucket" in str(exc):
+                return False
+            raise
+        return True
 
     def __repr__(self) -> str:
         return f"S3ArtifactStore({self.url_text!r}, staging={str(self.root)!r})"
@@ -169,19 +187,30 @@ class S3ArtifactStore(AttemptFolders):
         """Upload the staged video with its record as the object's metadata (both appear at
         once), then remove the staged file. Unfinished uploads of the same name (a crash's) are
         aborted first."""
-        from boto3.s3.transfer import TransferConfig
-
         self._job_prefix(job_id)
         final, artifact = self._record_of(staged, frames=frames, duration_s=duration_s, media_type=media_type)
         key = self._key(artifact.path)
         for upload in list(self._uploads(key)):
             if upload["Key"] == key:
                 self._abort(upload)
-        config = TransferConfig(multipart_threshold=self.part_bytes, multipart_chunksize=self.part_bytes, max_concurrency=4)
-        extra = {"Metadata": {_RECORD_KEY: artifact.model_dump_json()}, "ContentType": media_type}
-        self.s3.upload_file(str(staged), self.bucket, key, ExtraArgs=extra, Config=config)
+        self.put_committed(staged, artifact)
         staged.unlink(missing_ok=True)
         return artifact
+
+    def put_committed(self, local: Path, artifact: Artifact) -> None:
+        """Upload `local` as the committed video `artifact` records (its record as the object's
+        metadata): a commit's upload, or a video a folder store committed, copied here."""
+        from boto3.s3.transfer import TransferConfig
+
+        config = TransferConfig(multipart_threshold=self.part_bytes, multipart_chunksize=self.part_bytes, max_concurrency=4)
+        extra = {"Metadata": {_RECORD_KEY: artifact.model_dump_json()}, "ContentType": artifact.media_type}
+        self.s3.upload_file(str(local), self.bucket, self._key(artifact.path), ExtraArgs=extra, Config=config)
+
+    def recorded(self, rel_path: str) -> Artifact | None:
+        """The record an object carries (None: no such object, or one without a record)."""
+        head = self._head(self._key(rel_path))
+        record = (head or {}).get("Metadata", {}).get(_RECORD_KEY)
+        return Artifact.model_validate_json(record) if record else None
 
     def _recorded(self, job_id: str, attempt: int) -> Artifact | None:
         """The record in the metadata of the attempt's object (`committed` measures it as it is now)."""
@@ -363,13 +392,22 @@ class S3ArtifactStore(AttemptFolders):
 
     # -- deletion on purpose ----------------------------------------------------------------
 
-    def _mark(self, key: str) -> datetime:
-        """The time in the mark object at `key`, written now unless one is there (first time kept)."""
+    def _mark(self, key: str, at: datetime | None = None) -> datetime:
+        """The time in the mark object at `key`, written (`at`, else now) unless one is there
+        (the first time kept)."""
         when = self._marked(key)
         if when is None:
-            when = datetime.now(UTC)
+            when = at or datetime.now(UTC)
             self.s3.put_object(Bucket=self.bucket, Key=key, Body=when.isoformat().encode())
         return when
+
+    def mark_deleted(self, rel_path: str, at: datetime) -> datetime:
+        """Record that the video at `rel_path` was deleted at `at` (a folder store's mark, copied)."""
+        return self._mark(self._key(rel_path) + _DELETED, at)
+
+    def mark_video_deleted(self, job_id: str, at: datetime) -> datetime:
+        """Record that the job's video was deleted as a whole at `at` (copied from a folder store)."""
+        return self._mark(self._job_prefix(job_id) + _VIDEO_DELETED, at)
 
     def _marked(self, key: str) -> datetime | None:
         body = self._get(key)

@@ -6,11 +6,13 @@ removes the object for both."""
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 
 import httpx
 import pytest
 
-from tests.integration.service.conftest import Server, Servers, submit, wait_job
+from tests.integration.service.conftest import Server, Servers, clean_env, submit, wait_job
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -50,7 +52,30 @@ def test_a_video_made_on_one_node_is_served_by_another_and_a_delete_through_eith
         direct = httpx.get(moved.headers["location"], headers={"Range": "bytes=0-99"})
         assert direct.status_code == 206 and direct.content == whole.content[:100], "the presigned URL reads the object"
 
+        said = cli("verify", "--db", pg_url, "--artifacts", s3_env["H3_ARTIFACTS"], env=s3_env)
+        assert f"checked 1 video in {s3_env['H3_ARTIFACTS']} (size and sha256)" in said, said
+        said = cli("gc", "--dry-run", "--db", pg_url, "--artifacts", s3_env["H3_ARTIFACTS"], env=s3_env)
+        assert "1 files in s3://" in said and "0 not needed" in said, said
+        # An upload a killed node left unfinished (not the job's video): gc aborts it.
+        bucket, prefix = s3_env["H3_ARTIFACTS"].removeprefix("s3://").split("/", 1)
+        s3, key = seaweed.client(), f"{prefix}/{job}/attempt-9.mp4"
+        s3.create_multipart_upload(Bucket=bucket, Key=key)
+        said = cli("gc", "--db", pg_url, "--artifacts", s3_env["H3_ARTIFACTS"], env=s3_env)
+        assert f"removed {job}/attempt-9.mp4.part (0 bytes): the job is done with attempt 1's video" in said, said
+        assert not s3.list_multipart_uploads(Bucket=bucket, Prefix=prefix).get("Uploads"), "aborted"
+
         assert b.delete(f"/v1/videos/{job}").status_code == 200
         for client in (a, b, c):
             assert client.get(f"/v1/jobs/{job}/video").status_code == 410
         assert httpx.get(moved.headers["location"]).status_code == 404, "the object itself is gone"
+    said = cli("verify", "--db", pg_url, "--artifacts", s3_env["H3_ARTIFACTS"], env=s3_env)
+    assert "1 of them deleted" in said and "OK:" in said, said
+
+
+def cli(*args: str, env: dict[str, str]) -> str:
+    """`h3core ARGS` in a process of its own, its output; it must exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-m", "h3core.cli", *args], env={**clean_env(), **env, "COLUMNS": "200"}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return " ".join(done.stdout.split())
