@@ -18,6 +18,7 @@ What it builds, by role:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.artifacts.location import artifacts_at
@@ -88,12 +89,17 @@ def open_files(settings: Settings) -> Files:
     """The artifact and upload stores the settings name (created where missing; `OSError` where
     they cannot be), with the upload limits the settings set."""
     artifacts = open_artifacts(settings)
-    uploads = LocalUploadStore(
-        settings.uploads,
-        limits={k: min(v, settings.max_upload_bytes) for k, v in DEFAULT_LIMITS.items()},
-        max_pixels=settings.max_upload_pixels,
-    )
-    return Files(artifacts, uploads)
+    limits = {k: min(v, settings.max_upload_bytes) for k, v in DEFAULT_LIMITS.items()}
+    if isinstance(settings.uploads, Path):
+        return Files(artifacts, LocalUploadStore(settings.uploads, limits, max_pixels=settings.max_upload_pixels))
+    try:
+        from h3core.adapters.uploads.s3 import S3UploadStore
+
+        cache = settings.staging / "uploads"  # this node's copies
+        uploads = S3UploadStore(settings.uploads, cache, limits, max_pixels=settings.max_upload_pixels)
+        return Files(artifacts, uploads)
+    except ImportError:
+        raise SettingsError("uploads: an s3:// store needs the s3 extra (pip install 'h3core[s3]')") from None
 
 
 def build_executor(settings: Settings, files: Files | None = None) -> Executor:

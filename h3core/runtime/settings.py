@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, TomlConfigSettingsSource
 
-from h3core.adapters.artifacts.s3 import parse_s3_url
+from h3core.adapters.s3 import parse_s3_url
 from h3core.adapters.store.location import is_postgres_url
 from h3core.adapters.uploads import DEFAULT_MAX_PIXELS
 from h3core.domain.capabilities import MODES
@@ -128,7 +128,8 @@ class Settings(BaseSettings):
         description="Videos and checkpoints: a folder, or an s3://bucket/prefix URL (AWS_* variables: endpoint, keys).",
     )
     staging: Path = Field(
-        default=Path("staging"), description="With s3:// artifacts: this node's folder for videos being written."
+        default=Path("staging"),
+        description="With s3:// artifacts or uploads: this node's folder for videos being written, uploads fetched.",
     )
     artifact_serving: Literal["proxy", "redirect"] = Field(
         default="proxy",
@@ -137,7 +138,10 @@ class Settings(BaseSettings):
     artifact_url_ttl: int = Field(
         default=300, ge=10, le=604800, description="Seconds a presigned video URL stays valid (redirect serving)."
     )
-    uploads: Path = Field(default=Path("uploads"), description="Folder for keyframes and references.")
+    uploads: Annotated[S3Url | Folder, Field(union_mode="left_to_right")] = Field(
+        default=Path("uploads"),
+        description="Keyframes and references: a folder, or an s3://bucket/prefix URL (AWS_* variables: endpoint, keys).",
+    )
     executor: ExecutorName = Field(default="pipeline", description="pipeline, comfyui or fake.")
     api_tokens: Annotated[list[str], NoDecode, NoFlag] = Field(
         default=[], description="Bearer tokens, comma-separated, each at least 16 characters [none]."

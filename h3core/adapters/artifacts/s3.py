@@ -27,33 +27,23 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
 from h3core.adapters.artifacts._folder import ATTEMPT_FILE, CHECKPOINT_FILE, PART, AttemptFolders
 from h3core.adapters.artifacts.base import CHUNK, FileStat
+from h3core.adapters.s3 import client_for, is_missing, parse_s3_url
 from h3core.domain.events import Artifact
 from h3core.domain.ids import is_job_id
 from h3core.domain.retention import StoredFile
 
-__all__ = ["S3ArtifactStore", "parse_s3_url"]
+__all__ = ["S3ArtifactStore"]
 
 _RECORD_KEY = "h3-record"  # the object's metadata that holds its commit's record (JSON)
 _DELETED = ".deleted"
 _VIDEO_DELETED = "video.deleted"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 MULTIPART_BYTES = 16 << 20  # above this a video goes up in parts of this size, streamed from its file
-
-
-def parse_s3_url(url: str) -> tuple[str, str]:
-    """(bucket, prefix) of `s3://bucket[/prefix]`; ValueError naming what is wrong."""
-    parts = urlsplit(url)
-    if parts.scheme != "s3" or not parts.netloc:
-        raise ValueError(f"{url!r} is not an s3://bucket/prefix URL")
-    if parts.query or parts.fragment:
-        raise ValueError(f"{url!r}: an s3:// URL has no query or fragment")
-    return parts.netloc, parts.path.strip("/")
 
 
 class S3ArtifactStore(AttemptFolders):
@@ -74,14 +64,7 @@ class S3ArtifactStore(AttemptFolders):
         self.bucket, self.prefix = parse_s3_url(url)
         self.url_text = url
         self.part_bytes = max(part_bytes, 5 << 20)  # S3's least part (but the last)
-        if client is None:
-            import boto3
-            from botocore.config import Config
-
-            # Path-style addressing works with every S3-compatible server (virtual hosts need DNS).
-            config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"})
-            client = boto3.client("s3", config=config)
-        self.s3 = client
+        self.s3 = client if client is not None else client_for()
 
     def present(self) -> bool:
         """Whether the bucket is there (and these credentials may read it)."""
@@ -119,12 +102,7 @@ class S3ArtifactStore(AttemptFolders):
     # -- S3 calls ---------------------------------------------------------------------------
 
     def _missing(self, exc: Exception) -> bool:
-        from botocore.exceptions import ClientError
-
-        if not isinstance(exc, ClientError):
-            return False
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        return code in ("404", "NoSuchKey", "NotFound", "NoSuchUpload")
+        return is_missing(exc)
 
     def _head(self, key: str) -> dict[str, Any] | None:
         try:

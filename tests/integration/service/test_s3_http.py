@@ -12,6 +12,7 @@ import sys
 import httpx
 import pytest
 
+from tests.factories import png
 from tests.integration.service.conftest import Server, Servers, clean_env, submit, wait_job
 
 pytestmark = pytest.mark.timeout(300)
@@ -21,6 +22,7 @@ def node(servers: Servers, pg_url: str, s3_env: dict[str, str], name: str, **env
     server = servers.make({**s3_env, "H3_NODE": name, **env})
     server.db = pg_url  # type: ignore[assignment]
     server.artifacts = s3_env["H3_ARTIFACTS"]  # type: ignore[assignment]
+    server.uploads = s3_env["H3_ARTIFACTS"] + "-uploads"  # type: ignore[assignment]
     return server.start(120)
 
 
@@ -29,6 +31,12 @@ def test_a_video_made_on_one_node_is_served_by_another_and_a_delete_through_eith
     other = node(servers, pg_url, s3_env, "api-1", H3_ROLE="api")
     redirecting = node(servers, pg_url, s3_env, "api-2", H3_ROLE="api", H3_ARTIFACT_SERVING="redirect")
     with maker.client() as a, other.client() as b, redirecting.client() as c:
+        # An upload one node takes is admitted by another (its record in the bucket) and run by a third.
+        up = b.post("/v1/uploads", content=png(64, 48), headers={"Content-Type": "image/png"})
+        assert up.status_code == 201, up.text
+        keyed = submit(c, steps=1, mode="fl2va", keyframes={"first": up.json()["id"]})
+        assert wait_job(c, keyed["id"])["status"] == "done"
+
         job = submit(b, steps=2)["id"]
         done = wait_job(b, job)
         assert done["status"] == "done", done
@@ -53,9 +61,9 @@ def test_a_video_made_on_one_node_is_served_by_another_and_a_delete_through_eith
         assert direct.status_code == 206 and direct.content == whole.content[:100], "the presigned URL reads the object"
 
         said = cli("verify", "--db", pg_url, "--artifacts", s3_env["H3_ARTIFACTS"], env=s3_env)
-        assert f"checked 1 video in {s3_env['H3_ARTIFACTS']} (size and sha256)" in said, said
+        assert f"checked 2 videos in {s3_env['H3_ARTIFACTS']} (size and sha256)" in said, said
         said = cli("gc", "--dry-run", "--db", pg_url, "--artifacts", s3_env["H3_ARTIFACTS"], env=s3_env)
-        assert "1 files in s3://" in said and "0 not needed" in said, said
+        assert "2 files in s3://" in said and "0 not needed" in said, said
         # An upload a killed node left unfinished (not the job's video): gc aborts it.
         bucket, prefix = s3_env["H3_ARTIFACTS"].removeprefix("s3://").split("/", 1)
         s3, key = seaweed.client(), f"{prefix}/{job}/attempt-9.mp4"
