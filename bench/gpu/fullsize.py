@@ -160,7 +160,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="h3gpu-mux-") as tmp:
         t = time.perf_counter()
         artifact = save_video(
-            LocalArtifactStore(Path(tmp)), JobSpec("fullsize", 1, request), out.frames, out.audio, out.sample_rate
+            LocalArtifactStore(Path(tmp)), JobSpec("fullsize", 1, request), out.frames, out.audio, out.sample_rate, Control()
         )
         mux = time.perf_counter() - t
     shape = out.frames.shape

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import av
@@ -16,8 +17,10 @@ def write_mp4(
     audio: np.ndarray | None = None,
     sample_rate: int = 32_000,
     preset: str = "veryfast",
+    alive: Callable[[], None] | None = None,
 ) -> None:
-    """`frames`: uint8 [T, H, W, 3] RGB, H and W even. `audio`: float32 [2, samples] in [-1, 1]."""
+    """`frames`: uint8 [T, H, W, 3] RGB, H and W even. `audio`: float32 [2, samples] in [-1, 1].
+    `alive` is called after each second of video is encoded (a long clip's encode takes minutes)."""
     t, h, w, _ = frames.shape
     with av.open(str(path), "w", format="mp4") as out:
         video = out.add_stream("libx264", rate=fps)
@@ -30,6 +33,8 @@ def write_mp4(
         for i in range(t):
             for packet in video.encode(av.VideoFrame.from_ndarray(frames[i], format="rgb24")):
                 out.mux(packet)
+            if alive is not None and (i + 1) % fps == 0:
+                alive()
         for packet in video.encode():
             out.mux(packet)
         if sound is not None and audio is not None:

@@ -454,6 +454,6 @@ class DistributedExecutor:
                 out: dict[str, Any] | None = group.run(payload, control, stop_timeout_s=wait_s, on_checkpoint=store)
             if out is None:
                 return writer.last if control.save_on_stop and writer.last is not None else None
-            return save_video(self.artifacts, job, out["frames"], out["audio"], out["sample_rate"])
+            return save_video(self.artifacts, job, out["frames"], out["audio"], out["sample_rate"], control)
         except Exception as exc:  # noqa: BLE001 - a worker thread: report whatever happened
             return model_failure(exc, where=group.name, tokens=job.tokens)

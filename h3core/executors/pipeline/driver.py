@@ -11,6 +11,7 @@ work no longer stops: a cancel then comes too late, and the video it finishes is
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 import time
@@ -189,10 +190,14 @@ class CheckpointWriter:
         self.on_saved(self.last)
 
 
-def save_video(artifacts: ArtifactStore, job: JobSpec, frames: np.ndarray, audio: np.ndarray, sample_rate: int) -> Artifact:
-    """H.264 + AAC through the artifact store's staging, committed under the attempt."""
+def save_video(
+    artifacts: ArtifactStore, job: JobSpec, frames: np.ndarray, audio: np.ndarray, sample_rate: int, control: Control
+) -> Artifact:
+    """H.264 + AAC through the artifact store's staging (each second encoded a sign of life),
+    committed under the attempt."""
     staged = artifacts.staging(job.job_id, job.attempt)
-    write_mp4(staged, frames, fps=job.request.fps, audio=audio, sample_rate=sample_rate)
+    alive = functools.partial(control.alive, "encode")
+    write_mp4(staged, frames, fps=job.request.fps, audio=audio, sample_rate=sample_rate, alive=alive)
     count = int(frames.shape[0])
     return artifacts.commit(staged, job_id=job.job_id, attempt=job.attempt, frames=count, duration_s=count / job.request.fps)
 

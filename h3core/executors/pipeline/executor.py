@@ -215,7 +215,7 @@ class PipelineExecutor(NoReports):  # one device: no groups, no head
             finally:
                 writer.drain()  # every checkpoint handed over is stored (and reported) before what follows
             t0 = time.perf_counter()
-            artifact = save_video(self.artifacts, job, out.frames, out.audio, out.sample_rate)
+            artifact = save_video(self.artifacts, job, out.frames, out.audio, out.sample_rate, control)
             self.counters.last_job = {**out.seconds, "mux": time.perf_counter() - t0, "steps": float(out.steps)}
             return artifact
         except StopRequested:

@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,6 +108,17 @@ class Control:
     # A group's agreement: (stop, checkpoint) as this rank would decide them in, rank 0's decision out (one
     # collective, at the same points on every rank). None: this process decides alone.
     agree: Callable[[bool, bool], tuple[bool, bool]] | None = None
+    # Signs of life inside a long stage (a decoder's modules, the encoder's frames), at most one per
+    # this many seconds: a 15 s clip's decode and encode take minutes on a slow box, without a step.
+    alive_every_s: float = 1.0
+    _alive_at: float = field(default=0.0, repr=False)
+
+    def alive(self, stage: str) -> None:
+        """Say the job is alive in `stage` (`on_stage`), unless it said so within `alive_every_s`."""
+        now = time.monotonic()
+        if now - self._alive_at >= self.alive_every_s:
+            self._alive_at = now
+            self.on_stage(stage)
 
     def decided(self, stop: bool, save: bool = False) -> tuple[bool, bool]:
         """(stop, checkpoint) as decided here, or as the group agreed (`agree`)."""
@@ -257,7 +268,8 @@ class Generator:
                     def before_steps(stage: str = name) -> bool:
                         return stage != "decode" and not step_seconds
 
-                    state = self._stage(name, state, inputs, before_steps=before_steps)
+                    with self._alive_while(name, control):
+                        state = self._stage(name, state, inputs, before_steps=before_steps)
                     if name == "text_encoder":
                         self.encodes += 1
                         self._remember(key, {k: state.get(k) for k in self._encoder_outputs})
@@ -275,6 +287,18 @@ class Generator:
             gc.collect()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
+
+    @contextlib.contextmanager
+    def _alive_while(self, name: str, control: Control) -> Iterator[None]:
+        """While the decode stage runs, each forward of a VAE's module is a sign of life (the stage
+        has no steps to report; a long clip's decode may outlast the stall timeout)."""
+        parts = [self.model.components.get(k) for k in ("vae", "audio_vae")] if name == "decode" else []
+        hooks = [m.register_forward_hook(lambda *_: control.alive(name)) for p in parts if p is not None for m in p.modules()]
+        try:
+            yield
+        finally:
+            for hook in hooks:
+                hook.remove()
 
     def _stage(self, name: str, state, inputs: dict[str, Any], *, before_steps: Callable[[], bool]):
         pipe = self.stages[name]

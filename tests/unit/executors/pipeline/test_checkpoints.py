@@ -86,3 +86,22 @@ def test_a_checkpoint_of_another_request_or_format_is_refused(generator):
     held = dict(saved[0], fingerprint={**saved[0]["fingerprint"], "format": 0})
     with pytest.raises(ExecutorFailure, match="not one this version reads"):
         load_checkpoint(save_checkpoint(held))
+
+
+def test_the_decode_stage_says_it_is_alive_while_it_runs_not_only_as_it_starts(generator):
+    """A long clip's decode has no steps and may outlast the stall timeout on a slow box: each
+    forward of a VAE's module is a sign of life (here unthrottled, to count them)."""
+    stages: list[str] = []
+    run(generator, REQUEST, on_stage=stages.append, alive_every_s=0.0)
+    assert stages.index("denoise") < stages.index("decode") and stages.count("decode") > 10
+    quiet: list[str] = []
+    run(generator, REQUEST, on_stage=quiet.append)  # throttled: at most one a second
+    assert quiet.count("decode") < stages.count("decode")
+
+
+def test_encoding_a_video_says_it_is_alive_each_second_of_video(tmp_path):
+    from h3core.adapters.video import write_mp4
+
+    beats: list[int] = []
+    write_mp4(tmp_path / "v.mp4", np.zeros((50, 16, 16, 3), np.uint8), fps=24, preset="ultrafast", alive=lambda: beats.append(1))
+    assert len(beats) == 2, "after frames 24 and 48"
