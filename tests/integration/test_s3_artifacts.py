@@ -188,3 +188,45 @@ def test_migrate_artifacts_copies_videos_checkpoints_and_marks_each_checked_and_
     assert again.count("copied ") == 1 and f"copied {damaged.path}.deleted" in again, again
     assert "1 copied, 4 already there, 0 failed" in again, again
     assert bucket.deleted_at(damaged.path) is not None
+
+
+@pytest.mark.anyio
+async def test_a_job_stopped_on_one_node_resumes_on_another_from_its_checkpoint_in_the_bucket(seaweed, s3_url, tmp_path):
+    """Checkpoints go to the bucket: the node that runs the job next (another staging folder, no
+    file shared with the first) continues after the newest one and makes the uninterrupted video."""
+    import anyio
+
+    from h3core import Runner, RunnerConfig, SQLiteEventStore
+    from h3core.domain.checkpoints import CheckpointPolicy
+    from h3core.executors.fake import FakeExecutor, FakePlan
+    from tests.factories import request
+    from tests.waiting import ended, until
+
+    asked = request(steps=8)
+
+    async def node(store, name: str, plan: FakePlan, job: str | None = None, *, until_checkpoint: int | None = None):
+        artifacts = S3ArtifactStore(s3_url, tmp_path / name, client=seaweed.client())
+        config = RunnerConfig(stall_timeout_s=30, poll_interval_s=0.05, checkpoints=CheckpointPolicy(every_steps=2))
+        runner = Runner(store, FakeExecutor(artifacts, default=plan), config, artifacts=artifacts)
+        async with anyio.create_task_group() as tg:
+            await tg.start(runner.run)
+            job = job or (await runner.submit(asked)).job_id
+            if until_checkpoint is not None:
+                await until(lambda: (c := store.get(job).checkpoint) is not None and c.step == until_checkpoint)
+            else:
+                await ended(runner, job)
+            tg.cancel_scope.cancel()
+        return job
+
+    store = SQLiteEventStore(tmp_path / "h3.db", durable=False)
+    job = await node(store, "node-a", FakePlan(hang_at=7), until_checkpoint=6)
+    newest = store.get(job).checkpoint
+    await node(store, "node-b", FakePlan(), job)
+    state = store.get(job)
+    types = [e.type for e in store.events(job)]
+    assert state.status == "done" and "restored" in types and "checkpoint_rejected" not in types, types
+    restored = next(e for e in store.events(job) if e.type == "restored")
+    assert restored.body.checkpoint == newest, "continued after the newest checkpoint, read from the bucket"
+    through = SQLiteEventStore(tmp_path / "through.db", durable=False)
+    other = await node(through, "node-c", FakePlan())  # the same request, uninterrupted
+    assert state.artifact.sha256 == through.get(other).artifact.sha256
