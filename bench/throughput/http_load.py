@@ -240,6 +240,7 @@ class Server:
     role: str = "all"  # H3_ROLE: "runner" has no HTTP (and is started before its "api" partner)
     code: Path = ROOT  # the checkout whose h3core runs (bench.studies.submit runs an older one beside this)
     env: dict[str, str] = field(default_factory=dict)  # more H3_* settings (bench.throughput.readyz: H3_READY_CACHE)
+    artifacts: str = ""  # --artifacts: a folder or an s3:// URL (bench.throughput.artifacts); default root/artifacts
     wrapper: tuple[str, ...] = ()  # a command the server runs under (bench.studies.submit_ir: valgrind)
     port: int = 0
     proc: subprocess.Popen | None = None
@@ -263,7 +264,7 @@ class Server:
         env.update(self.env)
         for attempt in range(3):
             self.port = free_port()
-            args = ["--port", str(self.port), "--db", str(self.db), "--artifacts", str(self.root / "artifacts")]
+            args = ["--port", str(self.port), "--db", str(self.db), "--artifacts", self.artifacts or str(self.root / "artifacts")]
             args += ["--uploads", str(self.root / "uploads")]
             if self.profile is None:
                 cmd = [*self.wrapper, sys.executable, "-m", "h3core.cli", "serve", *args]

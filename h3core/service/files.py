@@ -53,7 +53,8 @@ _VERIFIED_LOCK = threading.Lock()  # `checked` runs on several worker threads at
 def deleted_at(store: JobProjections, artifacts: ArtifactStore, state: JobState) -> datetime | None:
     """When the job's video was deleted: the store's mark, whichever node holds the file; else
     what this node's artifact store recorded (a deletion by an earlier h3core, or one whose mark
-    in the store a failure cut off). A point read and a file or two: inline, as the point reads."""
+    in the store a failure cut off). A point read and a file or two, or two requests to an object
+    store: `h3core.service.submission.artifacts_read` runs it where it belongs."""
     return store.video_deleted_at(state.job_id) or recorded_deleted_at(artifacts, state)
 
 
@@ -69,14 +70,13 @@ def recorded_deleted_at(artifacts: ArtifactStore, state: JobState) -> datetime |
     return when
 
 
-def checked(artifacts: ArtifactStore, artifact: Artifact, whose: str, *, deleted: datetime | None = None) -> int:
+def checked(artifacts: ArtifactStore, artifact: Artifact, whose: str, *, deleted: datetime | None) -> int:
     """The video's size, if the file is still the one its record describes, byte for byte
     (sha256, read again whenever the file changed); else `ArtifactProblem`: a video deleted
-    (`deleted`: when, as `deleted_at` says; else as this node's store recorded it), or a
-    truncated, damaged or replaced file, is never served. Blocking (it reads the file): call it in a
-    worker thread."""
+    (`deleted`: when, as the caller's `deleted_at` just said: the marks are read once a request,
+    each a round trip in an object store), or a truncated, damaged or replaced file, is never
+    served. Blocking (it reads the file): call it in a worker thread."""
     try:
-        deleted = deleted or artifacts.deleted_at(artifact.path)
         seen = artifacts.stat(artifact.path)
     except ValueError:
         raise ArtifactProblem(404, f"{whose} recorded video path is not in the artifact store", "content_missing") from None

@@ -10,6 +10,7 @@ from typing import TypeVar
 import anyio
 from litestar.exceptions import NotFoundException, ValidationException
 
+from h3core.adapters.artifacts.location import is_s3_url
 from h3core.adapters.store.location import is_postgres_url
 from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
@@ -34,6 +35,15 @@ async def point_read(svc: Service, fn: Callable[..., T], *args: object) -> T:
     if is_postgres_url(svc.settings.db):
         return await in_thread(fn, *args)
     return fn(*args)
+
+
+async def artifacts_read(svc: Service, fn: Callable[..., T], *args: object) -> T:
+    """A point read that also reads the artifact store (whether a video was deleted: marks beside
+    it): as `point_read` where the artifacts are a folder (a file or two), on a worker thread
+    where they are an object store, where each mark is a request over the network."""
+    if is_s3_url(svc.settings.artifacts):
+        return await in_thread(fn, *args)
+    return await point_read(svc, fn, *args)
 
 
 async def job_state(svc: Service, job_id: str) -> JobState:

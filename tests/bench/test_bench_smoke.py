@@ -107,6 +107,19 @@ def test_s3_client(seaweed, tmp_path, capsys):
     assert "put: PreconditionFailed; multipart: PreconditionFailed" in row(out, "create-only put (If-None-Match: *)")
 
 
+def test_throughput_artifacts(seaweed, tmp_path, capsys):
+    argv = ["--sizes", "1", "--rounds", "1", "--warm", "1", "--views", "4", "--pollers", "1", "--workdir", str(tmp_path)]
+    out = run_main("bench.throughput.artifacts", argv, capsys, server=seaweed)
+    for store in ("local folder", "S3"):
+        row(out, "commit", store, "1")
+    for serving in ("local folder", "S3 proxy", "S3 redirect"):
+        for request in ("GET, first", "GET, warm", "GET 1 MiB range"):
+            row(out, request, serving, "1")  # each whole body was compared with its commit's sha256
+        for request in ("job view", "job list", "healthz beside views"):
+            row(out, request, serving, "-")
+    row(out, "S3 proxy")  # the memory table
+
+
 def test_pg_faults(pg_server, capsys):
     # One idle connection (psycopg_pool's own check pauses a second per dead one after the first) and
     # no frozen writer (each costs the 2 s bound): the integration tests measure that one.

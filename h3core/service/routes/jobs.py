@@ -25,7 +25,7 @@ from h3core.service.cancelling import CANCEL_ANSWER_S, cancel, refusal
 from h3core.service.context import Service
 from h3core.service.openapi import file_responses
 from h3core.service.requests import JobCreate
-from h3core.service.submission import in_thread, job_state, point_read, submit
+from h3core.service.submission import artifacts_read, in_thread, job_state, point_read, submit
 from h3core.service.views import ApiStatus, JobPage, JobView, Problem, job_view, problems
 
 STREAM_RESYNC_S = 10.0  # also catch events stored by other processes (a CLI cancel)
@@ -40,18 +40,22 @@ UNKNOWN_UPLOAD = (
 # inline on the event loop on SQLite: a hop to a thread costs more than the read. The store serves
 # them on a connection of their own, apart from the writer's (in WAL mode a read never waits for a
 # write) and from long reads. On PostgreSQL they go to a thread (`point_read`), as reads that can be
-# long (a page of the list, a job's whole log) always do.
+# long (a page of the list, a job's whole log) always do. Whether a done job's video was deleted
+# also reads the artifact store: a file or two in a folder, inline the same way; in an object store,
+# requests over the network, on a thread (`artifacts_read`).
 
 
 async def _view(svc: Service, state: JobState) -> JobView:
     position = await point_read(svc, svc.store.queue_position, state.job_id) if state.status == "queued" else None
     waiting = svc.contract.source().waiting_reason(state.request.mode) if state.status == "queued" else None
-    return job_view(state, now=datetime.now(UTC), queue_position=position, waiting=waiting, deleted_at=_deleted_at(svc, state))
+    deleted = await artifacts_read(svc, _deleted_at, svc, state) if state.artifact is not None else None
+    return job_view(state, now=datetime.now(UTC), queue_position=position, waiting=waiting, deleted_at=deleted)
 
 
 def _deleted_at(svc: Service, state: JobState) -> datetime | None:
     """When a done job's video was deleted on purpose (the store's mark, or a record beside the
-    file: inline like the point reads), so that the view never offers a url that answers 410."""
+    file), so that the view never offers a url that answers 410. Blocking where either store is a
+    server: `artifacts_read`."""
     return files.deleted_at(svc.store, svc.artifacts, state) if state.artifact is not None else None
 
 
@@ -251,8 +255,8 @@ async def _video(svc: Service, request: Request, job_id: str) -> files.Span:
         raise HTTPException(status_code=409, detail=f"job {job_id} has no video: it is {state.status}")
     artifact = state.artifact
     try:
-        deleted = _deleted_at(svc, state)
-        size = await in_thread(lambda: files.checked(svc.artifacts, artifact, f"job {job_id}'s", deleted=deleted))
+        # Both on the one worker thread: in an object store each is a request over the network.
+        size = await in_thread(lambda: files.checked(svc.artifacts, artifact, f"job {job_id}'s", deleted=_deleted_at(svc, state)))
     except files.ArtifactProblem as exc:
         raise HTTPException(status_code=exc.status, detail=exc.message) from None
     return files.span(svc.artifacts, artifact.path, size, request.headers, media_type=artifact.media_type, sha256=artifact.sha256)

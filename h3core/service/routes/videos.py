@@ -56,7 +56,7 @@ from h3core.service.openai_videos import (
 )
 from h3core.service.openapi import RawSchema, add_component, file_responses, ref
 from h3core.service.requests import JobCreate, not_an_object
-from h3core.service.submission import in_thread, point_read, submit
+from h3core.service.submission import artifacts_read, in_thread, submit
 from h3core.service.validation import field_errors
 
 # A placeholder upload id, to validate a request before its input_reference is stored.
@@ -133,8 +133,8 @@ def _found(svc: Service, video_id: str) -> tuple[JobState | None, datetime | Non
 
 async def _state(svc: Service, video_id: str) -> JobState:
     """The video's job, or 404: there is none, or the video was deleted (as OpenAI's API answers).
-    Point reads, as in /v1/jobs (`point_read`: off the event loop where the store is a server)."""
-    state, deleted = await point_read(svc, _found, svc, video_id)
+    Point reads, as in /v1/jobs (`artifacts_read`: off the event loop where either store is a server)."""
+    state, deleted = await artifacts_read(svc, _found, svc, video_id)
     if state is None:
         raise VideoApiError(404, f"no video {video_id!r}", param="video_id", code="video_not_found")
     if deleted is not None:
@@ -438,7 +438,8 @@ async def video_content(
             404, f"video {video_id} has no content: it is {video_status(state)}", param="video_id", code="video_not_ready"
         )
     try:
-        size = await in_thread(lambda: files.checked(svc.artifacts, artifact, f"video {video_id}'s"))
+        # `_state` read the deletion marks (none, or it answered 404): not read again here.
+        size = await in_thread(lambda: files.checked(svc.artifacts, artifact, f"video {video_id}'s", deleted=None))
         if variant == "video":
             sent = files.span(
                 svc.artifacts, artifact.path, size, request.headers, media_type=artifact.media_type, sha256=artifact.sha256
