@@ -11,6 +11,7 @@ import tests.profiles  # noqa: F401 - registers and loads the Hypothesis profile
 from h3core.adapters.store import MemoryEventStore, SQLiteEventStore
 from tests.pgserver import PgServer, running_server
 from tests.seaweed import SeaweedServer, running_seaweed
+from tests.waiting import stretch
 
 STORE_KINDS = ["sqlite", "memory", "postgres"]
 
@@ -129,7 +130,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups from the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The hang guard (pytest-timeout: the ini's, or a test's own mark) stretches with the load as
+    # the waits do (tests/waiting.py): a loaded machine is slower, not red.
+    guard = float(config.getini("timeout") or 0)
+    factor = stretch()
     for item in items:
+        marked = item.get_closest_marker("timeout")
+        seconds = float(marked.args[0] if marked and marked.args else (marked.kwargs.get("timeout", guard) if marked else guard))
+        if seconds > 0 and factor > 1:
+            item.add_marker(pytest.mark.timeout(seconds * factor), append=False)
         # Every integration test is slow (a process, a server, a model): `-m "not slow"` leaves them out.
         if "integration" in item.path.parts:
             item.add_marker(pytest.mark.slow)
