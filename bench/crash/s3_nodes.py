@@ -2,7 +2,7 @@
 SeaweedFS, each with folders of its own (nothing shared on disk), one killed with SIGKILL around
 the upload of a video; what survives, and what is left in the bucket and on the nodes' disks.
 
-    python -m bench.crash.s3_nodes                              # 10 trials of each kind (about 25 min on 2 busy cores)
+    python -m bench.crash.s3_nodes                              # 10 trials of each kind (about 10 min on 2 busy cores)
     python -m bench.crash.s3_nodes --trials 2 --kinds mid_upload,random
 
 Every trial starts from nothing: a fresh schema on one throwaway PostgreSQL (tests/pgserver.py) and
@@ -35,7 +35,8 @@ end, the nodes are stopped (SIGTERM), and each trial is counted, summed per kind
 - uploads, after gc: unfinished multipart uploads under the trial's prefix at the end
   (list_multipart_uploads), before and after `h3core gc` (run as an operator would, from any box);
   gc removed: what it removed; staged left: files left in the nodes' staging folders; back s: the
-  longest from the kill to the restarted node being ready (after its recovery);
+  longest from the kill to the restarted node being ready (after its recovery; late: the wait for
+  the takeover included);
 - held: attempts the killed node held at the kill; staged / uploads at kill: their staged files on
   its disk and their multipart uploads begun, then; finished: held attempts whose video was whole
   at the kill (a staged file or an object byte for byte the video the job ended with: the fake
@@ -348,7 +349,7 @@ def main(argv: list[str] | None = None, pg: object | None = None, server: object
         "not ended; exits: node processes that exited unasked; verify: trials where `h3core verify --artifacts s3://...` "
         "failed; uploads, after gc: unfinished multipart uploads under the trial's prefix at the end, before and after "
         "`h3core gc`; gc removed: files gc removed; staged left: files left in the nodes' staging folders; back s: the "
-        "longest from the kill to the killed node's restart being ready (at_once: within the lease).",
+        "longest from the kill to the killed node's restart being ready (late: the takeover waited for first).",
     )
     killed = table(
         "The killed node's attempts",
