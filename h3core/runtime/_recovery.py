@@ -1,8 +1,10 @@
 """Recovery at start: end what a dead or stopped process left running, adopt a video it committed
-before it died, re-attach to work that outlived it, admit logs imported without admission."""
+before it died, re-attach to work that outlived it, admit logs imported without admission, and
+clear what this node staged on its own disk for attempts it no longer runs."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
@@ -34,6 +36,8 @@ from h3core.domain.state import JobState
 from h3core.executors.base import Executor, Resumable
 from h3core.runtime._attempt import failure_event
 from h3core.runtime._journal import Journal
+
+log = logging.getLogger("h3core.runner")
 
 
 def can_resume(executor: Executor, state: JobState) -> bool:
@@ -87,7 +91,31 @@ async def recover(
             else:
                 body = Admitted(tokens=decision.tokens)
             await journal.append(state.job_id, [body], expected_seq=state.last_seq)
+    if artifacts is not None:
+        await clear_staged(journal, artifacts)
     return resumable
+
+
+async def clear_staged(journal: Journal, artifacts: ArtifactStore) -> list[StoredFile]:
+    """Remove what this node staged for attempts it no longer runs (what it removed). Its own dead
+    attempts were ended above, which took their files; what is left was staged for attempts another
+    node took over while this one was down, or ended since: that node could neither adopt nor
+    discard a file on this node's disk, and no gc sees it. An attempt running here (resumed) keeps its file."""
+    staged = await journal.read(artifacts.staged_here)
+    if not staged:
+        return []
+    leases = node_leases(journal.store)
+    holders = await journal.read(leases.lease_holders) if leases is not None else {}
+    removed = []
+    for f in staged:
+        state = await journal.read(journal.store.get, f.job_id)
+        running = state is not None and state.status == "running" and state.attempt == f.attempt
+        if running and holders.get(f.job_id) in (None, leases.node_id if leases is not None else None):
+            continue
+        log.info("removed %s (%d bytes), staged here for an attempt this node no longer runs", f.path, f.bytes)
+        await journal.read(artifacts.remove, f.path)
+        removed.append(f)
+    return removed
 
 
 async def _verdict(

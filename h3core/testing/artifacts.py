@@ -92,6 +92,11 @@ class ArtifactStoreContract:
         assert [(f.job_id, f.attempt, f.partial, f.bytes) for f in listed] == [(JOB, 1, True, len(VIDEO))]
         assert artifacts.staging(JOB, 2) != staged, "each attempt stages apart"
 
+    def test_what_only_this_process_sees_staged_is_partial_and_among_the_files(self, artifacts):
+        _stage(artifacts)
+        here = artifacts.staged_here()
+        assert all(f.partial for f in here) and {f.path for f in here} <= {f.path for f in artifacts.files()}, here
+
     def test_a_commit_records_the_staged_bytes_and_reads_them_back(self, artifacts):
         artifact = _commit(artifacts)
         sha = hashlib.sha256(VIDEO).hexdigest()

@@ -229,6 +229,19 @@ def test_crash_jobs(tmp_path, capsys):
     assert got["adopted"] == got["unrecorded"] == "1", got  # the video committed at the kill, adopted
 
 
+def test_crash_s3_nodes(pg_server, seaweed, tmp_path, capsys):
+    argv = ["--workdir", str(tmp_path), "--trials", "1", "--kinds", "mid_upload", "--nodes", "2", "--jobs", "2"]
+    out = run_main("bench.crash.s3_nodes", [*argv, "--steps", "1"], capsys, pg=pg_server, server=seaweed)
+    rows = [[c.strip() for c in r.strip("|").split("|")] for r in re.findall(r"^\| mid_upload +\| at_once .*$", out, re.M)]
+    assert len(rows) == 2, out[-4000:]  # the jobs table's row, then the killed attempts'
+    jobs = ["trials", "jobs", "lost", "stuck", "exits", "verify", "uploads", "after gc", "gc removed", "staged left", "back s"]
+    got = dict(zip(jobs, rows[0][2:], strict=True))
+    assert got["lost"] == got["stuck"] == got["verify"] == got["uploads"] == got["staged left"] == "0", got
+    killed = ["held", "staged at kill", "uploads at kill", "finished", "adopted own", "adopted other", "rerun fin"]
+    got = dict(zip([*killed, "rerun unfin"], rows[1][2:], strict=True))
+    assert got["held"] == got["uploads at kill"] == got["adopted own"] == "1", got  # the upload a kill cut, adopted
+
+
 def test_crash_webhooks(tmp_path, capsys):
     out = run_main(
         "bench.crash.webhooks",

@@ -16,6 +16,19 @@ record, rename) → the runner writes `Done`. The modes, in that order:
   process dies before `commit` returns, so the runner never writes `Done`: a finished video no
   event names.
 
+With `s3://` artifacts (h3core.adapters.artifacts.s3: the commit uploads the staged video with
+its record as the object's metadata), the modes of the upload:
+
+- `before_upload`: the staged video whole and hashed, the process dies as its upload starts.
+- `mid_upload`: dies once the first part of the multipart upload is stored (boto3's
+  `after-call.s3.UploadPart` event on the store's own client): an upload begun, never completed.
+- `after_upload`: the object is up with its record, the process dies before `commit` returns.
+- `none`: no kill (the nodes beside the crashing one run the same program).
+
+`CRASHING_FAKE_ENCODING=y4m` in the environment makes the fake executor write YUV4MPEG2 (raw
+frames: about 24 kB a frame at its 128-pixel size) where it would write a small mp4, so that a
+video is large enough to go up in parts.
+
 Deterministic: the kill happens in the commit call itself, not at a time a test guesses.
 """
 
@@ -26,14 +39,18 @@ import signal
 import sys
 
 from h3core.adapters.artifacts import LocalArtifactStore
+from h3core.adapters.artifacts.s3 import S3ArtifactStore
 from h3core.cli import app
 
 _commit = LocalArtifactStore.commit
 _write_record = LocalArtifactStore._write_record
+_s3_init = S3ArtifactStore.__init__
+_s3_commit = S3ArtifactStore.commit
 
 # The modes whose kill leaves a whole video (the encoder had closed it), in write-path order.
 WHOLE = ("before_commit", "before_record", "after_record", "after_commit")
 MODES = ("mid_write", *WHOLE)
+S3_MODES = ("before_upload", "mid_upload", "after_upload", "none")
 
 
 def _die() -> None:
@@ -64,9 +81,39 @@ def _after_record(self, *args, **kw):
     _die()
 
 
+def _s3_before_upload(self, local, artifact):
+    _die()
+
+
+def _s3_after_upload(self, staged, **kw):
+    _s3_commit(self, staged, **kw)
+    _die()
+
+
+def _s3_mid_upload(self, *args, **kw):
+    _s3_init(self, *args, **kw)
+    self.s3.meta.events.register("after-call.s3.UploadPart", lambda **_: _die())
+
+
+def _s3(at: str) -> None:
+    if at == "before_upload":
+        S3ArtifactStore.put_committed = _s3_before_upload
+    elif at == "mid_upload":
+        S3ArtifactStore.__init__ = _s3_mid_upload
+    elif at == "after_upload":
+        S3ArtifactStore.commit = _s3_after_upload
+
+
 if __name__ == "__main__":
     at = sys.argv.pop(1)
-    if at in ("before_record", "after_record"):
+    if os.environ.get("CRASHING_FAKE_ENCODING"):
+        import h3core.executors.fake as fake
+
+        encoding = os.environ["CRASHING_FAKE_ENCODING"]
+        fake.default_encoding = lambda: encoding
+    if at in S3_MODES:
+        _s3(at)
+    elif at in ("before_record", "after_record"):
         LocalArtifactStore._write_record = {"before_record": _before_record, "after_record": _after_record}[at]
     else:
         LocalArtifactStore.commit = {"mid_write": _mid_write, "before_commit": _before, "after_commit": _after}[at]

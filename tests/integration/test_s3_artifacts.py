@@ -230,3 +230,50 @@ async def test_a_job_stopped_on_one_node_resumes_on_another_from_its_checkpoint_
     through = SQLiteEventStore(tmp_path / "through.db", durable=False)
     other = await node(through, "node-c", FakePlan())  # the same request, uninterrupted
     assert state.artifact.sha256 == through.get(other).artifact.sha256
+
+
+@pytest.mark.anyio
+async def test_a_node_removes_at_start_what_it_staged_for_attempts_another_node_ended_or_holds(pg_url, seaweed, s3_url, tmp_path):
+    """A node killed with videos staged on its own disk, whose attempts another node took over
+    while it was down: no other node sees that folder, so the node's start removes them (and the
+    upload a kill left of one) rather than keep them for ever."""
+    import anyio
+
+    from h3core import FakeExecutor, RetryPolicy, Runner, RunnerConfig
+    from h3core.adapters.store.postgres import PostgresEventStore
+    from h3core.domain.events import Admitted, AttemptFailed, Done, Running
+    from h3core.testing.artifacts import OTHER
+    from h3core.testing.factories import artifact, submitted
+
+    other = PostgresEventStore(pg_url, node="b")
+    retry = RetryPolicy(max_attempts=2, retry_on=("interrupted",))
+    # JOB: attempt 1 (this node's) ended by node b and run again there, done; OTHER: attempt 1
+    # taken over by node b, which holds its lease now and has not ended it yet.
+    other.append(JOB, [submitted(retry=retry), Admitted(), Running(attempt=1, executor="fake")])
+    other.append(JOB, [AttemptFailed(attempt=1, kind="interrupted", message="node a stopped heartbeating")])
+    done = artifact(f"{JOB}/attempt-2.y4m")
+    other.append(JOB, [Running(attempt=2, executor="fake"), Done(artifact=done)])
+    other.append(OTHER, [submitted(retry=retry), Admitted(), Running(attempt=1, executor="fake")])
+    staging = tmp_path / "staging"
+    store = S3ArtifactStore(s3_url, staging, client=seaweed.client(), part_bytes=PART)
+    store.staging(JOB, 1, ".y4m").write_bytes(y4m(48))  # whole: killed before its upload
+    orphan(store, f"{JOB}/attempt-1.y4m")  # and the upload a kill in it left
+    store.staging(OTHER, 1, ".y4m").write_bytes(y4m(48)[:1000])  # cut short: killed while written
+
+    runner = Runner(
+        PostgresEventStore(pg_url, node="a"),
+        FakeExecutor(store),
+        RunnerConfig(retry=retry, poll_interval_s=0.05, lease_s=30.0),
+        artifacts=store,
+    )
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(runner.run)  # started: recovered
+            assert sorted(p.name for p in staging.rglob("*.part")) == [], "nothing of another node's attempts stays staged"
+            assert uploads(store) == [], "the upload a kill left is aborted with it"
+            tg.cancel_scope.cancel()
+        held = other.get(OTHER)
+        assert held is not None and (held.status, held.attempt) == ("running", 1), "node b's attempt is left to node b"
+    finally:
+        runner.store.close()
+        other.close()

@@ -213,6 +213,10 @@ class AttemptFolders:
             out += self.checkpoint_files(d.name)
         return out
 
+    def staged_here(self) -> list[StoredFile]:
+        """None: a folder store stages in its own folder, where `files`, `discard` and gc see it."""
+        return []
+
     def remove(self, rel_path: str) -> None:
         self.resolve(rel_path).unlink(missing_ok=True)
 

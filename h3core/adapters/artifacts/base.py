@@ -23,7 +23,10 @@ checks them; run it against yours):
   container whose cut cannot be told, is never committed: None, and it stays staged.
 - **Listing and cleanup.** `attempt_files` lists an attempt's files with size and sha256, `discard`
   removes them all and says what they were, `files` lists every attempt file with its job and
-  attempt, `remove(path)` deletes one (a missing one is no error).
+  attempt, `remove(path)` deletes one (a missing one is no error). `staged_here` lists the staged
+  files only this process can see (a store whose staging folder is the node's own, as an object
+  store's: no other node's `discard` or `gc` reaches them), for the node's recovery to clear those
+  of attempts it no longer runs; a store that stages inside itself lists none.
 - **Checkpoints.** `put_checkpoint(job_id, attempt, step, data)` stores a denoising checkpoint
   crash-safe (staged, synced, then renamed: a crash leaves the whole checkpoint or none at its
   name) and returns its (path, size, sha256); `read_checkpoint(path)` gives its bytes back
@@ -107,6 +110,11 @@ class ArtifactStore(Protocol):
     def files(self) -> list[StoredFile]:
         """Every attempt file and checkpoint in the store, with its job, attempt, size, whether it
         is partial, and a checkpoint's step."""
+        ...
+
+    def staged_here(self) -> list[StoredFile]:
+        """The staged files only this process sees (a node-local staging folder), each partial;
+        none where staged files are in the store itself."""
         ...
 
     def put_checkpoint(self, job_id: str, attempt: int, step: int, data: bytes) -> tuple[str, int, str]:

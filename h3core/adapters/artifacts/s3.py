@@ -231,13 +231,7 @@ class S3ArtifactStore(AttemptFolders):
     def files(self) -> list[StoredFile]:
         """Every attempt object and checkpoint in the bucket under the prefix, every unfinished
         upload (partial, as `<path>.part`), and what this node has staged."""
-        out = []
-        for d in sorted(self.root.iterdir()):  # staged on this node: a folder per job, as locally
-            if d.is_dir() and not d.is_symlink() and is_job_id(d.name):
-                for attempt, rel in self._attempt_files(d):
-                    size = self.measure(rel, hashed=False)[0]
-                    if size is not None:
-                        out.append(StoredFile(d.name, attempt, rel, size, True))
+        out = self.staged_here()
         top = f"{self.prefix}/" if self.prefix else ""
         for obj in self._list(top):
             found = self._parse(self._rel(obj["Key"]))
@@ -250,6 +244,17 @@ class S3ArtifactStore(AttemptFolders):
                 job, attempt, step, rel = found
                 out.append(StoredFile(job, attempt, rel + PART, 0, True, checkpoint=step))
         return sorted(out, key=lambda f: (f.job_id, f.path))
+
+    def staged_here(self) -> list[StoredFile]:
+        """What this node has staged (its own folder, a folder per job as locally): no other node sees it."""
+        out = []
+        for d in sorted(self.root.iterdir()):
+            if d.is_dir() and not d.is_symlink() and is_job_id(d.name):
+                for attempt, rel in self._attempt_files(d):
+                    size = self.measure(rel, hashed=False)[0]
+                    if size is not None:
+                        out.append(StoredFile(d.name, attempt, rel, size, True))
+        return out
 
     def _parse(self, rel: str) -> tuple[str, int, int | None, str] | None:
         job, sep, name = rel.partition("/")
