@@ -66,6 +66,10 @@ class Submitted(_Body):
     idempotency_key: str | None = None
     # The job whose parameters this one reuses with a new prompt (a remix); None in older logs.
     remixed_from: str | None = Field(default=None, min_length=1, max_length=64)
+    # The ended job this one runs again (a retry asked for by someone); None in older logs.
+    retry_of: str | None = Field(default=None, min_length=1, max_length=64)
+    # Who submitted it: the name of the API token it came with; None without tokens, and in older logs.
+    by: str | None = Field(default=None, max_length=64)
     # Where the job's events are sent, and which (POST /v1/jobs `webhook`); None in older logs.
     webhook: WebhookTarget | None = None
 
@@ -226,6 +230,7 @@ class CancelRequested(_Body):
 
     type: Literal["cancel_requested"] = "cancel_requested"
     reason: str = ""
+    by: str | None = Field(default=None, max_length=64)  # who asked: an API token's name
 
 
 class Cancelled(_Body):
@@ -233,6 +238,7 @@ class Cancelled(_Body):
 
     type: Literal["cancelled"] = "cancelled"
     reason: str = ""
+    by: str | None = Field(default=None, max_length=64)  # who asked: an API token's name
 
 
 class Recovered(_Body):

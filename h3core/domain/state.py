@@ -88,6 +88,8 @@ class JobState(BaseModel):
     warnings: tuple[str, ...] = ()
     idempotency_key: str | None = None
     remixed_from: str | None = None
+    retry_of: str | None = None  # the ended job this one runs again
+    submitted_by: str | None = None  # the API token's name it came with
     webhook: WebhookTarget | None = None  # where its events are sent (POST /v1/jobs `webhook`)
     created_at: datetime
     updated_at: datetime
@@ -160,6 +162,8 @@ def apply(state: JobState | None, event: Event) -> JobState:
             warnings=body.warnings,
             idempotency_key=body.idempotency_key,
             remixed_from=body.remixed_from,
+            retry_of=body.retry_of,
+            submitted_by=body.by,
             webhook=body.webhook,
             created_at=event.at,
             updated_at=event.at,

@@ -38,6 +38,8 @@ class Intake:
         media: Mapping[str, Media] | None,
         remixed_from: str | None,
         webhook: WebhookTarget | None = None,
+        retry_of: str | None = None,
+        by: str | None = None,
     ) -> JobState:
         if idempotency_key is not None:
             existing = await self.journal.read(self.journal.store.by_idempotency_key, idempotency_key)
@@ -54,6 +56,8 @@ class Intake:
                 warnings=request.warnings(decision.frames),
                 idempotency_key=idempotency_key,
                 remixed_from=remixed_from,
+                retry_of=retry_of,
+                by=by,
                 webhook=webhook,
             ),
             Admitted(tokens=decision.tokens),
@@ -68,7 +72,7 @@ class Intake:
                 raise
             return _same_or_mismatch(existing, request, priority, remixed_from, webhook, idempotency_key)
 
-    async def cancel(self, job_id: str, reason: str) -> JobState:
+    async def cancel(self, job_id: str, reason: str, by: str | None = None) -> JobState:
         """Store the cancel: `Cancelled` for a job not running, `CancelRequested` for a running one."""
         while True:
             state = await self.journal.read(self.journal.store.get, job_id)
@@ -78,7 +82,8 @@ class Intake:
                 raise NotCancellable(state)
             if state.status == "running" and state.cancel_requested:
                 return state
-            body: Body = Cancelled(reason=reason) if state.status != "running" else CancelRequested(reason=reason)
+            ended = state.status != "running"
+            body: Body = Cancelled(reason=reason, by=by) if ended else CancelRequested(reason=reason, by=by)
             try:
                 return await self.journal.append(job_id, [body], expected_seq=state.last_seq)
             except (Conflict, IllegalEvent):

@@ -105,6 +105,19 @@ class _TomlFile(TomlConfigSettingsSource):
         return data
 
 
+# An entry of H3_API_TOKENS may name its token, `name:token`; what the token's holder does is kept
+# in the job's log under that name (an unnamed token is `token-<n>`, its place in the list).
+_TOKEN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,32}")
+
+
+def token_secret(entry: str) -> tuple[str | None, str]:
+    """An H3_API_TOKENS entry's name (None where it has none) and its token."""
+    name, sep, secret = entry.partition(":")
+    if sep and _TOKEN_NAME.fullmatch(name) and secret:
+        return name, secret
+    return None, entry
+
+
 class Settings(BaseSettings):
     """One h3core process's settings, for every command: defaults, then the TOML file H3_CONFIG
     names, then `H3_*` variables, then what the command line gives (see the module)."""
@@ -144,7 +157,9 @@ class Settings(BaseSettings):
     )
     executor: ExecutorName = Field(default="pipeline", description="pipeline, comfyui or fake.")
     api_tokens: Annotated[list[str], NoDecode, NoFlag] = Field(
-        default=[], description="Bearer tokens, comma-separated, each at least 16 characters [none]."
+        default=[],
+        description="Bearer tokens, comma-separated, each at least 16 characters, each optionally named `name:token` "
+        "(the name is what the job logs record of who acted) [none].",
     )
     openai_models: Annotated[list[str], NoDecode] = Field(
         default=["minimax-h3"],
@@ -389,7 +404,7 @@ class Settings(BaseSettings):
     @field_validator("api_tokens")
     @classmethod
     def _token_length(cls, tokens: list[str]) -> list[str]:
-        short = [t for t in tokens if len(t) < 16]
+        short = [t for t in tokens if len(token_secret(t)[1]) < 16]
         if short:
             raise ValueError("every API token must be at least 16 characters")
         return tokens

@@ -129,13 +129,16 @@ class Submissions:
         webhook: WebhookTarget | None = None,
         remixed_from: str | None = None,
         job_id: str | None = None,
+        retry_of: str | None = None,
+        by: str | None = None,
     ) -> Submission:
         """Check the request's webhook and uploads, then admit and store it.
 
         Raises `InvalidSubmission` (each bad field and why), `Refused` (admission's reason and
         ceiling), `IdempotencyMismatch` (the key names a job submitted with something else) or
-        `ShuttingDown`. `remixed_from`: the job this one remixes, kept in its log. `job_id`: the id
-        to create (by default a new one)."""
+        `ShuttingDown`. `remixed_from`: the job this one remixes, `retry_of`: the ended job it
+        runs again, `by`: who submitted it, each kept in its log. `job_id`: the id to create (by
+        default a new one)."""
         if webhook is not None:
             await self.vet_webhook(webhook)
         media = await self.upload_media(request)
@@ -150,6 +153,8 @@ class Submissions:
             media=media,
             remixed_from=remixed_from,
             webhook=webhook,
+            retry_of=retry_of,
+            by=by,
         )
         self.on_submitted()
         # Any other id back is the job an earlier (or a concurrent) call with the same key created.
@@ -199,12 +204,15 @@ class Submissions:
             raise InvalidSubmission("uploads", errors, missing=missing)
         return media
 
-    async def cancel(self, job_id: str, reason: str = "cancelled by request", *, wait_s: float = 0.0) -> JobState:
+    async def cancel(
+        self, job_id: str, reason: str = "cancelled by request", *, wait_s: float = 0.0, by: str | None = None
+    ) -> JobState:
         """Queued jobs end at once; running ones end once the executor has stopped, or `done` where
         the work finished before the stop took effect (the cancel came too late). `wait_s`: wait up
         to that long for a running job to end, and return the state it ended in (the latest one if
-        it has not). Raises `KeyError` for an unknown job, `NotCancellable` for one that has ended."""
-        state = await self._intake.cancel(job_id, reason)
+        it has not). `by`: who asked, kept in the log. Raises `KeyError` for an unknown job,
+        `NotCancellable` for one that has ended."""
+        state = await self._intake.cancel(job_id, reason, by)
         self.on_cancel(job_id)
         if state.terminal or wait_s <= 0:
             return state

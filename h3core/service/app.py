@@ -19,6 +19,7 @@ from h3core.runtime.settings import Settings
 from h3core.runtime.store_retry import StoreUnavailable, transient
 from h3core.service.auth import bearer_guard
 from h3core.service.bodies import BodyLimits, ServiceRequest
+from h3core.service.compression import compression
 from h3core.service.console import console_router
 from h3core.service.context import Service, build_service
 from h3core.service.crosssite import CrossSiteGuard, CrossSitePolicy
@@ -109,6 +110,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
         plugins=[ModelStrictness()],
         middleware=[CrossSiteGuard(cross_site)],
         before_send=[_nosniff],
+        compression_config=compression(),
         cors_config=cross_site.cors(),
         request_class=ServiceRequest,
         logging_config=None,  # the process configures logging (h3core.runtime.logs), not the app it embeds

@@ -17,6 +17,8 @@ from litestar.exceptions import NotAuthorizedException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.types import Guard
 
+from h3core.runtime.settings import token_secret
+
 __all__ = [
     "SESSION_COOKIE",
     "SESSION_SECONDS",
@@ -24,16 +26,34 @@ __all__ = [
     "bearer_matches",
     "session_matches",
     "session_value",
+    "requester",
     "token_matches",
+    "token_name",
+    "who",
 ]
 
 
+def _secrets(tokens: Sequence[str]) -> list[bytes]:
+    return [token_secret(t)[1].encode() for t in tokens]
+
+
+def token_name(tokens: Sequence[str], index: int) -> str:
+    """The name the `index`th entry of `tokens` goes by in a job's log."""
+    return token_secret(tokens[index])[0] or f"token-{index + 1}"
+
+
+def _index(given: bytes, tokens: Sequence[bytes]) -> int:
+    """Which of `tokens` is `given` (-1: none), in constant time in the tokens' content: every
+    configured token is compared, always."""
+    found = -1
+    for i, token in enumerate(tokens):
+        if hmac.compare_digest(given, token):
+            found = i
+    return found
+
+
 def _matches(given: bytes, tokens: Sequence[bytes]) -> bool:
-    """Constant time in the token's content: every configured token is compared, always."""
-    ok = False
-    for token in tokens:
-        ok |= hmac.compare_digest(given, token)
-    return ok
+    return _index(given, tokens) >= 0
 
 
 SESSION_COOKIE = "h3_session"
@@ -50,34 +70,61 @@ def session_value(token: str, now: float | None = None) -> str:
     return f"{expires}.{_session_mac(token.encode(), expires)}"
 
 
-def _session(cookie: str, tokens: Sequence[bytes], now: float) -> bool:
+def _session_index(cookie: str, tokens: Sequence[bytes], now: float) -> int:
+    """Which of `tokens` made the session cookie (-1: none, or it has expired)."""
     expires, _, mac = cookie.partition(".")
     if not expires.isdigit() or len(expires) > 12 or int(expires) <= now:
-        return False
-    ok = False
-    for token in tokens:  # every token, always: constant time in which one matched
-        ok |= hmac.compare_digest(mac.encode(), _session_mac(token, int(expires)).encode())
-    return ok
+        return -1
+    found = -1
+    for i, token in enumerate(tokens):  # every token, always: constant time in which one matched
+        if hmac.compare_digest(mac.encode(), _session_mac(token, int(expires)).encode()):
+            found = i
+    return found
+
+
+def _session(cookie: str, tokens: Sequence[bytes], now: float) -> bool:
+    return _session_index(cookie, tokens, now) >= 0
 
 
 def session_matches(cookie: str | None, tokens: list[str], now: float | None = None) -> bool:
     """Whether a session cookie's value was made from one of `tokens` and has not expired."""
-    return bool(cookie) and _session(cookie or "", [t.encode() for t in tokens], now if now is not None else time.time())
+    return bool(cookie) and _session(cookie or "", _secrets(tokens), now if now is not None else time.time())
 
 
 def token_matches(token: str, tokens: list[str]) -> bool:
     """Whether `token` (typed into the sign-in page) is one of `tokens`."""
-    return _matches(token.strip().encode(), [t.encode() for t in tokens])
+    return _matches(token.strip().encode(), _secrets(tokens))
+
+
+def _bearer_index(authorization: str, tokens: Sequence[bytes]) -> int:
+    scheme, _, given = authorization.partition(" ")
+    return _index(given.strip().encode(), tokens) if scheme.lower() == "bearer" else -1
 
 
 def _bearer(authorization: str, tokens: Sequence[bytes]) -> bool:
-    scheme, _, given = authorization.partition(" ")
-    return scheme.lower() == "bearer" and _matches(given.strip().encode(), tokens)
+    return _bearer_index(authorization, tokens) >= 0
+
+
+def requester(connection: ASGIConnection, tokens: list[str]) -> str | None:
+    """The name of the token `connection` came with (`who`)."""
+    return who(connection.headers.get("authorization"), connection.cookies.get(SESSION_COOKIE), tokens)
+
+
+def who(authorization: str | None, cookie: str | None, tokens: list[str]) -> str | None:
+    """The name of the token a request came with (its bearer token, else its session cookie's); None
+    without tokens (a loopback service takes anyone) or when neither matches."""
+    if not tokens:
+        return None
+    secrets = _secrets(tokens)
+    index = _bearer_index(authorization or "", secrets)
+    if index < 0 and cookie:
+        index = _session_index(cookie, secrets, time.time())
+    return token_name(tokens, index) if index >= 0 else None
 
 
 def bearer_matches(authorization: str | None, tokens: list[str]) -> bool:
     """Whether an Authorization header carries one of `tokens` as a bearer token."""
-    return _bearer(authorization or "", [t.encode() for t in tokens])
+    return _bearer(authorization or "", _secrets(tokens))
 
 
 def bearer_guard(tokens: list[str]) -> Guard | None:
@@ -88,7 +135,7 @@ def bearer_guard(tokens: list[str]) -> Guard | None:
     thread pool on every request, which costs far more than the comparison it makes."""
     if not tokens:
         return None
-    expected = tuple(t.encode() for t in tokens)
+    expected = tuple(_secrets(tokens))
 
     async def guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
         if not _bearer(connection.headers.get("authorization", ""), expected) and not _session(

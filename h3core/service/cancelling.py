@@ -15,10 +15,11 @@ __all__ = ["CANCEL_ANSWER_S", "cancel", "refusal"]
 CANCEL_ANSWER_S = 5.0
 
 
-async def cancel(svc: Service, job_id: str, reason: str = "cancelled by request") -> JobState:
-    """The job's state once its cancel is stored and it has ended, or `CANCEL_ANSWER_S` has passed.
-    Raises `KeyError` for an unknown job and `NotCancellable` for one that had ended already."""
-    return await svc.submissions.cancel(job_id, reason, wait_s=CANCEL_ANSWER_S)
+async def cancel(svc: Service, job_id: str, reason: str = "cancelled by request", by: str | None = None) -> JobState:
+    """The job's state once its cancel is stored and it has ended, or `CANCEL_ANSWER_S` has passed;
+    `by`, who asked, is kept in the log. Raises `KeyError` for an unknown job and `NotCancellable` for
+    one that had ended already."""
+    return await svc.submissions.cancel(job_id, reason, wait_s=CANCEL_ANSWER_S, by=by)
 
 
 def refusal(state: JobState) -> tuple[str, dict[str, str]]:

@@ -62,6 +62,8 @@ async def submit(
     idempotency_key: str | None = None,
     remixed_from: str | None = None,
     webhook: WebhookTarget | None = None,
+    retry_of: str | None = None,
+    by: str | None = None,
 ) -> Submission:
     """`svc.submissions.submit`, with the uploads it names answered for each dialect to shape: a
     `NotFoundException` (404) where each one at fault is a well-formed id no upload has (`extra`
@@ -70,7 +72,13 @@ async def submit(
     `ShuttingDown` pass through, for each dialect to answer its way."""
     try:
         return await svc.submissions.submit(
-            request, priority=priority, idempotency_key=idempotency_key, remixed_from=remixed_from, webhook=webhook
+            request,
+            priority=priority,
+            idempotency_key=idempotency_key,
+            remixed_from=remixed_from,
+            webhook=webhook,
+            retry_of=retry_of,
+            by=by,
         )
     except InvalidSubmission as exc:
         if exc.about != "uploads":

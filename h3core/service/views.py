@@ -66,6 +66,7 @@ class JobView(BaseModel):  # noqa: D101
     total_steps: int
     elapsed_seconds: float
     queue_position: int | None
+    priority: int = 0  # higher starts first among the queued
     attempt: int
     cancel_requested: bool
     created_at: datetime
@@ -80,6 +81,8 @@ class JobView(BaseModel):  # noqa: D101
     waiting: str | None = None
     request: GenerationRequest
     remixed_from: str | None = None  # the job whose parameters this one reuses with a new prompt
+    retry_of: str | None = None  # the ended job this one runs again (POST /v1/jobs/{id}/retry)
+    submitted_by: str | None = None  # the name of the API token it was submitted with
 
 
 class JobPage(BaseModel):  # noqa: D101
@@ -259,6 +262,7 @@ def job_view(
         total_steps=state.total or state.request.steps,
         elapsed_seconds=round(max(elapsed, 0.0), 3),
         queue_position=queue_position,
+        priority=state.priority,
         attempt=state.attempt,
         cancel_requested=state.cancel_requested,
         created_at=state.created_at,
@@ -271,6 +275,8 @@ def job_view(
         waiting=waiting if api_status(state) == "queued" else None,
         request=state.request,
         remixed_from=state.remixed_from,
+        retry_of=state.retry_of,
+        submitted_by=state.submitted_by,
     )
 
 

@@ -4,6 +4,7 @@ the package: a GPU box is often offline."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
 import json
 from collections.abc import AsyncIterator
@@ -21,13 +22,25 @@ from litestar.response import Redirect, ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
 from h3core.domain.story import why
+from h3core.runtime.errors import NotCancellable
 from h3core.service import files
-from h3core.service.auth import SESSION_COOKIE, SESSION_SECONDS, bearer_matches, session_matches, session_value, token_matches
+from h3core.service.auth import (
+    SESSION_COOKIE,
+    SESSION_SECONDS,
+    bearer_matches,
+    requester,
+    session_matches,
+    session_value,
+    token_matches,
+)
+from h3core.service.cancelling import cancel
+from h3core.service.compression import UNCOMPRESSED
 from h3core.service.console.live import changes
 from h3core.service.console.queue import SINCE, STATUS_CHOICES, Filter, page, rows
 from h3core.service.console.timeline import event_rows, timeline
 from h3core.service.context import Service
 from h3core.service.crosssite import OWN_CONTENT_TYPES_OPT
+from h3core.service.routes.jobs import retry
 from h3core.service.routes.ops import readiness
 from h3core.service.submission import in_thread, job_state
 from h3core.service.views import ceilings_view
@@ -72,7 +85,12 @@ def _signed_in(svc: Service, request: Request) -> bool:
     )
 
 
-def _to_signin(request: Request) -> Redirect:
+def _to_signin(request: Request) -> Response:
+    """Where a page sends someone not signed in: the sign-in page, coming back here after. A page's
+    part (`fragment`, read by the page's script) answers 401 instead, so that the script can say the
+    session has ended rather than put the sign-in page inside the page it updates."""
+    if request.query_params.get("fragment") or request.url.path == f"{CONSOLE_PATH}/rows":
+        raise HTTPException(status_code=401, detail="signed out: sign in again")
     here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     return Redirect(f"{CONSOLE_PATH}/signin?{urlencode({'next': here})}", status_code=303)
 
@@ -94,12 +112,18 @@ def _common(svc: Service) -> dict:
 Cursor = Annotated[int | None, QueryParameter(ge=0, le=2**63 - 1)]
 
 
+def _counts(svc: Service) -> dict[str, int]:
+    """The jobs by status as the queue shows them: a `submitted` job is queued."""
+    counts = svc.store.counts()
+    counts["queued"] = counts.get("queued", 0) + counts.pop("submitted", 0)
+    return counts
+
+
 def _queue_context(svc: Service, wanted: Filter, before: int | None, after: int | None) -> dict:
     """Every read the queue page makes, in one worker thread."""
     now = datetime.now(UTC)
     store = svc.store
-    counts = store.counts()
-    counts["queued"] = counts.get("queued", 0) + counts.pop("submitted", 0)
+    counts = _counts(svc)
     paged = before is not None or after is not None
     # The first page without a status filter: the running and the queued first, then what ended.
     split = wanted.status is None and not paged
@@ -153,12 +177,38 @@ def render_queue(svc: Service, wanted: Filter, before: int | None, after: int | 
     return _html("queue_body.html" if fragment else "queue.html", page="queue", **_common(svc), **context)
 
 
+MAX_ROWS = 50  # the rows one update may ask for (the page's script asks for the whole part past it)
+
+
+@get("/rows", include_in_schema=False)
+async def queue_rows(
+    svc: NamedDependency[Service],
+    request: Request,
+    id: Annotated[list[str], QueryParameter(max_items=MAX_ROWS, min_items=1)],  # noqa: A002 - the query's name
+) -> Response:
+    """The queue rows of the jobs `id` names (those that exist) and the counts: what a live update of
+    the queue reads when only some rows changed."""
+    if not _signed_in(svc, request):
+        return _to_signin(request)
+
+    def render() -> Response:
+        now = datetime.now(UTC)
+        states = [s for s in (svc.store.get(job_id) for job_id in dict.fromkeys(id)) if s is not None]
+        return _html("queue_rows.html", page="queue", counts=_counts(svc), jobs=rows(states, now), **_common(svc))
+
+    return await in_thread(render)
+
+
 # -- a job ----------------------------------------------------------------------------------------
 
 
 @get("/jobs/{job_id:str}", include_in_schema=False)
 async def job_page(
-    svc: NamedDependency[Service], request: Request, job_id: FromPath[str], fragment: FromQuery[bool] = False
+    svc: NamedDependency[Service],
+    request: Request,
+    job_id: FromPath[str],
+    fragment: FromQuery[bool] = False,
+    said: FromQuery[str | None] = None,
 ) -> Response:
     if not _signed_in(svc, request):
         return _to_signin(request)
@@ -178,10 +228,53 @@ async def job_page(
             "events": event_rows(events),
             "video": state.artifact is not None and deleted is None,
             "deleted_at": deleted,
+            "said": SAID.get(said or ""),
         }
         return _html("job_body.html" if fragment else "job.html", page="job", **_common(svc), **context)
 
     return await in_thread(render)
+
+
+# -- actions without the script: plain form posts ----------------------------------------------------
+
+# What a page says after a form's action (`?said=`): fixed texts, never the query's own words.
+SAID = {
+    "cancelled": "Cancelled.",
+    "cancel-asked": "Cancel asked: the job stops at its next step.",
+    "already-ended": "The job had already ended: nothing to cancel.",
+    "not-ended": "The job has not ended: only an ended job is retried.",
+}
+
+
+def _back(job_id: str, said: str) -> Redirect:
+    return Redirect(f"{CONSOLE_PATH}/jobs/{job_id}?{urlencode({'said': said})}", status_code=303)
+
+
+@post("/jobs/{job_id:str}/cancel", include_in_schema=False, status_code=303, opt={OWN_CONTENT_TYPES_OPT: True})
+async def cancel_form(svc: NamedDependency[Service], request: Request, job_id: FromPath[str]) -> Response:
+    """The Cancel button without the page's script: the cancel, then back to the job's page saying what
+    became of it. (The cross-site rules hold: a post from another site's page is refused.)"""
+    if not _signed_in(svc, request):
+        return _to_signin(request)
+    try:
+        state = await cancel(svc, job_id, reason="cancelled from the console", by=requester(request, svc.settings.api_tokens))
+    except KeyError:
+        raise NotFoundException(f"no job {job_id!r}") from None
+    except NotCancellable:
+        return _back(job_id, "already-ended")
+    return _back(job_id, "cancelled" if state.status == "cancelled" else "cancel-asked")
+
+
+@post("/jobs/{job_id:str}/retry", include_in_schema=False, status_code=303, opt={OWN_CONTENT_TYPES_OPT: True})
+async def retry_form(svc: NamedDependency[Service], request: Request, job_id: FromPath[str]) -> Response:
+    """The Retry button without the page's script: the new job's page, or back saying why not."""
+    if not _signed_in(svc, request):
+        return _to_signin(request)
+    state = await job_state(svc, job_id)
+    if not state.terminal:
+        return _back(job_id, "not-ended")
+    submission = await retry(svc, state, request)
+    return Redirect(f"{CONSOLE_PATH}/jobs/{submission.state.job_id}", status_code=303)
 
 
 # -- submit and the box ---------------------------------------------------------------------------
@@ -268,7 +361,7 @@ async def signout() -> Response:
 # -- live, and the files --------------------------------------------------------------------------
 
 
-@get("/stream", include_in_schema=False)
+@get("/stream", include_in_schema=False, opt={UNCOMPRESSED: True})
 async def stream(svc: NamedDependency[Service], request: Request) -> Response:
     """The ids of jobs that changed, at most 4 times a second (Server-Sent Events, `changed`)."""
     if not _signed_in(svc, request):
@@ -285,12 +378,24 @@ async def stream(svc: NamedDependency[Service], request: Request) -> Response:
     return ServerSentEvent(messages())
 
 
+@cache
+def _static_file(name: str) -> tuple[bytes, str]:
+    """A console file and its ETag (its content's hash: a new release is a new tag)."""
+    body = (importlib.resources.files("h3core.service.console") / "static" / name).read_bytes()
+    return body, f'"{hashlib.sha256(body).hexdigest()[:32]}"'
+
+
 @get("/static/{name:str}", include_in_schema=False, sync_to_thread=False)
-def static(name: FromPath[str]) -> Response[bytes]:
+def static(request: Request, name: FromPath[str]) -> Response[bytes]:
+    """A console file; `no-cache` with its ETag: the browser asks each time and gets a 304 while it has
+    this release's copy (a page load costs a few hundred bytes, not the script and the style again)."""
     if name not in STATIC:
         raise NotFoundException(f"no console file {name!r}")
-    body = (importlib.resources.files("h3core.service.console") / "static" / name).read_bytes()
-    return Response(body, media_type=STATIC[name], headers={"Cache-Control": "no-cache"})
+    body, etag = _static_file(name)
+    headers = {"Cache-Control": "no-cache", "ETag": etag}
+    if etag in (t.strip() for t in request.headers.get("if-none-match", "").split(",")):
+        return Response(b"", status_code=304, headers=headers)
+    return Response(body, media_type=STATIC[name], headers=headers)
 
 
 def console_router() -> Router:
@@ -298,5 +403,18 @@ def console_router() -> Router:
     answering 401."""
     return Router(
         path=CONSOLE_PATH,
-        route_handlers=[queue_page, job_page, submit_page, box_page, signin_page, signin, signout, stream, static],
+        route_handlers=[
+            queue_page,
+            queue_rows,
+            job_page,
+            cancel_form,
+            retry_form,
+            submit_page,
+            box_page,
+            signin_page,
+            signin,
+            signout,
+            stream,
+            static,
+        ],
     )

@@ -68,13 +68,45 @@ class EventRow:
     fields: str
 
 
+# Events a running attempt writes over and over: a run of them is one row of the event table.
+ROUTINE = ("progress", "checkpointed")
+
+
 def event_rows(events: Sequence[Event]) -> list[EventRow]:
-    """The event table's rows: each event with its time, the time since the one before, and its fields."""
-    out, previous = [], None
+    """The event table's rows: each event with its time, the time since the one before, and its fields;
+    a run of routine events (steps, checkpoints) is one row saying how many of each and the first and
+    last step, so that a 300-step job's table is a screen, not 360 rows."""
+    out: list[EventRow] = []
+    run: list[Event] = []
+    before_run: Event | None = None
+
+    def row(e: Event, before: Event | None) -> EventRow:
+        delta = "" if before is None else "+" + dur((e.at - before.at).total_seconds())
+        return EventRow(e.seq, ts(e.at), delta, e.type, fields(e))
+
+    def flush() -> None:
+        if len(run) == 1:
+            out.append(row(run[0], before_run))
+        elif run:
+            first = row(run[0], before_run)
+            kinds = " · ".join(f"{t} ×{n}" for t in ROUTINE if (n := sum(e.type == t for e in run)))
+            steps = [e for e in run if e.type == "progress"] or run
+            span = dur((run[-1].at - run[0].at).total_seconds())
+            detail = f"{fields(steps[0])} … {fields(steps[-1])} (over {span})"
+            out.append(EventRow(first.seq, first.at, first.delta, kinds, detail))
+        run.clear()
+
+    previous: Event | None = None
     for e in events:
-        delta = "" if previous is None else "+" + dur((e.at - previous.at).total_seconds())
-        out.append(EventRow(e.seq, ts(e.at), delta, e.type, fields(e)))
+        if e.type in ROUTINE:
+            if not run:
+                before_run = previous
+            run.append(e)
+        else:
+            flush()
+            out.append(row(e, previous))
         previous = e
+    flush()
     return out
 
 

@@ -16,17 +16,21 @@ from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
 from h3core.domain.events import Event
+from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
 from h3core.domain.webhooks import Delivery, WebhookTarget
 from h3core.runtime.errors import IdempotencyMismatch, InvalidSubmission, NotCancellable, Refused, ShuttingDown
 from h3core.runtime.follow import follow
+from h3core.runtime.submissions import Submission
 from h3core.service import files
+from h3core.service.auth import requester
 from h3core.service.cancelling import CANCEL_ANSWER_S, cancel, refusal
+from h3core.service.compression import UNCOMPRESSED
 from h3core.service.context import Service
 from h3core.service.openapi import file_responses
 from h3core.service.requests import JobCreate
 from h3core.service.submission import artifacts_read, in_thread, job_state, point_read, submit
-from h3core.service.views import ApiStatus, JobPage, JobView, Problem, job_view, problems
+from h3core.service.views import ApiStatus, JobPage, JobView, Problem, api_status, job_view, problems
 
 STREAM_RESYNC_S = 10.0  # also catch events stored by other processes (a CLI cancel)
 UNKNOWN_UPLOAD = (
@@ -74,6 +78,28 @@ def _webhook(data: JobCreate) -> WebhookTarget | None:
     return target
 
 
+async def admit(svc: Service, request: GenerationRequest, **how) -> Submission:
+    """`submit`, its refusals answered: 422 (over a ceiling, a webhook refused), 409 (an idempotency
+    key reused with another body), 503 (shutting down)."""
+    try:
+        # Exactly one request per key is told it created the job (201); the others replay it (200).
+        return await submit(svc, request, **how)
+    except InvalidSubmission as exc:  # the webhook: the uploads' come as a ValidationException
+        field, message = exc.errors[0]
+        raise _refuse(field, message) from None
+    except Refused as exc:
+        ceiling = exc.decision.ceiling.model_dump() if exc.decision.ceiling else None
+        decision = exc.decision
+        errors = [{"field": decision.field, "message": decision.detail}]  # as every other 422 names its field
+        raise HTTPException(
+            status_code=422, detail=decision.detail, extra={"ceiling": ceiling, "reason": decision.reason, "errors": errors}
+        ) from None
+    except IdempotencyMismatch as exc:
+        raise HTTPException(status_code=409, detail=str(exc), extra={"job_id": exc.job_id}) from None
+    except ShuttingDown as exc:
+        raise HTTPException(status_code=503, detail=str(exc), headers={"Retry-After": "5"}) from None
+
+
 @post(
     "/jobs",
     status_code=201,
@@ -91,32 +117,21 @@ def _webhook(data: JobCreate) -> WebhookTarget | None:
 )
 async def create_job(
     svc: NamedDependency[Service],
+    request: Request,
     data: JSONBody[JobCreate],
     idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key", min_length=1, max_length=200)] = None,
 ) -> Response[JobView]:
     """Submit a job: 201 with its view and Location, or 200 replaying the job an Idempotency-Key
     already made. Refused: 422 (over a ceiling, a webhook refused, an upload of the wrong kind), 404
     (an upload that is not there), 409 (the key reused with another body), 503 (shutting down)."""
-    webhook = _webhook(data)
-    try:
-        # Exactly one request per key is told it created the job (201); the others replay it (200).
-        submission = await submit(
-            svc, data.generation(), priority=data.priority, idempotency_key=idempotency_key, webhook=webhook
-        )
-    except InvalidSubmission as exc:  # the webhook: the uploads' come as a ValidationException
-        field, message = exc.errors[0]
-        raise _refuse(field, message) from None
-    except Refused as exc:
-        ceiling = exc.decision.ceiling.model_dump() if exc.decision.ceiling else None
-        decision = exc.decision
-        errors = [{"field": decision.field, "message": decision.detail}]  # as every other 422 names its field
-        raise HTTPException(
-            status_code=422, detail=decision.detail, extra={"ceiling": ceiling, "reason": decision.reason, "errors": errors}
-        ) from None
-    except IdempotencyMismatch as exc:
-        raise HTTPException(status_code=409, detail=str(exc), extra={"job_id": exc.job_id}) from None
-    except ShuttingDown as exc:
-        raise HTTPException(status_code=503, detail=str(exc), headers={"Retry-After": "5"}) from None
+    submission = await admit(
+        svc,
+        data.generation(),
+        priority=data.priority,
+        idempotency_key=idempotency_key,
+        webhook=_webhook(data),
+        by=requester(request, svc.settings.api_tokens),
+    )
     state = submission.state
     return Response(
         await _view(svc, state),
@@ -168,11 +183,11 @@ async def list_jobs(
     "`cancel_requested`). 409 when the job has ended, with the `status` it ended in; `reason: too_late` where it is "
     "`done`: its work finished before the cancel could take effect, and its video is kept.",
 )
-async def cancel_job(svc: NamedDependency[Service], job_id: FromPath[str]) -> JobView:
+async def cancel_job(svc: NamedDependency[Service], request: Request, job_id: FromPath[str]) -> JobView:
     """Cancel the job: 202 with its view once it has ended or `CANCEL_ANSWER_S` has passed; 409 when it
     had ended already, or finished before the cancel could take effect."""
     try:
-        state = await cancel(svc, job_id)
+        state = await cancel(svc, job_id, by=requester(request, svc.settings.api_tokens))
     except KeyError:
         raise NotFoundException(f"no job {job_id!r}") from None
     except NotCancellable as exc:
@@ -182,6 +197,38 @@ async def cancel_job(svc: NamedDependency[Service], job_id: FromPath[str]) -> Jo
             return await _view(svc, state)
     detail, fields = refusal(state)
     raise HTTPException(status_code=409, detail=detail, extra=fields)
+
+
+async def retry(svc: Service, ended: JobState, request: Request) -> Submission:
+    """A new job with the ended job's request, priority and webhook, naming it and who asked
+    (`admit`'s refusals)."""
+    return await admit(
+        svc,
+        ended.request,
+        priority=ended.priority,
+        webhook=ended.webhook,
+        retry_of=ended.job_id,
+        by=requester(request, svc.settings.api_tokens),
+    )
+
+
+@post(
+    "/jobs/{job_id:str}/retry",
+    status_code=201,
+    summary="Run an ended job again",
+    responses=problems(401, 404, 409, 415, 422, 503),
+    description="A new job with the ended job's request, priority and webhook, admitted as any submission is; its "
+    "log and view name the job it retries (`retry_of`) and who asked (`submitted_by`). 409 for a job that has not "
+    "ended (a retry would run it twice).",
+)
+async def retry_job(svc: NamedDependency[Service], request: Request, job_id: FromPath[str]) -> Response[JobView]:
+    """201 with the new job's view and Location; 404 for an unknown job, 409 for one still queued or running."""
+    state = await job_state(svc, job_id)
+    if not state.terminal:
+        detail = f"job {job_id} has not ended ('{api_status(state)}'): only an ended job is retried"
+        raise HTTPException(status_code=409, detail=detail, extra={"status": api_status(state)})
+    new = (await retry(svc, state, request)).state
+    return Response(await _view(svc, new), status_code=201, headers={"Location": f"/v1/jobs/{new.job_id}"})
 
 
 @get("/jobs/{job_id:str}/events", summary="A job's event log", responses=problems(401, 404, 422))
@@ -216,6 +263,7 @@ MAX_SEQ = 2**63 - 1
     "/jobs/{job_id:str}/stream",
     summary="A job's events, live (Server-Sent Events)",
     media_type="text/event-stream",
+    opt={UNCOMPRESSED: True},
     responses={
         **problems(401, 404, 422),
         204: ResponseSpec(
@@ -265,7 +313,13 @@ async def _video(svc: Service, request: Request, job_id: str) -> files.Span:
 _VIDEO_ERRORS = problems(401, 404, 409, 410, 416, 422)
 
 
-@get("/jobs/{job_id:str}/video", summary="The finished video (supports Range)", responses=_VIDEO_ERRORS, media_type="video/mp4")
+@get(
+    "/jobs/{job_id:str}/video",
+    summary="The finished video (supports Range)",
+    responses=_VIDEO_ERRORS,
+    media_type="video/mp4",
+    opt={UNCOMPRESSED: True},
+)
 async def job_video(svc: NamedDependency[Service], request: Request, job_id: FromPath[str]) -> Response:
     """The job's video, whole or the byte range a Range asks for, once it is found to be the file its
     record describes: 409 before there is one, 410 once it is deleted, missing or changed. With
@@ -278,6 +332,7 @@ async def job_video(svc: NamedDependency[Service], request: Request, job_id: Fro
     summary="The finished video's headers (size, ETag)",
     responses=_VIDEO_ERRORS,
     media_type="video/mp4",
+    opt={UNCOMPRESSED: True},
 )
 async def job_video_head(svc: NamedDependency[Service], request: Request, job_id: FromPath[str]) -> Response[None]:
     """GET's status and headers for the job's video (its size, ETag, the range), without the body."""
@@ -295,4 +350,15 @@ def document(openapi: OpenAPI) -> None:
         file_responses(openapi, "/v1/jobs/{job_id}/video", method, files.VIDEO_MEDIA_TYPES)
 
 
-handlers = [create_job, get_job, list_jobs, cancel_job, job_events, job_webhooks, job_stream, job_video, job_video_head]
+handlers = [
+    create_job,
+    get_job,
+    list_jobs,
+    cancel_job,
+    retry_job,
+    job_events,
+    job_webhooks,
+    job_stream,
+    job_video,
+    job_video_head,
+]

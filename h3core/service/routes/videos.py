@@ -33,6 +33,7 @@ from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused, 
 from h3core.service import files
 from h3core.service.bodies import BODY_OPT, BodyNotJson, upload_limit_note
 from h3core.service.cancelling import cancel
+from h3core.service.compression import UNCOMPRESSED
 from h3core.service.context import Service
 from h3core.service.crosssite import OWN_CONTENT_TYPES_OPT
 from h3core.service.methods import with_options
@@ -421,6 +422,7 @@ def _remove_here(svc: Service, path: str) -> bool:
     "/{video_id:str}/content",
     summary="A finished video's mp4 (supports Range), thumbnail (WebP) or spritesheet (JPEG)",
     responses=_errors(400, 401, 404, 416),  # 200 and 206, in each variant's type: `document`
+    opt={UNCOMPRESSED: True},
 )
 async def video_content(
     svc: NamedDependency[Service],

@@ -50,6 +50,13 @@ def browser() -> Iterator:
             b.close()
 
 
+@pytest.fixture
+def api(server) -> Iterator:
+    """A client of the module's `server`."""
+    with server.client() as client:
+        yield client
+
+
 def console_server(tmp_path_factory, name: str, env: dict[str, str] | None = None) -> Iterator[Server]:
     s = Servers(tmp_path_factory.mktemp(name))
     server = s.start({"H3_CAPACITY_PROFILE": PROFILE, "H3_SLOTS": "4", **(env or {})})

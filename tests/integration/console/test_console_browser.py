@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from tests.integration.console.conftest import console_server
@@ -21,17 +20,14 @@ def server(tmp_path_factory) -> Iterator[Server]:
 
 
 @pytest.fixture
-def api(server) -> Iterator[httpx.Client]:
-    with server.client() as client:
-        yield client
-
-
-@pytest.fixture
 def page(browser, server):
     context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
     p = context.new_page()
     errors: list[str] = []
     p.on("pageerror", lambda e: errors.append(str(e)))
+    # What a destructive action asks first, accepted (the dialogs' texts are kept for the tests).
+    p.dialogs = []
+    p.on("dialog", lambda d: (p.dialogs.append(d.message), d.accept()))
     yield p
     context.close()
     assert not errors, f"the page's script failed: {errors}"
@@ -90,6 +86,7 @@ def test_cancel_a_running_job_from_the_queue(page, api, screens):
         assert page.locator("#live").inner_text() == "live"
         screens.take(page, "queue")
         row.get_by_role("button", name="Cancel").click()
+        assert page.dialogs == [f"Cancel job {job_id}? The work done so far is lost."]
         # Live: the row moves to the ended list as cancelled, the page not reloaded by the test.
         page.wait_for_selector(f"tr[data-job='{job_id}'][data-status='cancelled']", timeout=WAIT_MS)
         assert api.get(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"

@@ -8,14 +8,16 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.console.conftest import console_server
-from tests.integration.service.conftest import Server
+from tests.integration.service.conftest import Server, long_job, submit, wait_job
 
 TOKEN = "console-token-0123456789"
+OTHER = "another-token-0123456789"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Server]:
-    yield from console_server(tmp_path_factory, "console-tokens", {"H3_API_TOKENS": TOKEN})
+    # A named token: what its holder does is logged under "alice".
+    yield from console_server(tmp_path_factory, "console-tokens", {"H3_API_TOKENS": f"alice:{TOKEN},{OTHER}"})
 
 
 def test_sign_in_with_a_token(browser, server, screens):
@@ -61,3 +63,78 @@ def test_a_form_posted_from_another_site_is_refused(browser, server, target):
         context.close()
     with server.client(TOKEN) as api:
         assert api.get("/v1/jobs").json()["items"] == []
+
+
+def _signed_in(browser, server):
+    context = browser.new_context(base_url=server.url)
+    page = context.new_page()
+    page.on("dialog", lambda d: d.accept())
+    page.goto("/console/signin")
+    page.get_by_label("API token").fill(TOKEN)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url("**/console")
+    return context, page
+
+
+def test_actions_are_logged_with_who_did_them_and_a_retry_keeps_its_priority(browser, server):
+    context, page = _signed_in(browser, server)
+    try:
+        with server.client(OTHER) as api:
+            job_id = long_job(api, steps=300, step=0.2, priority=7)["id"]
+            wait_job(api, job_id, ("running",))
+            page.goto(f"/console/jobs/{job_id}")
+            page.get_by_role("button", name="Cancel").click()
+            page.wait_for_selector("#job-status:has-text('cancelled')", timeout=30_000)
+            (asked,) = [e["body"] for e in api.get(f"/v1/jobs/{job_id}/events").json() if e["body"]["type"] == "cancel_requested"]
+            assert asked["by"] == "alice"
+            assert api.get(f"/v1/jobs/{job_id}").json()["submitted_by"] == "token-2"  # the second, unnamed token
+            page.get_by_role("button", name="Retry").click()
+            page.wait_for_url(lambda url: job_id not in url)
+            again = api.get(f"/v1/jobs/{page.url.rsplit('/', 1)[1]}").json()
+            assert (again["retry_of"], again["priority"], again["submitted_by"]) == (job_id, 7, "alice")
+            assert page.get_by_role("link", name=job_id).count() == 1  # the new job's page links the one it retries
+            api.post(f"/v1/jobs/{again['id']}/cancel")
+    finally:
+        context.close()
+
+
+def test_an_ended_session_is_said_and_the_sign_in_page_never_lands_in_the_queue(browser, server):
+    context, page = _signed_in(browser, server)
+    try:
+        with server.client(TOKEN) as api:
+            job_id = long_job(api, steps=300, step=0.2)["id"]
+            wait_job(api, job_id, ("running",))
+            page.goto("/console")
+            page.wait_for_selector("#live:has-text('live')")
+            context.clear_cookies()  # the session ends (expired, or signed out elsewhere)
+            page.wait_for_selector("#live:has-text('signed out')", timeout=30_000)
+            assert page.locator("#queue-body input[name=token]").count() == 0
+            assert page.locator(f"#queue-body tr[data-job='{job_id}']").count() == 1  # the page as it was
+            href = page.get_by_role("link", name="sign in again").get_attribute("href")
+            assert href.startswith("/console/signin?next=")
+            api.post(f"/v1/jobs/{job_id}/cancel")
+    finally:
+        context.close()
+
+
+def test_without_javascript_cancel_and_retry_are_plain_form_posts(browser, server):
+    context = browser.new_context(base_url=server.url, java_script_enabled=False)
+    page = context.new_page()
+    try:
+        page.goto("/console/signin")
+        page.get_by_label("API token").fill(TOKEN)
+        page.get_by_role("button", name="Sign in").click()
+        with server.client(TOKEN) as api:
+            job_id = long_job(api, steps=300, step=0.2)["id"]
+            page.goto(f"/console/jobs/{job_id}")
+            page.get_by_role("button", name="Cancel").click()
+            page.wait_for_url(f"**/console/jobs/{job_id}?said=*")
+            assert page.locator("#action-note").inner_text() in ("Cancelled.", "Cancel asked: the job stops at its next step.")
+            assert wait_job(api, job_id)["status"] == "cancelled"
+            page.goto(f"/console/jobs/{job_id}")
+            page.get_by_role("button", name="Retry").click()
+            page.wait_for_url(lambda url: job_id not in url)
+            assert api.get(f"/v1/jobs/{page.url.rsplit('/', 1)[1]}").json()["retry_of"] == job_id
+            assert submit(api, prompt="x [fake step=0]")["status"] in ("queued", "running", "done")
+    finally:
+        context.close()

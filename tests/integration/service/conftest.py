@@ -70,19 +70,20 @@ class Server:
 
     # -- process --------------------------------------------------------------------------
 
-    def start(self, timeout: float = 90) -> Server:
-        """Start and wait for /healthz; retries with another port if this one was taken meanwhile."""
+    def start(self, timeout: float = 90, *, same_port: bool = False) -> Server:
+        """Start and wait for /healthz; retries with another port if this one was taken meanwhile.
+        `same_port`: listen where it did before (a restart its clients must find again)."""
         for _ in range(3):
-            self.launch()
+            self.launch(same_port=same_port)
             if self.wait_healthy_or_exit(timeout):
                 return self
             if "address already in use" not in self.log().lower():
                 break
         raise AssertionError(f"h3core serve exited with {self.proc.returncode} before answering /healthz\n{self.log()}")
 
-    def launch(self) -> None:
-        """Spawn the process on a fresh free port, without waiting for it."""
-        self.port = free_port()
+    def launch(self, *, same_port: bool = False) -> None:
+        """Spawn the process on a fresh free port (or its last one), without waiting for it."""
+        self.port = self.port if same_port and self.port else free_port()
         cmd = [
             sys.executable,
             "-m",

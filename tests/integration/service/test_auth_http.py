@@ -46,6 +46,7 @@ def routes(done_id: str, running_ids: list[str]) -> dict[str, Call]:
         "HEAD /v1/jobs/{id}/video": lambda c: c.head(f"/v1/jobs/{done_id}/video"),
         "GET /v1/jobs/{id}/webhooks": lambda c: c.get(f"/v1/jobs/{done_id}/webhooks"),
         "POST /v1/jobs/{id}/cancel": lambda c: c.post(f"/v1/jobs/{running_ids.pop()}/cancel"),
+        "POST /v1/jobs/{id}/retry": lambda c: c.post(f"/v1/jobs/{done_id}/retry"),
         "POST /v1/uploads": lambda c: c.post("/v1/uploads", content=png(), headers={"Content-Type": "image/png"}),
         "GET /v1/ceilings": lambda c: c.get("/v1/ceilings"),
         "POST /v1/videos": lambda c: c.post("/v1/videos", json=video),

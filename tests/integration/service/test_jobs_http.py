@@ -369,3 +369,23 @@ def test_video_byte_ranges(api, done_job):
     r = api.get(url, headers={"Range": f"bytes={size}-"})
     assert r.status_code == 416, r.text
     assert r.headers["content-range"] == f"bytes */{size}"
+
+
+def test_a_retry_runs_an_ended_job_again_with_its_priority_and_names_it(api):
+    failed = submit(api, prompt="a fox that fails [fake step=0 fail_at=1 kind=invalid]", priority=3)
+    assert wait_job(api, failed["id"])["status"] == "failed"
+    r = api.post(f"/v1/jobs/{failed['id']}/retry")
+    assert r.status_code == 201, r.text
+    again = r.json()
+    assert r.headers["location"] == f"/v1/jobs/{again['id']}" and again["id"] != failed["id"]
+    assert (again["retry_of"], again["priority"], again["request"]) == (failed["id"], 3, failed["request"])
+    (submitted,) = [e["body"] for e in api.get(f"/v1/jobs/{again['id']}/events").json() if e["body"]["type"] == "submitted"]
+    assert submitted["retry_of"] == failed["id"] and submitted["by"] is None  # no tokens: no one in particular
+    # Only an ended job: a running one would then run twice.
+    running = long_job(api, steps=300, step=0.2)
+    try:
+        r = api.post(f"/v1/jobs/{running['id']}/retry")
+        assert r.status_code == 409 and r.json()["status"] in ("queued", "running"), r.text
+    finally:
+        cancel_quietly(api, running["id"])
+    assert api.post("/v1/jobs/nope/retry").status_code == 404

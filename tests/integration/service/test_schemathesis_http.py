@@ -27,6 +27,7 @@ OPERATIONS = {
     "POST /v1/jobs",
     "GET /v1/jobs/{job_id}",
     "POST /v1/jobs/{job_id}/cancel",
+    "POST /v1/jobs/{job_id}/retry",
     "GET /v1/jobs/{job_id}/events",
     "GET /v1/jobs/{job_id}/stream",
     "GET /v1/jobs/{job_id}/video",

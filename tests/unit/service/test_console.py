@@ -131,7 +131,8 @@ def test_a_job_failed_while_queued_shows_its_reason_on_the_wait():
 def test_the_event_table_says_what_replay_prints():
     events = _log(done_log(), [0, 1, 1, 1, 1, 1, 1])
     rows = event_rows(events)
-    assert [r.fields for r in rows] == [fields(e) for e in events]
+    plain = [r.fields for r in rows if not r.type.startswith("progress")]
+    assert plain == [fields(e) for e in events if e.type != "progress"]
     assert rows[1].delta == "+1.00s" and rows[0].delta == ""
 
 
@@ -215,3 +216,35 @@ def test_a_form_from_another_site_is_refused(make_client):
         # Same site, but a form: the API takes JSON only (a cookie does not make a form a request).
         assert client.post("/v1/jobs", data={"prompt": "x"}).status_code == 415
         assert client.get("/v1/jobs").json()["items"] == []
+
+
+def test_a_run_of_progress_events_is_one_row_of_the_table():
+    steps = [Progress(step=i, total=300) for i in range(1, 301)]
+    events = _log(
+        [submitted(), Admitted(), Running(attempt=1, executor="fake"), *steps, Failed(kind="oom", message="x")], [0] + [1] * 303
+    )
+    rows = event_rows(events)
+    assert [r.type for r in rows] == ["submitted", "admitted", "running", "progress ×300", "failed"]
+    run = rows[3]
+    assert run.seq == 4 and "1/300" in run.fields and "300/300" in run.fields and run.fields.endswith("(over 4m59s)")
+    assert rows[4].seq == 304 and rows[4].delta == "+1.00s"  # after the last step, not the run's first
+    # A single progress event stays a row of its own, as replay prints it.
+    one = _log(
+        [submitted(), Admitted(), Running(attempt=1, executor="fake"), steps[0], Failed(kind="oom", message="x")], [0, 1, 1, 1, 1]
+    )
+    assert [r.fields for r in event_rows(one)] == [fields(e) for e in one]
+
+
+def test_a_request_is_known_by_its_token_s_name_bearer_or_session():
+    from h3core.service.auth import who
+
+    tokens = [f"alice:{TOKEN}", "unnamed-token-0123456789", "has space:in-its-token-0123"]
+    assert who(f"Bearer {TOKEN}", None, tokens) == "alice"
+    assert who("Bearer unnamed-token-0123456789", None, tokens) == "token-2"
+    assert who(None, session_value("unnamed-token-0123456789"), tokens) == "token-2"
+    assert who(None, session_value(TOKEN), tokens) == "alice"
+    # "has space:…" has no valid name before its first colon: the whole entry is the token.
+    assert who("Bearer has space:in-its-token-0123", None, tokens) == "token-3"
+    assert who(f"Bearer alice:{TOKEN}", None, tokens) is None  # the name is not part of the token
+    assert who("Bearer someone-else-0123456789", session_value("someone-else-0123456789"), tokens) is None
+    assert who(f"Bearer {TOKEN}", None, []) is None  # no tokens: no one in particular

@@ -22,9 +22,11 @@ export function throttle(work, ms = UPDATE_MS) {
   return trigger;
 }
 
+// A call to /v1: its status and JSON body; status 0 when the service did not answer at all.
 async function api(path, options = {}) {
   const init = { credentials: "same-origin", ...options, headers: { Accept: "application/json", ...(options.headers || {}) } };
-  const response = await fetch(path, init);
+  let response;
+  try { response = await fetch(path, init); } catch { return { ok: false, status: 0, body: null }; }
   let body = null;
   try { body = await response.json(); } catch { body = null; }
   return { ok: response.ok, status: response.status, body };
@@ -40,40 +42,107 @@ function say(el, text, bad = false) {
   el.classList.toggle("error", bad);
 }
 
-function problem(r) {
+// What a refusal says: its detail, each field's message where it names others, and the ceiling.
+export function problem(r) {
+  if (r.status === 0) return "the service did not answer (is it running?)";
+  if (r.status === 401) return "signed out: sign in again";
   const b = r.body || {};
   let text = b.detail || `HTTP ${r.status}`;
+  const more = (b.errors || []).map((e) => (e.field ? `${e.field}: ${e.message}` : e.message)).filter((m) => m && !text.includes(m));
+  if (more.length) text += ` (${more.join("; ")})`;
   if (b.ceiling) text += ` (ceiling: ${b.ceiling.max_frames} frames at ${b.ceiling.width}x${b.ceiling.height} for ${b.ceiling.mode}, ${b.ceiling.reason})`;
   return text;
 }
 
+// Ask to cancel `id`; what happened, truthfully: cancelled, asked (a running job stops at its next
+// step), already ended, or not asked at all (and why).
 async function cancelJob(id) {
   const r = await post(`/v1/jobs/${encodeURIComponent(id)}/cancel`);
-  return r.ok || r.status === 409 ? null : problem(r);
+  if (r.ok && r.body?.status === "cancelled") return { text: `${id} cancelled`, bad: false };
+  if (r.ok) return { text: `cancel asked for ${id}: it stops at its next step`, bad: false };
+  if (r.status === 409) return { text: `${id} had already ended: nothing to cancel`, bad: false };
+  return { text: `${id} not cancelled: ${problem(r)}`, bad: true };
 }
 
-// A new job with the parameters of `id` (its stored request; the new job gets its own id).
+// A new job with the parameters and priority of `id`, linked to it in its log (the new job gets its
+// own id).
 async function retryJob(id) {
-  const got = await api(`/v1/jobs/${encodeURIComponent(id)}`);
-  if (!got.ok) return { error: problem(got) };
-  const r = await post("/v1/jobs", got.body.request);
-  return r.ok ? { id: r.body.id } : { error: problem(r) };
+  const r = await post(`/v1/jobs/${encodeURIComponent(id)}/retry`);
+  if (r.ok) return { id: r.body.id, text: `retried ${id} as ${r.body.id}`, bad: false };
+  return { text: `${id} not retried: ${problem(r)}`, bad: true };
 }
 
-function showLive(on) {
+// Bring `target`'s children in line with `source`'s (parsed, not in the page), keeping every node
+// that stays: focus, a text selection, scroll positions and ticked boxes live in those nodes, so an
+// update that changed one row leaves the rest of the page as the reader had it.
+export function morph(target, source) {
+  const keyOf = (n) => (n.nodeType !== 1 ? null : n.id ? `#${n.id}` : n.dataset.job && n.tagName === "TR" ? `row:${n.dataset.job}` : null);
+  const keyed = new Map();
+  for (const child of target.childNodes) { const k = keyOf(child); if (k) keyed.set(k, child); }
+  let cursor = target.firstChild;
+  for (const incoming of [...source.childNodes]) {
+    const k = keyOf(incoming);
+    let match = k ? keyed.get(k) : null;
+    if (match) keyed.delete(k);
+    else if (!k && cursor && !keyOf(cursor) && cursor.nodeName === incoming.nodeName) match = cursor;
+    if (!match) { target.insertBefore(incoming, cursor); continue; }
+    if (match === cursor) cursor = cursor.nextSibling;
+    else target.insertBefore(match, cursor);
+    morphNode(match, incoming);
+  }
+  while (cursor) { const next = cursor.nextSibling; cursor.remove(); cursor = next; }
+}
+
+function morphNode(node, incoming) {
+  if (node.nodeType !== 1) {
+    if (node.nodeValue !== incoming.nodeValue) node.nodeValue = incoming.nodeValue;
+    return;
+  }
+  for (const { name } of [...node.attributes]) if (!incoming.hasAttribute(name)) node.removeAttribute(name);
+  for (const { name, value } of incoming.attributes) if (node.getAttribute(name) !== value) node.setAttribute(name, value);
+  if (node.tagName === "VIDEO") return; // a playing video keeps playing
+  morph(node, incoming);
+}
+
+const parse = (html) => {
+  const t = document.createElement("template");
+  t.innerHTML = html;
+  return t.content;
+};
+
+// What a fetch of a page part gave: the part, or why not: "signed-out" (the session has gone: the
+// service sent its sign-in page or a 401), "down" (no answer) or "failed" (another status).
+async function fetchPart(url) {
+  let response;
+  try {
+    response = await fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } });
+  } catch {
+    return { why: "down" };
+  }
+  const signin = `${BASE}/signin`;
+  if (response.status === 401 || (response.redirected && new URL(response.url).pathname === signin)) return { why: "signed-out" };
+  if (!response.ok) return { why: response.status >= 502 ? "down" : "failed" };
+  return { part: parse(await response.text()) };
+}
+
+// The state of the page's connection, in the header: live, reconnecting, or signed out (with a link).
+function showLive(state) {
   const el = document.getElementById("live");
-  if (el) { el.hidden = false; el.textContent = on ? "live" : "reconnecting…"; el.classList.toggle("off", !on); }
+  if (!el) return;
+  el.hidden = false;
+  el.classList.toggle("off", state !== "live");
+  if (state === "signed-out") {
+    const here = location.pathname + location.search;
+    el.replaceChildren("signed out: ", Object.assign(document.createElement("a"), { href: `${BASE}/signin?next=${encodeURIComponent(here)}`, textContent: "sign in again" }));
+  } else el.textContent = state === "live" ? "live" : "service unreachable, reconnecting…";
 }
 
-// `keep` runs just before the swap and returns what to restore after it: state read any earlier
-// (before the fetch) would lose a box ticked while the fragment was on its way.
-async function swap(container, url, keep = () => () => {}) {
-  const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } });
-  if (!response.ok) return false;
-  const html = await response.text();
-  const restore = keep();
-  container.innerHTML = html;
-  restore();
+// Replace `container`'s content by the part at `url`, morphed in; false (the page left as it was,
+// the header saying why) when it could not be read.
+async function update(container, url) {
+  const got = await fetchPart(url);
+  if (!got.part) { if (got.why !== "failed") showLive(got.why); return false; }
+  morph(container, got.part);
   container.dispatchEvent(new CustomEvent("swapped", { bubbles: true }));
   return true;
 }
@@ -81,73 +150,114 @@ async function swap(container, url, keep = () => () => {}) {
 function fragmentUrl(path) {
   const params = new URLSearchParams(location.search);
   params.set("fragment", "1");
+  params.delete("said");
   return `${path}?${params}`;
 }
 
 // -- the queue ---------------------------------------------------------------------------------
+const MAX_ROWS = 50; // more jobs changed at once than this: the whole part is read again
+
 function queuePage() {
   const body = document.getElementById("queue-body");
   const note = () => document.getElementById("bulk-note");
-  const picked = () => [...body.querySelectorAll("input.pick:checked")].map((i) => i.value);
+  const picked = () => [...body.querySelectorAll("input.pick:checked")].map((i) => i.closest("tr"));
   const syncBulk = () => {
-    const n = picked().length;
-    document.getElementById("cancel-selected").disabled = n === 0;
-    document.getElementById("retry-selected").disabled = n === 0;
+    const rows = picked();
+    document.getElementById("cancel-selected").disabled = !rows.some((r) => r.dataset.cancellable === "yes");
+    document.getElementById("retry-selected").disabled = !rows.some((r) => r.dataset.ended === "yes");
   };
-  const keepPicks = () => {
-    const keep = new Set(picked());
-    // The focused control, found again in the new rows by its job (a box) or its id.
-    const active = document.activeElement && body.contains(document.activeElement) ? document.activeElement : null;
-    const again = active?.matches("input.pick") ? `input.pick[value="${active.value}"]`
-      : active?.matches("button[data-job]") ? `button.${active.classList[0]}[data-job="${active.dataset.job}"]`
-      : active?.id ? `#${CSS.escape(active.id)}` : null;
-    return () => {
-      body.querySelectorAll("input.pick").forEach((i) => { i.checked = keep.has(i.value); });
-      if (again) body.querySelector(again)?.focus();
-    };
-  };
+  const changed = new Set();
+  let everything = true;
+  const rowOf = (id) => body.querySelector(`tr[data-job="${CSS.escape(id)}"]`);
+  // Only the rows that changed, where each is on the page and stays in its table (same status);
+  // else the whole part, morphed: a moved or new row, a count, a page of another filter.
   const refresh = throttle(async () => {
-    if (await swap(body, fragmentUrl(BASE), keepPicks)) syncBulk();
+    const ids = [...changed];
+    const whole = everything || ids.length > MAX_ROWS || !ids.every(rowOf);
+    changed.clear();
+    everything = false;
+    let done = false;
+    if (!whole && ids.length) {
+      const got = await fetchPart(`${BASE}/rows?${new URLSearchParams(ids.map((id) => ["id", id]))}`);
+      if (!got.part) { everything = true; if (got.why !== "failed") showLive(got.why); return; }
+      const fresh = [...got.part.querySelectorAll("tr[data-job]")];
+      done = fresh.length === ids.length && fresh.every((tr) => rowOf(tr.dataset.job)?.dataset.status === tr.dataset.status);
+      if (done) {
+        for (const tr of fresh) morphNode(rowOf(tr.dataset.job), tr);
+        const counts = got.part.querySelector("#counts");
+        if (counts) morphNode(document.getElementById("counts"), counts);
+      }
+    }
+    if (!done && !(await update(body, fragmentUrl(BASE)))) { everything = true; return; }
+    syncBulk();
     body.dataset.updates = String(Number(body.dataset.updates || 0) + 1);
   });
   body.addEventListener("change", (e) => { if (e.target.matches("input.pick")) syncBulk(); });
   body.addEventListener("click", async (e) => {
-    const button = e.target.closest("button");
+    const button = e.target.closest("button[data-job]");
     if (!button) return;
+    e.preventDefault();
+    const id = button.dataset.job;
     if (button.matches(".cancel")) {
+      if (!confirmCancel([id])) return;
       button.disabled = true;
-      const error = await cancelJob(button.dataset.job);
-      say(note(), error || `cancel asked for ${button.dataset.job}`, !!error);
-      refresh();
+      const r = await cancelJob(id);
+      say(note(), r.text, r.bad);
+      if (r.bad) button.disabled = false;
     } else if (button.matches(".retry")) {
       button.disabled = true;
-      const r = await retryJob(button.dataset.job);
-      say(note(), r.error || `retried as ${r.id}`, !!r.error);
-      refresh();
+      const r = await retryJob(id);
+      say(note(), r.text, r.bad);
+      button.disabled = false;
     }
+    refresh();
   });
-  // The selection's buttons sit outside the part of the page that live updates replace.
-  for (const id of ["cancel-selected", "retry-selected"]) {
-    document.getElementById(id).addEventListener("click", async () => {
-      const ids = picked();
-      const cancel = id === "cancel-selected";
-      const results = await Promise.all(ids.map((job) => cancel ? cancelJob(job) : retryJob(job).then((r) => r.error || null)));
-      const failed = results.filter(Boolean);
-      say(note(), failed.length ? failed.join("; ") : `${cancel ? "cancel asked for" : "retried"} ${ids.length} job(s)`, failed.length > 0);
+  // The selection's buttons sit outside the part of the page that live updates replace. Each acts
+  // on the picked jobs it applies to (a cancel on those still queued or running, a retry on those
+  // that ended) and says what it did to each; the boxes are cleared after.
+  for (const [id, cancel] of [["cancel-selected", true], ["retry-selected", false]]) {
+    document.getElementById(id).addEventListener("click", async (e) => {
+      e.preventDefault();
+      const rows = picked();
+      const apply = rows.filter((r) => (cancel ? r.dataset.cancellable : r.dataset.ended) === "yes").map((r) => r.dataset.job);
+      const skipped = rows.length - apply.length;
+      if (!apply.length || (cancel && !confirmCancel(apply))) return;
+      const results = await Promise.all(apply.map((job) => (cancel ? cancelJob(job) : retryJob(job))));
+      const bad = results.filter((r) => r.bad);
+      const verb = cancel ? "cancel asked for" : "retried";
+      let text = `${verb} ${apply.length - bad.length} of ${apply.length} job(s)`;
+      if (skipped) text += `; ${skipped} skipped (${cancel ? "already ended" : "not ended yet"})`;
+      if (bad.length) text += `; ${bad.map((r) => r.text).join("; ")}`;
+      say(note(), text, bad.length > 0);
+      for (const r of rows) r.querySelector("input.pick").checked = false;
+      syncBulk();
       refresh();
     });
   }
-  follow(`${BASE}/stream`, ["changed"], refresh);
+  follow(`${BASE}/stream`, ["changed"], (e) => {
+    const ids = JSON.parse(e.data).jobs;
+    if (ids.includes("*")) everything = true;
+    else for (const id of ids) changed.add(id);
+    refresh();
+  }, () => { everything = true; refresh(); });
+  syncBulk();
 }
 
-// An EventSource on `url` calling `onEvent` for each of `types`; the live mark shows its state.
+function confirmCancel(ids) {
+  const what = ids.length === 1 ? `job ${ids[0]}` : `${ids.length} jobs`;
+  return window.confirm(`Cancel ${what}? The work done so far is lost.`);
+}
+
+// An EventSource on `url` calling `onEvent` for each of `types`; the header shows its state. When
+// the browser gives up on it (the service answered an error), `onEnd` runs and the page follows by
+// reading itself again until the service answers (`recover`).
 function follow(url, types, onEvent, onEnd) {
   const source = new EventSource(url, { withCredentials: true });
-  source.addEventListener("open", () => showLive(true));
+  source.addEventListener("open", () => showLive("live"));
   for (const type of types) source.addEventListener(type, (e) => onEvent(e, type));
   source.addEventListener("error", () => {
     if (source.readyState === EventSource.CLOSED) { if (onEnd) onEnd(); }
-    else showLive(false);
+    else showLive("down");
   });
   return source;
 }
@@ -158,34 +268,44 @@ function jobPage() {
   const id = body.dataset.job;
   const note = () => document.getElementById("action-note");
   // What an action said stays through the live updates that replace the part it sits in.
-  const keepNote = () => {
-    const { textContent: text, className } = note() || {};
-    return () => { const n = note(); if (n && text) { n.textContent = text; n.className = className; } };
-  };
+  let said = null;
+  body.addEventListener("swapped", () => { if (said) say(note(), said.text, said.bad); });
   body.addEventListener("click", async (e) => {
-    const button = e.target.closest("button");
+    const button = e.target.closest("button[data-job]");
     if (!button) return;
-    button.disabled = true;
+    e.preventDefault();
     if (button.matches(".cancel")) {
-      say(note(), "cancelling…"); // at once: the answer waits until the executor has stopped
-      const error = await cancelJob(id);
-      say(note(), error || "cancel asked", !!error);
+      if (!confirmCancel([id])) return;
+      button.disabled = true;
+      said = { text: "cancelling…", bad: false };
+      say(note(), said.text); // at once: the answer waits until the executor has stopped
+      said = await cancelJob(id);
+      say(note(), said.text, said.bad);
+      if (said.bad) button.disabled = false;
     } else if (button.matches(".retry")) {
+      button.disabled = true;
       const r = await retryJob(id);
       if (r.id) location.assign(`${BASE}/jobs/${encodeURIComponent(r.id)}`);
-      else say(note(), r.error, true);
+      else { said = r; say(note(), r.text, true); button.disabled = false; }
     }
   });
   if (body.dataset.terminal === "yes") return;
-  let ended = false;
+  const url = fragmentUrl(body.dataset.fragment);
+  // Until the page shows the job ended: each update reads the part again (its video too, once there
+  // is one); an update the service could not answer is tried again a second later.
+  let source = null;
   const refresh = throttle(async () => {
-    if (ended) { location.reload(); return; } // the whole page: its video, once there is one
-    await swap(body, fragmentUrl(body.dataset.fragment), keepNote);
+    if (!(await update(body, url))) { setTimeout(refresh, 1000); return; }
+    if (body.querySelector("[data-terminal='yes']")) { source?.close(); showLive("live"); return; }
+    if (!source || source.readyState === EventSource.CLOSED) listen();
   });
-  const source = follow(`/v1/jobs/${encodeURIComponent(id)}/stream`, EVENT_TYPES, (_, type) => {
-    if (TERMINAL.has(type)) { ended = true; source.close(); }
-    refresh();
-  }, () => { ended = true; refresh(); });
+  const listen = () => {
+    source = follow(`/v1/jobs/${encodeURIComponent(id)}/stream`, EVENT_TYPES, (_, type) => {
+      if (TERMINAL.has(type)) source.close();
+      refresh();
+    }, refresh);
+  };
+  listen();
 }
 
 // -- submit ---------------------------------------------------------------------------------------
@@ -272,8 +392,10 @@ async function submitPage() {
       const r = await post("/v1/jobs", body);
       if (r.ok) { location.assign(`${BASE}/jobs/${encodeURIComponent(r.body.id)}`); return; }
       say(result, `refused: ${problem(r)}`, true);
+      result.focus();
     } catch (err) {
       say(result, `refused: ${err.message}`, true);
+      result.focus();
     } finally {
       button.disabled = false;
     }

@@ -1,0 +1,191 @@
+"""The console's live pages as an operator uses them, in Chromium: keyboard focus and a text selection
+survive live updates, an update reads only the rows that changed, a job page follows its job to the
+end (its video too) without reloading and through an outage, a session that ends says so, and the
+pages stay light (gzip, ETags, a 300-step job on one screen)."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.integration.console.conftest import console_server
+from tests.integration.service.conftest import Server, Servers, cancel_quietly, long_job, poll, submit, wait_job
+
+SIZE = {"width": 832, "height": 480}
+WAIT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[Server]:
+    yield from console_server(tmp_path_factory, "console-live")
+
+
+def _page(browser, base_url: str, **options):
+    context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900}, **options)
+    p = context.new_page()
+    p.errors = []
+    p.on("pageerror", lambda e: p.errors.append(str(e)))
+    p.on("dialog", lambda d: d.accept())
+    return context, p
+
+
+@pytest.fixture
+def page(browser, server):
+    context, p = _page(browser, server.url)
+    yield p
+    context.close()
+    assert not p.errors, f"the page's script failed: {p.errors}"
+
+
+@pytest.fixture
+def running(api) -> Iterator[list[str]]:
+    """Three jobs reporting a step every 0.2 s: what keeps a queue page updating."""
+    ids = [long_job(api, steps=300, step=0.2, **SIZE)["id"] for _ in range(3)]
+    for job_id in ids:
+        wait_job(api, job_id, ("running",))
+    yield ids
+    cancel_quietly(api, *ids)
+
+
+def _updates(page) -> int:
+    return int(page.locator("#queue-body").get_attribute("data-updates") or 0)
+
+
+def _wait_updates(page, n: int) -> None:
+    first = _updates(page)
+    poll(lambda: _updates(page) >= first + n, 30, f"{n} live updates of the queue")
+
+
+def _tab_to_a_job_link(page, presses: int = 40) -> str:
+    for _ in range(presses):
+        page.keyboard.press("Tab")
+        href = page.evaluate("document.activeElement.matches('a.id') ? document.activeElement.getAttribute('href') : null")
+        if href:
+            return href
+        page.wait_for_timeout(50)  # live updates come meanwhile
+    raise AssertionError(f"{presses} Tabs never reached a job link")
+
+
+def test_focus_on_a_job_link_survives_ten_seconds_of_live_updates(page, running):
+    page.goto("/console")
+    page.locator(f"tr[data-job='{running[0]}'] progress").wait_for()
+    href = _tab_to_a_job_link(page)
+    first = _updates(page)
+    page.wait_for_timeout(10_000)
+    assert _updates(page) >= first + 5, "the page did not update meanwhile: the test proves nothing"
+    assert page.evaluate("document.activeElement.getAttribute('href')") == href
+
+
+def test_tab_reaches_a_job_link_on_a_filtered_page_while_others_update(page, api, running):
+    done = wait_job(api, submit(api, prompt="a done fox [fake step=0]", **SIZE)["id"])
+    page.goto("/console?status=done")
+    page.locator(f"tr[data-job='{done['id']}']").wait_for()
+    _wait_updates(page, 1)  # the counts follow the running jobs: this page updates too
+    assert _tab_to_a_job_link(page).startswith("/console/jobs/")
+
+
+def test_a_text_selection_survives_live_updates(page, api, running):
+    done = wait_job(api, submit(api, prompt="a fox to copy [fake step=0]", **SIZE)["id"])
+    page.goto("/console")
+    link = page.locator(f"tr[data-job='{done['id']}'] a.id")
+    link.wait_for()
+    page.evaluate(
+        "id => { const a = document.querySelector(`tr[data-job='${id}'] a.id`); const r = document.createRange();"
+        " r.selectNodeContents(a); getSelection().removeAllRanges(); getSelection().addRange(r); }",
+        done["id"],
+    )
+    _wait_updates(page, 5)
+    assert page.evaluate("getSelection().toString()") == done["id"]
+
+
+def test_an_update_reads_only_the_rows_that_changed(page, running):
+    parts: list[str] = []
+    page.on("request", lambda r: parts.append(r.url) if "/console/rows" in r.url or "fragment=1" in r.url else None)
+    page.goto("/console")
+    page.locator(f"tr[data-job='{running[0]}'] progress").wait_for()
+    before = {i: int(page.locator(f"tr[data-job='{i}'] progress").get_attribute("value")) for i in running}
+    _wait_updates(page, 8)
+    rows, whole = [u for u in parts if "/console/rows" in u], [u for u in parts if "fragment=1" in u]
+    assert len(rows) >= 4 and len(rows) > 3 * len(whole), (len(rows), len(whole))
+    after = {i: int(page.locator(f"tr[data-job='{i}'] progress").get_attribute("value")) for i in running}
+    assert all(after[i] > before[i] for i in running), (before, after)
+
+
+def test_a_job_page_follows_its_job_to_its_video_without_reloading(page, api):
+    job_id = submit(api, prompt="a fox seen to the end [fake step=0.1]", steps=30, **SIZE)["id"]
+    page.goto(f"/console/jobs/{job_id}")
+    page.evaluate("window.notReloaded = true")
+    page.wait_for_selector("video#player", timeout=WAIT_MS)
+    assert page.locator("#job-status").inner_text() == "done"
+    assert page.evaluate("window.notReloaded === true"), "the page reloaded itself"
+
+
+def test_a_job_page_rides_out_a_service_restart(browser, tmp_path):
+    s = Servers(tmp_path)
+    server = s.start({"H3_SLOTS": "2"})
+    context, p = _page(browser, server.url)
+    try:
+        with server.client() as api:
+            job_id = long_job(api, steps=60, step=0.1, **SIZE)["id"]
+            wait_job(api, job_id, ("running",))
+        p.goto(f"/console/jobs/{job_id}")
+        p.evaluate("window.notReloaded = true")
+        p.wait_for_selector("#live:has-text('live')")
+        server.stop()
+        p.wait_for_selector("#live:has-text('service unreachable')", timeout=WAIT_MS)
+        assert p.locator("h1").inner_text().startswith("Job")  # the page as it was, not an error page
+        server.start(same_port=True)
+        # The job's next attempt (the stop interrupted the first), followed to its end on the same page.
+        p.wait_for_selector("#job-status:has-text('done')", timeout=60_000)
+        p.wait_for_selector("#live:has-text('live')", timeout=WAIT_MS)
+        assert p.evaluate("window.notReloaded === true"), "the page reloaded itself"
+        assert not p.errors, p.errors
+    finally:
+        context.close()
+        s.kill_all()
+
+
+def test_cancel_while_the_service_is_down_says_so(browser, tmp_path):
+    s = Servers(tmp_path)
+    server = s.start()
+    context, p = _page(browser, server.url)
+    try:
+        with server.client() as api:
+            job_id = long_job(api, steps=600, step=0.2, **SIZE)["id"]
+            wait_job(api, job_id, ("running",))
+        p.goto(f"/console/jobs/{job_id}")
+        server.kill()
+        p.get_by_role("button", name="Cancel").click()
+        note = p.locator("#action-note")
+        note.locator("text=did not answer").wait_for(timeout=WAIT_MS)
+        assert "not cancelled" in note.inner_text()
+        assert p.get_by_role("button", name="Cancel").is_enabled()  # to try again once it is back
+    finally:
+        context.close()
+        s.kill_all()
+
+
+def test_pages_are_compressed_and_files_revalidated(server, api):
+    with httpx.Client(base_url=server.url) as raw:
+        page = raw.get("/console", headers={"Accept-Encoding": "gzip"})
+        assert page.headers["content-encoding"] == "gzip"
+        part = raw.get("/console?fragment=1", headers={"Accept-Encoding": "gzip"})
+        assert part.headers["content-encoding"] == "gzip" and b"<section" in part.content
+        assert int(part.headers["content-length"]) < len(gzip.compress(part.content)) * 2
+        script = raw.get("/console/static/console.js")
+        again = raw.get("/console/static/console.js", headers={"If-None-Match": script.headers["etag"]})
+        assert again.status_code == 304 and again.content == b""
+        stale = raw.get("/console/static/console.js", headers={"If-None-Match": '"another-release"'})
+        assert stale.status_code == 200 and stale.content == script.content
+
+
+def test_a_300_step_job_page_is_one_screen_with_its_video_first(page, api):
+    job = wait_job(api, submit(api, prompt="a fox of many steps [fake step=0]", steps=300, **SIZE)["id"])
+    assert job["status"] == "done", job
+    page.goto(f"/console/jobs/{job['id']}")
+    assert page.evaluate("document.documentElement.scrollHeight") < 3000
+    assert page.locator("video#player").bounding_box()["y"] < 900  # above the fold at 1280x900
+    assert page.locator("table.events tr.ev").count() < 20
