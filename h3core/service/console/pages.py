@@ -36,13 +36,13 @@ from h3core.service.auth import (
 from h3core.service.cancelling import cancel
 from h3core.service.compression import UNCOMPRESSED
 from h3core.service.console.live import changes
-from h3core.service.console.queue import SINCE, STATUS_CHOICES, Filter, page, rows
+from h3core.service.console.queue import MODES, SINCE, STATUS_CHOICES, Filter, UnknownChoice, expected_starts, page, row, rows
 from h3core.service.console.timeline import event_rows, timeline
 from h3core.service.context import Service
 from h3core.service.crosssite import OWN_CONTENT_TYPES_OPT
 from h3core.service.routes.jobs import retry
 from h3core.service.routes.ops import readiness
-from h3core.service.submission import in_thread, job_state
+from h3core.service.submission import in_thread, job_state, point_read
 from h3core.service.views import ceilings_view
 
 __all__ = ["CONSOLE_PATH", "console_router", "render_queue"]
@@ -51,20 +51,26 @@ CONSOLE_PATH = "/console"
 PAGE_SIZE = 50
 RUNNING_SHOWN = 200  # the running jobs the first page lists (more: the status filter pages them)
 QUEUED_SHOWN = 50
+QUEUED = ("submitted", "queued")
 # What a console page may load and run: its own files only (no inline script, no other origin).
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; media-src 'self'; "
     "connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
 )
 STATIC = {"console.css": "text/css", "console.js": "text/javascript", "icon.svg": "image/svg+xml"}
-MODES = ("t2va", "fl2va", "ref2va")
 
 
 @cache
 def _templates() -> Environment:
     env = Environment(loader=PackageLoader("h3core.service.console"), autoescape=select_autoescape(default=True))
     env.globals.update(base=CONSOLE_PATH, modes=MODES, statuses=STATUS_CHOICES, since_choices=tuple(SINCE))
+    env.filters["num"] = num
     return env
+
+
+def num(value: float | int) -> str:
+    """A figure for a reader: at most two decimals, no trailing zeros (2.3333333333333335 -> 2.33)."""
+    return f"{value:.2f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
 
 
 def _html(template: str, status_code: int = 200, **context) -> Response[str]:
@@ -102,6 +108,12 @@ def _safe_next(given: str | None) -> str:
     return CONSOLE_PATH
 
 
+def _problem(status_code: int, title: str, message: str, svc: Service) -> Response[str]:
+    """A page saying what is wrong (an unknown job, a filter's unknown choice), in the console's look,
+    with its status code: never the API's raw JSON in a browser tab."""
+    return _html("problem.html", status_code=status_code, page="problem", title=title, message=message, **_common(svc))
+
+
 def _common(svc: Service) -> dict:
     return {"signed": bool(svc.settings.api_tokens)}
 
@@ -130,9 +142,17 @@ def _queue_context(svc: Service, wanted: Filter, before: int | None, after: int 
     running = queued = None
     if split:
         only = lambda status: Filter(status=status, mode=wanted.mode, text=wanted.text, since=wanted.since)  # noqa: E731
-        running = rows(page(store, only("running"), now, limit=RUNNING_SHOWN).jobs, now)
-        queued_page = page(store, only("queued"), now, limit=QUEUED_SHOWN)
-        queued = rows(reversed(queued_page.jobs), now)  # in the order they will start (priority aside)
+        running_states = page(store, only("running"), now, limit=RUNNING_SHOWN).jobs
+        running = rows(running_states, now)
+        # The queue in the order its jobs will start (priority first), each with its place and an
+        # estimated start; the filter picks among the first QUEUED_SHOWN.
+        head = store.queued(limit=QUEUED_SHOWN)
+        starts = expected_starts(head, running_states, svc.settings.slots)
+        queued = [
+            row(state, now, position=i + 1, expected_start=start)
+            for i, (state, start) in enumerate(zip(head, starts, strict=True))
+            if wanted.matches(state, now)
+        ]
         listed = page(store, Filter("ended", wanted.mode, wanted.text, wanted.since), now, limit=PAGE_SIZE)
     else:
         listed = page(store, wanted, now, limit=PAGE_SIZE, before=before, after=after)
@@ -142,8 +162,9 @@ def _queue_context(svc: Service, wanted: Filter, before: int | None, after: int 
         "counts": counts,
         "running": running,
         "queued": queued,
-        "jobs": rows(listed.jobs, now),
+        "jobs": [row(s, now, position=store.queue_position(s.job_id) if s.status in QUEUED else None) for s in listed.jobs],
         "listed_title": "Ended" if split else "Jobs",
+        "queued_more": counts.get("queued", 0) > QUEUED_SHOWN,
         "newer": f"?{urlencode({**query, 'after': listed.newer})}" if listed.newer is not None else None,
         "older": f"?{urlencode({**query, 'before': listed.older})}" if listed.older is not None else None,
         "cut_short": listed.cut_short,
@@ -166,7 +187,10 @@ async def queue_page(
 ) -> Response:
     if not _signed_in(svc, request):
         return _to_signin(request)
-    wanted = Filter.of(status, mode, q, since)
+    try:
+        wanted = Filter.of(status, mode, q, since)
+    except UnknownChoice as exc:
+        return _problem(400, f"No such {exc.name}", f"{exc}.", svc)
     return await in_thread(render_queue, svc, wanted, before, after, fragment)
 
 
@@ -212,7 +236,11 @@ async def job_page(
 ) -> Response:
     if not _signed_in(svc, request):
         return _to_signin(request)
-    state = await job_state(svc, job_id)  # 404 naming the job
+    state = await point_read(svc, svc.store.get, job_id)
+    if state is None:
+        if fragment:
+            raise NotFoundException(f"no job {job_id!r}")
+        return _problem(404, "No such job", f"There is no job {job_id!r} in this store.", svc)
 
     def render() -> Response:
         events = svc.store.events(job_id)

@@ -4,7 +4,7 @@ store reads in `page`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
@@ -16,11 +16,14 @@ __all__ = [
     "ENDED",
     "SINCE",
     "STATUS_CHOICES",
+    "MODES",
     "Filter",
     "Page",
     "Row",
     "page",
     "row",
+    "UnknownChoice",
+    "expected_starts",
 ]
 
 ENDED = ("done", "failed", "cancelled")
@@ -31,6 +34,17 @@ SCAN_BATCH = 200
 # Rows one page request reads at most while looking for matches of a narrow filter: the page then
 # ends early with a cursor to go on from, so that no filter makes one request read the whole store.
 SCAN_BUDGET = 5000
+
+
+MODES = ("t2va", "fl2va", "ref2va")
+
+
+class UnknownChoice(ValueError):
+    """A filter's query parameter that is none of its choices."""
+
+    def __init__(self, name: str, given: str, choices: Sequence[str]) -> None:
+        super().__init__(f"{name} {given!r} is not one of: {', '.join(choices)}")
+        self.name, self.given, self.choices = name, given, tuple(choices)
 
 
 class JobLister(Protocol):
@@ -45,19 +59,18 @@ class Filter:
 
     status: str | None = None  # one of STATUS_CHOICES
     mode: str | None = None
-    text: str = ""  # in the prompt, or the start of the job id
+    text: str = ""  # in the prompt or the job id
     since: str | None = None  # a key of SINCE: created within that long
 
     @classmethod
     def of(cls, status: str | None, mode: str | None, text: str | None, since: str | None) -> Filter:
-        """From the form's query parameters; unknown choices are ignored rather than refused (a
-        page link from an older console must still open)."""
-        return cls(
-            status=status if status in STATUS_CHOICES else None,
-            mode=mode if mode in ("t2va", "fl2va", "ref2va") else None,
-            text=(text or "").strip()[:200],
-            since=since if since in SINCE else None,
-        )
+        """From the form's query parameters (an empty one: any). Raises `UnknownChoice` naming the
+        parameter and its choices for a value that is none of them: a page that silently showed
+        everything for `?status=bogus` would look like an answer."""
+        for name, given, choices in (("status", status, STATUS_CHOICES), ("mode", mode, MODES), ("since", since, tuple(SINCE))):
+            if given and given not in choices:
+                raise UnknownChoice(name, given, choices)
+        return cls(status=status or None, mode=mode or None, text=(text or "").strip()[:200], since=since or None)
 
     @property
     def store_status(self) -> str | None:
@@ -79,8 +92,8 @@ class Filter:
         return (self.status,) if self.status else None
 
     def matches(self, state: JobState, now: datetime) -> bool:
-        """Whether the job passes every part of the filter at `now`: status, mode, text (in the prompt,
-        or the start of the id) and the `since` window."""
+        """Whether the job passes every part of the filter at `now`: status, mode, text (in the prompt or
+        the id, any part of either) and the `since` window."""
         wanted = self.statuses()
         if wanted is not None and state.status not in wanted:
             return False
@@ -88,7 +101,7 @@ class Filter:
             return False
         if self.text:
             needle = self.text.lower()
-            if not state.job_id.lower().startswith(needle) and needle not in state.request.prompt.lower():
+            if needle not in state.job_id.lower() and needle not in state.request.prompt.lower():
                 return False
         return self.since is None or state.created_at >= now - SINCE[self.since]
 
@@ -192,6 +205,15 @@ class Row:
     error_kind: str | None
     cancel_requested: bool
     attempt: int
+    priority: int = 0
+    position: int | None = None  # queued: 1 for the next to start
+    expected_start: str | None = None  # queued: an estimate ("in 4m10s"), None where none can be made
+
+    @property
+    def time_label(self) -> str:
+        """What the time column's figure is for this row: the wait so far, the run so far, or the
+        whole time from its first start to its end."""
+        return {"queued": "waiting", "running": "running"}.get(self.status, "took")
 
     @property
     def cancellable(self) -> bool:
@@ -215,7 +237,7 @@ def eta_seconds(state: JobState) -> float | None:
     return spent / state.step * max(state.total - state.step, 0)
 
 
-def row(state: JobState, now: datetime) -> Row:
+def row(state: JobState, now: datetime, position: int | None = None, expected_start: float | None = None) -> Row:
     """The job as its queue row shows it at `now`: a `submitted` job as queued, a done one at its last
     step, its elapsed time from its first start (or, not started, from its submission), and the ETA
     `eta_seconds` gives."""
@@ -242,8 +264,45 @@ def row(state: JobState, now: datetime) -> Row:
         error_kind=state.error.kind if state.error else None,
         cancel_requested=state.cancel_requested,
         attempt=state.attempt,
+        priority=state.priority,
+        position=position,
+        expected_start=(("now" if expected_start <= 0 else f"in {dur(expected_start)}") if expected_start is not None else None),
     )
 
 
 def rows(states: Iterable[JobState], now: datetime) -> list[Row]:
     return [row(s, now) for s in states]
+
+
+def pace(running: Iterable[JobState]) -> float | None:
+    """Seconds per step of the running attempts so far (the median: one stalled job does not set it);
+    None before any has reported a step."""
+    paces = sorted(
+        (s.updated_at - s.attempt_started_at).total_seconds() / s.step
+        for s in running
+        if s.status == "running" and s.step and s.attempt_started_at is not None
+    )
+    return paces[len(paces) // 2] if paces else None
+
+
+def expected_starts(queued: Sequence[JobState], running: Sequence[JobState], slots: int) -> list[float | None]:
+    """Seconds from now until each of `queued` (in the order they will start) is expected to start,
+    with `slots` jobs at once: each slot frees when its running job's ETA says, then runs the queued
+    jobs in turn for their steps at the measured pace. None for all where no pace is measured yet,
+    and for a job whose turn needs a running job's ETA that is unknown."""
+    per_step = pace(running)
+    if per_step is None or slots < 1:
+        return [None] * len(queued)
+    free: list[float | None] = [eta_seconds(s) for s in running if s.status == "running"][:slots]
+    free += [0.0] * (slots - len(free))
+    out: list[float | None] = []
+    for state in queued:
+        known = [t for t in free if t is not None]
+        if not known:
+            out.append(None)
+            continue
+        start = min(known)
+        free.remove(start)
+        out.append(start)
+        free.append(start + per_step * state.request.steps)
+    return out

@@ -189,3 +189,35 @@ def test_a_300_step_job_page_is_one_screen_with_its_video_first(page, api):
     assert page.evaluate("document.documentElement.scrollHeight") < 3000
     assert page.locator("video#player").bounding_box()["y"] < 900  # above the fold at 1280x900
     assert page.locator("table.events tr.ev").count() < 20
+
+
+def test_the_queue_shows_priority_and_the_order_jobs_start_in(browser, tmp_path):
+    s = Servers(tmp_path)
+    server = s.start({"H3_SLOTS": "1"})
+    context, p = _page(browser, server.url)
+    try:
+        with server.client() as api:
+            first = long_job(api, steps=600, step=0.2, **SIZE)["id"]
+            wait_job(api, first, ("running",))
+            waiting = [long_job(api, steps=10, step=0.2, **SIZE)["id"] for _ in range(51)]
+            urgent = long_job(api, steps=10, step=0.2, priority=10, **SIZE)["id"]
+            p.goto("/console")
+            queued = p.locator("#queued")
+            # Listed last by submission, it starts first: the queue says so.
+            head = queued.locator("tbody tr").first
+            assert head.get_attribute("data-job") == urgent
+            assert head.locator("td.prio").inner_text() == "10"
+            assert "#1 to start" in head.inner_text()
+            assert queued.locator("tbody tr").nth(1).get_attribute("data-job") == waiting[0]
+            # 52 queued, 50 shown: the heading says so and links them all.
+            assert "50 of 52" in queued.locator("h2").inner_text()
+            queued.get_by_role("link", name="all 52 →").click()
+            p.wait_for_url("**/console?status=queued")
+            assert p.locator(f"tr[data-job='{urgent}']").inner_text().count("#1 to start") == 1
+            api.post(f"/v1/jobs/{first}/cancel")
+            for job_id in [*waiting, urgent]:
+                api.post(f"/v1/jobs/{job_id}/cancel")
+        assert not p.errors, p.errors
+    finally:
+        context.close()
+        s.kill_all()

@@ -3,6 +3,7 @@ feed, session cookies) and its pages in process: sign-in, the cookie on /v1, cro
 
 from __future__ import annotations
 
+import html
 from datetime import UTC, datetime, timedelta
 
 import anyio
@@ -14,7 +15,8 @@ from h3core.domain.story import fields
 from h3core.runtime.bus import EventBus
 from h3core.service.auth import SESSION_COOKIE, session_matches, session_value
 from h3core.service.console.live import changes
-from h3core.service.console.queue import Filter, eta_seconds, page
+from h3core.service.console.pages import num
+from h3core.service.console.queue import Filter, UnknownChoice, eta_seconds, expected_starts, page
 from h3core.service.console.timeline import event_rows, timeline
 from tests.factories import done_log, submitted
 from tests.unit.service.conftest import QUICK
@@ -67,7 +69,7 @@ def test_a_narrow_filter_stops_at_its_budget_and_goes_on_from_there(store):
     assert _walk(store, Filter(text="OWL"), limit=5, budget=10) == [ids[40], ids[20], ids[0]]
 
 
-def test_filters_by_status_mode_and_id_prefix(store):
+def test_filters_by_status_mode_and_any_part_of_the_id(store):
     _fill(store, 3)
     store.append("job0001", [Running(attempt=1, executor="fake")])
     now = datetime.now(UTC)
@@ -75,7 +77,38 @@ def test_filters_by_status_mode_and_id_prefix(store):
     assert [s.job_id for s in page(store, Filter(status="queued"), now).jobs] == ["job0002", "job0000"]
     assert page(store, Filter(mode="fl2va"), now).jobs == []
     assert [s.job_id for s in page(store, Filter(text="job0002"), now).jobs] == ["job0002"]
-    assert Filter.of("nonsense", "x", None, "2y") == Filter()
+    assert [s.job_id for s in page(store, Filter(text="B0002"), now).jobs] == ["job0002"]  # not only a prefix
+    assert Filter.of("", "", None, "") == Filter()
+    for args, name in (
+        (("bogus", None, None, None), "status"),
+        ((None, "x", None, None), "mode"),
+        ((None, None, None, "2y"), "since"),
+    ):
+        with pytest.raises(UnknownChoice) as refused:
+            Filter.of(*args)
+        assert refused.value.name == name and "is not one of" in str(refused.value)
+
+
+def _running(job_id: str, steps: int, done: int, spent_s: float):
+    bodies = [submitted(steps=steps), Admitted(), Running(attempt=1, executor="fake")]
+    state, _ = extend(None, job_id, bodies, T0)
+    state, _ = extend(state, job_id, [Progress(step=done, total=steps)], T0 + timedelta(seconds=spent_s))
+    return state
+
+
+def test_queued_jobs_expect_to_start_as_slots_free_at_the_measured_pace():
+    # Two slots, running jobs at 1 s a step: one 10 s from its end, one 30 s.
+    running = [_running("a", 20, 10, 10.0), _running("b", 40, 10, 10.0)]
+    queued = [extend(None, f"q{i}", [submitted(steps=5), Admitted()], T0)[0] for i in range(3)]
+    assert expected_starts(queued, running, slots=2) == [pytest.approx(10), pytest.approx(15), pytest.approx(20)]
+    # A free slot: the first starts now; no pace measured: no estimate at all, rather than a guess.
+    assert expected_starts(queued[:1], running[:1], slots=2) == [0.0]
+    waiting = extend(None, "w", [submitted(steps=20), Admitted(), Running(attempt=1, executor="fake")], T0)[0]
+    assert expected_starts(queued, [waiting], slots=1) == [None, None, None]
+
+
+def test_a_figure_is_shown_rounded():
+    assert (num(2.3333333333333335), num(5.0), num(0.125), num(7)) == ("2.33", "5", "0.12", "7")
 
 
 def test_the_eta_is_the_measured_pace_times_the_steps_left():
@@ -185,7 +218,10 @@ def test_without_tokens_every_page_answers(make_client):
             r = client.get(path)
             assert r.status_code == 200, (path, r.text)
             assert "default-src 'self'" in r.headers["content-security-policy"]
-        assert client.get("/console/jobs/nope").status_code == 404
+        missing = client.get("/console/jobs/nope")
+        assert missing.status_code == 404 and "text/html" in missing.headers["content-type"] and "No such job" in missing.text
+        bogus = client.get("/console?status=bogus")
+        assert bogus.status_code == 400 and "status 'bogus' is not one of: queued, running" in html.unescape(bogus.text)
         assert client.get("/console/static/console.js").headers["content-type"].startswith("text/javascript")
         assert client.get("/console/static/../app.py").status_code == 404
 

@@ -101,6 +101,7 @@ function morphNode(node, incoming) {
   for (const { name } of [...node.attributes]) if (!incoming.hasAttribute(name)) node.removeAttribute(name);
   for (const { name, value } of incoming.attributes) if (node.getAttribute(name) !== value) node.setAttribute(name, value);
   if (node.tagName === "VIDEO") return; // a playing video keeps playing
+  if (node.tagName === "TIME" && node.dateTime === incoming.getAttribute("datetime")) return; // shown in local time
   morph(node, incoming);
 }
 
@@ -137,12 +138,21 @@ function showLive(state) {
   } else el.textContent = state === "live" ? "live" : "service unreachable, reconnecting…";
 }
 
+// Times as the reader's clock shows them (the page says UTC, for a reader without the script).
+function localTimes(root) {
+  for (const el of root.querySelectorAll("time[datetime]")) {
+    const local = new Date(el.dateTime).toLocaleString();
+    if (el.textContent !== local) { el.textContent = local; el.title = el.dateTime; }
+  }
+}
+
 // Replace `container`'s content by the part at `url`, morphed in; false (the page left as it was,
 // the header saying why) when it could not be read.
 async function update(container, url) {
   const got = await fetchPart(url);
   if (!got.part) { if (got.why !== "failed") showLive(got.why); return false; }
   morph(container, got.part);
+  localTimes(container);
   container.dispatchEvent(new CustomEvent("swapped", { bubbles: true }));
   return true;
 }
@@ -183,7 +193,7 @@ function queuePage() {
       const fresh = [...got.part.querySelectorAll("tr[data-job]")];
       done = fresh.length === ids.length && fresh.every((tr) => rowOf(tr.dataset.job)?.dataset.status === tr.dataset.status);
       if (done) {
-        for (const tr of fresh) morphNode(rowOf(tr.dataset.job), tr);
+        for (const tr of fresh) { morphNode(rowOf(tr.dataset.job), tr); localTimes(rowOf(tr.dataset.job)); }
         const counts = got.part.querySelector("#counts");
         if (counts) morphNode(document.getElementById("counts"), counts);
       }
@@ -349,7 +359,7 @@ async function submitPage() {
     $("frames").replaceChildren(...choices.map((f) => new Option(`${f} frames (${(f / FPS).toFixed(2)} s)`, String(f))));
     const pick = choices.reduce((a, b) => (Math.abs(b - before) < Math.abs(a - before) ? b : a), choices[0]);
     $("frames").value = String(pick);
-    $("ceiling-note").textContent = `At most ${r.max_frames} frames (${r.max_seconds} s) at ${r.width}x${r.height} for ${r.mode}: ${r.reason}${r.verified ? "" : ", unverified"}.`;
+    $("ceiling-note").textContent = `At most ${r.max_frames} frames (${r.max_seconds} s) at ${r.width}x${r.height} for ${r.mode}: ${r.reason}${r.verified || r.reason === "unverified" ? "" : ", unverified"}.`;
   };
   const fillSizes = () => {
     const mode = $("mode").value;
@@ -402,5 +412,6 @@ async function submitPage() {
   });
 }
 
+localTimes(document);
 const pages = { queue: queuePage, job: jobPage, submit: submitPage };
 pages[document.body.dataset.page]?.();
