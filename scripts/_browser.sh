@@ -25,3 +25,5 @@ if ! browser_found; then
 fi
 # The whole suite run by this script needs the browser: its tests fail rather than skip without one.
 export H3_REQUIRE_BROWSER=1
+# axe-core for the accessibility tests, fetched once from the npm registry and checked (tests/axe.py).
+(cd "$ROOT" && "$VENV/bin/python" -m tests.axe >/dev/null) || echo "could not fetch axe-core: the accessibility tests will fail" >&2

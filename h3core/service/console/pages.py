@@ -20,6 +20,7 @@ from litestar.exceptions import HTTPException, NotFoundException
 from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Redirect, ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
+from pydantic import ValidationError
 
 from h3core.domain.story import why
 from h3core.runtime.errors import NotCancellable
@@ -40,7 +41,8 @@ from h3core.service.console.queue import MODES, SINCE, STATUS_CHOICES, Filter, U
 from h3core.service.console.timeline import event_rows, timeline
 from h3core.service.context import Service
 from h3core.service.crosssite import OWN_CONTENT_TYPES_OPT
-from h3core.service.routes.jobs import retry
+from h3core.service.requests import JobCreate
+from h3core.service.routes.jobs import admit, retry
 from h3core.service.routes.ops import readiness
 from h3core.service.submission import in_thread, job_state, point_read
 from h3core.service.views import ceilings_view
@@ -308,11 +310,70 @@ async def retry_form(svc: NamedDependency[Service], request: Request, job_id: Fr
 # -- submit and the box ---------------------------------------------------------------------------
 
 
+FPS = 24
+FORM_FIELDS = ("mode", "prompt", "negative_prompt", "frames", "steps", "seed", "priority")  # and `size`
+NUMBERS = ("width", "height", "frames", "steps", "seed", "priority")
+
+
+def _integer(text: str) -> bool:
+    return text.strip().removeprefix("-").isdigit()
+
+
+def frame_choices(low: int, high: int) -> list[int]:
+    """The frame counts the form offers for a ceiling row: its least, each whole second, its most
+    (console.js's `frameChoices`, for a page read without the script)."""
+    return sorted({low, high, *(f for f in range(FPS, high + 1, FPS) if f >= low)})
+
+
+def _form(svc: Service) -> dict[str, Any]:
+    """What the submit form offers before its script refines it: the modes and sizes /v1/ceilings
+    admits, and the lengths of the first mode's first size."""
+    rows = [
+        r
+        for r in ceilings_view(svc.contract.current(), svc.contract.ceilings()).ceilings
+        if r.max_frames >= r.min_frames and r.reason != "mode_unavailable"
+    ]
+    modes = list(dict.fromkeys(r.mode for r in rows))
+    sizes = list(dict.fromkeys(f"{r.width}x{r.height}" for r in rows if modes and r.mode == modes[0]))
+    first = next((r for r in rows if modes and r.mode == modes[0]), None)
+    frames = frame_choices(first.min_frames, first.max_frames) if first else []
+    return {"form_modes": modes, "form_sizes": sizes, "form_frames": frames}
+
+
 @get("/submit", include_in_schema=False)
 async def submit_page(svc: NamedDependency[Service], request: Request) -> Response:
     if not _signed_in(svc, request):
         return _to_signin(request)
-    return _html("submit.html", page="submit", **_common(svc))
+    return _html("submit.html", page="submit", refused=None, **_form(svc), **_common(svc))
+
+
+@post("/submit", include_in_schema=False, status_code=303, opt={OWN_CONTENT_TYPES_OPT: True})
+async def submit_form(svc: NamedDependency[Service], request: Request) -> Response:
+    """The submit form posted without the page's script (the prompt in the body, never in a URL): the
+    new job's page, or the form again saying what was refused and why (each field's message)."""
+    if not _signed_in(svc, request):
+        return _to_signin(request)
+    if request.content_type[0].lower() != "application/x-www-form-urlencoded":
+        raise HTTPException(status_code=415, detail="post the form: Content-Type application/x-www-form-urlencoded")
+    form = await request.form()
+    width, _, height = str(form.get("size") or "").partition("x")
+    given: dict[str, object] = {k: str(v) for k, v in form.items() if k in FORM_FIELDS}
+    given.update(width=width, height=height)
+    if not str(given.get("negative_prompt", "")).strip():
+        given.pop("negative_prompt", None)
+    # A form's numbers are text; the API's model is strict about types, so they are read here.
+    given.update({k: int(v) for k, v in given.items() if k in NUMBERS and isinstance(v, str) and _integer(v)})
+    try:
+        data = JobCreate.model_validate(given)
+        submission = await admit(svc, data.generation(), priority=data.priority, by=requester(request, svc.settings.api_tokens))
+    except ValidationError as exc:
+        refused = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    except HTTPException as exc:
+        errors = (exc.extra or {}).get("errors", []) if isinstance(exc.extra, dict) else []
+        refused = "; ".join([exc.detail, *(e["message"] for e in errors if e["message"] not in exc.detail)])
+    else:
+        return Redirect(f"{CONSOLE_PATH}/jobs/{submission.state.job_id}", status_code=303)
+    return _html("submit.html", status_code=422, page="submit", refused=refused, **_form(svc), **_common(svc))
 
 
 @get("/box", include_in_schema=False)
@@ -436,6 +497,7 @@ def console_router() -> Router:
             queue_rows,
             job_page,
             cancel_form,
+            submit_form,
             retry_form,
             submit_page,
             box_page,

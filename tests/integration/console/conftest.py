@@ -87,3 +87,28 @@ class Screens:
 @pytest.fixture(scope="module")
 def screens(tmp_path_factory) -> Screens:
     return Screens(tmp_path_factory.mktemp("screens"))
+
+
+@pytest.fixture(scope="session")
+def axe_source() -> str:
+    """axe-core's script (tests/axe.py; `./scripts/test` fetches it): fails under CI without it."""
+    from tests import axe
+
+    if not axe.PATH.is_file():
+        why = f"no axe-core at {axe.PATH}: run `python -m tests.axe` (./scripts/test does)"
+        if os.environ.get("H3_REQUIRE_BROWSER") or os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    return axe.PATH.read_text()
+
+
+def axe_violations(page, source: str) -> list[str]:
+    """What axe-core finds on the page as it is (WCAG 2.1 A and AA, and best practices): each
+    violation's rule and the elements it names. The page's context must bypass its CSP, which
+    (rightly) refuses any script the page did not ship."""
+    page.add_script_tag(content=source)
+    found = page.evaluate(
+        "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
+        ".map(v => `${v.id} (${v.impact}): ${v.nodes.slice(0, 3).map(n => n.target.join(' ')).join(', ')}`)"
+    )
+    return list(found)

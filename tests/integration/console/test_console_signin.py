@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.console.conftest import console_server
-from tests.integration.service.conftest import Server, long_job, submit, wait_job
+from tests.integration.service.conftest import Server, long_job, wait_job
 
 TOKEN = "console-token-0123456789"
 OTHER = "another-token-0123456789"
@@ -135,6 +135,25 @@ def test_without_javascript_cancel_and_retry_are_plain_form_posts(browser, serve
             page.get_by_role("button", name="Retry").click()
             page.wait_for_url(lambda url: job_id not in url)
             assert api.get(f"/v1/jobs/{page.url.rsplit('/', 1)[1]}").json()["retry_of"] == job_id
-            assert submit(api, prompt="x [fake step=0]")["status"] in ("queued", "running", "done")
+            # The submit form posts its prompt in the body (never in a URL), from options the page
+            # itself lists; a refusal comes back on the form with each field's message.
+            page.goto("/console/submit")
+            page.get_by_label("Prompt", exact=True).fill("a fox without a script [fake step=0]")
+            page.get_by_label("Steps").fill("2")
+            with page.expect_request("**/console/submit") as sent:
+                page.get_by_role("button", name="Submit").click()
+            assert sent.value.method == "POST" and "fox" not in sent.value.url
+            page.wait_for_url("**/console/jobs/*", timeout=10_000)
+            job = wait_job(api, page.url.rsplit("/", 1)[1])
+            assert (job["status"], job["request"]["prompt"], job["submitted_by"]) == (
+                "done",
+                "a fox without a script [fake step=0]",
+                "alice",
+            )
+            page.goto("/console/submit")
+            page.get_by_label("Prompt", exact=True).fill("a fox of no steps")
+            page.get_by_label("Steps").fill("0")
+            page.get_by_role("button", name="Submit").click()
+            assert "steps: Input should be greater than or equal to 1" in page.locator("#submit-result").inner_text()
     finally:
         context.close()

@@ -284,3 +284,11 @@ def test_a_request_is_known_by_its_token_s_name_bearer_or_session():
     assert who(f"Bearer alice:{TOKEN}", None, tokens) is None  # the name is not part of the token
     assert who("Bearer someone-else-0123456789", session_value("someone-else-0123456789"), tokens) is None
     assert who(f"Bearer {TOKEN}", None, []) is None  # no tokens: no one in particular
+
+
+def test_the_form_offers_whole_seconds_between_a_ceiling_s_least_and_most():
+    from h3core.service.console.pages import frame_choices
+
+    assert frame_choices(1, 100) == [1, 24, 48, 72, 96, 100]
+    assert frame_choices(30, 48) == [30, 48]  # 24 is under the least
+    assert frame_choices(5, 5) == [5]
