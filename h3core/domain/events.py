@@ -57,7 +57,7 @@ class Submitted(_Body):
     """A job was submitted: its request and how it is to be run (priority, retry policy, idempotency
     key, webhook). A job's first event, and only that."""
 
-    v: int = Field(default=2, ge=1)  # 2: `webhook`
+    v: int = Field(default=3, ge=1)  # 2: `webhook`; 3: `retry_of`, `by`
     type: Literal["submitted"] = "submitted"
     request: GenerationRequest
     priority: int = 0
@@ -228,14 +228,25 @@ class CancelRequested(_Body):
     the job is not retried, and ends `cancelled` once its work stops, or `done` or `failed` where
     the work ended first."""
 
+    v: int = Field(default=2, ge=1)  # 2: `by`
     type: Literal["cancel_requested"] = "cancel_requested"
     reason: str = ""
     by: str | None = Field(default=None, max_length=64)  # who asked: an API token's name
 
 
+class Reprioritized(_Body):
+    """A queued job's priority was changed: where it stands in the queue from now on (higher starts
+    first). Only while queued: a job that has started keeps its place."""
+
+    type: Literal["reprioritized"] = "reprioritized"
+    priority: int = Field(ge=-100, le=100)
+    by: str | None = Field(default=None, max_length=64)  # who changed it: an API token's name
+
+
 class Cancelled(_Body):
     """The job was cancelled. Terminal."""
 
+    v: int = Field(default=2, ge=1)  # 2: `by`
     type: Literal["cancelled"] = "cancelled"
     reason: str = ""
     by: str | None = Field(default=None, max_length=64)  # who asked: an API token's name
@@ -261,6 +272,7 @@ Body = Annotated[
     | AttemptFailed
     | Failed
     | CancelRequested
+    | Reprioritized
     | Cancelled
     | Recovered
     | Checkpointed

@@ -37,6 +37,7 @@ from h3core.domain.events import (
     Progress,
     Recovered,
     Released,
+    Reprioritized,
     Restored,
     Resumed,
     Running,
@@ -300,6 +301,10 @@ def apply(state: JobState | None, event: Event) -> JobState:
             if state.cancel_requested:
                 raise _illegal(event, "duplicate_cancel", "cancel already requested")
             return state.model_copy(update={**common, "cancel_requested": True})
+        case Reprioritized():
+            if state.status not in ("submitted", "queued"):
+                raise _illegal(event, "not_queued", f"'reprioritized' only while queued, job is '{state.status}'")
+            return state.model_copy(update={**common, "priority": body.priority})
         case Cancelled():
             if state.status == "running" and not state.cancel_requested:
                 raise _illegal(event, "cancel_not_requested", "a running job is cancelled only after 'cancel_requested'")

@@ -22,6 +22,7 @@ from h3core.domain.events import (
     Progress,
     Recovered,
     Released,
+    Reprioritized,
     Restored,
     Resumed,
     Running,
@@ -104,7 +105,9 @@ def fields(event: Event) -> str:
         case Failed():
             return f"kind={b.kind}  message={b.message!r}" + (f"  detail={b.detail!r}" if b.detail else "")
         case CancelRequested() | Cancelled():
-            return f"reason={b.reason!r}"
+            return f"reason={b.reason!r}" + (f"  by={b.by}" if b.by else "")
+        case Reprioritized():
+            return f"priority={b.priority}" + (f"  by={b.by}" if b.by else "")
         case Checkpointed():
             return f"{_checkpoint(b.checkpoint)}  paused={dur(b.paused_s)}  write={dur(b.write_s)}"
         case Restored():

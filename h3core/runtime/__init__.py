@@ -10,7 +10,7 @@ Modules with a leading underscore are the runner's parts, private to this packag
 from h3core.runtime.admission import CapabilityFile, LocalAdmission
 from h3core.runtime.bus import EventBus
 from h3core.runtime.config import RunnerConfig
-from h3core.runtime.errors import IdempotencyMismatch, InvalidSubmission, NotCancellable, Refused, ShuttingDown
+from h3core.runtime.errors import IdempotencyMismatch, InvalidSubmission, NotCancellable, NotQueued, Refused, ShuttingDown
 from h3core.runtime.fleet import FleetAdmission
 from h3core.runtime.jobs import JobCancelled, JobFailed, JobNotDone, Jobs
 from h3core.runtime.node import Node, build_node
@@ -32,6 +32,7 @@ __all__ = [
     "LocalAdmission",
     "Node",
     "NotCancellable",
+    "NotQueued",
     "Refused",
     "Runner",
     "RunnerConfig",

@@ -11,14 +11,14 @@ from collections.abc import Callable, Mapping
 
 from h3core.adapters.store.base import Conflict
 from h3core.domain.admission import AdmissionPolicy, Refuse
-from h3core.domain.events import Admitted, Body, Cancelled, CancelRequested, Submitted
+from h3core.domain.events import Admitted, Body, Cancelled, CancelRequested, Reprioritized, Submitted
 from h3core.domain.geometry import Media
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent, JobState
 from h3core.domain.webhooks import WebhookTarget
 from h3core.runtime._journal import Journal
-from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, Refused
+from h3core.runtime.errors import IdempotencyMismatch, NotCancellable, NotQueued, Refused
 
 
 class Intake:
@@ -88,6 +88,21 @@ class Intake:
                 return await self.journal.append(job_id, [body], expected_seq=state.last_seq)
             except (Conflict, IllegalEvent):
                 continue  # the job moved on (started, progressed, ended): decide again
+
+    async def reprioritize(self, job_id: str, priority: int, by: str | None = None) -> JobState:
+        """Store a queued job's new priority (`Reprioritized`); `NotQueued` once it has started."""
+        while True:
+            state = await self.journal.read(self.journal.store.get, job_id)
+            if state is None:
+                raise KeyError(job_id)
+            if state.status not in ("submitted", "queued"):
+                raise NotQueued(state)
+            if state.priority == priority:
+                return state
+            try:
+                return await self.journal.append(job_id, [Reprioritized(priority=priority, by=by)], expected_seq=state.last_seq)
+            except (Conflict, IllegalEvent):
+                continue  # it moved on (started, cancelled): decide again
 
 
 def _same_or_mismatch(

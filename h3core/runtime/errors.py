@@ -5,7 +5,7 @@ from __future__ import annotations
 from h3core.domain.admission import Refuse
 from h3core.domain.state import JobState
 
-__all__ = ["IdempotencyMismatch", "InvalidSubmission", "NotCancellable", "Refused", "ShuttingDown"]
+__all__ = ["IdempotencyMismatch", "InvalidSubmission", "NotCancellable", "NotQueued", "Refused", "ShuttingDown"]
 
 
 class Refused(Exception):
@@ -30,6 +30,14 @@ class NotCancellable(Exception):
 
     def __init__(self, state: JobState) -> None:
         super().__init__(f"job {state.job_id} already ended '{state.status}'")
+        self.state = state
+
+
+class NotQueued(Exception):
+    """The job is not queued (`state`, how): it has started or ended, and keeps its place."""
+
+    def __init__(self, state: JobState) -> None:
+        super().__init__(f"job {state.job_id} is '{state.status}', not queued: only a queued job's priority changes")
         self.state = state
 
 

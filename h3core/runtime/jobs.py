@@ -263,6 +263,14 @@ class Jobs:
         where a name never run before begins, at the first event stored or at the next one."""
         return Subscription(self.runner.store, self.runner.bus, name, start=start, resync_s=self._config.poll_interval_s)
 
+    async def reprioritize(self, job_id: str, priority: int) -> JobState:
+        """Change a queued job's priority (higher starts first; -100 to 100). Raises `UnknownJob`, or
+        `NotQueued` once it has started or ended."""
+        try:
+            return await self.runner.submissions.reprioritize(job_id, priority)
+        except KeyError:
+            raise UnknownJob(job_id) from None
+
     async def cancel(self, job_id: str, reason: str = "cancelled by request") -> JobState:
         """Cancel a job: a queued one ends at once, a running one once its executor has stopped
         (`wait` for that). Raises `UnknownJob`, or `NotCancellable` if it has already ended."""

@@ -204,6 +204,14 @@ class Submissions:
             raise InvalidSubmission("uploads", errors, missing=missing)
         return media
 
+    async def reprioritize(self, job_id: str, priority: int, *, by: str | None = None) -> JobState:
+        """Move a queued job in the queue: its new `priority` (higher starts first), logged with who
+        asked (`by`). Raises `KeyError` for an unknown job, `NotQueued` for one that has started
+        or ended."""
+        state = await self._intake.reprioritize(job_id, priority, by)
+        self.on_submitted()  # a runner waiting for work looks at the queue again
+        return state
+
     async def cancel(
         self, job_id: str, reason: str = "cancelled by request", *, wait_s: float = 0.0, by: str | None = None
     ) -> JobState:

@@ -41,6 +41,7 @@ __all__ = [
     "NOT_BLANK_PATTERN",
     "WHITESPACE",
     "JobCreate",
+    "JobPatch",
     "KeyframesInput",
     "Prompt",
     "ReferencesInput",
@@ -141,6 +142,17 @@ assert isinstance(_REQUEST_EXTRA, dict) and isinstance(_REQUEST_EXTRA["allOf"], 
 _REQUEST_RULES = _REQUEST_EXTRA["allOf"]
 
 
+def integral_numbers(model: type[BaseModel], data: object) -> object:
+    """JSON has one number type: `24.0` is the integer 24 (JSON Schema agrees), `24.5` is not.
+    Strings stay refused: strictness is about types, and "24" is text."""
+    if not isinstance(data, dict):
+        return json_object(data, model)  # the model already, or refused
+    ints = _int_fields(model)
+    if not any(isinstance(data.get(k), float) for k in ints):
+        return data  # nearly every body: nothing to convert, nothing copied
+    return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in data.items()}
+
+
 class JobCreate(GenerationRequest):
     """A generation request, plus where it goes in the queue; what a new request may say is
     narrower than what a stored one holds (its prompt not blank, its uploads' ids as minted)."""
@@ -169,14 +181,7 @@ class JobCreate(GenerationRequest):
     @model_validator(mode="before")
     @classmethod
     def _integral_numbers(cls, data: object) -> object:
-        """JSON has one number type: `24.0` is the integer 24 (JSON Schema agrees), `24.5` is not.
-        Strings stay refused: strictness is about types, and "24" is text."""
-        if not isinstance(data, dict):
-            return json_object(data, cls)  # the model already, or refused
-        ints = _int_fields(cls)
-        if not any(isinstance(data.get(k), float) for k in ints):
-            return data  # nearly every body: nothing to convert, nothing copied
-        return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in data.items()}
+        return integral_numbers(cls, data)
 
     @field_validator("width", "height", mode="wrap")
     @classmethod
@@ -201,3 +206,16 @@ class JobCreate(GenerationRequest):
             return None
         events = tuple(dict.fromkeys(self.webhook_events_filter)) if self.webhook_events_filter else DEFAULT_EVENTS
         return WebhookTarget(url=self.webhook, events=events)
+
+
+class JobPatch(BaseModel):
+    """PATCH /v1/jobs/{id}: what of a job may change after it is submitted (a queued job's priority)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    priority: int = Field(ge=-100, le=100)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_numbers(cls, data: object) -> object:
+        return integral_numbers(cls, data)

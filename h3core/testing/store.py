@@ -21,7 +21,7 @@ import pytest
 
 from h3core.adapters.store.base import Conflict, EventLog, EventStore, JobProjections, UnknownJob
 from h3core.domain.admission import QueueFilter
-from h3core.domain.events import Admitted, AttemptFailed, Progress, Running, event_at, event_from_json
+from h3core.domain.events import Admitted, AttemptFailed, Progress, Reprioritized, Running, event_at, event_from_json
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.state import IllegalEvent
 from h3core.domain.webhooks import Delivery
@@ -97,6 +97,19 @@ class EventStoreContract:
         assert [s.job_id for s in store.queued(2, exclude={"a", "c"})] == ["b", "d"]
         assert [s.job_id for s in store.queued(1, exclude=["zz"])] == ["c"]
         assert [s.job_id for s in store.unfinished()] == ["c", "a", "b", "d"]
+
+    def test_a_reprioritized_job_moves_in_the_queue(self, store):
+        for job, prio in [("a", 0), ("b", 0), ("c", 5)]:
+            _queue(store, job, prio)
+        store.append("b", [Reprioritized(priority=9, by="alice")])
+        assert [s.job_id for s in store.queued()] == ["b", "c", "a"]
+        assert [store.queue_position(j) for j in "abc"] == [3, 1, 2]
+        assert store.get("b").priority == 9
+        store.append("b", [Reprioritized(priority=-1)])
+        assert [s.job_id for s in store.queued()] == ["c", "a", "b"]
+        store.append("c", [Running(attempt=1, executor="x")])
+        with pytest.raises(IllegalEvent):  # a job that has started keeps its place
+            store.append("c", [Reprioritized(priority=50)])
 
     def test_queued_applies_a_nodes_pre_filter_on_frames_and_stored_tokens(self, store):
         # (job, frames, tokens stored at admission; None: none computed)

@@ -46,6 +46,10 @@ try:  # ... and later than the fourth
     from h3core.domain.events import Checkpoint, Checkpointed, CheckpointRejected, Released, Restored
 except ImportError:  # pragma: no cover
     Checkpoint = Checkpointed = CheckpointRejected = Released = Restored = None
+try:  # ... and later than the fifth
+    from h3core.domain.events import Reprioritized
+except ImportError:  # pragma: no cover
+    Reprioritized = None
 
 
 def _artifact(job: str, attempt: int) -> Artifact:
@@ -179,6 +183,14 @@ def logs() -> dict[str, list[list]]:
             [Restored(attempt=2, checkpoint=cp(1, 2, "a"))],
             *[[Progress(step=i, total=8)] for i in (3, 8)],
             [Done(artifact=_artifact("checkpointed", 2))],
+        ]
+    if Reprioritized is not None:  # schema 5: reprioritized; submitted's retry_of and by, a cancel's by
+        out["reprioritized"] = [
+            [Submitted(request=_request(), priority=1, retry_of="done", by="alice"), Admitted()],
+            [Reprioritized(priority=7, by="alice")],
+            [Running(attempt=1, executor="fake")],
+            [CancelRequested(reason="cancelled from the console", by="bob")],
+            [Cancelled(reason="cancelled from the console", by="bob")],
         ]
     if Recovered is not None:
         out["recovered"] = [

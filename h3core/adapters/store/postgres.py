@@ -160,7 +160,7 @@ _UPSERT_JOBS = (
     "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::int[], %s::text[], %s::text[], %s::text[], %s::int[], "
     "%s::text[], %s::text[], %s::int[], %s::int[]) "
     "ON CONFLICT (job_id) DO UPDATE SET status = excluded.status, updated_at = excluded.updated_at, "
-    "last_seq = excluded.last_seq, state = excluded.state, tokens = excluded.tokens"
+    "last_seq = excluded.last_seq, state = excluded.state, tokens = excluded.tokens, priority = excluded.priority"
 )
 _INSERT_EVENTS = (
     "INSERT INTO events (job_id, seq, type, at, body, node) "

@@ -133,12 +133,13 @@ MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1, _v2, _v3, _v4, _v5, _
 
 
 _UPDATE_JOB = (
-    "UPDATE jobs SET status = ?, updated_at = ?, last_seq = ?, state = ?, mode = ?, frames = ?, tokens = ? WHERE job_id = ?"
+    "UPDATE jobs SET status = ?, updated_at = ?, last_seq = ?, state = ?, mode = ?, frames = ?, tokens = ?, priority = ? "
+    "WHERE job_id = ?"
 )
 
 
-def _projection(state: JobState) -> tuple[str, str, int, str, str, int, int | None, str]:
-    """A state's `jobs` columns, in `_UPDATE_JOB`'s order."""
+def _projection(state: JobState) -> tuple[str, str, int, str, str, int, int | None, int, str]:
+    """A state's `jobs` columns, in `_UPDATE_JOB`'s order (the priority changes while queued)."""
     return (
         state.status,
         state.updated_at.isoformat(),
@@ -147,6 +148,7 @@ def _projection(state: JobState) -> tuple[str, str, int, str, str, int, int | No
         state.request.mode,
         state.request.frames,
         state.tokens,
+        state.priority,
         state.job_id,
     )
 
@@ -300,9 +302,9 @@ class SQLiteEventStore(SQLReads):
         if isinstance(events[0].body, Submitted):
             try:
                 conn.execute(
-                    "INSERT INTO jobs (status, updated_at, last_seq, state, mode, frames, tokens, job_id, queue_order, "
-                    "priority, created_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (*row, first_id, state.priority, state.created_at.isoformat(), state.idempotency_key),
+                    "INSERT INTO jobs (status, updated_at, last_seq, state, mode, frames, tokens, priority, job_id, "
+                    "queue_order, created_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*row, first_id, state.created_at.isoformat(), state.idempotency_key),
                 )
             except sqlite3.IntegrityError as exc:
                 raise Conflict(f"idempotency key {state.idempotency_key!r} is already in use") from exc

@@ -8,6 +8,7 @@ import hashlib
 import importlib.resources
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import cache
 from typing import Annotated, Any
@@ -22,8 +23,9 @@ from litestar.response import Redirect, ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 from pydantic import ValidationError
 
+from h3core.domain.state import JobState
 from h3core.domain.story import why
-from h3core.runtime.errors import NotCancellable
+from h3core.runtime.errors import NotCancellable, NotQueued
 from h3core.service import files
 from h3core.service.auth import (
     SESSION_COOKIE,
@@ -37,7 +39,18 @@ from h3core.service.auth import (
 from h3core.service.cancelling import cancel
 from h3core.service.compression import UNCOMPRESSED
 from h3core.service.console.live import changes
-from h3core.service.console.queue import MODES, SINCE, STATUS_CHOICES, Filter, UnknownChoice, expected_starts, page, row, rows
+from h3core.service.console.queue import (
+    MODES,
+    SINCE,
+    STATUS_CHOICES,
+    Filter,
+    UnknownChoice,
+    expected_starts,
+    page,
+    row,
+    rows,
+    sort_rows,
+)
 from h3core.service.console.timeline import event_rows, timeline
 from h3core.service.context import Service
 from h3core.service.crosssite import OWN_CONTENT_TYPES_OPT
@@ -67,6 +80,7 @@ def _templates() -> Environment:
     env = Environment(loader=PackageLoader("h3core.service.console"), autoescape=select_autoescape(default=True))
     env.globals.update(base=CONSOLE_PATH, modes=MODES, statuses=STATUS_CHOICES, since_choices=tuple(SINCE))
     env.filters["num"] = num
+    env.filters["merge"] = lambda query, **more: {**query, **more}
     return env
 
 
@@ -143,7 +157,7 @@ def _queue_context(svc: Service, wanted: Filter, before: int | None, after: int 
     split = wanted.status is None and not paged
     running = queued = None
     if split:
-        only = lambda status: Filter(status=status, mode=wanted.mode, text=wanted.text, since=wanted.since)  # noqa: E731
+        only = lambda status: replace(wanted, status=status, sort=None)  # noqa: E731
         running_states = page(store, only("running"), now, limit=RUNNING_SHOWN).jobs
         running = rows(running_states, now)
         # The queue in the order its jobs will start (priority first), each with its place and an
@@ -155,7 +169,7 @@ def _queue_context(svc: Service, wanted: Filter, before: int | None, after: int 
             for i, (state, start) in enumerate(zip(head, starts, strict=True))
             if wanted.matches(state, now)
         ]
-        listed = page(store, Filter("ended", wanted.mode, wanted.text, wanted.since), now, limit=PAGE_SIZE)
+        listed = page(store, replace(wanted, status="ended"), now, limit=PAGE_SIZE)
     else:
         listed = page(store, wanted, now, limit=PAGE_SIZE, before=before, after=after)
     query = wanted.query()
@@ -164,7 +178,10 @@ def _queue_context(svc: Service, wanted: Filter, before: int | None, after: int 
         "counts": counts,
         "running": running,
         "queued": queued,
-        "jobs": [row(s, now, position=store.queue_position(s.job_id) if s.status in QUEUED else None) for s in listed.jobs],
+        "jobs": sort_rows(
+            [row(s, now, position=store.queue_position(s.job_id) if s.status in QUEUED else None) for s in listed.jobs],
+            wanted.sort,
+        ),
         "listed_title": "Ended" if split else "Jobs",
         "queued_more": counts.get("queued", 0) > QUEUED_SHOWN,
         "newer": f"?{urlencode({**query, 'after': listed.newer})}" if listed.newer is not None else None,
@@ -186,11 +203,12 @@ async def queue_page(
     before: Cursor = None,
     after: Cursor = None,
     fragment: FromQuery[bool] = False,
+    sort: FromQuery[str | None] = None,
 ) -> Response:
     if not _signed_in(svc, request):
         return _to_signin(request)
     try:
-        wanted = Filter.of(status, mode, q, since)
+        wanted = Filter.of(status, mode, q, since, sort)
     except UnknownChoice as exc:
         return _problem(400, f"No such {exc.name}", f"{exc}.", svc)
     return await in_thread(render_queue, svc, wanted, before, after, fragment)
@@ -259,10 +277,41 @@ async def job_page(
             "video": state.artifact is not None and deleted is None,
             "deleted_at": deleted,
             "said": SAID.get(said or ""),
+            "deliveries": svc.store.deliveries(job_id) if state.webhook is not None else [],
+            "inputs": _input_images(state),
         }
         return _html("job_body.html" if fragment else "job.html", page="job", **_common(svc), **context)
 
     return await in_thread(render)
+
+
+def _input_images(state: JobState) -> list[tuple[str, str]]:
+    """The images a job was given, as (what, upload id): its keyframes and reference images."""
+    r = state.request
+    out = [
+        (f"{name} frame", getattr(r.keyframes, name)) for name in ("first", "last") if r.keyframes and getattr(r.keyframes, name)
+    ]
+    return out + [(f"reference {i}", u) for i, u in enumerate(r.references.images if r.references else (), 1)]
+
+
+@get("/uploads/{upload_id:str}", include_in_schema=False)
+async def upload_image(svc: NamedDependency[Service], request: Request, upload_id: FromPath[str]) -> Response:
+    """An uploaded image, for the preview on its job's page: images only (a video or a sound upload is
+    not shown here), in the type it was stored as."""
+    if not _signed_in(svc, request):
+        raise HTTPException(status_code=401, detail="signed out: sign in again")
+
+    def read() -> tuple[bytes, str] | None:
+        upload = svc.uploads.get(upload_id)
+        if upload is None or upload.kind != "image":
+            return None
+        return svc.uploads.path(upload).read_bytes(), upload.content_type
+
+    found = await in_thread(read)
+    if found is None:
+        raise NotFoundException(f"no uploaded image {upload_id!r}")
+    body, content_type = found
+    return Response(body, media_type=content_type, headers={"Cache-Control": "private, max-age=3600"})
 
 
 # -- actions without the script: plain form posts ----------------------------------------------------
@@ -273,6 +322,9 @@ SAID = {
     "cancel-asked": "Cancel asked: the job stops at its next step.",
     "already-ended": "The job had already ended: nothing to cancel.",
     "not-ended": "The job has not ended: only an ended job is retried.",
+    "priority-set": "Priority set.",
+    "not-queued": "The job is no longer queued: it keeps its place.",
+    "bad-priority": "A priority is a whole number from -100 to 100.",
 }
 
 
@@ -293,6 +345,23 @@ async def cancel_form(svc: NamedDependency[Service], request: Request, job_id: F
     except NotCancellable:
         return _back(job_id, "already-ended")
     return _back(job_id, "cancelled" if state.status == "cancelled" else "cancel-asked")
+
+
+@post("/jobs/{job_id:str}/priority", include_in_schema=False, status_code=303, opt={OWN_CONTENT_TYPES_OPT: True})
+async def priority_form(svc: NamedDependency[Service], request: Request, job_id: FromPath[str]) -> Response:
+    """Set priority without the page's script: back to the job's page saying what became of it."""
+    if not _signed_in(svc, request):
+        return _to_signin(request)
+    given = str((await request.form()).get("priority") or "")
+    if not _integer(given) or not -100 <= int(given) <= 100:
+        return _back(job_id, "bad-priority")
+    try:
+        await svc.submissions.reprioritize(job_id, int(given), by=requester(request, svc.settings.api_tokens))
+    except KeyError:
+        raise NotFoundException(f"no job {job_id!r}") from None
+    except NotQueued:
+        return _back(job_id, "not-queued")
+    return _back(job_id, "priority-set")
 
 
 @post("/jobs/{job_id:str}/retry", include_in_schema=False, status_code=303, opt={OWN_CONTENT_TYPES_OPT: True})
@@ -377,14 +446,20 @@ async def submit_form(svc: NamedDependency[Service], request: Request) -> Respon
 
 
 @get("/box", include_in_schema=False)
-async def box_page(svc: NamedDependency[Service], request: Request) -> Response:
+async def box_page(svc: NamedDependency[Service], request: Request, fragment: FromQuery[bool] = False) -> Response:
+    """The box: its load now (jobs running of its slots, the queue's depth, each runner node's share),
+    readiness per mode, device groups, the attention probe and the ceilings; the page reads its
+    part again every few seconds (`fragment`)."""
     if not _signed_in(svc, request):
         return _to_signin(request)
     ready = (await readiness(svc)).content
     ceilings = ceilings_view(svc.contract.current(), svc.contract.ceilings())
+    counts = await in_thread(_counts, svc)
     return _html(
-        "box.html",
+        "box_body.html" if fragment else "box.html",
         page="box",
+        counts=counts,
+        slots=sum(n.slots for n in ready.nodes if n.alive) if ready.nodes else svc.settings.slots,
         ready=ready,
         ceilings=ceilings,
         settings=svc.settings,
@@ -496,9 +571,11 @@ def console_router() -> Router:
             queue_page,
             queue_rows,
             job_page,
+            upload_image,
             cancel_form,
             submit_form,
             retry_form,
+            priority_form,
             submit_page,
             box_page,
             signin_page,

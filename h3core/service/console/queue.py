@@ -4,10 +4,10 @@ store reads in `page`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from h3core.domain.state import JobState
 from h3core.domain.story import dur
@@ -24,6 +24,8 @@ __all__ = [
     "row",
     "UnknownChoice",
     "expected_starts",
+    "SORTS",
+    "sort_rows",
 ]
 
 ENDED = ("done", "failed", "cancelled")
@@ -61,16 +63,24 @@ class Filter:
     mode: str | None = None
     text: str = ""  # in the prompt or the job id
     since: str | None = None  # a key of SINCE: created within that long
+    sort: str | None = None  # a key of SORTS: the rows of a page in that order (else as listed)
 
     @classmethod
-    def of(cls, status: str | None, mode: str | None, text: str | None, since: str | None) -> Filter:
+    def of(cls, status: str | None, mode: str | None, text: str | None, since: str | None, sort: str | None = None) -> Filter:
         """From the form's query parameters (an empty one: any). Raises `UnknownChoice` naming the
         parameter and its choices for a value that is none of them: a page that silently showed
         everything for `?status=bogus` would look like an answer."""
-        for name, given, choices in (("status", status, STATUS_CHOICES), ("mode", mode, MODES), ("since", since, tuple(SINCE))):
-            if given and given not in choices:
-                raise UnknownChoice(name, given, choices)
-        return cls(status=status or None, mode=mode or None, text=(text or "").strip()[:200], since=since or None)
+        choices = (
+            ("status", status, STATUS_CHOICES),
+            ("mode", mode, MODES),
+            ("since", since, tuple(SINCE)),
+            ("sort", sort, tuple(SORTS)),
+        )
+        for name, given, allowed in choices:
+            if given and given not in allowed:
+                raise UnknownChoice(name, given, allowed)
+        text = (text or "").strip()[:200]
+        return cls(status=status or None, mode=mode or None, text=text, since=since or None, sort=sort or None)
 
     @property
     def store_status(self) -> str | None:
@@ -111,7 +121,7 @@ class Filter:
 
     def query(self) -> dict[str, str]:
         """The filter as query parameters (for the pager's links)."""
-        out = {"status": self.status, "mode": self.mode, "q": self.text, "since": self.since}
+        out = {"status": self.status, "mode": self.mode, "q": self.text, "since": self.since, "sort": self.sort}
         return {k: v for k, v in out.items() if v}
 
 
@@ -201,6 +211,7 @@ class Row:
     total: int
     percent: int
     elapsed: str
+    elapsed_s: float
     eta: str | None  # None: nothing measured yet to base one on
     error_kind: str | None
     cancel_requested: bool
@@ -260,6 +271,7 @@ def row(state: JobState, now: datetime, position: int | None = None, expected_st
         total=total,
         percent=int(100 * (step or 0) / total) if total else 0,
         elapsed=dur(max(elapsed, 0.0)),
+        elapsed_s=max(elapsed, 0.0),
         eta=dur(eta) if eta is not None else None,
         error_kind=state.error.kind if state.error else None,
         cancel_requested=state.cancel_requested,
@@ -272,6 +284,20 @@ def row(state: JobState, now: datetime, position: int | None = None, expected_st
 
 def rows(states: Iterable[JobState], now: datetime) -> list[Row]:
     return [row(s, now) for s in states]
+
+
+# How a page's rows may be sorted (`?sort=`): by its column, most urgent or latest first.
+SORTS: dict[str, Callable[[Row], Any]] = {
+    "priority": lambda r: (-r.priority, r.created),
+    "status": lambda r: (ENDED.index(r.status) if r.status in ENDED else -1, r.status),
+    "submitted": lambda r: r.created,
+    "time": lambda r: -r.elapsed_s,
+}
+
+
+def sort_rows(rows: list[Row], key: str | None) -> list[Row]:
+    """A page's rows in the order `key` (of SORTS) asks for; as listed (newest first) without one."""
+    return sorted(rows, key=SORTS[key]) if key else rows
 
 
 def pace(running: Iterable[JobState]) -> float | None:

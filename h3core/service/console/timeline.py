@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from h3core.domain.events import AttemptFailed, Cancelled, CancelRequested, Done, Event, Failed, Recovered, Running
+from h3core.domain.events import AttemptFailed, Cancelled, CancelRequested, Done, Event, Failed, Recovered, Reprioritized, Running
 from h3core.domain.story import dur, fields, tries, ts
 
 __all__ = ["Bar", "EventRow", "Mark", "Timeline", "event_rows", "timeline"]
@@ -175,12 +175,15 @@ def timeline(events: Sequence[Event], now: datetime) -> Timeline:
             "restored": "continued from a checkpoint",
             "released": "handed back by h3core's stop",
             "checkpoint_rejected": "checkpoint unusable",
+            "reprioritized": "priority changed",
         }.get(e.type)
         if mark is None:
             continue
         if isinstance(b, Recovered):
             mark = f"recovered attempt {b.attempt}'s committed video"
         elif isinstance(b, CancelRequested) and b.reason:
-            mark = f"cancel asked: {b.reason}"
+            mark = f"cancel asked: {b.reason}" + (f" (by {b.by})" if b.by else "")
+        elif isinstance(b, Reprioritized):
+            mark = f"priority set to {b.priority}" + (f" by {b.by}" if b.by else "")
         line.marks.append(Mark(mark, pos(e.at), ts(e.at)))
     return line

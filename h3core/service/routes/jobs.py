@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated
 
-from litestar import Request, Response, get, head, post
+from litestar import Request, Response, get, head, patch, post
 from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
@@ -19,7 +19,7 @@ from h3core.domain.events import Event
 from h3core.domain.request import GenerationRequest
 from h3core.domain.state import JobState
 from h3core.domain.webhooks import Delivery, WebhookTarget
-from h3core.runtime.errors import IdempotencyMismatch, InvalidSubmission, NotCancellable, Refused, ShuttingDown
+from h3core.runtime.errors import IdempotencyMismatch, InvalidSubmission, NotCancellable, NotQueued, Refused, ShuttingDown
 from h3core.runtime.follow import follow
 from h3core.runtime.submissions import Submission
 from h3core.service import files
@@ -28,7 +28,7 @@ from h3core.service.cancelling import CANCEL_ANSWER_S, cancel, refusal
 from h3core.service.compression import UNCOMPRESSED
 from h3core.service.context import Service
 from h3core.service.openapi import file_responses
-from h3core.service.requests import JobCreate
+from h3core.service.requests import JobCreate, JobPatch
 from h3core.service.submission import artifacts_read, in_thread, job_state, point_read, submit
 from h3core.service.views import ApiStatus, JobPage, JobView, Problem, api_status, job_view, problems
 
@@ -231,6 +231,24 @@ async def retry_job(svc: NamedDependency[Service], request: Request, job_id: Fro
     return Response(await _view(svc, new), status_code=201, headers={"Location": f"/v1/jobs/{new.job_id}"})
 
 
+@patch(
+    "/jobs/{job_id:str}",
+    summary="Change a queued job's priority",
+    responses=problems(400, 401, 404, 409, 415, 422),
+    description="A queued job moves in the queue (higher `priority` starts first, -100 to 100); the change is logged "
+    "(`reprioritized`, with who asked). 409 once the job has started or ended: it keeps its place.",
+)
+async def patch_job(svc: NamedDependency[Service], request: Request, job_id: FromPath[str], data: JSONBody[JobPatch]) -> JobView:
+    """The job's view with its new priority; 404 for an unknown job, 409 for one not queued."""
+    try:
+        state = await svc.submissions.reprioritize(job_id, data.priority, by=requester(request, svc.settings.api_tokens))
+    except KeyError:
+        raise NotFoundException(f"no job {job_id!r}") from None
+    except NotQueued as exc:
+        raise HTTPException(status_code=409, detail=str(exc), extra={"status": api_status(exc.state)}) from None
+    return await _view(svc, state)
+
+
 @get("/jobs/{job_id:str}/events", summary="A job's event log", responses=problems(401, 404, 422))
 async def job_events(svc: NamedDependency[Service], job_id: FromPath[str]) -> list[Event]:
     """The job's event log, in seq order; 404 for an unknown id."""
@@ -353,6 +371,7 @@ def document(openapi: OpenAPI) -> None:
 handlers = [
     create_job,
     get_job,
+    patch_job,
     list_jobs,
     cancel_job,
     retry_job,

@@ -221,3 +221,46 @@ def test_the_queue_shows_priority_and_the_order_jobs_start_in(browser, tmp_path)
     finally:
         context.close()
         s.kill_all()
+
+
+def test_the_box_page_follows_the_load_live(page, api):
+    page.goto("/console/box")
+    page.evaluate("window.notReloaded = true")
+    before = page.locator("#box-running").inner_text()
+    job_id = long_job(api, steps=300, step=0.2, **SIZE)["id"]
+    try:
+        wait_job(api, job_id, ("running",))
+        poll(lambda: page.locator("#box-running").inner_text() != before, 30, "the box to show the job running", before)
+        assert page.locator("#box-running").inner_text().startswith(f"{int(before.split()[0]) + 1} of 4 slot(s)")
+        assert page.evaluate("window.notReloaded === true")
+    finally:
+        cancel_quietly(api, job_id)
+
+
+def test_a_job_page_shows_the_images_it_was_given(page, api):
+    from h3core.testing.factories import png
+
+    upload = api.post("/v1/uploads", content=png(832, 480), headers={"Content-Type": "image/png"}).json()["id"]
+    job = submit(api, prompt="a fox from a keyframe [fake step=0]", mode="fl2va", keyframes={"first": upload}, **SIZE)
+    page.goto(f"/console/jobs/{job['id']}")
+    image = page.get_by_role("img", name=f"first frame ({upload})")
+    image.wait_for()
+    poll(lambda: image.evaluate("i => i.complete && i.naturalWidth") == 832, 30, "the keyframe's preview to load")
+    assert api.get(f"/console/uploads/{upload}").headers["content-type"] == "image/png"
+    assert api.get("/console/uploads/u_00000000000000000000000000000000").status_code == 404
+
+
+def test_a_queued_job_s_priority_is_set_from_its_page(page, api):
+    busy = [long_job(api, steps=600, step=0.2, **SIZE)["id"] for _ in range(4)]  # the server's 4 slots
+    queued = long_job(api, steps=10, step=0.2, **SIZE)["id"]
+    try:
+        assert wait_job(api, queued, ("queued",))["status"] == "queued"
+        page.goto(f"/console/jobs/{queued}")
+        page.get_by_label("Priority").fill("7")
+        page.get_by_role("button", name="Set priority").click()
+        page.locator("#action-note:has-text('priority set to 7')").wait_for(timeout=WAIT_MS)
+        assert api.get(f"/v1/jobs/{queued}").json()["priority"] == 7
+        # The page follows its log: the change is on the timeline.
+        page.locator(".timeline .mark:has-text('priority set to 7')").wait_for(timeout=WAIT_MS)
+    finally:
+        cancel_quietly(api, queued, *busy)

@@ -40,6 +40,7 @@ def routes(done_id: str, running_ids: list[str]) -> dict[str, Call]:
         "GET /v1/jobs": lambda c: c.get("/v1/jobs"),
         "POST /v1/jobs": lambda c: c.post("/v1/jobs", json={"prompt": "a guarded fox", **SMALL, "steps": 1}),
         "GET /v1/jobs/{id}": lambda c: c.get(f"/v1/jobs/{done_id}"),
+        "PATCH /v1/jobs/{id}": lambda c: c.patch(f"/v1/jobs/{running_ids[-1]}", json={"priority": 3}),  # queued behind the first
         "GET /v1/jobs/{id}/events": lambda c: c.get(f"/v1/jobs/{done_id}/events"),
         "GET /v1/jobs/{id}/stream": lambda c: c.get(f"/v1/jobs/{done_id}/stream"),  # ends: the job is over
         "GET /v1/jobs/{id}/video": lambda c: c.get(f"/v1/jobs/{done_id}/video", headers={"Range": "bytes=0-9"}),

@@ -389,3 +389,27 @@ def test_a_retry_runs_an_ended_job_again_with_its_priority_and_names_it(api):
     finally:
         cancel_quietly(api, running["id"])
     assert api.post("/v1/jobs/nope/retry").status_code == 404
+
+
+def test_a_queued_job_s_priority_changes_and_it_moves_in_the_queue(api):
+    slots = [long_job(api, steps=300, step=0.2)]  # the server's one slot busy: the rest wait
+    waiting = [long_job(api, steps=300, step=0.2) for _ in range(3)]
+    try:
+        for job in slots:
+            wait_job(api, job["id"], ("running", "queued"))
+        last = waiting[-1]["id"]
+        before = api.get(f"/v1/jobs/{last}").json()
+        assert before["status"] == "queued", before
+        r = api.patch(f"/v1/jobs/{last}", json={"priority": 50})
+        assert r.status_code == 200, r.text
+        assert (r.json()["priority"], r.json()["queue_position"]) == (50, 1)
+        (changed,) = [e for e in api.get(f"/v1/jobs/{last}/events").json() if e["body"]["type"] == "reprioritized"]
+        assert changed["body"]["priority"] == 50
+        assert api.patch(f"/v1/jobs/{last}", json={"priority": 101}).status_code == 422
+        assert api.patch(f"/v1/jobs/{last}", json={"priority": "5"}).status_code in (400, 422)
+        assert api.patch("/v1/jobs/nope", json={"priority": 1}).status_code == 404
+        started = wait_job(api, slots[0]["id"], ("running",))
+        refused = api.patch(f"/v1/jobs/{started['id']}", json={"priority": 5})
+        assert refused.status_code == 409 and refused.json()["status"] == "running", refused.text
+    finally:
+        cancel_quietly(api, *(j["id"] for j in slots + waiting))

@@ -26,6 +26,7 @@ OPERATIONS = {
     "GET /v1/jobs",
     "POST /v1/jobs",
     "GET /v1/jobs/{job_id}",
+    "PATCH /v1/jobs/{job_id}",
     "POST /v1/jobs/{job_id}/cancel",
     "POST /v1/jobs/{job_id}/retry",
     "GET /v1/jobs/{job_id}/events",

@@ -20,6 +20,7 @@ from h3core.service.console.queue import Filter, UnknownChoice, eta_seconds, exp
 from h3core.service.console.timeline import event_rows, timeline
 from tests.factories import done_log, submitted
 from tests.unit.service.conftest import QUICK
+from tests.waiting import poll
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 TOKEN = "token-number-one-0123"
@@ -292,3 +293,24 @@ def test_the_form_offers_whole_seconds_between_a_ceiling_s_least_and_most():
     assert frame_choices(1, 100) == [1, 24, 48, 72, 96, 100]
     assert frame_choices(30, 48) == [30, 48]  # 24 is under the least
     assert frame_choices(5, 5) == [5]
+
+
+def test_a_page_of_jobs_sorts_by_a_column_and_keeps_the_filter(make_client):
+    with make_client() as client:
+        ids = [client.post("/v1/jobs", json={**QUICK, "priority": p}).json()["id"] for p in (1, 9, 5)]
+        poll(lambda: all(client.get(f"/v1/jobs/{i}").json()["status"] == "done" for i in ids), 30, "the jobs to end")
+        listed = client.get("/console?status=done&sort=priority").text
+        assert [listed.index(f'data-job="{i}"') for i in (ids[1], ids[2], ids[0])] == sorted(
+            listed.index(f'data-job="{i}"') for i in ids
+        )
+        assert 'aria-sort="descending"><a href="?status=done&amp;sort=priority">Priority</a>' in listed
+        assert 'href="?status=done&amp;sort=submitted">Submitted' in listed
+        assert client.get("/console?sort=size").status_code == 400
+
+
+def test_the_box_says_its_load_and_reads_it_again(make_client):
+    with make_client() as client:
+        box = client.get("/console/box")
+        part = client.get("/console/box?fragment=1")
+    assert 'id="box-body" data-fragment="/console/box"' in box.text
+    assert "0 of 1 slot(s)" in part.text and 'id="box-queued"' in part.text and "<html" not in part.text

@@ -141,3 +141,19 @@ def test_an_endpoint_naming_an_unset_secret_variable_stops_the_start(monkeypatch
     monkeypatch.setenv("H3_TEST_UNSET", "not-a-secret")
     with pytest.raises(SettingsError, match="H3_TEST_UNSET: a webhook secret is 'whsec_'"):
         Settings(webhook_endpoints=["openai@H3_TEST_UNSET=https://a.example/h"]).endpoints()
+
+
+def test_a_job_s_page_shows_its_webhook_deliveries(make_client):
+    with receiver() as rec, make_client(webhook_secret=SECRET, webhooks_allow=["127.0.0.1"]) as client:
+        job_id = client.post("/v1/jobs", json={**QUICK, "webhook": rec.url}).json()["id"]
+
+        def delivered() -> list[dict]:
+            d = client.get(f"/v1/jobs/{job_id}/webhooks").json()
+            return d if any(r["event_type"] == "done" and r["outcome"] == "delivered" for r in d) else []
+
+        records = poll(delivered, 30, "the done webhook's record")
+        page = client.get(f"/console/jobs/{job_id}").text
+    assert f'Webhook deliveries <span class="note">to {rec.url}' in page
+    for r in records:
+        assert f"<td>#{r['seq']} {r['event_type']}</td><td>{r['outcome']}</td>" in page and r["webhook_id"] in page
+    assert f'<a href="/v1/jobs/{job_id}/webhooks">JSON</a>' in page and f'<a href="/v1/jobs/{job_id}/events">JSON</a>' in page

@@ -5,7 +5,7 @@ const BASE = "/console";
 const UPDATE_MS = 250; // at most 4 page updates a second, however many events arrive
 const TERMINAL = new Set(["done", "failed", "cancelled"]);
 const EVENT_TYPES = ["submitted", "admitted", "running", "resumed", "detached", "progress", "attempt_failed",
-  "cancel_requested", "recovered", "done", "failed", "cancelled"];
+  "cancel_requested", "reprioritized", "recovered", "done", "failed", "cancelled"];
 
 // Run `work` at most once per `ms`, trailing: triggers that come meanwhile make one more run.
 export function throttle(work, ms = UPDATE_MS) {
@@ -280,6 +280,18 @@ function jobPage() {
   // What an action said stays through the live updates that replace the part it sits in.
   let said = null;
   body.addEventListener("swapped", () => { if (said) say(note(), said.text, said.bad); });
+  // A queued job's priority: PATCH /v1/jobs/{id}, and what became of it said beside the form.
+  body.addEventListener("submit", async (e) => {
+    const form = e.target.closest("form.prio-form");
+    if (!form) return;
+    e.preventDefault();
+    const priority = Number(form.elements.priority.value);
+    const r = await api(`/v1/jobs/${encodeURIComponent(id)}`, {
+      method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ priority }),
+    });
+    said = r.ok ? { text: `priority set to ${r.body.priority}`, bad: false } : { text: `priority not set: ${problem(r)}`, bad: true };
+    say(note(), said.text, said.bad);
+  });
   body.addEventListener("click", async (e) => {
     const button = e.target.closest("button[data-job]");
     if (!button) return;
@@ -412,6 +424,22 @@ async function submitPage() {
   });
 }
 
+// -- the box ------------------------------------------------------------------------------------
+const BOX_EVERY_MS = 3000;
+
+// The box's figures (load, nodes, groups, readiness) read again every few seconds while the page is
+// in view; a reading the service could not answer is said in the header and tried again.
+function boxPage() {
+  const body = document.getElementById("box-body");
+  const url = fragmentUrl(body.dataset.fragment);
+  const tick = async () => {
+    if (!document.hidden && (await update(body, url))) showLive("live");
+    body.dataset.updates = String(Number(body.dataset.updates || 0) + 1);
+    setTimeout(tick, BOX_EVERY_MS);
+  };
+  setTimeout(tick, BOX_EVERY_MS);
+}
+
 localTimes(document);
-const pages = { queue: queuePage, job: jobPage, submit: submitPage };
+const pages = { queue: queuePage, job: jobPage, submit: submitPage, box: boxPage };
 pages[document.body.dataset.page]?.();
