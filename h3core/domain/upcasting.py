@@ -68,3 +68,7 @@ upcaster("attempt_failed", 1)(unchanged)
 upcaster("failed", 1)(unchanged)
 # 2: `submitted` gained `webhook` (None before: no job of then had one).
 upcaster("submitted", 1)(unchanged)
+# 3: the request gained `quality` ("exact" before: every step computed).
+upcaster("submitted", 2)(unchanged)
+# 3: `done` gained `steps` (None before: nothing counted).
+upcaster("done", 2)(unchanged)

@@ -471,7 +471,9 @@ def _step_block():
 
 def fingerprint(request: GenerationRequest) -> dict[str, Any]:
     """What a checkpoint must have been made for: the request's fields that shape the loop."""
-    return {"format": CHECKPOINT_FORMAT, **request.model_dump(mode="json", exclude={"fps"})}
+    # `exact` is left out, so that a checkpoint written before the field existed still matches.
+    exclude = {"fps", "quality"} if request.quality == "exact" else {"fps"}
+    return {"format": CHECKPOINT_FORMAT, **request.model_dump(mode="json", exclude=exclude)}
 
 
 def _snapshot(components: Any, block_state: Any, generator: Any, step: int, total: int, mark: dict[str, Any]) -> dict[str, Any]:
