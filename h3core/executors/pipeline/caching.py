@@ -119,17 +119,24 @@ def _register_blocks(transformer: Any) -> None:
 
 def _collective_head(transformer: Any, cache: StepCache, threshold: float) -> None:
     """Replace the cache's hook on the first block by `_CollectiveHead` (same state, same name, so
-    `disable_cache` removes it), then put the sequence split back outside it."""
+    `disable_cache` removes it), with the context-parallel splits of that block outside it.
+
+    Hooks are only ever removed from the end of the block's chain: diffusers' `remove_hook` relinks
+    the hook after the one removed through its `forward`, which bypasses that hook where it has a
+    `new_forward` of its own (as the cache's hooks do)."""
     from diffusers.hooks.first_block_cache import _FBC_LEADER_BLOCK_HOOK
 
     registry = _blocks(transformer)[0]._diffusers_hook
+    order = registry._hook_order
+    splits = [name for name in order if name.startswith("cp_input---")]
+    if order != [*splits, _FBC_LEADER_BLOCK_HOOK]:  # what h3core builds: context parallelism (or none), then the cache
+        raise RuntimeError(f"unexpected hooks on the first block: {order}")
     plain = registry.hooks[_FBC_LEADER_BLOCK_HOOK]
-    registry.remove_hook(_FBC_LEADER_BLOCK_HOOK, recurse=False)
-    registry.register_hook(_head_class()(plain.state_manager, threshold, cache), _FBC_LEADER_BLOCK_HOOK)
-    # The newest hook runs outermost: re-adding the context-parallel split makes it run first again.
-    for name in [n for n in registry._hook_order if n.startswith("cp_input---")]:
-        hook = registry.hooks[name]
+    held = [(name, registry.hooks[name]) for name in splits]
+    for name in reversed(order):
         registry.remove_hook(name, recurse=False)
+    registry.register_hook(_head_class()(plain.state_manager, threshold, cache), _FBC_LEADER_BLOCK_HOOK)
+    for name, hook in held:  # registered after it, so they run before it: the head sees this rank's slice
         registry.register_hook(hook, name)
 
 
