@@ -40,7 +40,9 @@ step; at a faster level it may serve steps from a cache of its own, says how in 
   once it is durably there, after the `Progress` of its step.
 - With `job.resume` (a checkpoint the runner has checked against its recorded size and sha256)
   it continues after the checkpoint's step: its first `Progress` is that step + 1, and its video
-  is the one an uninterrupted run with the same seed on the same device makes.
+  is the one an uninterrupted run with the same seed on the same device makes (at `exact`: at a
+  faster level the step cache is not in the checkpoint, so the resumed attempt's first step is
+  computed and the video may differ).
 - `save_on_stop(job)` (`Checkpointing`) is asked just before h3core's own graceful stop cancels
   the iteration: the cleanup then ends the step in flight, stores a checkpoint of the last step
   reached (where past the last stored one), and raises `StoppedWithCheckpoint(saved)` in place of
