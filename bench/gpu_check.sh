@@ -11,14 +11,15 @@
 # Budget on one H200: every step runs under `timeout`; the limits add up to 300 s (0 interpreter 10,
 # 1 wheels 25, 1a nvidia-smi 5, 1b environment 15, 2 auto at start 30, 3 kernel table 45, 4 stages 20,
 # 5 placement 25, 6 jobs 25, 7 full size 100: a step more, for its checkpoint), so the check ends inside 5 minutes even if every step
-# hangs, and a rerun after a fix fits the device's 15 minutes with its start-up. Step 8 (SageAttention 2
+# hangs, and a rerun after a fix fits the device's 15 minutes with its start-up. Step 7b (the quality levels
+# at the released geometry) runs in what is left of those 300 s, at most 90 s. Step 8 (SageAttention 2
 # built with nvcc from a bundled source archive, then its kernels measured) runs only in what is left
 # of those 300 s, or in H3GPU_SAGE_BUILD_S seconds when that is set (then the check takes longer).
 #
 # Steps 0, 1 and 1b stop the check where it cannot run (the bundle made for another python; no torch;
 # no CUDA device): later steps would only fail the same way. Tables go to $OUT (default ./gpu-out):
 # env.md, probe.md, kernels.md (+ kernels.jsonl), stages.md, placement.md, jobs.md, fullsize.md,
-# sage.md, run.log (everything, tracebacks included).
+# quality.md, sage.md, run.log (everything, tracebacks included).
 . "$(dirname "${BASH_SOURCE[0]}")/gpu/setup.sh"
 
 BUDGET_S=300
@@ -32,7 +33,7 @@ stop() {  # stop STEP WHY: no later step runs
 
 main() {
     echo "h3core GPU check: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+changes'); $(date -u); host ${HOSTNAME:-?}; dry run: ${H3GPU_DRY:-no}; python $PY"
-    rm -f "$OUT"/{env.md,probe.md,kernels.md,kernels.jsonl,stages.md,placement.md,jobs.md,fullsize.md,sage.md}
+    rm -f "$OUT"/{env.md,probe.md,kernels.md,kernels.jsonl,stages.md,placement.md,jobs.md,fullsize.md,quality.md,sage.md}
     mkdir -p "$H3GPU_WORK" && rm -rf "$H3GPU_WORK"/kernels-*.jsonl "$H3GPU_WORK"/attention-cache.json
     local T0 rc
     T0=$(date +%s)
@@ -61,6 +62,17 @@ main() {
     step "5 placement matrix" 25 placement.md "$PY" -m bench.gpu.placement
     step "6 one job per attention choice" 25 jobs.md "$PY" -m bench.gpu.jobs
     step "7 full size through the product" 100 fullsize.md "$PY" -m bench.gpu.fullsize
+    # Quality levels at the released geometry (random weights: the speed, not the quality); dry: the tiny model.
+    local quality_s=$(( (BUDGET_S * SCALE - ($(date +%s) - T0)) / SCALE ))
+    quality_s=$(( quality_s > 90 ? 90 : quality_s ))
+    if [ "$quality_s" -lt 30 ]; then
+        SUMMARY+=("7b quality levels: skipped, ${quality_s} s left of the budget")
+    elif [ -n "$H3GPU_DRY" ]; then
+        step "7b quality levels" "$quality_s" quality.md "$PY" -m bench.throughput.quality --attention flash --size 64x64 --frames 22 --steps 4 --layers 2
+    else
+        step "7b quality levels" "$quality_s" quality.md "$PY" -m bench.throughput.quality --released --device cuda \
+            --dtype bfloat16 --size 768x1344 --frames 22 --steps 6
+    fi
     local left=$(( BUDGET_S * SCALE - ($(date +%s) - T0) ))
     local build_s=${H3GPU_SAGE_BUILD_S:-$left}
     step "8a SageAttention 2 from source" $(( build_s > 0 ? (build_s + SCALE - 1) / SCALE : 1 )) sage.md \

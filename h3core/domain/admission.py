@@ -171,6 +171,12 @@ class AdmissionRules:
                 why=f"mode {request.mode} is not served by {caps.executor}: {mode.reason or 'not offered'}",
                 field="mode",
             )
+        if request.quality not in caps.qualities:
+            return _Limit(
+                reason="mode_unavailable",
+                why=f"quality {request.quality} is not run by {caps.executor}: it runs {', '.join(caps.qualities)}",
+                field="quality",
+            )
         for name, ids in request.uploads().items():
             most, count = caps.media.get(name), len(ids)
             if most is not None and count > most:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from h3core.domain.frames import CLIP, CLIP_REMAINDER, snap_frames
 from h3core.domain.geometry import FPS
+from h3core.domain.quality import Quality
 from h3core.domain.request import GenerationRequest, Mode
 
 MODES: tuple[Mode, ...] = ("t2va", "fl2va", "ref2va")
@@ -131,6 +132,9 @@ class Capabilities(_Data):
     # Modes whose video has exactly the frames asked (a graph that makes them as asked, the fake);
     # the others make MiniMax-H3's counts, 17n + 5 (the next one up), and say so in a warning.
     exact_frames: tuple[Mode, ...] = ()
+    # The quality levels it runs (h3core.domain.quality): a request at another is refused at
+    # submission. `exact` alone unless it says more (a statement from an older node says nothing).
+    qualities: tuple[Quality, ...] = ("exact",)
 
     def frames_made(self, request: GenerationRequest) -> int:
         """How many frames the video of `request` will have."""

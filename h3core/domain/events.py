@@ -20,6 +20,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, V
 from h3core.domain import upcasting
 from h3core.domain.failures import FailureKind
 from h3core.domain.ids import JobId
+from h3core.domain.quality import StepCounts
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
 from h3core.domain.webhooks import WebhookTarget
@@ -57,7 +58,7 @@ class Submitted(_Body):
     """A job was submitted: its request and how it is to be run (priority, retry policy, idempotency
     key, webhook). A job's first event, and only that."""
 
-    v: int = Field(default=3, ge=1)  # 2: `webhook`; 3: `retry_of`, `by`
+    v: int = Field(default=3, ge=1)  # 2: `webhook`; 3: `retry_of`, `by`, the request's `quality`
     type: Literal["submitted"] = "submitted"
     request: GenerationRequest
     priority: int = 0
@@ -193,13 +194,16 @@ class Artifact(_Model):
 class Done(_Body):
     """The job finished with its video (`artifact`). Terminal."""
 
-    v: int = Field(default=2, ge=1)  # 2: `cancel_too_late`
+    v: int = Field(default=3, ge=1)  # 2: `cancel_too_late`; 3: `steps`
     type: Literal["done"] = "done"
     artifact: Artifact
     tokens: int | None = None
     # A cancel was requested, but the work had finished before the stop could take effect: the
     # video is kept and the job is done, not cancelled.
     cancel_too_late: bool = False
+    # The transformer steps computed and served from the cache, at the request's quality level,
+    # where the executor counts them (None: it does not, or an older log).
+    steps: StepCounts | None = None
 
 
 class _Failure(_Body):

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from h3core.domain.frames import snap_warning
+from h3core.domain.quality import Quality
 
 Mode = Literal["t2va", "fl2va", "ref2va"]
 
@@ -120,6 +121,8 @@ class GenerationRequest(_Frozen):
     fps: Literal[24] = 24
     keyframes: Keyframes | None = None
     references: References | None = None
+    # How many steps may be served from a cache for speed (h3core.domain.quality); `exact`: none.
+    quality: Quality = "exact"
     # Inert: kept so the console's requests validate; each one set adds a warning to the job.
     cfg_scale: float | None = Field(default=None, ge=0, le=100)
     negative_prompt: str | None = Field(default=None, max_length=MAX_PROMPT_CHARS)

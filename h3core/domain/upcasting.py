@@ -68,8 +68,10 @@ upcaster("attempt_failed", 1)(unchanged)
 upcaster("failed", 1)(unchanged)
 # 2: `submitted` gained `webhook` (None before: no job of then had one).
 upcaster("submitted", 1)(unchanged)
-# 3: `submitted` gained `retry_of` and `by`, `cancel_requested` and `cancelled` gained `by` (None
-# before: no retry was linked, no one named).
+# 3: `submitted` gained `retry_of` and `by`, and its request `quality` ("exact" before: every step
+# computed); `cancel_requested` and `cancelled` gained `by` (None before: no one named).
 upcaster("submitted", 2)(unchanged)
 upcaster("cancel_requested", 1)(unchanged)
 upcaster("cancelled", 1)(unchanged)
+# 3: `done` gained `steps` (None before: nothing counted).
+upcaster("done", 2)(unchanged)

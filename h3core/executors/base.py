@@ -27,6 +27,11 @@ An executor is given a `JobSpec` and returns an async iterator (`run`). It must:
   message. The executor never writes events: the runner writes every event, terminal ones
   included.
 
+**Quality levels**: `capabilities().qualities` lists the levels it runs (`h3core.domain.quality`);
+admission refuses a request at any other, so `run` sees only those. At `exact` it computes every
+step; at a faster level it may serve steps from a cache of its own, says how in `info` (`quality`,
+`cache`), and counts what it computed and served in `Result.steps`.
+
 **Checkpoints**, where `capabilities().checkpoints` says it keeps them (never otherwise):
 
 - With `job.checkpoints` (a `CheckpointPolicy`) it stores the state its denoising loop needs to
@@ -35,7 +40,9 @@ An executor is given a `JobSpec` and returns an async iterator (`run`). It must:
   once it is durably there, after the `Progress` of its step.
 - With `job.resume` (a checkpoint the runner has checked against its recorded size and sha256)
   it continues after the checkpoint's step: its first `Progress` is that step + 1, and its video
-  is the one an uninterrupted run with the same seed on the same device makes.
+  is the one an uninterrupted run with the same seed on the same device makes (at `exact`: at a
+  faster level the step cache is not in the checkpoint, so the resumed attempt's first step is
+  computed and the video may differ).
 - `save_on_stop(job)` (`Checkpointing`) is asked just before h3core's own graceful stop cancels
   the iteration: the cleanup then ends the step in flight, stores a checkpoint of the last step
   reached (where past the last stored one), and raises `StoppedWithCheckpoint(saved)` in place of
@@ -77,6 +84,7 @@ from h3core.domain.capabilities import Capabilities
 from h3core.domain.checkpoints import CheckpointPolicy
 from h3core.domain.events import Artifact, Checkpoint, Progress
 from h3core.domain.failures import FailureKind
+from h3core.domain.quality import StepCounts
 from h3core.domain.request import GenerationRequest
 from h3core.executors.reports import GroupHealth, HeadHealth, ProbeRow
 
@@ -124,9 +132,12 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class Result:
-    """The attempt's one final update: the artifact it wrote through the artifact store."""
+    """The attempt's one final update: the artifact it wrote through the artifact store, and the
+    transformer steps it computed and served from its cache at the request's quality level, where
+    it counts them (they go into the job's `done` event)."""
 
     artifact: Artifact
+    steps: StepCounts | None = None
 
 
 Update = Progress | Heartbeat | CheckpointSaved | Result

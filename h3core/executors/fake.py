@@ -8,6 +8,13 @@ video with the request's frame count, drawn small, so downloads work end to end:
 mp4 where PyAV and numpy are installed (the service, pipeline and comfyui extras), else a
 YUV4MPEG2 (`.y4m`, no sound) written in pure Python, so the core library runs without codecs.
 
+It runs every quality level, simulated honestly: at `balanced` every third step and at `fast`
+every second one is served from its "cache" (one that follows a computed step in the same
+attempt: a resumed attempt computes its first step, as the pipeline's cache starts empty),
+takes a quarter of a step's time and enters the chain differently, so a faster level makes
+another video; `exact` computes every step and makes the video it always made. The result
+counts both.
+
 It keeps checkpoints as the pipeline does: its "denoising state" is a hash chain over the steps
 (from the seed), stored as a checkpoint where the job's policy says and continued from on resume,
 and the video it draws depends on the chain's end, so a resumed job makes the same video as an
@@ -41,6 +48,7 @@ from h3core.domain.capabilities import MODES, Capabilities, FrameWindow, GroupBu
 from h3core.domain.events import Checkpoint, Progress
 from h3core.domain.failures import FAILURE_KINDS, FailureKind
 from h3core.domain.geometry import FPS, count_tokens, snap_frames
+from h3core.domain.quality import QUALITIES, Quality, StepCounts
 from h3core.executors.base import (
     CheckpointSaved,
     ExecutorFailure,
@@ -53,6 +61,10 @@ from h3core.executors.base import (
 )
 
 _DIRECTIVE = re.compile(r"\[fake\s+([^\]]*)\]")
+# The simulated cache: at each level, how many computed steps in a row come before one is served
+# from the cache (None: never), and what a served step costs of a computed one's time.
+CACHE_RUNS: dict[Quality, int | None] = {"exact": None, "balanced": 2, "fast": 1}
+CACHED_STEP_COST = 0.25
 _MAX_PREVIEW_SIDE = 128
 Encoding = Literal["mp4", "y4m"]
 # (file suffix, media type) of each encoding.
@@ -116,6 +128,7 @@ class FakeLimits:
     max_seconds: float | None = None  # of the snapped frame count, as a model's window
     budget_tokens: int | None = None
     media: Mapping[str, int] = field(default_factory=dict)  # most uploads per field ("references.videos")
+    qualities: tuple[Quality, ...] = QUALITIES  # the quality levels it runs
 
 
 class FakeExecutor(NoReports):
@@ -181,6 +194,7 @@ class FakeExecutor(NoReports):
             media=dict(lim.media),
             exact_frames=MODES,  # it writes the frames asked, not the model's 17n + 5
             checkpoints=True,
+            qualities=lim.qualities,  # simulated (the module's docstring)
         )
 
     def set_ready(self, ready: bool, reason: str = "not ready", modes: tuple[str, ...] = MODES) -> None:
@@ -201,6 +215,8 @@ class FakeExecutor(NoReports):
             raise ExecutorFailure("invalid", f"frames: {r.frames} frames are {seconds:.2f} s, outside the fake's window")
         if lim.budget_tokens is not None and count_tokens(r).total > lim.budget_tokens:
             raise ExecutorFailure("invalid", f"tokens: over the fake's {lim.budget_tokens}-token budget")
+        if r.quality not in lim.qualities:
+            raise ExecutorFailure("invalid", f"quality: the fake does not run {r.quality}")
         given = r.uploads()
         for name, most in lim.media.items():
             if len(given.get(name, ())) > most:
@@ -220,8 +236,13 @@ class FakeExecutor(NoReports):
         return f"fake-{job.job_id}-{job.attempt}"
 
     def info(self, job: JobSpec) -> dict[str, str]:
-        """The job's plan, as the fields that differ from the default (`finish` where none do)."""
-        return {"plan": _describe(self.plan_for(job))}
+        """The job's plan, as the fields that differ from the default (`finish` where none do), and its
+        quality level with the simulated cache that serves it."""
+        out = {"plan": _describe(self.plan_for(job)), "quality": job.request.quality}
+        run = CACHE_RUNS[job.request.quality]
+        if run is not None:
+            out["cache"] = f"simulated: a step after {run} computed in a row is served from the cache"
+        return out
 
     def plan_for(self, job: JobSpec) -> FakePlan:
         """The job's plan: the constructor's plan for it (or the default), overridden by a `[fake ...]`
@@ -254,6 +275,7 @@ class FakeExecutor(NoReports):
         policy = job.checkpoints
         saved = (first - 1, time.monotonic())  # the last checkpoint's step (or where it began), and when
         reached = first - 1
+        run_length, in_a_row, computed, cached = CACHE_RUNS[job.request.quality], 0, 0, 0
         try:
             yield Heartbeat("loaded")
             for step in range(first, total + 1):
@@ -261,8 +283,12 @@ class FakeExecutor(NoReports):
                     await anyio.sleep_forever()
                 if plan.fail_at == step and job.attempt <= plan.fail_attempts:
                     _raise(plan.kind, step)
-                await anyio.sleep(plan.step_seconds)
-                chain, reached = _step(chain, step), step
+                # As a first-block cache: never the last step, and only after enough computed ones.
+                serve = run_length is not None and in_a_row >= run_length and step < total
+                await anyio.sleep(plan.step_seconds * (CACHED_STEP_COST if serve else 1.0))
+                chain, reached = _step(chain, step, cached=serve), step
+                in_a_row = 0 if serve else in_a_row + 1
+                cached, computed = cached + serve, computed + (not serve)
                 self.steps_run += 1
                 yield Progress(step=step, total=total)
                 if policy is not None and policy.due(step, total, saved[0], time.monotonic() - saved[1]):
@@ -280,7 +306,7 @@ class FakeExecutor(NoReports):
                     artifact = await anyio.to_thread.run_sync(self._write, job, chain)
                 finally:
                     self.finishing.discard(job.job_id)
-            yield Result(artifact)
+            yield Result(artifact, StepCounts(quality=job.request.quality, computed=computed, cached=cached))
         except anyio.get_cancelled_exc_class():
             if (job.job_id, job.attempt) not in self._save_on_stop or reached <= saved[0]:
                 raise
@@ -330,8 +356,8 @@ def _chain_start(job: JobSpec) -> str:
     return hashlib.sha256(f"fake:{job.request.seed}".encode()).hexdigest()
 
 
-def _step(chain: str, step: int) -> str:
-    return hashlib.sha256(f"{chain}:{step}".encode()).hexdigest()
+def _step(chain: str, step: int, *, cached: bool = False) -> str:
+    return hashlib.sha256(f"{chain}:{step}{':cached' if cached else ''}".encode()).hexdigest()
 
 
 def _continue(job: JobSpec) -> tuple[int, str]:

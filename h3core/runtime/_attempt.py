@@ -62,7 +62,7 @@ def end_event(a: Attempt, config: RunnerConfig, *, interrupted: bool, grace_expi
     own graceful stop ended (not a failure: the next attempt does not count against the policy)."""
     state = a.state
     if a.result is not None and not grace_expired:
-        return Done(artifact=a.result.artifact, tokens=state.tokens, cancel_too_late=state.cancel_requested)
+        return Done(artifact=a.result.artifact, tokens=state.tokens, cancel_too_late=state.cancel_requested, steps=a.result.steps)
     if a.detached:
         # A cancel requested meanwhile is in the log: the resumed attempt honours it.
         assert state.executor_ref is not None

@@ -17,6 +17,7 @@ from h3core.domain.events import (
     AttemptFailed,
     Checkpointed,
     CheckpointRejected,
+    Done,
     Event,
     Failed,
     Progress,
@@ -214,6 +215,18 @@ class Metrics:
             "Denoising steps a later attempt computed again: those past its checkpoint (all, without one).",
             registry=self.registry,
         )
+        self.steps_computed = Counter(
+            "h3core_transformer_steps_computed",
+            "Transformer steps computed in full by jobs that ended done, by quality level.",
+            ["quality"],
+            registry=self.registry,
+        )
+        self.steps_cached = Counter(
+            "h3core_transformer_steps_cached",
+            "Transformer steps served from the step cache by jobs that ended done, by quality level.",
+            ["quality"],
+            registry=self.registry,
+        )
         self.store = store
 
     def watch_webhooks(self, delivery: DeliveryProcess) -> None:
@@ -239,6 +252,10 @@ class Metrics:
                     self._count_checkpoints(event, reached, redo)
                     if event.type == "running":
                         started.setdefault(event.job_id, event.at)
+                    if isinstance(event.body, Done) and event.body.steps is not None:
+                        counts = event.body.steps
+                        self.steps_computed.labels(quality=counts.quality).inc(counts.computed)
+                        self.steps_cached.labels(quality=counts.quality).inc(counts.cached)
                     if isinstance(event.body, Failed | AttemptFailed):
                         self.failures.labels(kind=event.body.kind).inc()
                     if event.type in TERMINAL:

@@ -215,6 +215,17 @@ def test_pipeline(tiny_model, tmp_path, capsys):
     row(out, "math")  # measured in a process of its own (`python -m bench.throughput.pipeline --one-call`)
 
 
+def test_quality(tiny_model, capsys):
+    out = run_main(
+        "bench.throughput.quality",
+        ["--model-dir", str(tiny_model), "--attention", "flash", "--size", "32x32", "--frames", "6", "--steps", "3"],
+        capsys,
+    )
+    for level in ("exact", "balanced", "fast"):
+        row(out, level)
+    assert "1.00x" in row(out, "exact")
+
+
 def test_crash_jobs(tmp_path, capsys):
     out = run_main(
         "bench.crash.jobs",

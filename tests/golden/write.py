@@ -51,6 +51,11 @@ try:  # ... and later than the fifth
 except ImportError:  # pragma: no cover
     Reprioritized = None
 
+try:  # ... and later than the fifth
+    from h3core.domain.quality import StepCounts
+except ImportError:  # pragma: no cover
+    StepCounts = None
+
 
 def _artifact(job: str, attempt: int) -> Artifact:
     return Artifact(path=f"{job}/attempt-{attempt}.mp4", bytes=48213, sha256=f"{attempt:x}" * 64, frames=121, duration_s=5.042)
@@ -191,6 +196,13 @@ def logs() -> dict[str, list[list]]:
             [Running(attempt=1, executor="fake")],
             [CancelRequested(reason="cancelled from the console", by="bob")],
             [Cancelled(reason="cancelled from the console", by="bob")],
+        ]
+    if StepCounts is not None:  # schema 5: the request's quality, done's steps
+        out["quality"] = [
+            [Submitted(request=_request(quality="fast")), Admitted(tokens=7424)],
+            [Running(attempt=1, executor="pipeline", info={"quality": "fast", "cache": "first-block threshold=0.1"})],
+            *[[Progress(step=i, total=8)] for i in (1, 4, 8)],
+            [Done(artifact=_artifact("quality", 1), tokens=7424, steps=StepCounts(quality="fast", computed=5, cached=3))],
         ]
     if Recovered is not None:
         out["recovered"] = [

@@ -217,3 +217,13 @@ def test_across_nodes_a_request_is_admitted_iff_one_node_admits_it_else_the_larg
     rows = ceilings_across(nodes)
     for i, row in enumerate(rows):
         assert row.max_frames == max(contract.ceilings()[i].max_frames for _, contract in nodes)
+
+
+def test_a_quality_level_the_executor_does_not_run_is_refused_naming_the_field():
+    exact_only = AdmissionRules(Capabilities(executor="comfyui"))
+    assert exact_only.decide(GenerationRequest(prompt="p", frames=48)).admitted
+    refused = exact_only.decide(GenerationRequest(prompt="p", frames=48, quality="fast"))
+    assert not refused.admitted and refused.reason == "mode_unavailable" and refused.field == "quality"
+    assert "quality fast is not run by comfyui: it runs exact" in refused.detail
+    every = AdmissionRules(Capabilities(executor="pipeline", qualities=("exact", "balanced", "fast")))
+    assert every.decide(GenerationRequest(prompt="p", frames=48, quality="fast")).admitted

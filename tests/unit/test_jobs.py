@@ -164,3 +164,16 @@ async def test_a_store_the_caller_owns_stays_open(tmp_path):
         assert store.get(job.job_id).status == "done"
     finally:
         store.close()
+
+
+async def test_a_quality_level_the_executor_does_not_run_is_refused_naming_it(tmp_path):
+    from h3core import Refused
+    from h3core.executors.fake import FakeLimits
+
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    executor = FakeExecutor(artifacts, limits=FakeLimits(qualities=("exact",)))
+    async with Jobs(None, executor, artifacts=artifacts, config=CONFIG) as jobs:
+        with pytest.raises(Refused, match="quality fast is not run by fake") as caught:
+            await jobs.submit(request(quality="fast"))
+        assert caught.value.decision.field == "quality"
+        assert (await jobs.submit(request(quality="exact"))).status == "queued"

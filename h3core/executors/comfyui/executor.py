@@ -44,6 +44,7 @@ from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.backoff import Backoff, retry
 from h3core.domain.capabilities import MODES, Capabilities, FrameWindow, ModeReadiness
 from h3core.domain.events import Progress
+from h3core.domain.quality import QUALITIES
 from h3core.domain.request import UPLOAD_MODES
 from h3core.executors.base import ExecutorFailure, FinishedBeforeStop, Heartbeat, JobSpec, NoReports, Result, Update
 from h3core.executors.comfyui.client import ComfyClient, HistoryEntry, PromptRejected, Unreachable
@@ -124,6 +125,7 @@ class ComfyUIExecutor(NoReports):
         connected = self._ready and self.feed.connected
         known = self._info is not None and self._info_connects == self.feed.connects
         modes, media, exact = [], {}, []
+        levels = set(QUALITIES)  # the levels every served mode's template maps (`exact` always)
         window: FrameWindow | None = None
         for mode in MODES:
             try:
@@ -132,6 +134,8 @@ class ComfyUIExecutor(NoReports):
                 modes.append(ModeReadiness(mode=mode, served=False, ready=False, reason=str(exc)))
                 continue
             missing = template.missing_on(self._info) if self._info is not None else []
+            if not missing:
+                levels &= {"exact", *template.qualities}
             if missing:
                 modes.append(ModeReadiness(mode=mode, served=False, ready=False, reason="; ".join(missing)))
             elif not self._ready:
@@ -170,6 +174,7 @@ class ComfyUIExecutor(NoReports):
             concurrency=s.concurrency,
             stop_wait_s=s.stop_wait_s,  # the runner waits for a stopped prompt's end this long
             exact_frames=tuple(exact),
+            qualities=tuple(q for q in QUALITIES if q in levels),
         )
 
     def check(self, job: JobSpec) -> None:
@@ -224,11 +229,15 @@ class ComfyUIExecutor(NoReports):
         return prompt_id_for(job.job_id, job.attempt)
 
     def info(self, job: JobSpec) -> dict[str, str]:
-        """The template, the server, and the request fields the template ignores."""
+        """The template, the server, the request fields the template ignores, and the quality level with
+        the inputs the template sets for it."""
         t = self._template(job)
-        out = {"template": t.name, "comfyui": self.settings.url}
+        level = job.request.quality
+        out = {"template": t.name, "comfyui": self.settings.url, "quality": level}
         if t.ignores:
             out["ignores"] = ",".join(t.ignores)  # request fields this graph does not use, in the log
+        if settings := t.qualities.get(level):
+            out["cache"] = "template sets " + ", ".join(f"{s.node}.{s.input}={s.value!r}" for s in settings)
         return out
 
     def _pick(self, mode: str) -> Template:

@@ -4,8 +4,10 @@ A template says which node input receives each request field (`values`), which f
 has no place for (`ignores`: a demo graph without a model has no prompt), where uploaded
 keyframes and references go and what to prune from the graph when a slot is unused (`media`),
 which node's progress counts the denoising steps (`sampler`), which output node names the
-video (`output`) and how many frames the graph makes of the requested count (`frames`: snapped to
-MiniMax-H3's 17n + 5, or exactly as asked). Templates are checked when they are loaded, so one whose bindings do not
+video (`output`), how many frames the graph makes of the requested count (`frames`: snapped to
+MiniMax-H3's 17n + 5, or exactly as asked), and which faster quality levels it runs (`qualities`:
+per level, the node inputs set for it, e.g. a cache node's threshold; `exact` is the graph as it
+is, and a level it does not map is not served). Templates are checked when they are loaded, so one whose bindings do not
 match its graph never reaches a job. The format is documented in docs/operations.md.
 
 Which template serves a mode is chosen by name (`pick`): the settings may name one per mode;
@@ -24,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from h3core.domain.quality import Quality
 from h3core.domain.request import UPLOAD_KINDS, GenerationRequest, Mode
 
 Topology = Literal["single-gpu", "raylight"]
@@ -49,6 +52,14 @@ class Input(_Data):
 
     node: str
     input: str
+
+
+class Setting(_Data):
+    """A value given to one node input (for a quality level)."""
+
+    node: str
+    input: str
+    value: Any
 
 
 class Unused(_Data):
@@ -92,6 +103,8 @@ class Template(_Data):
     # The frames its video has: "snapped", MiniMax-H3's 17n + 5 (the next one up from the count
     # asked), as the model makes them; "exact": the count asked (a graph without the model).
     frames: Literal["snapped", "exact"] = "snapped"
+    # The faster quality levels the graph runs, each as the inputs it sets (`exact`: the graph as is).
+    qualities: dict[Quality, tuple[Setting, ...]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _bindings_match_graph(self) -> Template:
@@ -161,6 +174,10 @@ class Template(_Data):
         for name, inputs in self.values.items():
             for i in inputs:
                 graph[i.node]["inputs"][i.input] = values[name]
+        if request.quality != "exact" and request.quality not in self.qualities:
+            raise TemplateError(f"template {self.name} does not map quality {request.quality}")
+        for setting in self.qualities.get(request.quality, ()):
+            graph[setting.node]["inputs"][setting.input] = setting.value
         given = request.uploads()
         for name, slots in self.media.items():
             ids = given.get(name, ())
@@ -225,6 +242,11 @@ def check(t: Template) -> list[str]:
                     problems.append(f"media.{name}[{k}].unused: node {node} is not in the graph")
             for i in slot.unused.inputs:
                 has(i, f"media.{name}[{k}].unused")
+    for level, settings in t.qualities.items():
+        if level == "exact":
+            problems.append("qualities: 'exact' is the graph as it is, not a mapping")
+        for k, setting in enumerate(settings):
+            has(Input(node=setting.node, input=setting.input), f"qualities.{level}[{k}]")
     for name in NEEDED_MEDIA[t.mode]:
         if not t.media.get(name):
             problems.append(f"media: a {t.mode} template needs slots for {name!r}")

@@ -35,13 +35,14 @@ import anyio.to_thread
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.backoff import Backoff, retry
 from h3core.domain.capabilities import Capabilities, GroupBudget
-from h3core.domain.events import Artifact
+from h3core.domain.quality import QUALITIES
 from h3core.domain.topology import Topology, can_ever_fit, place, rank_device_problem
-from h3core.executors.base import CheckpointSaved, ExecutorFailure, Heartbeat, JobSpec, Update
+from h3core.executors.base import CheckpointSaved, ExecutorFailure, Heartbeat, JobSpec, Result, Update
 from h3core.executors.distributed.cluster import ClusterSettings, RayHost
 from h3core.executors.distributed.group import Group, GroupError
 from h3core.executors.distributed.rank import Payload, RankSpec, Serialised
 from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS
+from h3core.executors.pipeline.caching import quality_info
 from h3core.executors.pipeline.driver import CheckpointWriter, media_for, model_failure, save_video, stream
 from h3core.executors.pipeline.generate import Control
 from h3core.executors.pipeline.kernel_probe import DEFAULT_TOLERANCE, at_start
@@ -190,7 +191,7 @@ class DistributedExecutor:
             topology=topology,
             **kernel_limit(self.plan),
         )
-        return caps.model_copy(update={"checkpoints": True})
+        return caps.model_copy(update={"checkpoints": True, "qualities": QUALITIES})
 
     def _not_ready(self) -> str | None:
         if (outage := self._outage()) is not None:
@@ -367,7 +368,7 @@ class DistributedExecutor:
             "model": str(s.model_dir),
             "groups": sizes,
             "parallel": s.topology.parallel,
-        }
+        } | quality_info(job.request.quality)
 
     async def run(self, job: JobSpec) -> AsyncIterator[Update]:
         """Wait (with heartbeats) for the smallest idle group that fits the job and answers a ping, then run
@@ -435,7 +436,7 @@ class DistributedExecutor:
 
     def _job_sync(
         self, group: Group, job: JobSpec, payload: Payload, control: Control
-    ) -> Artifact | ExecutorFailure | CheckpointSaved | None:
+    ) -> Result | ExecutorFailure | CheckpointSaved | None:
         """Runs in a worker thread: every exception becomes an outcome."""
         import ray
 
@@ -454,6 +455,7 @@ class DistributedExecutor:
                 out: dict[str, Any] | None = group.run(payload, control, stop_timeout_s=wait_s, on_checkpoint=store)
             if out is None:
                 return writer.last if control.save_on_stop and writer.last is not None else None
-            return save_video(self.artifacts, job, out["frames"], out["audio"], out["sample_rate"], control)
+            artifact = save_video(self.artifacts, job, out["frames"], out["audio"], out["sample_rate"], control)
+            return Result(artifact, out.get("cache"))
         except Exception as exc:  # noqa: BLE001 - a worker thread: report whatever happened
             return model_failure(exc, where=group.name, tokens=job.tokens)

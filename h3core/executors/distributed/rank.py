@@ -274,6 +274,7 @@ class RankWorker:
             "tokens": self.generator.last_tokens,
             "checkpoints": out.checkpoints,
             "digests": digests,
+            "cache": out.cache,  # the same counts on every rank: the decisions are the group's
         }
         if self.rank != 0:
             return summary

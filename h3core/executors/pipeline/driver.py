@@ -44,7 +44,7 @@ from h3core.executors.pipeline.attention import AttentionRefused
 from h3core.executors.pipeline.generate import Control, Media, save_checkpoint
 
 # None: stopped before it finished; CheckpointSaved: stopped by h3core's own stop, checkpointed there.
-Outcome = Artifact | ExecutorFailure | CheckpointSaved | None
+Outcome = Result | ExecutorFailure | CheckpointSaved | None
 
 
 async def stream(tg: anyio.abc.TaskGroup, work: Callable[[Control], Outcome], control: Control) -> AsyncIterator[Update]:
@@ -83,8 +83,8 @@ async def stream(tg: anyio.abc.TaskGroup, work: Callable[[Control], Outcome], co
                 yield update
     except BaseException:  # cancelled or closed by the runner: the work stops at its next step boundary
         await stopped()
-        if outcome and isinstance(outcome[0], Artifact):  # ...unless it was past the last one
-            raise FinishedBeforeStop(Result(outcome[0])) from None
+        if outcome and isinstance(outcome[0], Result):  # ...unless it was past the last one
+            raise FinishedBeforeStop(outcome[0]) from None
         if outcome and isinstance(outcome[0], CheckpointSaved):  # h3core's own stop, checkpointed where it stopped
             raise StoppedWithCheckpoint(outcome[0]) from None
         raise
@@ -94,7 +94,7 @@ async def stream(tg: anyio.abc.TaskGroup, work: Callable[[Control], Outcome], co
             raise result
         if result is None or isinstance(result, CheckpointSaved):
             raise ExecutorFailure("executor_error", "the job stopped before it finished")
-        yield Result(result)
+        yield result
     finally:
         await stopped()
 

@@ -21,9 +21,10 @@ import anyio.to_thread
 
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.domain.capabilities import Capabilities
-from h3core.domain.events import Artifact
-from h3core.executors.base import CheckpointSaved, ExecutorFailure, Heartbeat, JobSpec, NoReports, Update
+from h3core.domain.quality import QUALITIES
+from h3core.executors.base import CheckpointSaved, ExecutorFailure, Heartbeat, JobSpec, NoReports, Result, Update
 from h3core.executors.pipeline.attention import DEFAULT_MATH_MAX_TOKENS
+from h3core.executors.pipeline.caching import quality_info
 from h3core.executors.pipeline.driver import CheckpointWriter, media_for, model_failure, save_video, stream
 from h3core.executors.pipeline.generate import Control, Generator, Media, StopRequested, load_checkpoint
 from h3core.executors.pipeline.kernel_probe import DEFAULT_TOLERANCE, at_start
@@ -106,7 +107,7 @@ class PipelineExecutor(NoReports):  # one device: no groups, no head
         caps = self.limits.capabilities(
             hardware=self.hardware, kernel=self.plan.kernel, not_ready=self._not_ready(), **kernel_limit(self.plan)
         )
-        return caps.model_copy(update={"checkpoints": True})
+        return caps.model_copy(update={"checkpoints": True, "qualities": QUALITIES})
 
     def _not_ready(self) -> str | None:
         if self._tg is None:
@@ -168,7 +169,8 @@ class PipelineExecutor(NoReports):  # one device: no groups, no head
     def info(self, job: JobSpec) -> dict[str, str]:
         """The attention plan, device, dtype and model folder the job runs with."""
         s = self.settings
-        return {"attention": self.plan.describe(), "device": s.device, "dtype": s.dtype, "model": str(s.model_dir)}
+        out = {"attention": self.plan.describe(), "device": s.device, "dtype": s.dtype, "model": str(s.model_dir)}
+        return out | quality_info(job.request.quality)
 
     async def run(self, job: JobSpec) -> AsyncIterator[Update]:
         """Wait for the model (with heartbeats) and for the job before it, then run the job in a worker
@@ -200,7 +202,7 @@ class PipelineExecutor(NoReports):  # one device: no groups, no head
 
     # -- one job ------------------------------------------------------------------------------
 
-    def _job_sync(self, job: JobSpec, media: Media, control: Control) -> Artifact | ExecutorFailure | CheckpointSaved | None:
+    def _job_sync(self, job: JobSpec, media: Media, control: Control) -> Result | ExecutorFailure | CheckpointSaved | None:
         """Runs in a worker thread: every exception becomes an outcome (nothing here is anyio's)."""
         assert self.generator is not None
         self.counters.jobs += 1
@@ -217,7 +219,7 @@ class PipelineExecutor(NoReports):  # one device: no groups, no head
             t0 = time.perf_counter()
             artifact = save_video(self.artifacts, job, out.frames, out.audio, out.sample_rate, control)
             self.counters.last_job = {**out.seconds, "mux": time.perf_counter() - t0, "steps": float(out.steps)}
-            return artifact
+            return Result(artifact, out.cache)
         except StopRequested:
             at_stop = writer.last
             return at_stop if control.save_on_stop and at_stop is not None else None

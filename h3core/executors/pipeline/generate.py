@@ -16,6 +16,10 @@ runs as `_Resumable`, which starts at a checkpoint's step with its state put bac
 before the loop runs again (the same inputs draw the same noise), and the loop skips the steps
 the checkpoint holds, so the video is the uninterrupted one.
 
+A request at a faster quality level runs with its step cache enabled on the loop's transformer for
+that job only (`caching.step_cache`), each iteration inside the cache's context; `Output.cache`
+counts the steps computed and served from it (`exact`: every step computed).
+
 On a group of ranks (`Control.agree`), every decision taken between stages and steps (stop,
 checkpoint) is the group's: each rank offers its own and gets rank 0's back, so all ranks leave
 the loop at the same boundary and count the same checkpoints.
@@ -39,9 +43,11 @@ import numpy as np
 
 from h3core.domain.checkpoints import CheckpointPolicy
 from h3core.domain.geometry import snap_frames
+from h3core.domain.quality import StepCounts
 from h3core.domain.request import GenerationRequest
 from h3core.executors.base import ExecutorFailure
 from h3core.executors.pipeline.attention import AttentionPlan, install
+from h3core.executors.pipeline.caching import step_cache
 from h3core.executors.pipeline.limits import ModelLimits
 from h3core.executors.pipeline.model import LoadedModel
 
@@ -85,6 +91,7 @@ class Output:
     encoded: bool = True  # False when the prompt embeddings came from the cache
     raw: np.ndarray | None = None  # float32 [T, H, W, 3] in [0, 1], before rounding (when asked for)
     checkpoints: list[int] = field(default_factory=list)  # the steps checkpointed (on a group: as agreed)
+    cache: StepCounts | None = None  # the steps computed and served from the step cache, at the request's level
 
 
 # A checkpoint's layout: bumped when what it holds changes, so that an old one is refused, not misread.
@@ -234,10 +241,19 @@ class Generator:
             if stop:
                 raise StopRequested
 
+        # The level's step cache on the loop's denoiser, for this job only (removed on the way out).
+        denoiser = self.model.components["transformer_ref" if request.mode == "ref2va" else "transformer"]
+        scope = contextlib.ExitStack()
+        cache = scope.enter_context(step_cache(denoiser, request.quality))
         for pipe in self.stages.values():
             pipe.h3_after_step = after_step
             pipe.h3_resume = control.resume
             pipe.h3_generator = generator
+            pipe.h3_step_context = cache.step if cache is not None else None
+
+        def counted() -> StepCounts:  # `exact` computed every step this attempt ran
+            return cache.counts() if cache is not None else StepCounts(quality="exact", computed=len(step_seconds), cached=0)
+
         try:
             for name in STAGES:
                 if control.decided(control.stop.is_set())[0]:
@@ -252,6 +268,7 @@ class Generator:
                         step_seconds,
                         encoded,
                         checkpoints=checkpointed,
+                        cache=counted(),
                     )
                 control.on_stage(name)
                 t0 = time.perf_counter()
@@ -279,11 +296,14 @@ class Generator:
             frames = (raw * 255.0).round().astype(np.uint8)
             sound = np.clip(audio[0].float().cpu().numpy(), -1.0, 1.0).astype(np.float32)
             kept = raw if control.keep_raw else None
-            return Output(frames, sound, int(rate), len(step_seconds), seconds, step_seconds, encoded, kept, checkpointed)
+            return Output(
+                frames, sound, int(rate), len(step_seconds), seconds, step_seconds, encoded, kept, checkpointed, counted()
+            )
         finally:
             del state, inputs  # the job's tensors are released before the collection below
+            scope.close()  # the cache's hooks and state go: the next job finds the model as it was
             for pipe in self.stages.values():
-                pipe.h3_after_step = pipe.h3_resume = pipe.h3_generator = None
+                pipe.h3_after_step = pipe.h3_resume = pipe.h3_generator = pipe.h3_step_context = None
             gc.collect()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
@@ -424,6 +444,7 @@ def _pipeline_class():
         h3_resume = None  # a checkpoint the denoising loop starts from
         h3_generator = None  # the request's generator, whose state a checkpoint carries
         h3_device = None  # where this stage runs (diffusers' blocks place their tensors on `_execution_device`)
+        h3_step_context = None  # the context each denoising iteration runs in (the step cache's), if any
 
         @property
         def _execution_device(self):
@@ -471,7 +492,9 @@ def _step_block():
 
 def fingerprint(request: GenerationRequest) -> dict[str, Any]:
     """What a checkpoint must have been made for: the request's fields that shape the loop."""
-    return {"format": CHECKPOINT_FORMAT, **request.model_dump(mode="json", exclude={"fps"})}
+    # `exact` is left out, so that a checkpoint written before the field existed still matches.
+    exclude = {"fps", "quality"} if request.quality == "exact" else {"fps"}
+    return {"format": CHECKPOINT_FORMAT, **request.model_dump(mode="json", exclude=exclude)}
 
 
 def _snapshot(components: Any, block_state: Any, generator: Any, step: int, total: int, mark: dict[str, Any]) -> dict[str, Any]:
@@ -545,10 +568,12 @@ def _resumable(loop_class: type) -> type:
             if held is not None:
                 first = held["step"]
                 _restore(components, block_state, held)
+            context = getattr(components, "h3_step_context", None)
             for i, t in enumerate(block_state.timesteps):
                 if i < first:
                     continue  # computed before the checkpoint: its state is in the latents put back
-                components, block_state = self.loop_step(components, block_state, i=i, t=t)
+                with context() if context is not None else contextlib.nullcontext():
+                    components, block_state = self.loop_step(components, block_state, i=i, t=t)
             self.set_block_state(state, block_state)
             return components, state
 

@@ -380,7 +380,7 @@ async def retry_form(svc: NamedDependency[Service], request: Request, job_id: Fr
 
 
 FPS = 24
-FORM_FIELDS = ("mode", "prompt", "negative_prompt", "frames", "steps", "seed", "priority")  # and `size`
+FORM_FIELDS = ("mode", "prompt", "negative_prompt", "frames", "steps", "seed", "priority", "quality")  # and `size`
 NUMBERS = ("width", "height", "frames", "steps", "seed", "priority")
 
 

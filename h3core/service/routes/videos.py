@@ -93,7 +93,7 @@ def document(openapi: OpenAPI, models: Sequence[str]) -> None:
     # A form field is text, there or not: the form takes OpenAI's fields (the canvas and the length
     # as size and seconds, the mode following the file: fl2va with one, t2va without) and h3core's
     # numbers; everything else goes as JSON.
-    kept = ("prompt", "model", "size", "seconds", "steps", "seed", "priority")
+    kept = ("prompt", "model", "size", "seconds", "steps", "seed", "priority", "quality")
     scalar = {k: _not_null(v) for k, v in schema["properties"].items() if k in kept}
     form = {
         "type": "object",

@@ -74,6 +74,14 @@ async def test_a_job_on_a_two_rank_group_reports_every_step_and_writes_video(gro
         assert c.streams.audio[0].channels == 2
     assert health.state == "ready" and health.builds == health.rebuilds + 1
     assert [r["rank"] for r in health.ranks] == [0, 1] and len({r["pid"] for r in health.ranks}) == 2
+    assert runner.store.events(job.job_id)[-1].body.steps.computed == 5
+    # A faster level on the group: the level in `running`, the steps the ranks agreed to serve in `done`.
+    fast = await ended(runner, (await runner.submit(req(steps=8, quality="fast"))).job_id)
+    assert fast.status == "done", fast.error
+    log = runner.store.events(fast.job_id)
+    assert next(e.body.info for e in log if e.type == "running")["quality"] == "fast"
+    counts = log[-1].body.steps
+    assert counts.quality == "fast" and counts.computed + counts.cached == 8 and counts.cached > 0, counts
 
 
 async def test_the_ranks_run_at_the_priority_of_the_process_that_started_ray(group):

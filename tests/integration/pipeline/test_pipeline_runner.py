@@ -46,7 +46,17 @@ async def test_the_same_seed_gives_the_same_video_and_another_seed_does_not(make
         a = await ended(runner, (await runner.submit(req(seed=11))).job_id)
         b = await ended(runner, (await runner.submit(req(seed=11))).job_id)
         c = await ended(runner, (await runner.submit(req(seed=12))).job_id)
+        d = await ended(runner, (await runner.submit(req(seed=11, steps=8, quality="fast"))).job_id)
     assert a.artifact.sha256 == b.artifact.sha256 != c.artifact.sha256
+    # A faster level: the level and its cache in `running`, the steps computed and served in `done`.
+    assert d.status == "done" and d.artifact.sha256 != a.artifact.sha256
+    log = runner.store.events(d.job_id)
+    info = next(e.body.info for e in log if e.type == "running")
+    assert info["quality"] == "fast" and "FirstBlockCacheConfig(threshold=0.1)" in info["cache"]
+    steps = log[-1].body.steps
+    assert steps.quality == "fast" and steps.computed + steps.cached == 8 and steps.cached > 0, steps
+    exact = runner.store.events(a.job_id)[-1].body.steps
+    assert (exact.quality, exact.computed, exact.cached) == ("exact", 4, 0)
 
 
 async def test_the_model_stays_loaded_and_a_repeated_prompt_is_not_encoded_again(make_runner):

@@ -37,6 +37,8 @@ def test_submit_watch_follows_the_job_and_downloads_its_video(api_server, tmp_pa
         "24",
         "--steps",
         "4",
+        "--quality",
+        "fast",
         "--watch",
         "--download",
         str(out),
@@ -45,6 +47,9 @@ def test_submit_watch_follows_the_job_and_downloads_its_video(api_server, tmp_pa
     assert "done in" in run.stdout and f"saved {out}" in run.stdout
     sha = run.stdout.split("sha256 ")[1].split(")")[0]
     assert hashlib.sha256(out.read_bytes()).hexdigest() == sha
+    job_id = run.stdout.split("job ", 1)[1].split()[0]
+    with api_server.client() as client:
+        assert client.get(f"/v1/jobs/{job_id}").json()["request"]["quality"] == "fast"
 
 
 def test_submit_reports_a_refusal_with_the_ceiling_and_a_failure_with_how_to_replay_it(api_server):

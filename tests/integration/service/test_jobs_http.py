@@ -68,6 +68,7 @@ def test_a_job_from_submission_to_download_and_replay(api, api_server):
         "fps": 24,
         "keyframes": None,
         "references": None,
+        "quality": "exact",
         "cfg_scale": None,
         "negative_prompt": None,
         "turbo": None,
@@ -326,6 +327,36 @@ def test_a_failed_job_is_reported_and_counted(api):
     assert m[("h3core_job_duration_seconds_sum", (("status", "failed"),))] > 0
     assert ("h3core_queue_depth", ()) in m
     assert failed_in_list(api, job["id"])
+
+
+def test_a_faster_quality_level_counts_its_cached_steps_in_done_and_in_metrics(api):
+    """`quality` on /v1/jobs and on /v1/videos (extra_body): the fake simulates the cache, so a
+    `fast` job serves steps from it; the running event names the level, done counts the steps."""
+    job = submit(api, prompt="a quick fox", steps=6, quality="fast")
+    assert job["request"]["quality"] == "fast"
+    assert wait_job(api, job["id"])["status"] == "done"
+    events = api.get(f"/v1/jobs/{job['id']}/events").json()
+    running = next(e["body"] for e in events if e["body"]["type"] == "running")
+    assert running["info"]["quality"] == "fast" and "cache" in running["info"]
+    assert events[-1]["body"]["steps"] == {"quality": "fast", "computed": 4, "cached": 2}
+    body = {"prompt": "a quick fox", "size": "448x256", "seconds": "1", "steps": 3, "quality": "balanced"}
+    r = api.post("/v1/videos", json=body)
+    assert r.status_code == 200, r.text
+    video = wait_job(api, r.json()["id"])
+    assert video["request"]["quality"] == "balanced"
+    bad = submit(api, expect=422, quality="fastest")
+    assert "quality" in json.dumps(bad)
+
+    def counted():
+        m = metric_samples(api)
+        ok = (
+            m.get(("h3core_transformer_steps_cached_total", (("quality", "fast"),)), 0) >= 2
+            and m.get(("h3core_transformer_steps_computed_total", (("quality", "balanced"),)), 0) >= 1
+        )
+        return m if ok else None
+
+    m = poll(counted, 10, "/metrics to count the cached steps", lambda: str(metric_samples(api)))
+    assert m[("h3core_transformer_steps_computed_total", (("quality", "fast"),))] >= 4
 
 
 def failed_in_list(client: httpx.Client, job_id: str) -> bool:

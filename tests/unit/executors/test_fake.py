@@ -1,3 +1,5 @@
+import hashlib
+
 import pytest
 
 from h3core.executors.base import ExecutorFailure, classify
@@ -68,3 +70,31 @@ def test_the_default_encoding_is_y4m_without_pyav(monkeypatch):
     real = fake.find_spec
     monkeypatch.setattr(fake, "find_spec", lambda name: None if name == "av" else real(name))
     assert fake.default_encoding() == "y4m"
+
+
+@pytest.mark.anyio
+async def test_the_fake_serves_steps_from_its_cache_at_faster_levels_and_makes_another_video(tmp_path):
+    """`exact` computes every step (its video is the one the fake always made); `balanced` and
+    `fast` serve steps from the simulated cache, never the last, and their videos differ."""
+    from h3core import LocalArtifactStore
+    from h3core.executors.base import JobSpec, Result
+    from h3core.executors.fake import FakeExecutor, _chain_start, _step
+    from tests.factories import request
+
+    artifacts = LocalArtifactStore(tmp_path)
+    fake = FakeExecutor(artifacts, encoding="y4m")
+    results: dict[str, Result] = {}
+    async with fake.running():
+        for i, level in enumerate(("exact", "balanced", "fast")):
+            spec = JobSpec(job_id=f"{i:032x}", attempt=1, request=request(frames=4, steps=7, quality=level))
+            updates = [u async for u in fake.run(spec)]
+            assert isinstance(updates[-1], Result)
+            results[level] = updates[-1]
+            assert fake.info(spec)["quality"] == level and ("cache" in fake.info(spec)) == (level != "exact")
+    counts = {level: (r.steps.computed, r.steps.cached) for level, r in results.items() if r.steps is not None}
+    assert counts == {"exact": (7, 0), "balanced": (5, 2), "fast": (4, 3)}
+    shas = {level: r.artifact.sha256 for level, r in results.items()}
+    assert len(set(shas.values())) == 3, "a cached step changes the video"
+    # exact's chain is the one the fake made before levels existed, so its videos are unchanged.
+    chain = _chain_start(JobSpec(job_id="x", attempt=1, request=request(steps=7)))
+    assert _step(chain, 1) == hashlib.sha256(f"{chain}:1".encode()).hexdigest() != _step(chain, 1, cached=True)

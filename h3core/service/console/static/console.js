@@ -403,7 +403,7 @@ async function submitPage() {
       const body = {
         mode: $("mode").value, prompt: $("prompt").value, width, height,
         frames: Number($("frames").value), steps: Number($("steps").value),
-        seed: Number($("seed").value || 0), priority: Number($("priority").value || 0),
+        seed: Number($("seed").value || 0), priority: Number($("priority").value || 0), quality: $("quality").value,
       };
       if ($("negative_prompt").value.trim()) body.negative_prompt = $("negative_prompt").value;
       if (body.mode === "fl2va") {

@@ -175,3 +175,40 @@ def test_a_graph_that_makes_the_frames_asked_says_so_and_its_jobs_are_not_warned
     assert AdmissionRules(demo).decide(asked).frames == 48 and asked.warnings(48) == ()
     assert AdmissionRules(model).decide(asked).frames == 56
     assert asked.warnings(56) == ("48 frames snapped to 56: MiniMax-H3 makes 17n+5",)
+
+
+def test_a_template_runs_exact_only_unless_it_maps_a_level_to_the_inputs_it_sets():
+    plain = TEMPLATES["minimax-h3-t2va-single-gpu"]
+    assert plain.qualities == {}
+    with pytest.raises(TemplateError, match="does not map quality fast"):
+        plain.build(GenerationRequest(prompt="p", quality="fast"), {})
+    data = _data()
+    data["qualities"] = {"fast": [{"node": "9", "input": "steps", "value": 12}]}  # a stand-in for a cache node's input
+    mapped = load_template("fast.json", json.dumps(data))
+    assert mapped.build(GenerationRequest(prompt="p", steps=30, quality="fast"), {})["9"]["inputs"]["steps"] == 12
+    assert mapped.build(GenerationRequest(prompt="p", steps=30), {})["9"]["inputs"]["steps"] == 30  # exact: as is
+    data["qualities"] = {"balanced": [{"node": "99", "input": "x", "value": 1}], "exact": []}
+    with pytest.raises(TemplateError) as refused:
+        load_template("bad.json", json.dumps(data))
+    assert "qualities.balanced[0]: node 99 is not in the graph" in str(refused.value)
+    assert "'exact' is the graph as it is" in str(refused.value)
+
+
+def test_the_executor_states_the_levels_every_template_in_service_maps(tmp_path):
+    from h3core.adapters.artifacts import LocalArtifactStore
+    from h3core.executors.comfyui.executor import ComfyUIExecutor, ComfyUISettings
+
+    def executor(templates):
+        settings = ComfyUISettings(url="http://comfyui.test", client_id="t")
+        return ComfyUIExecutor(settings, templates, LocalArtifactStore(tmp_path / "a"), lambda u: tmp_path / u)
+
+    assert executor(TEMPLATES).capabilities().qualities == ("exact",)
+    mapped = dict(TEMPLATES)
+    for name in ("minimax-h3-t2va-single-gpu", "minimax-h3-fl2va-single-gpu", "minimax-h3-ref2va-single-gpu"):
+        data = _data(name)
+        sampler = next(i for i in TEMPLATES[name].values["steps"])
+        data["qualities"] = {"fast": [{"node": sampler.node, "input": sampler.input, "value": 12}]}
+        if name != "minimax-h3-ref2va-single-gpu":  # one mode without `balanced`: not stated
+            data["qualities"]["balanced"] = data["qualities"]["fast"]
+        mapped[name] = load_template(f"{name}.json", json.dumps(data))
+    assert executor(mapped).capabilities().qualities == ("exact", "fast")

@@ -40,7 +40,7 @@ class Work:
                 return None
         self.encoding.set()
         self.release.wait(10)
-        return artifact()
+        return Result(artifact())
 
 
 async def drive(work: Work, until: threading.Event) -> tuple[list, BaseException | None]:
