@@ -264,3 +264,20 @@ def test_a_queued_job_s_priority_is_set_from_its_page(page, api):
         page.locator(".timeline .mark:has-text('priority set to 7')").wait_for(timeout=WAIT_MS)
     finally:
         cancel_quietly(api, queued, *busy)
+
+
+def test_a_filtered_page_reads_no_whole_part_for_jobs_it_cannot_list(page, api, running):
+    done = wait_job(api, submit(api, prompt="a done fox [fake step=0]", **SIZE)["id"])
+    parts: list[str] = []
+    page.on("request", lambda r: parts.append(r.url) if "/console/rows" in r.url or "fragment=1" in r.url else None)
+    page.goto("/console?status=done")
+    page.locator(f"tr[data-job='{done['id']}']").wait_for()
+    _wait_updates(page, 1)  # the first reads the whole part: what changed between the render and the stream
+    parts.clear()
+    _wait_updates(page, 5)  # the running jobs' steps: their counts, not this page's rows
+    rows, whole = [u for u in parts if "/console/rows" in u], [u for u in parts if "fragment=1" in u]
+    assert len(rows) >= 5 and whole == [], (len(rows), whole)
+    # A job that ends done now belongs here: the page reads its whole part and lists it.
+    cancel_quietly(api, running[0])
+    ended = wait_job(api, submit(api, prompt="a fox that ends now [fake step=0]", **SIZE)["id"])
+    page.locator(f"tr[data-job='{ended['id']}']").wait_for(timeout=WAIT_MS)

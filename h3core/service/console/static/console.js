@@ -180,10 +180,14 @@ function queuePage() {
   let everything = true;
   const rowOf = (id) => body.querySelector(`tr[data-job="${CSS.escape(id)}"]`);
   // Only the rows that changed, where each is on the page and stays in its table (same status);
-  // else the whole part, morphed: a moved or new row, a count, a page of another filter.
+  // else the whole part, morphed: a moved or new row. `only`: the statuses this page lists (its
+  // `status` filter; null for any): a changed job of another status cannot appear here, so its
+  // change costs the counts alone.
+  const status = new URLSearchParams(location.search).get("status");
+  const only = status === "ended" ? ["done", "failed", "cancelled"] : status ? [status] : null;
   const refresh = throttle(async () => {
     const ids = [...changed];
-    const whole = everything || ids.length > MAX_ROWS || !ids.every(rowOf);
+    const whole = everything || ids.length > MAX_ROWS || (!only && !ids.every(rowOf));
     changed.clear();
     everything = false;
     let done = false;
@@ -191,9 +195,12 @@ function queuePage() {
       const got = await fetchPart(`${BASE}/rows?${new URLSearchParams(ids.map((id) => ["id", id]))}`);
       if (!got.part) { everything = true; if (got.why !== "failed") showLive(got.why); return; }
       const fresh = [...got.part.querySelectorAll("tr[data-job]")];
-      done = fresh.length === ids.length && fresh.every((tr) => rowOf(tr.dataset.job)?.dataset.status === tr.dataset.status);
+      // Each row in place with the same status (it stays in its table), or absent and of a status
+      // this page does not list; anything else (a row that moves, one that now belongs here): the whole part.
+      done = fresh.every((tr) => (rowOf(tr.dataset.job) ? rowOf(tr.dataset.job).dataset.status === tr.dataset.status
+        : only && !only.includes(tr.dataset.status)));
       if (done) {
-        for (const tr of fresh) { morphNode(rowOf(tr.dataset.job), tr); localTimes(rowOf(tr.dataset.job)); }
+        for (const tr of fresh.filter((t) => rowOf(t.dataset.job))) { morphNode(rowOf(tr.dataset.job), tr); localTimes(rowOf(tr.dataset.job)); }
         const counts = got.part.querySelector("#counts");
         if (counts) morphNode(document.getElementById("counts"), counts);
       }
