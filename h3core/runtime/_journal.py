@@ -25,6 +25,7 @@ from h3core.domain.events import (
     Progress,
     Recovered,
     Released,
+    Reprioritized,
     Restored,
     Resumed,
     Running,
@@ -85,6 +86,7 @@ _ABOVE_DEBUG = frozenset(
         "failed",
         "cancel_requested",
         "cancelled",
+        "reprioritized",
         "restored",
         "checkpoint_rejected",
         "released",
@@ -149,7 +151,10 @@ def log_written(state: JobState, bodies: Sequence[Body]) -> None:
                 extra |= {"kind": body.kind, "executor": state.executor}
                 log.warning("job %s failed (%s): %s", state.job_id, body.kind, body.message, extra=extra)
             case CancelRequested():
-                log.info("job %s: cancel requested (%s)", state.job_id, body.reason, extra=extra)
+                log.info("job %s: cancel requested (%s)", state.job_id, body.reason, extra=extra | {"by": body.by})
+            case Reprioritized():
+                extra |= {"priority": body.priority, "by": body.by}
+                log.info("job %s: priority set to %d", state.job_id, body.priority, extra=extra)
             case Restored():
                 extra |= {"step": body.checkpoint.step, "path": body.checkpoint.path}
                 log.info(

@@ -263,6 +263,7 @@ def test_the_runner_logs_the_same_records_whether_debug_is_on_or_off_less_the_de
         ev.Failed(kind="oom", message="out of memory"),
         ev.CancelRequested(reason="asked"),
         ev.Cancelled(reason="asked"),
+        ev.Reprioritized(priority=5, by="alice"),
         ev.Recovered(attempt=1, artifact=artifact()),
         ev.Checkpointed(checkpoint=CKPT),
         ev.Restored(attempt=1, checkpoint=CKPT),

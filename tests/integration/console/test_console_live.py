@@ -258,7 +258,13 @@ def test_a_queued_job_s_priority_is_set_from_its_page(page, api):
         page.goto(f"/console/jobs/{queued}")
         page.get_by_label("Priority").fill("7")
         page.get_by_role("button", name="Set priority").click()
-        page.locator("#action-note:has-text('priority set to 7')").wait_for(timeout=WAIT_MS)
+        note = page.locator("#action-note")
+        poll(
+            lambda: note.inner_text() == "priority set to 7",
+            30,
+            "the page to say the priority was set",
+            lambda: f"the note: {note.inner_text()!r}; the job: {api.get(f'/v1/jobs/{queued}').json()['status']}; {page.url}",
+        )
         assert api.get(f"/v1/jobs/{queued}").json()["priority"] == 7
         # The page follows its log: the change is on the timeline.
         page.locator(".timeline .mark:has-text('priority set to 7')").wait_for(timeout=WAIT_MS)
