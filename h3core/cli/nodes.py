@@ -1,5 +1,6 @@
 """Commands for a store shared by runner nodes: `nodes` (who runs, with how many slots, last
-beat) and `migrate` (a SQLite store into PostgreSQL, every log intact)."""
+beat; draining one, or clearing its drain) and `migrate` (a SQLite store into PostgreSQL, every
+log intact)."""
 
 from __future__ import annotations
 
@@ -15,21 +16,35 @@ from h3core.adapters.store.location import is_postgres_url, parse_location
 from h3core.adapters.store.nodes import NodeRow, WithNodeLeases
 from h3core.cli.app import app
 from h3core.cli.common import EXIT_DATA, DbOption, console, fail, open_store
+from h3core.runtime.draining import NoSuchNode, set_draining
 
 
 @app.command()
 def nodes(
     db: DbOption = Path("h3core.db"),
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per node instead of a table.")] = False,
+    drain: Annotated[
+        str | None,
+        typer.Option("--drain", metavar="NODE", help="Mark NODE draining first: it takes no new jobs; what it runs goes on."),
+    ] = None,
+    undrain: Annotated[
+        str | None, typer.Option("--undrain", metavar="NODE", help="Clear NODE's drain first: it takes new jobs again.")
+    ] = None,
 ) -> None:
     """The runner nodes of a PostgreSQL store: id, host and pid, slots, attempts leased now,
     what their executor can start, the frames its model's window admits and its largest group's
     token budget (what the node claims by), and their last heartbeat (alive, stale past the lease,
-    or left)."""
+    or left, and draining). With --drain or --undrain, that change first."""
     if not is_postgres_url(db):
         fail(f"{db} is a SQLite store: one runner, no nodes (its runner holds {db}.runner.lock)")
     with open_store(db) as store:
         assert isinstance(store, WithNodeLeases)
+        for node, draining in ((drain, True), (undrain, False)):
+            if node is not None:
+                try:
+                    set_draining(store, node, draining)
+                except NoSuchNode as exc:
+                    fail(str(exc))
         rows = store.leases.nodes()
     if as_json:
         for n in rows:
@@ -41,6 +56,9 @@ def nodes(
     for n in rows:
         state = "left" if n.left_at is not None else ("alive" if n.alive() else f"stale (lease {n.lease_s:g}s)")
         style = {"alive": "green", "left": "dim"}.get(state, "red")
+        if n.drain is not None:
+            state += f", draining since {n.drain.since:%Y-%m-%d %H:%M:%S}" + (f" by {n.drain.by}" if n.drain.by else "")
+            style = "yellow" if style == "green" else style
         table.add_row(
             n.node_id,
             n.host,

@@ -8,7 +8,9 @@ uploads, window, caps, kernel limit, budget: `AdmissionRules.why_not`, with the 
 the others stay queued for a node that can run them. The store drops most of those itself
 (`AdmissionRules.queue_filter`, a necessary condition, in SQL); the ones it lets through are judged here
 once and remembered as not for this node until its capabilities change. On a store of one runner
-there is no other node: a job its executor refuses is failed `invalid`, as ever.
+there is no other node: a job its executor refuses is failed `invalid`, as ever. A node marked
+draining (`draining`, asked before each look at the queue) claims nothing until the mark is
+cleared; what it runs goes on.
 """
 
 from __future__ import annotations
@@ -48,13 +50,16 @@ class Claimer:
         config: RunnerConfig,
         busy: set[str],
         contract: Callable[[], AdmissionRules] | None = None,
+        draining: Callable[[], bool] | None = None,
     ) -> None:
         """`busy`: the ids of jobs whose task is alive here (a retry is queued while its task ends).
-        `contract`: what this node can run now, by which a node on a shared store picks its jobs."""
+        `contract`: what this node can run now, by which a node on a shared store picks its jobs.
+        `draining`: whether this node is marked draining now (None: it never is)."""
         self.journal = journal
         self.executor = executor
         self.config = config
         self.busy = busy
+        self.draining = draining
         self._wake = anyio.Event()
         # On a store shared by runner nodes, each attempt's `running` event names its node.
         leases = node_leases(journal.store)
@@ -94,7 +99,7 @@ class Claimer:
         while True:
             wake = self._wake
             caps = self.executor.capabilities()
-            runnable = caps.runnable_modes
+            runnable = caps.runnable_modes if self.draining is None or not self.draining() else ()
             if runnable:
                 modes = None if set(runnable) >= set(MODES) else frozenset(runnable)
                 # Our own jobs can be queued while their task ends (a retry): skip those.

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from h3core.adapters.artifacts import ArtifactStore
-from h3core.adapters.store.nodes import NodeInfo, NodeLeases, node_leases
+from h3core.adapters.store.nodes import Drain, NodeInfo, NodeLeases, node_leases
 from h3core.domain.admission import AdmissionRules
 from h3core.executors.base import Executor
 from h3core.runtime._journal import Journal
@@ -73,12 +73,15 @@ def last_beat(leases: NodeLeases) -> datetime | None:
 
 
 class NodeHeartbeat:
-    """Beats every `every_s` from its own thread until stopped; `info` is what it beats with."""
+    """Beats every `every_s` from its own thread until stopped; `info` is what it beats with.
+    After each beat it reads the node's drain (`drain`: None while it takes new jobs), which the
+    claims ask before each look at the queue: a drain set anywhere stops them within a beat."""
 
     def __init__(self, leases: NodeLeases, info: NodeInfo, every_s: float) -> None:
         self.leases = leases
         self.info = info
         self.every_s = every_s
+        self.drain: Drain | None = None
         # The last beat that went through: when it began (time.monotonic) and the jobs whose leases it renewed.
         self.last: tuple[float, frozenset[str]] | None = None
         self.beats = 0
@@ -98,9 +101,21 @@ class NodeHeartbeat:
                 began = time.monotonic()
                 self.last = (began, frozenset(self.leases.beat(self.info)))  # one assignment: read whole by the event loop
                 self.beats += 1
+                self.observe(self.leases.draining())
             except Exception as exc:  # the store is away: beat again; past the lease, others take over
                 log.warning("node %s: heartbeat failed: %s", self.leases.node_id, exc, extra={"error": str(exc)})
             self._stop.wait(self.every_s)
+
+    def observe(self, drain: Drain | None) -> None:
+        """Keep the node's drain as read (by a beat, or before the node's first claim), saying in
+        the log when it changes."""
+        was, self.drain = self.drain, drain
+        node = self.leases.node_id
+        if drain is not None and was is None:
+            by = f" by {drain.by}" if drain.by else ""
+            log.info("node %s is draining (marked%s): it takes no new jobs; what it runs goes on", node, by, extra={"node": node})
+        elif drain is None and was is not None:
+            log.info("node %s is no longer draining: it takes new jobs again", node, extra={"node": node})
 
 
 def not_renewed(heartbeat: NodeHeartbeat, began: Mapping[str, float]) -> list[str]:

@@ -192,6 +192,8 @@ class Runner:
             return
         info = functools.partial(node_info, leases, self.executor, self.slot_count(), "runner", self._local.current)
         heartbeat = NodeHeartbeat(leases, info(), self.config.lease_s / 3)
+        heartbeat.observe(await self._journal.read(leases.draining))  # before the first claim: a drain outlives restarts
+        self._claimer.draining = lambda: heartbeat.drain is not None
         heartbeat.start()
         self.heartbeat = heartbeat
         try:

@@ -25,7 +25,7 @@ from h3core.service.context import Service, build_service
 from h3core.service.crosssite import CrossSiteGuard, CrossSitePolicy
 from h3core.service.methods import with_options
 from h3core.service.openapi import exact_components
-from h3core.service.routes import jobs, ops, uploads, videos
+from h3core.service.routes import jobs, nodes, ops, uploads, videos
 from h3core.service.schema_page import SCHEMA_PATH, asset, render_plugin
 from h3core.service.strictness import ModelStrictness
 from h3core.service.validation import field_errors
@@ -96,7 +96,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
         svc.store.close()
 
     guard = bearer_guard(settings.api_tokens)  # None without tokens: no guard runs at all
-    v1_handlers = [*jobs.handlers, *uploads.handlers, *ops.v1_handlers]
+    v1_handlers = [*jobs.handlers, *uploads.handlers, *nodes.handlers, *ops.v1_handlers]
     v1 = Router(
         path="/v1",
         route_handlers=[*with_options(v1_handlers), videos.router],

@@ -56,7 +56,7 @@ class _StoreCollector:
 
 class _NodeCollector:
     """The runner nodes of a store shared by several (PostgreSQL): each one's liveness, slots,
-    attempts leased and heartbeat age, by the store's clock."""
+    attempts leased, heartbeat age (by the store's clock) and whether it is draining."""
 
     def __init__(self, leases: NodeLeases) -> None:
         self.leases = leases
@@ -66,12 +66,16 @@ class _NodeCollector:
         slots = GaugeMetricFamily("h3core_node_slots", "Attempts the runner node runs at once.", labels=["node"])
         leases = GaugeMetricFamily("h3core_node_leases", "Attempts the runner node runs now (leases held).", labels=["node"])
         age = GaugeMetricFamily("h3core_node_beat_age_seconds", "Seconds since the node's last heartbeat.", labels=["node"])
+        draining = GaugeMetricFamily(
+            "h3core_node_draining", "1 while the runner node is marked draining: it takes no new jobs.", labels=["node"]
+        )
         for n in self.leases.nodes():
             up.add_metric([n.node_id], 1 if n.alive() else 0)
             slots.add_metric([n.node_id], n.slots)
             leases.add_metric([n.node_id], n.leases)
             age.add_metric([n.node_id], n.beat_age_s)
-        yield from (up, slots, leases, age)
+            draining.add_metric([n.node_id], 0 if n.drain is None else 1)
+        yield from (up, slots, leases, age, draining)
 
 
 class _GroupCollector:

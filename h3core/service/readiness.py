@@ -120,7 +120,7 @@ class Readiness:
         except Exception as exc:  # the store's own answer says it is failing; who runs the jobs is unknown
             self._warn(f"/readyz could not read the runner nodes: {exc}")
             return Look(store if store != "ok" else f"the runner nodes cannot be read: {exc}", None, (), began)
-        nodes = tuple(_view(n) for n in rows)
+        nodes = tuple(NodeView.of(n) for n in rows)
         runner = await self._runner(rows) if self.api else None
         if store == "ok":
             self._warned = None
@@ -145,7 +145,7 @@ class Readiness:
 
     async def _runner(self, rows: list[NodeRow]) -> str | None:
         if isinstance(self._db, WithNodeLeases):  # PostgreSQL: runner nodes beat in the store
-            return ", ".join(f"node {n.node_id} ({n.slots} slots)" for n in rows if n.alive()) or None
+            return ", ".join(f"node {n.node_id} ({n.slots} slots)" for n in rows if n.alive() and n.drain is None) or None
         lock = self.runner_lock
         if lock is None:
             return None
@@ -154,8 +154,3 @@ class Readiness:
         except OSError as exc:
             self._warn(f"/readyz could not look at the runner lock: {exc}")
             return None
-
-
-def _view(n: NodeRow) -> NodeView:
-    """A node as /readyz lists it (built here, once per look: the request only reads it)."""
-    return NodeView(**n.model_dump(include=set(NodeView.model_fields) - {"alive"}), alive=n.alive())

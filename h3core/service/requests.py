@@ -42,6 +42,7 @@ __all__ = [
     "WHITESPACE",
     "JobCreate",
     "JobPatch",
+    "NodePatch",
     "KeyframesInput",
     "Prompt",
     "ReferencesInput",
@@ -219,3 +220,12 @@ class JobPatch(BaseModel):
     @classmethod
     def _integral_numbers(cls, data: object) -> object:
         return integral_numbers(cls, data)
+
+
+class NodePatch(BaseModel):
+    """PATCH /v1/nodes/{id}: mark a runner node draining (it takes no new jobs; what it runs goes on),
+    or clear the mark."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    draining: bool

@@ -16,6 +16,8 @@ from h3core.domain.state import JobState
 if TYPE_CHECKING:
     from litestar.openapi.datastructures import ResponseSpec
 
+    from h3core.adapters.store.nodes import NodeRow
+
 __all__ = [
     "ApiStatus",
     "ArtifactView",
@@ -28,6 +30,7 @@ __all__ = [
     "JobPage",
     "JobView",
     "ModeView",
+    "DrainView",
     "NodeView",
     "Problem",
     "ReadyStatus",
@@ -138,6 +141,13 @@ class AttentionRowView(BaseModel):
         return value if value is None or math.isfinite(value) else None
 
 
+class DrainView(BaseModel):
+    """A node's drain: it takes no new jobs (what it runs goes on) since `since`, marked by `by`."""
+
+    since: datetime
+    by: str | None = None
+
+
 class NodeView(BaseModel):
     """A runner node of a store shared by several (PostgreSQL)."""
 
@@ -150,6 +160,12 @@ class NodeView(BaseModel):
     beat_age_s: float  # seconds since its last heartbeat, by the store's clock
     lease_s: float
     alive: bool  # beat within its lease and not stopped
+    drain: DrainView | None = None  # marked draining: it takes no new jobs until cleared
+
+    @classmethod
+    def of(cls, row: NodeRow) -> NodeView:
+        """The view of a node as the store keeps it."""
+        return cls(**row.model_dump(include=set(cls.model_fields) - {"alive"}), alive=row.alive())
 
 
 class ReadyView(BaseModel):  # noqa: D101

@@ -125,6 +125,27 @@ class NodeLeasesContract:
         (left, _) = api.leases.nodes()
         assert left.left_at is not None and not left.alive()
 
+    def test_a_drain_is_set_by_any_store_kept_through_restarts_and_cleared(self, open_node):
+        a, b, api = open_node("a"), open_node("b"), open_node(None)
+        a.leases.join(_info("a"), LONG_S)
+        b.leases.join(_info("b", pid=2), LONG_S)
+        assert a.leases.draining() is None and all(n.drain is None for n in api.leases.nodes())
+        assert api.leases.set_draining("a", True, by="ops") is True
+        first = a.leases.draining()
+        assert first is not None and first.by == "ops" and b.leases.draining() is None
+        assert api.leases.set_draining("a", True, by="someone else") is True  # the first mark is kept
+        assert a.leases.draining() == first
+        assert {n.node_id: n.drain for n in b.leases.nodes()} == {"a": first, "b": None}
+        a.leases.leave()
+        again = open_node("a")  # the node's next process joins: still drained
+        again.leases.join(_info("a", pid=3), LONG_S)
+        assert again.leases.draining() == first
+        assert b.leases.set_draining("a", False) is True  # any node's store may clear it
+        assert again.leases.draining() is None and all(n.drain is None for n in api.leases.nodes())
+        assert api.leases.set_draining("a", False) is True  # clearing twice is no error
+        assert api.leases.set_draining("nobody", True, by="ops") is False
+        assert [n.node_id for n in api.leases.nodes()] == ["a", "b"]  # an unknown node is not made up
+
     def test_a_second_live_process_under_a_nodes_id_is_refused_and_a_gone_one_is_not(self, open_node):
         live, second = open_node("gpu"), open_node("gpu")
         live.leases.join(_info("gpu", host="elsewhere", pid=7), LONG_S)

@@ -330,3 +330,45 @@ def test_a_lease_is_gone_only_where_a_beat_begun_after_the_attempt_began_did_not
     heartbeat.last = (15.0, frozenset({"kept"}))
     # "claimed-since" began after that beat: its lease may not have been there to renew.
     assert not_renewed(heartbeat, began) == ["taken"]
+
+
+async def test_a_drained_node_claims_nothing_while_its_attempt_finishes_and_takes_work_once_cleared(pg_url, tmp_path):
+    api = PostgresEventStore(pg_url)  # an operator's store, opened for no node
+    async with nodes(pg_url, tmp_path, ["a", "b"], FakePlan(step_seconds=0.05), slots=1) as runners:
+        by_name = {r.store.leases.node_id: r for r in runners}
+        first = await runners[0].submit(request(steps=20))
+        await until(lambda: runs(api, first.job_id), 30, "the first job to start")
+        drained = runs(api, first.job_id)[0][1]
+        other = ({"a", "b"} - {drained}).pop()
+        assert api.leases.set_draining(drained, True, by="ops")
+        await until(lambda: by_name[drained].heartbeat.drain is not None, 30, f"node {drained} to read its drain")
+        jobs = [await by_name[drained].submit(request(steps=2)) for _ in range(4)]
+        await until(lambda: all(api.get(j.job_id).status == "done" for j in [first, *jobs]), 60, "every job to end")
+        assert runs(api, first.job_id) == [(1, drained)]  # its attempt went on to the end
+        assert {j.job_id: runs(api, j.job_id) for j in jobs} == {j.job_id: [(1, other)] for j in jobs}
+        (row,) = [n for n in api.leases.nodes() if n.node_id == drained]
+        assert row.drain is not None and row.drain.by == "ops" and row.alive()
+
+        assert api.leases.set_draining(drained, False)
+        await until(lambda: by_name[drained].heartbeat.drain is None, 30, f"node {drained} to read the drain cleared")
+        more = [await by_name[other].submit(request(steps=20)) for _ in range(4)]
+        await until(lambda: all(api.get(j.job_id).status == "done" for j in more), 60, "the next jobs to end")
+        assert {runs(api, j.job_id)[0][1] for j in more} == {"a", "b"}  # both nodes took some
+    api.close()
+
+
+async def test_a_node_drained_before_it_restarts_claims_nothing_until_the_drain_is_cleared(pg_url, tmp_path):
+    api = PostgresEventStore(pg_url)
+    async with nodes(pg_url, tmp_path, ["a"], FakePlan()):
+        pass  # node a joined once, and left
+    assert api.leases.set_draining("a", True, by="ops")
+    queue(api, "waiting")
+    async with nodes(pg_url, tmp_path, ["a"], FakePlan()) as (a,):
+        assert a.heartbeat is not None and a.heartbeat.drain is not None  # read before its first claim
+        beats = a.heartbeat.beats
+        await until(lambda: a.heartbeat.beats >= beats + 3, 30, "three beats, each with its claims between")
+        assert api.get("waiting").status == "queued"
+        api.leases.set_draining("a", False)
+        await until(lambda: api.get("waiting").status == "done", 30, "the job to run once the drain is cleared")
+    assert runs(api, "waiting") == [(1, "a")]
+    api.close()

@@ -20,7 +20,7 @@ from datetime import datetime
 
 from h3core.adapters.store.base import precheck, utc_now
 from h3core.adapters.store.memory import MemoryEventStore
-from h3core.adapters.store.nodes import Expired, Fence, HeldTurn, NodeInfo, NodeRow, NodeTaken, another_live_process
+from h3core.adapters.store.nodes import Drain, Expired, Fence, HeldTurn, NodeInfo, NodeRow, NodeTaken, another_live_process
 from h3core.domain.events import Body, Event
 from h3core.domain.state import JobState
 
@@ -34,6 +34,7 @@ class _Node:
     started_at: datetime
     beat_at: datetime
     left_at: datetime | None = None
+    drain: Drain | None = None
 
 
 @dataclass
@@ -122,7 +123,8 @@ class MemoryNodeLeases:
                 if age <= lease_s and another_live_process(was.info, info):
                     raise NodeTaken(f"node {me} is alive: process {was.info.pid} on {was.info.host} beat {age:.1f}s ago")
             now = self._table.now()
-            self._table.nodes[me] = _Node(info, lease_s, started_at=now, beat_at=now)
+            drain = was.drain if was is not None else None  # a drain outlives the node's restarts
+            self._table.nodes[me] = _Node(info, lease_s, started_at=now, beat_at=now, drain=drain)
 
     def beat(self, info: NodeInfo) -> set[str]:
         """Record a beat and renew this node's leases; the jobs whose leases it renewed."""
@@ -157,9 +159,29 @@ class MemoryNodeLeases:
                     left_at=n.left_at,
                     lease_s=n.lease_s,
                     leases=sum(lease.node_id == node_id for lease in self._table.leases.values()),
+                    drain=n.drain,
                 )
                 for node_id, n in sorted(self._table.nodes.items())
             ]
+
+    def set_draining(self, node_id: str, draining: bool, by: str | None = None) -> bool:
+        """Mark `node_id` draining (keeping an earlier mark) or clear it; False for an unknown node."""
+        with self._table.lock:
+            node = self._table.nodes.get(node_id)
+            if node is None:
+                return False
+            if not draining:
+                node.drain = None
+            elif node.drain is None:
+                node.drain = Drain(since=self._table.now(), by=by)
+            return True
+
+    def draining(self) -> Drain | None:
+        """This node's drain (None: it takes new jobs, or the fake does not know it)."""
+        me = self._me()
+        with self._table.lock:
+            node = self._table.nodes.get(me)
+            return node.drain if node is not None else None
 
     def lease_holders(self) -> dict[str, str]:
         """Each leased job's node."""

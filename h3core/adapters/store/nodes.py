@@ -28,6 +28,12 @@ fake (`memory_leases.MemoryNodeLeases`, fencing a `MemoryNodesEventStore`):
   a node taking over while the holder comes back and beats, exactly one wins.
 - **Ages are the server's.** Beats and lease ages use the store's clock, so nodes' clocks may
   differ without a lease expiring early or late.
+- **Draining is the store's, and outlives the node's restarts.** Any store (one opened for no
+  node included) may mark a node it knows draining (`set_draining`): the node claims no new job
+  while it is, and the attempts it runs go on. The mark keeps when it was first set and who set
+  it, every store sees it in `nodes`, the node reads it with `draining`, and it stays through the
+  node's restarts and joins until a store clears it, as a cordon does: a node drained for
+  maintenance does not take work again because its process came back.
 
 A store shared by nodes may also be `WithTurns`: its `turns` are work that one process of the
 deployment must do at a time (delivering webhooks from the log), each waiting for a named turn.
@@ -76,6 +82,7 @@ from h3core.domain.events import (
 from h3core.domain.state import JobState
 
 __all__ = [
+    "Drain",
     "Expired",
     "Fence",
     "LeaseLost",
@@ -133,9 +140,17 @@ class NodeInfo(BaseModel):
     rules: RulesStatement | None = None
 
 
+class Drain(BaseModel):
+    """A node marked draining: since when (the store's clock) and by whom (None: not said)."""
+
+    since: datetime
+    by: str | None = None
+
+
 class NodeRow(NodeInfo):
     """A node as the store keeps it: with when it started, last beat (and that beat's age by the
-    store's clock), whether it left (a graceful stop), and how many attempts it leases now."""
+    store's clock), whether it left (a graceful stop), how many attempts it leases now, and its
+    drain (None: it takes new jobs)."""
 
     started_at: datetime
     beat_at: datetime
@@ -143,6 +158,7 @@ class NodeRow(NodeInfo):
     left_at: datetime | None
     lease_s: float
     leases: int
+    drain: Drain | None = None
 
     def alive(self) -> bool:
         """Whether the node still runs: it has not left, and its last beat is no older than its lease length."""
@@ -180,6 +196,16 @@ class NodeLeases(Protocol):
 
     def nodes(self) -> list[NodeRow]:
         """Every node the store knows, live or not, by id."""
+        ...
+
+    def set_draining(self, node_id: str, draining: bool, by: str | None = None) -> bool:
+        """Mark node `node_id` draining (it claims no new job; what it runs goes on), keeping the
+        first mark's time and `by` while it stays draining, or clear the mark; False for a node
+        the store does not know. Any store may, one opened for no node included."""
+        ...
+
+    def draining(self) -> Drain | None:
+        """This node's drain, read from the store now (None: it takes new jobs)."""
         ...
 
     def lease_holders(self) -> dict[str, str]:

@@ -150,8 +150,14 @@ def _v7(cur: psycopg.Cursor) -> None:
     cur.execute("CREATE INDEX jobs_deletions ON jobs (video_deleted_pos) WHERE video_deleted_pos IS NOT NULL")
 
 
+def _v8(cur: psycopg.Cursor) -> None:
+    # A node marked draining (h3core.adapters.store.nodes): since when and by whom; NULL: it takes
+    # new jobs. Columns of their own, not in `info`: a node's beat rewrites its info.
+    cur.execute("ALTER TABLE nodes ADD COLUMN drain_since timestamptz, ADD COLUMN drain_by text")
+
+
 # Index i migrates schema version i to i + 1. Add a function here, never edit an old one.
-MIGRATIONS: tuple[Callable[[psycopg.Cursor], None], ...] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7)
+MIGRATIONS: tuple[Callable[[psycopg.Cursor], None], ...] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _UPSERT_JOBS = (

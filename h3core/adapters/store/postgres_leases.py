@@ -1,5 +1,5 @@
 """Node leases on PostgreSQL: the `NodeLeases` of a `PostgresEventStore` (its `leases`), over the
-store's own connections and tables (`nodes`, `leases`: schema version 2).
+store's own connections and tables (`nodes`, `leases`: schema version 2; drains: 8).
 
 Beats, joins and takeovers write no event, so they do not take the events lock; a beat does not
 even wait behind this process's write lock (a group commit in flight must not delay it past the
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from h3core.adapters.store._postgres import Connections
-from h3core.adapters.store.nodes import Expired, Fence, NodeInfo, NodeRow, NodeTaken, another_live_process
+from h3core.adapters.store.nodes import Drain, Expired, Fence, NodeInfo, NodeRow, NodeTaken, another_live_process
 from h3core.domain.state import JobState
 
 if TYPE_CHECKING:
@@ -124,7 +124,8 @@ class PostgresNodeLeases:
         """Every node, by id, with its last beat's age by the server's clock and how many leases it holds."""
         rows = self._db.read(
             "SELECT n.info, n.started_at, n.beat_at, extract(epoch FROM now() - n.beat_at)::float8, n.left_at, n.lease_s, "
-            "(SELECT count(*) FROM leases l WHERE l.node_id = n.node_id) FROM nodes n ORDER BY n.node_id"
+            "(SELECT count(*) FROM leases l WHERE l.node_id = n.node_id), n.drain_since, n.drain_by FROM nodes n "
+            "ORDER BY n.node_id"
         )
         return [
             NodeRow(
@@ -135,9 +136,29 @@ class PostgresNodeLeases:
                 left_at=left,
                 lease_s=lease_s,
                 leases=leases,
+                drain=Drain(since=since, by=by) if since is not None else None,
             )
-            for info, started, beat, age, left, lease_s, leases in rows
+            for info, started, beat, age, left, lease_s, leases, since, by in rows
         ]
+
+    def set_draining(self, node_id: str, draining: bool, by: str | None = None) -> bool:
+        """Mark `node_id` draining (an earlier mark kept: its time and asker) or clear it, in one
+        statement; False for a node the store does not know."""
+
+        def mark(conn: psycopg.Connection) -> int:
+            return conn.execute(
+                "UPDATE nodes SET drain_since = CASE WHEN %(on)s THEN coalesce(drain_since, now()) END, "
+                "drain_by = CASE WHEN NOT %(on)s THEN NULL WHEN drain_since IS NULL THEN %(by)s ELSE drain_by END "
+                "WHERE node_id = %(node)s",
+                {"on": draining, "by": by, "node": node_id},
+            ).rowcount
+
+        return self._db.write(mark, events=False) == 1
+
+    def draining(self) -> Drain | None:
+        """This node's drain, read now (None: it takes new jobs)."""
+        rows = self._db.read("SELECT drain_since, drain_by FROM nodes WHERE node_id = %s", (self._me(),))
+        return Drain(since=rows[0][0], by=rows[0][1]) if rows and rows[0][0] is not None else None
 
     def lease_holders(self) -> dict[str, str]:
         """Each leased job's node."""

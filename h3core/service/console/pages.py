@@ -23,8 +23,10 @@ from litestar.response import Redirect, ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 from pydantic import ValidationError
 
+from h3core.adapters.store.nodes import WithNodeLeases
 from h3core.domain.state import JobState
 from h3core.domain.story import why
+from h3core.runtime.draining import NoSuchNode, set_draining
 from h3core.runtime.errors import NotCancellable, NotQueued
 from h3core.service import files
 from h3core.service.auth import (
@@ -58,7 +60,7 @@ from h3core.service.requests import JobCreate
 from h3core.service.routes.jobs import admit, retry
 from h3core.service.routes.ops import readiness
 from h3core.service.submission import in_thread, job_state, point_read
-from h3core.service.views import ceilings_view
+from h3core.service.views import NodeView, ceilings_view
 
 __all__ = ["CONSOLE_PATH", "console_router", "render_queue"]
 
@@ -325,6 +327,8 @@ SAID = {
     "priority-set": "Priority set.",
     "not-queued": "The job is no longer queued: it keeps its place.",
     "bad-priority": "A priority is a whole number from -100 to 100.",
+    "drained": "Node marked draining: it takes no new jobs; what it runs goes on.",
+    "undrained": "Drain cleared: the node takes new jobs again.",
 }
 
 
@@ -446,20 +450,26 @@ async def submit_form(svc: NamedDependency[Service], request: Request) -> Respon
 
 
 @get("/box", include_in_schema=False)
-async def box_page(svc: NamedDependency[Service], request: Request, fragment: FromQuery[bool] = False) -> Response:
-    """The box: its load now (jobs running of its slots, the queue's depth, each runner node's share),
-    readiness per mode, device groups, the attention probe and the ceilings; the page reads its
-    part again every few seconds (`fragment`)."""
+async def box_page(
+    svc: NamedDependency[Service], request: Request, fragment: FromQuery[bool] = False, said: FromQuery[str | None] = None
+) -> Response:
+    """The box: its load now (jobs running of its slots, the queue's depth, each runner node's share,
+    with Drain and Clear drain), readiness per mode, device groups, the attention probe and the
+    ceilings; the page reads its part again every few seconds (`fragment`)."""
     if not _signed_in(svc, request):
         return _to_signin(request)
     ready = (await readiness(svc)).content
     ceilings = ceilings_view(svc.contract.current(), svc.contract.ceilings())
     counts = await in_thread(_counts, svc)
+    store = svc.store  # the nodes as the store has them now: a drain just set shows at once
+    nodes = [NodeView.of(n) for n in await in_thread(store.leases.nodes)] if isinstance(store, WithNodeLeases) else []
     return _html(
         "box_body.html" if fragment else "box.html",
         page="box",
         counts=counts,
-        slots=sum(n.slots for n in ready.nodes if n.alive) if ready.nodes else svc.settings.slots,
+        slots=sum(n.slots for n in nodes if n.alive) if nodes else svc.settings.slots,
+        nodes=nodes,
+        said=SAID.get(said or ""),
         ready=ready,
         ceilings=ceilings,
         settings=svc.settings,
@@ -467,6 +477,21 @@ async def box_page(svc: NamedDependency[Service], request: Request, fragment: Fr
         role=svc.settings.role,
         **_common(svc),
     )
+
+
+@post("/nodes/{node_id:str}/drain", include_in_schema=False, status_code=303, opt={OWN_CONTENT_TYPES_OPT: True})
+async def drain_form(svc: NamedDependency[Service], request: Request, node_id: FromPath[str]) -> Response:
+    """The box page's Drain (`draining=yes`) and Clear drain (`draining=no`) buttons, with or without
+    the page's script: the change, logged with who asked, then back to the box saying it."""
+    if not _signed_in(svc, request):
+        return _to_signin(request)
+    draining = str((await request.form()).get("draining") or "") == "yes"
+    try:
+        await in_thread(set_draining, svc.store, node_id, draining, requester(request, svc.settings.api_tokens))
+    except NoSuchNode as exc:
+        raise NotFoundException(str(exc)) from None
+    said = "drained" if draining else "undrained"
+    return Redirect(f"{CONSOLE_PATH}/box?{urlencode({'said': said})}", status_code=303)
 
 
 # -- signing in -----------------------------------------------------------------------------------
@@ -578,6 +603,7 @@ def console_router() -> Router:
             priority_form,
             submit_page,
             box_page,
+            drain_form,
             signin_page,
             signin,
             signout,

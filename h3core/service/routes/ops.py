@@ -68,7 +68,8 @@ async def readyz(svc: NamedDependency[Service], request: Request) -> Response[Re
 
 async def readiness(svc: Service) -> Response[ReadyView]:
     """The readiness view, 200 when ready and 503 when not: ready is the store writable, the runner
-    accepting (api role: a runner process or node alive) and a mode the executor can run. The view says
+    accepting and not draining (api role: a runner process or a node alive and not draining) and a
+    mode the executor can run. The view says
     why not, and shows the modes, device groups, attention probe and runner nodes. Memory only: what
     lies outside it (the store, the runner lock, the nodes) comes from the last background look
     (`svc.readiness`, service/readiness.py), not checked by this request."""
@@ -88,14 +89,23 @@ async def readiness(svc: Service) -> Response[ReadyView]:
         if holder:
             runs = f"{holder} run the jobs" if holder.startswith("node ") else f"process {holder} runs the jobs"
         elif svc.readiness.runner_lock is None:
-            runs = "no runner node alive (none beat within its lease: `h3core nodes`)"
+            drained = [n.node_id for n in look.nodes if n.alive and n.drain is not None]
+            runs = (
+                f"every live runner node is draining ({', '.join(drained)}): queued jobs wait until a drain is cleared"
+                if drained
+                else "no runner node alive (none beat within its lease: `h3core nodes`)"
+            )
         else:
             runs = f"no runner process (nothing holds {svc.readiness.runner_lock})"
         checks["runner"] = runs if svc.submissions.accepting else "not accepting"
         ok = checks["store"] == "ok" and holder is not None and svc.submissions.accepting and bool(servable)
     else:
+        drain = runner.heartbeat.drain if runner.heartbeat is not None else None
         checks["runner"] = "accepting" if svc.submissions.accepting else "not accepting"
-        ok = checks["store"] == "ok" and bool(servable) and svc.submissions.accepting
+        if drain is not None and svc.submissions.accepting:  # not ready: a balancer sends its work elsewhere
+            by = f" by {drain.by}" if drain.by else ""
+            checks["runner"] = f"draining since {drain.since.isoformat(timespec='seconds')}{by}: this node takes no new jobs"
+        ok = checks["store"] == "ok" and bool(servable) and svc.submissions.accepting and drain is None
         health = runner.executor.health()
         groups = [GroupView.model_validate(h, from_attributes=True) for h in health] if health is not None else None
     attention = _attention(runner.executor) if runner is not None else None

@@ -188,6 +188,18 @@ class Servers:
     def start(self, env: dict[str, str] | None = None, *, root: Path | None = None) -> Server:
         return self.make(env, root=root).start()
 
+    def nodes(self, pg_url: str, names: tuple[str, ...], env: dict[str, str] | None = None) -> dict[str, Server]:
+        """Runner nodes (`serve`, `H3_NODE` each of `names`) on the PostgreSQL store at `pg_url`,
+        started and healthy; every node's artifacts in one folder, as a deployment shares one."""
+        made = {}
+        for name in names:
+            made[name] = self.make({**(env or {}), "H3_NODE": name}, root=self.tmp_path / "shared")
+            made[name].db = pg_url  # a URL where the helper puts a SQLite file
+            made[name].launch()
+        for server in made.values():
+            assert server.wait_healthy_or_exit(120), server.log()
+        return made
+
     def kill_all(self) -> None:
         for server in self.started:
             server.kill()

@@ -23,7 +23,7 @@ import pytest
 
 from h3core.adapters.store.postgres import PostgresEventStore
 from h3core.domain.events import AttemptFailed, Restored, Running
-from tests.integration.service.conftest import Server, Servers, poll, submit
+from tests.integration.service.conftest import poll, submit
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -39,20 +39,8 @@ def writers(url: str, job_id: str) -> list[tuple[int, str, str | None]]:
         return conn.execute("SELECT seq, type, node FROM events WHERE job_id = %s ORDER BY seq", (job_id,)).fetchall()
 
 
-def runner_node(servers: Servers, pg_url: str, name: str) -> Server:
-    """A node (`serve`: HTTP and a runner of one slot) on the PostgreSQL store; every node's
-    artifacts in one folder, as a deployment shares one."""
-    server = servers.make({"H3_NODE": name, "H3_LEASE": LEASE_S, "H3_POLL_INTERVAL": "0.05"}, root=servers.tmp_path / "shared")
-    server.db = pg_url  # a URL where the helper puts a SQLite file
-    return server
-
-
 def test_a_node_frozen_past_its_lease_never_writes_onto_the_job_again(servers, pg_url):
-    nodes = {name: runner_node(servers, pg_url, name) for name in ("a", "b")}
-    for node in nodes.values():
-        node.launch()
-    for node in nodes.values():
-        assert node.wait_healthy_or_exit(120), node.log()
+    nodes = servers.nodes(pg_url, ("a", "b"), {"H3_LEASE": LEASE_S, "H3_POLL_INTERVAL": "0.05"})  # a slot each
     store = PostgresEventStore(pg_url)
 
     def on_node(job_id: str) -> str | None:  # the node running the job, once it has stored a step

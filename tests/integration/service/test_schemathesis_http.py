@@ -36,6 +36,8 @@ OPERATIONS = {
     "HEAD /v1/jobs/{job_id}/video",
     "POST /v1/uploads",
     "GET /v1/ceilings",
+    "GET /v1/nodes",
+    "PATCH /v1/nodes/{node_id}",
     "GET /healthz",
     "GET /readyz",
     "GET /metrics",

@@ -75,9 +75,30 @@ class _AgedByTheNodesClock(MemoryNodesEventStore):
         return out
 
 
+class _DrainForgottenOnRestart(MemoryNodeLeases):
+    def join(self, info, lease_s):
+        super().join(info, lease_s)
+        self._table.nodes[self._me()].drain = None  # as a join that rewrites the whole row
+
+
+class _EveryDrainRestamped(MemoryNodeLeases):
+    def set_draining(self, node_id, draining, by=None):
+        if node_id in self._table.nodes:
+            self._table.nodes[node_id].drain = None  # the first mark's time and asker lost
+        return super().set_draining(node_id, draining, by)
+
+
 @pytest.mark.parametrize(
     ("broken", "test"),
     [
+        (
+            MemoryNodesEventStore(_DrainForgottenOnRestart()),
+            NodeLeasesContract.test_a_drain_is_set_by_any_store_kept_through_restarts_and_cleared,
+        ),
+        (
+            MemoryNodesEventStore(_EveryDrainRestamped()),
+            NodeLeasesContract.test_a_drain_is_set_by_any_store_kept_through_restarts_and_cleared,
+        ),
         (_Unfenced(), NodeLeasesContract.test_a_node_cannot_write_onto_an_attempt_another_node_leases),
         (
             MemoryNodesEventStore(_ReportsFromAnyProcess()),
@@ -93,7 +114,15 @@ class _AgedByTheNodesClock(MemoryNodesEventStore):
         ),
         (_AgedByTheNodesClock(), NodeLeasesContract.test_beats_and_leases_age_by_the_stores_clock_not_the_nodes),
     ],
-    ids=["unfenced", "reports-from-any-process", "every-taker-wins", "leases-outlive-attempts", "aged-by-the-nodes-clock"],
+    ids=[
+        "drain-forgotten-on-restart",
+        "every-drain-restamped",
+        "unfenced",
+        "reports-from-any-process",
+        "every-taker-wins",
+        "leases-outlive-attempts",
+        "aged-by-the-nodes-clock",
+    ],
 )
 def test_the_contract_fails_a_store_that_breaks_it(broken, test):
     with pytest.raises((AssertionError, pytest.fail.Exception)):

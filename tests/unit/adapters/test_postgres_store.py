@@ -95,6 +95,7 @@ def test_queued_jobs_of_a_version_2_store_get_the_columns_a_nodes_claim_filters_
         store.append(job, [submitted(frames=frames), Admitted(tokens=tokens)])
     store.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:  # back to version 2's shape
+        conn.execute("ALTER TABLE nodes DROP COLUMN drain_since, DROP COLUMN drain_by")  # version 7's
         conn.execute("DROP INDEX jobs_deletions")
         conn.execute("ALTER TABLE jobs DROP COLUMN video_deleted_pos")  # version 6's
         conn.execute("DROP INDEX jobs_videos")
@@ -107,7 +108,7 @@ def test_queued_jobs_of_a_version_2_store_get_the_columns_a_nodes_claim_filters_
         conn.execute("UPDATE schema_version SET version = 2")
     store = PostgresEventStore(pg_url)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 7
+        assert store.schema_version() == SCHEMA_VERSION == 8
         assert [s.job_id for s in store.queued()] == ["long", "short"]
         assert [s.job_id for _, s in store.list_videos()] == ["short", "long"]  # version 4: none marked deleted
         assert [s.job_id for s in store.queued(fits=QueueFilter(max_frames=200))] == ["short"]
@@ -187,6 +188,7 @@ def test_the_videos_a_version_6_store_marked_deleted_follow_in_submission_order(
         store.mark_video_deleted(job, datetime(2026, 1, 1, tzinfo=UTC))
     store.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:  # back to version 6's shape
+        conn.execute("ALTER TABLE nodes DROP COLUMN drain_since, DROP COLUMN drain_by")  # version 7's
         conn.execute("DROP INDEX jobs_deletions")
         conn.execute("ALTER TABLE jobs DROP COLUMN video_deleted_pos")
         conn.execute("UPDATE schema_version SET version = 6")

@@ -66,6 +66,13 @@ def test_nodes_lists_each_node_with_its_slots_limits_and_last_beat(pg_url, tmp_p
     assert f"1-{caps.window.max_frames}" in shown.output and "120,000" in shown.output
     (row,) = [json.loads(line) for line in cli.invoke(app, ["nodes", "--db", pg_url, "--json"]).output.splitlines()]
     assert (row["node_id"], row["slots"], row["leases"], row["alive"]) == ("gpu-1", 4, 0, True)
+    drained = cli.invoke(app, ["nodes", "--db", pg_url, "--drain", "gpu-1"], env={"COLUMNS": "200"})
+    assert drained.exit_code == 0 and "alive, draining since" in drained.output, drained.output
+    assert store.leases.draining() is not None
+    cleared = cli.invoke(app, ["nodes", "--db", pg_url, "--undrain", "gpu-1"], env={"COLUMNS": "200"})
+    assert cleared.exit_code == 0 and "draining" not in cleared.output and store.leases.draining() is None
+    unknown = cli.invoke(app, ["nodes", "--db", pg_url, "--drain", "nobody"])
+    assert unknown.exit_code == 2 and "no runner node 'nobody'" in unknown.output, unknown.output
     store.leases.leave()
     assert "left" in cli.invoke(app, ["nodes", "--db", pg_url]).output
     store.close()

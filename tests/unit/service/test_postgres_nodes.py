@@ -235,3 +235,27 @@ def test_a_video_deleted_through_a_node_without_its_file_is_served_by_none_and_r
         poll(lambda: not held_file.exists(), 20, "the runner node's sweep to remove the file")
         print(f"removed {time.monotonic() - let_go:.2f} s after the sweep was let go (interval 0.1 s)")
         assert svc.artifacts.deleted_at(path) is not None and svc.artifacts.video_deleted_at(video["id"])
+
+
+def test_a_drained_node_is_shown_counted_and_cleared_on_every_door(pg_url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with node(pg_url, tmp_path, node="gpu-1", slots=2) as runner, node(pg_url, tmp_path, role="api") as api:
+        poll(lambda: api.get("/readyz").status_code == 200, 30, "the api node to be ready")
+        posted = api.post("/console/nodes/gpu-1/drain", data={"draining": "yes"}, follow_redirects=False)
+        assert posted.status_code == 303 and posted.headers["location"] == "/console/box?said=drained", posted.text
+        box = api.get("/console/box?said=drained").text
+        assert "Node marked draining" in box and "draining since" in box and "Clear drain" in box, box
+        assert 'h3core_node_draining{node="gpu-1"} 1.0' in api.get("/metrics").text
+        ready = poll(lambda: (r := runner.get("/readyz")).status_code == 503 and r.json(), 30, "the drained node to say 503")
+        assert ready["runner"].startswith("draining since") and ready["nodes"][0]["drain"]["by"] is None
+        ready = poll(lambda: (r := api.get("/readyz")).status_code == 503 and r.json(), 30, "the api node to say why")
+        assert ready["runner"] == "every live runner node is draining (gpu-1): queued jobs wait until a drain is cleared"
+        created = api.post("/v1/jobs", json=QUICK)
+        assert created.status_code == 201, created.text  # admitted: it waits for the drain to be cleared
+        job = created.json()["id"]
+        assert api.post("/console/nodes/nobody/drain", data={"draining": "yes"}).status_code == 404
+        cleared = api.post("/console/nodes/gpu-1/drain", data={"draining": "no"}, follow_redirects=False)
+        assert cleared.headers["location"] == "/console/box?said=undrained"
+        poll(lambda: api.get(f"/v1/jobs/{job}").json()["status"] == "done", 30, "the job to run once the drain is cleared")
+        assert "Drain node gpu-1" in api.get("/console/box").text
+        assert 'h3core_node_draining{node="gpu-1"} 0.0' in runner.get("/metrics").text

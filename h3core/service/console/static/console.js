@@ -445,6 +445,16 @@ function boxPage() {
     setTimeout(tick, BOX_EVERY_MS);
   };
   setTimeout(tick, BOX_EVERY_MS);
+  // Drain asks first; the form then posts as it does without the script, and the page says the result.
+  body.addEventListener("submit", (e) => {
+    const button = e.target.querySelector("button.drain");
+    if (!button) return;
+    const running = Number(button.dataset.running);
+    const what = running ? `; the ${running} job(s) it runs go on to their end` : "";
+    if (!window.confirm(`Drain node ${button.dataset.node}? It takes no new jobs until its drain is cleared${what}.`)) {
+      e.preventDefault();
+    }
+  });
 }
 
 localTimes(document);
