@@ -206,6 +206,10 @@ async def queue_page(
     after: Cursor = None,
     fragment: FromQuery[bool] = False,
     sort: FromQuery[str | None] = None,
+    said: FromQuery[str | None] = None,
+    n: FromQuery[int] = 0,
+    skipped: FromQuery[int] = 0,
+    failed: FromQuery[int] = 0,
 ) -> Response:
     if not _signed_in(svc, request):
         return _to_signin(request)
@@ -213,14 +217,17 @@ async def queue_page(
         wanted = Filter.of(status, mode, q, since, sort)
     except UnknownChoice as exc:
         return _problem(400, f"No such {exc.name}", f"{exc}.", svc)
-    return await in_thread(render_queue, svc, wanted, before, after, fragment)
+    return await in_thread(render_queue, svc, wanted, before, after, fragment, bulk_said(said, n, skipped, failed))
 
 
-def render_queue(svc: Service, wanted: Filter, before: int | None, after: int | None, fragment: bool) -> Response[str]:
+def render_queue(
+    svc: Service, wanted: Filter, before: int | None, after: int | None, fragment: bool, said: str | None = None
+) -> Response[str]:
     """The queue page (or, with `fragment`, the part live updates replace): its reads and its
     rendering, on the calling thread (bench/throughput/console.py times this)."""
     context = _queue_context(svc, wanted, before, after)
-    return _html("queue_body.html" if fragment else "queue.html", page="queue", **_common(svc), **context)
+    page_name = "queue_body.html" if fragment else "queue.html"
+    return _html(page_name, page="queue", said=said, **_common(svc), **context)
 
 
 MAX_ROWS = 50  # the rows one update may ask for (the page's script asks for the whole part past it)
@@ -366,6 +373,64 @@ async def priority_form(svc: NamedDependency[Service], request: Request, job_id:
     except NotQueued:
         return _back(job_id, "not-queued")
     return _back(job_id, "priority-set")
+
+
+MAX_BULK = RUNNING_SHOWN + QUEUED_SHOWN + PAGE_SIZE  # every box one queue page shows
+
+
+def bulk_said(said: str | None, done: int, skipped: int, failed: int) -> str | None:
+    """What the queue says after Cancel selected or Retry selected posted without the script (as
+    the script says it): fixed words around the counts, never the query's own words."""
+    if said == "bulk-cancel":
+        text, why_skipped, why_failed = f"Cancel asked for {done} job(s)", "already ended", "not found"
+    elif said == "bulk-retry":
+        text, why_skipped, why_failed = f"Retried {done} job(s)", "not ended yet", "refused or not found"
+    else:
+        return None
+    if skipped:
+        text += f"; {skipped} skipped ({why_skipped})"
+    if failed:
+        text += f"; {failed} {why_failed}"
+    return text + "."
+
+
+@post("/bulk", include_in_schema=False, status_code=303, opt={OWN_CONTENT_TYPES_OPT: True})
+async def bulk_form(svc: NamedDependency[Service], request: Request) -> Response:
+    """Cancel selected (`action=cancel`) or Retry selected (`action=retry`) without the page's script:
+    each picked job (`job`) it applies to, a cancel on those still queued or running (stored, not
+    waited for), a retry on those that ended, each logged with who asked; then back to the queue
+    saying what it did to how many."""
+    if not _signed_in(svc, request):
+        return _to_signin(request)
+    form = await request.form()
+    action = str(form.get("action") or "")
+    picked = list(dict.fromkeys(str(j) for j in form.getall("job")))
+    if action not in ("cancel", "retry"):
+        return _problem(400, "No such action", "A selection is cancelled (action=cancel) or retried (action=retry).", svc)
+    if len(picked) > MAX_BULK:
+        return _problem(400, "Too many jobs", f"At most {MAX_BULK} jobs at once; {len(picked)} were picked.", svc)
+    by = requester(request, svc.settings.api_tokens)
+    done = skipped = failed = 0
+    for job_id in picked:
+        state = await point_read(svc, svc.store.get, job_id)
+        if state is None:
+            failed += 1
+        elif state.terminal != (action == "retry"):
+            skipped += 1  # a cancel of an ended job, a retry of one not ended
+        elif action == "cancel":
+            try:
+                await svc.submissions.cancel(job_id, "cancelled from the console", wait_s=0, by=by)
+                done += 1
+            except NotCancellable:  # it ended meanwhile
+                skipped += 1
+        else:
+            try:
+                await retry(svc, state, request)
+                done += 1
+            except HTTPException:  # refused by admission now
+                failed += 1
+    query = {"said": f"bulk-{action}", "n": done, "skipped": skipped, "failed": failed}
+    return Redirect(f"{CONSOLE_PATH}?{urlencode(query)}", status_code=303)
 
 
 @post("/jobs/{job_id:str}/retry", include_in_schema=False, status_code=303, opt={OWN_CONTENT_TYPES_OPT: True})
@@ -600,6 +665,7 @@ def console_router() -> Router:
             cancel_form,
             submit_form,
             retry_form,
+            bulk_form,
             priority_form,
             submit_page,
             box_page,

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.console.conftest import console_server
-from tests.integration.service.conftest import Server, long_job, wait_job
+from tests.integration.service.conftest import Server, cancel_quietly, long_job, submit, wait_job
 
 TOKEN = "console-token-0123456789"
 OTHER = "another-token-0123456789"
@@ -155,5 +155,40 @@ def test_without_javascript_cancel_and_retry_are_plain_form_posts(browser, serve
             page.get_by_label("Steps").fill("0")
             page.get_by_role("button", name="Submit").click()
             assert "steps: Input should be greater than or equal to 1" in page.locator("#submit-result").inner_text()
+    finally:
+        context.close()
+
+
+def test_without_javascript_cancel_selected_and_retry_selected_are_plain_form_posts(browser, server):
+    context = browser.new_context(base_url=server.url, java_script_enabled=False)
+    page = context.new_page()
+    try:
+        page.goto("/console/signin")
+        page.get_by_label("API token").fill(TOKEN)
+        page.get_by_role("button", name="Sign in").click()
+        with server.client(TOKEN) as api:
+            slow = [long_job(api, steps=300, step=0.2)["id"] for _ in range(2)]
+            done = submit(api, prompt="a quick fox [fake step=0]", steps=1)["id"]
+            wait_job(api, done)
+            page.goto("/console")
+            for job_id in [*slow, done]:
+                page.get_by_label(f"select {job_id}").check()
+            page.get_by_role("button", name="Cancel selected").click()
+            page.wait_for_url("**/console?said=bulk-cancel*")
+            assert page.locator("#bulk-note").inner_text() == "Cancel asked for 2 job(s); 1 skipped (already ended)."
+            assert [wait_job(api, j)["status"] for j in slow] == ["cancelled", "cancelled"]
+            for j in slow:
+                asked = [e["body"] for e in api.get(f"/v1/jobs/{j}/events").json() if e["body"]["type"] == "cancel_requested"]
+                assert [a["by"] for a in asked] == ["alice"], asked
+
+            page.goto("/console?status=cancelled")
+            for job_id in slow:
+                page.get_by_label(f"select {job_id}").check()
+            page.get_by_role("button", name="Retry selected").click()
+            page.wait_for_url("**/console?said=bulk-retry*")
+            assert page.locator("#bulk-note").inner_text() == "Retried 2 job(s)."
+            retried = [j for j in api.get("/v1/jobs", params={"limit": 100}).json()["items"] if j["retry_of"] in slow]
+            assert sorted(j["retry_of"] for j in retried) == sorted(slow) and {j["submitted_by"] for j in retried} == {"alice"}
+            cancel_quietly(api, *(j["id"] for j in retried))
     finally:
         context.close()

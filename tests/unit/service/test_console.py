@@ -15,7 +15,7 @@ from h3core.domain.story import fields
 from h3core.runtime.bus import EventBus
 from h3core.service.auth import SESSION_COOKIE, session_matches, session_value
 from h3core.service.console.live import changes
-from h3core.service.console.pages import num
+from h3core.service.console.pages import MAX_BULK, bulk_said, num
 from h3core.service.console.queue import Filter, UnknownChoice, eta_seconds, expected_starts, page
 from h3core.service.console.timeline import event_rows, timeline
 from tests.factories import done_log, submitted
@@ -314,3 +314,21 @@ def test_the_box_says_its_load_and_reads_it_again(make_client):
         part = client.get("/console/box?fragment=1")
     assert 'id="box-body" data-fragment="/console/box"' in box.text
     assert "0 of 1 slot(s)" in part.text and 'id="box-queued"' in part.text and "<html" not in part.text
+
+
+def test_a_bulk_post_is_bounded_and_says_what_it_did_in_fixed_words(make_client):
+    assert bulk_said("bulk-cancel", 2, 1, 0) == "Cancel asked for 2 job(s); 1 skipped (already ended)."
+    assert bulk_said("bulk-retry", 0, 2, 1) == "Retried 0 job(s); 2 skipped (not ended yet); 1 refused or not found."
+    assert bulk_said("<script>", 1, 0, 0) is None and bulk_said(None, 1, 0, 0) is None
+    with make_client() as client:
+        job = client.post("/v1/jobs", json=QUICK).json()["id"]
+        poll(lambda: client.get(f"/v1/jobs/{job}").json()["status"] == "done", 30, "the job to end")
+        bogus = client.post("/console/bulk", data={"action": "delete", "job": job})
+        assert bogus.status_code == 400 and "No such action" in bogus.text
+        many = client.post("/console/bulk", data={"action": "cancel", "job": [f"j{i}" for i in range(MAX_BULK + 1)]})
+        assert many.status_code == 400 and f"At most {MAX_BULK} jobs at once; {MAX_BULK + 1} were picked" in many.text
+        r = client.post("/console/bulk", data={"action": "retry", "job": [job, job, "nope"]}, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/console?said=bulk-retry&n=1&skipped=0&failed=1"
+        said = client.get(r.headers["location"]).text
+        assert '<span id="bulk-note" role="status" aria-live="polite">Retried 1 job(s); 1 refused or not found.</span>' in said
+        assert len([j for j in client.get("/v1/jobs").json()["items"] if j["retry_of"] == job]) == 1  # once, not twice
