@@ -57,6 +57,21 @@ def api(server) -> Iterator:
         yield client
 
 
+def signed_in(browser, server: Server, token: str, *, accept_dialogs: bool = True, **options):
+    """A browser context and page signed in to `server` with `token`, every dialog accepted unless
+    `accept_dialogs` is false (the test answers them); `options`: the context's
+    (`java_script_enabled=False`, a viewport, ...)."""
+    context = browser.new_context(base_url=server.url, **options)
+    page = context.new_page()
+    if accept_dialogs:
+        page.on("dialog", lambda d: d.accept())
+    page.goto("/console/signin")
+    page.get_by_label("API token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url("**/console")
+    return context, page
+
+
 def console_server(tmp_path_factory, name: str, env: dict[str, str] | None = None) -> Iterator[Server]:
     s = Servers(tmp_path_factory.mktemp(name))
     server = s.start({"H3_CAPACITY_PROFILE": PROFILE, "H3_SLOTS": "4", **(env or {})})

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from h3core.adapters.store.postgres import PostgresEventStore
-from tests.integration.console.conftest import axe_violations
+from tests.integration.console.conftest import axe_violations, signed_in
 from tests.integration.service.conftest import Server, Servers
 
 pytestmark = pytest.mark.timeout(300)
@@ -28,13 +28,7 @@ def nodes(tmp_path, pg_url) -> Iterator[dict[str, Server]]:
 
 
 def _signed_in(browser, server: Server, **options):
-    context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900}, **options)
-    page = context.new_page()
-    page.goto("/console/signin")
-    page.get_by_label("API token").fill(TOKEN)
-    page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url("**/console")
-    return context, page
+    return signed_in(browser, server, TOKEN, accept_dialogs=False, viewport={"width": 1280, "height": 900}, **options)
 
 
 def _drain(store: PostgresEventStore, node: str):

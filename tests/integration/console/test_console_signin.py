@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.console.conftest import console_server
+from tests.integration.console.conftest import console_server, signed_in
 from tests.integration.service.conftest import Server, cancel_quietly, long_job, submit, wait_job
 
 TOKEN = "console-token-0123456789"
@@ -65,15 +65,8 @@ def test_a_form_posted_from_another_site_is_refused(browser, server, target):
         assert api.get("/v1/jobs").json()["items"] == []
 
 
-def _signed_in(browser, server):
-    context = browser.new_context(base_url=server.url)
-    page = context.new_page()
-    page.on("dialog", lambda d: d.accept())
-    page.goto("/console/signin")
-    page.get_by_label("API token").fill(TOKEN)
-    page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url("**/console")
-    return context, page
+def _signed_in(browser, server, **options):
+    return signed_in(browser, server, TOKEN, **options)
 
 
 def test_actions_are_logged_with_who_did_them_and_a_retry_keeps_its_priority(browser, server):
@@ -118,12 +111,8 @@ def test_an_ended_session_is_said_and_the_sign_in_page_never_lands_in_the_queue(
 
 
 def test_without_javascript_cancel_and_retry_are_plain_form_posts(browser, server):
-    context = browser.new_context(base_url=server.url, java_script_enabled=False)
-    page = context.new_page()
+    context, page = _signed_in(browser, server, java_script_enabled=False)
     try:
-        page.goto("/console/signin")
-        page.get_by_label("API token").fill(TOKEN)
-        page.get_by_role("button", name="Sign in").click()
         with server.client(TOKEN) as api:
             job_id = long_job(api, steps=300, step=0.2)["id"]
             page.goto(f"/console/jobs/{job_id}")
@@ -160,12 +149,8 @@ def test_without_javascript_cancel_and_retry_are_plain_form_posts(browser, serve
 
 
 def test_without_javascript_cancel_selected_and_retry_selected_are_plain_form_posts(browser, server):
-    context = browser.new_context(base_url=server.url, java_script_enabled=False)
-    page = context.new_page()
+    context, page = _signed_in(browser, server, java_script_enabled=False)
     try:
-        page.goto("/console/signin")
-        page.get_by_label("API token").fill(TOKEN)
-        page.get_by_role("button", name="Sign in").click()
         with server.client(TOKEN) as api:
             slow = [long_job(api, steps=300, step=0.2)["id"] for _ in range(2)]
             done = submit(api, prompt="a quick fox [fake step=0]", steps=1)["id"]
