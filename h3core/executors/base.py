@@ -67,7 +67,9 @@ What the service shows of the executor's resources is part of the contract too, 
 without I/O, each None where the executor has no such thing (`NoReports` gives those defaults):
 `health()`, a snapshot of each device group it runs on; `head()`, the cluster head those groups
 run on; `attention_report()`, what its start-up attention probe measured, one row per kernel.
-/readyz and /metrics show what is not None.
+/readyz and /metrics show what is not None. `device_memory()` is the one that may ask (the
+driver, or the server the executor drives), so it is awaited, and the console's box page bounds
+how long it waits.
 
 `h3core.testing.executor.ExecutorContract` holds an executor to this contract; h3core's suite runs
 it against the fake, the pipeline, a group of ranks and the ComfyUI executor.
@@ -86,7 +88,7 @@ from h3core.domain.events import Artifact, Checkpoint, Progress
 from h3core.domain.failures import FailureKind
 from h3core.domain.quality import StepCounts
 from h3core.domain.request import GenerationRequest
-from h3core.executors.reports import GroupHealth, HeadHealth, ProbeRow
+from h3core.executors.reports import DeviceMemory, GroupHealth, HeadHealth, ProbeRow
 
 
 @dataclass(frozen=True)
@@ -196,8 +198,8 @@ def classify(exc: BaseException) -> tuple[FailureKind, str, str | None]:
 
 
 class NoReports:
-    """The optional reports' defaults, for an executor with no device groups, cluster head or
-    attention probe to show: inherit it and override what applies."""
+    """The optional reports' defaults, for an executor with no device groups, cluster head,
+    attention probe or device memory to show: inherit it and override what applies."""
 
     def health(self) -> Sequence[GroupHealth] | None:
         """None: no device groups."""
@@ -209,6 +211,10 @@ class NoReports:
 
     def attention_report(self) -> Sequence[ProbeRow] | None:
         """None: no attention probe."""
+        return None
+
+    async def device_memory(self) -> Sequence[DeviceMemory] | None:
+        """None: it does not know its devices' memory (it runs on the CPU, or has no device)."""
         return None
 
 
@@ -255,6 +261,12 @@ class Executor(Protocol):
 
     def attention_report(self) -> Sequence[ProbeRow] | None:
         """What the start-up attention probe measured, one row per kernel; None without a probe."""
+        ...
+
+    async def device_memory(self) -> Sequence[DeviceMemory] | None:
+        """Each device's memory now, read where the executor can (the driver, the server it drives),
+        within a few seconds; None where it does not know (a CPU, devices in processes it cannot
+        ask while they run)."""
         ...
 
 

@@ -1,12 +1,13 @@
-"""The shapes of an executor's optional reports (`Executor.health`, `head`, `attention_report`),
-owned by the contract: /readyz and /metrics read them without knowing the executor."""
+"""The shapes of an executor's optional reports (`Executor.health`, `head`, `attention_report`,
+`device_memory`), owned by the contract: /readyz, /metrics and the console read them without
+knowing the executor."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["GroupHealth", "HeadHealth", "ProbeRow", "Verdict"]
+__all__ = ["DeviceMemory", "GroupHealth", "HeadHealth", "ProbeRow", "Verdict"]
 
 
 @dataclass
@@ -48,3 +49,15 @@ class ProbeRow:
     peak_bytes: int | None = None  # the allocator's peak during the call above its inputs (CUDA only)
     error: float | None = None  # worst relative L1 error against the float32 reference, over the probe's lengths
     note: str = ""  # what is missing, what it raised, or where its error exceeded the tolerance
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One device's memory as its executor reads it now: `total_bytes` and `free_bytes` as the
+    driver counts them (every process on the device), and `held_bytes`, what the executor's own
+    allocator holds of it (None where it cannot tell)."""
+
+    name: str
+    total_bytes: int
+    free_bytes: int
+    held_bytes: int | None = None

@@ -44,6 +44,7 @@ from h3core.executors.base import (
     StoppedWithCheckpoint,
     Update,
 )
+from h3core.executors.reports import DeviceMemory
 from h3core.runtime.admission import LocalAdmission
 
 __all__ = ["ExecutorContract"]
@@ -95,6 +96,15 @@ class ExecutorContract:
 
     async def test_it_is_an_executor_with_a_name(self, executor):
         assert isinstance(executor, Executor) and isinstance(executor.name, str) and executor.name
+
+    async def test_its_device_memory_is_unknown_or_each_device_s_free_part_of_its_total(self, executor):
+        async with self.running(executor):
+            with anyio.fail_after(READY_S):
+                devices = await executor.device_memory()
+        assert devices is None or len(devices) >= 1, "None where it does not know, else each device"
+        for d in devices or ():
+            assert isinstance(d, DeviceMemory) and d.name and 0 <= d.free_bytes <= d.total_bytes, d
+            assert d.held_bytes is None or 0 <= d.held_bytes <= d.total_bytes, d
 
     async def test_progress_rises_and_exactly_one_result_ends_the_run(self, executor, artifacts, job_request):
         job = _spec(job_request)

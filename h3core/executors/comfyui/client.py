@@ -142,6 +142,10 @@ class ComfyClient:
         except httpx.TransportError as exc:
             raise Unreachable(f"GET /view {ref.get('filename')}: {exc}") from exc
 
+    async def system_stats(self) -> dict[str, Any]:
+        """GET /system_stats: the server's machine, its devices' memory among it."""
+        return (await self._request("GET", "/system_stats")).json()
+
     async def object_info(self) -> dict[str, Any]:
         """GET /object_info: the node classes the server offers, by name."""
         return (await self._request("GET", "/object_info")).json()

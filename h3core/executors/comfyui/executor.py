@@ -50,6 +50,7 @@ from h3core.executors.base import ExecutorFailure, FinishedBeforeStop, Heartbeat
 from h3core.executors.comfyui.client import ComfyClient, HistoryEntry, PromptRejected, Unreachable
 from h3core.executors.comfyui.feed import LogTail, SocketFeed
 from h3core.executors.comfyui.templates import Template, TemplateError, pick
+from h3core.executors.reports import DeviceMemory
 
 log = logging.getLogger("h3core.executors.comfyui")
 T = TypeVar("T")
@@ -117,6 +118,23 @@ class ComfyUIExecutor(NoReports):
         self._info: dict[str, Any] | None = None  # the server's /object_info, as last read
         self._info_connects = -1  # the socket connection it was read on
         self._detached: set[str] = set()  # prompts left running for the next start (h3core is stopping)
+
+    async def device_memory(self) -> tuple[DeviceMemory, ...] | None:
+        """The devices ComfyUI's /system_stats reports: the driver's total and free, and what
+        ComfyUI's torch holds (reserved less the free part of it). Raises `Unreachable` when the
+        server does not answer."""
+        devices = (await self.client.system_stats()).get("devices") or []
+        found = tuple(
+            DeviceMemory(
+                name=str(d.get("name") or d.get("type") or "device"),
+                total_bytes=int(d["vram_total"]),
+                free_bytes=int(d["vram_free"]),
+                held_bytes=int(d["torch_vram_total"]) - int(d["torch_vram_free"]) if "torch_vram_total" in d else None,
+            )
+            for d in devices
+            if "vram_total" in d and "vram_free" in d
+        )
+        return found or None
 
     def capabilities(self) -> Capabilities:
         """Per mode: served when a template exists for it and the server (as last seen) has every

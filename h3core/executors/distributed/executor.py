@@ -48,7 +48,7 @@ from h3core.executors.pipeline.generate import Control
 from h3core.executors.pipeline.kernel_probe import DEFAULT_TOLERANCE, at_start
 from h3core.executors.pipeline.limits import ModelLimits, kernel_limit
 from h3core.executors.pipeline.model import device_name
-from h3core.executors.reports import GroupHealth, HeadHealth, ProbeRow
+from h3core.executors.reports import DeviceMemory, GroupHealth, HeadHealth, ProbeRow
 
 log = logging.getLogger("h3core.executors.distributed")
 # After the head is lost, how long to wait for threads to leave Ray before restarting it anyway.
@@ -218,6 +218,11 @@ class DistributedExecutor:
     def attention_report(self) -> tuple[ProbeRow, ...]:
         """What the start-up probe measured, one row per kernel (the chosen one among them)."""
         return self.attention.rows
+
+    async def device_memory(self) -> tuple[DeviceMemory, ...] | None:
+        """None: the devices are the ranks' (Ray actors, often on other hosts), not asked from here
+        yet; /readyz's groups and each job's events say what the ranks report."""
+        return None
 
     # -- life ---------------------------------------------------------------------------------
 

@@ -29,8 +29,8 @@ from h3core.executors.pipeline.driver import CheckpointWriter, media_for, model_
 from h3core.executors.pipeline.generate import Control, Generator, Media, StopRequested, load_checkpoint
 from h3core.executors.pipeline.kernel_probe import DEFAULT_TOLERANCE, at_start
 from h3core.executors.pipeline.limits import ModelLimits, kernel_limit
-from h3core.executors.pipeline.model import ModelError, device_name, load_model
-from h3core.executors.reports import ProbeRow
+from h3core.executors.pipeline.model import ModelError, device_memory, device_name, load_model
+from h3core.executors.reports import DeviceMemory, ProbeRow
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,11 @@ class PipelineExecutor(NoReports):  # one device: no groups, no head
     def attention_report(self) -> tuple[ProbeRow, ...]:
         """What the start-up probe measured, one row per kernel (the chosen one among them)."""
         return self.attention.rows
+
+    async def device_memory(self) -> tuple[DeviceMemory, ...] | None:
+        """Its CUDA device's memory, from the driver (asked on a worker thread); None on the CPU."""
+        found = await anyio.to_thread.run_sync(device_memory, self.settings.device)
+        return (found,) if found is not None else None
 
     # -- the contract -------------------------------------------------------------------------
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from h3core.executors.reports import DeviceMemory
+
 FACTS_FILE = "h3core-model.json"
 REQUIRED = ("transformer", "vae", "audio_vae", "scheduler", "audio_scheduler", "text_encoder", "tokenizer", "processor")
 OPTIONAL = ("transformer_ref",)
@@ -118,6 +120,19 @@ def device_name(device: str) -> str:
     if dev.type == "cuda" and torch.cuda.is_available():
         return torch.cuda.get_device_name(dev)
     return dev.type
+
+
+def device_memory(device: str) -> DeviceMemory | None:
+    """A CUDA device's memory as the driver counts it, with what this process's allocator holds
+    (reserved: what other processes cannot have); None for any other device."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        return None
+    free, total = torch.cuda.mem_get_info(dev)
+    name = f"{dev} {torch.cuda.get_device_name(dev)}"
+    return DeviceMemory(name=name, total_bytes=total, free_bytes=free, held_bytes=torch.cuda.memory_reserved(dev))
 
 
 def attention_geometry(root: Path) -> tuple[int, int]:

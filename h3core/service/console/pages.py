@@ -14,6 +14,7 @@ from functools import cache
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
+import anyio
 from jinja2 import Environment, PackageLoader, select_autoescape
 from litestar import Request, Response, Router, get, post
 from litestar.di import NamedDependency
@@ -26,6 +27,7 @@ from pydantic import ValidationError
 from h3core.adapters.store.nodes import WithNodeLeases
 from h3core.domain.state import JobState
 from h3core.domain.story import why
+from h3core.executors.reports import DeviceMemory
 from h3core.runtime.draining import NoSuchNode, set_draining
 from h3core.runtime.errors import NotCancellable, NotQueued
 from h3core.service import files
@@ -82,6 +84,7 @@ def _templates() -> Environment:
     env = Environment(loader=PackageLoader("h3core.service.console"), autoescape=select_autoescape(default=True))
     env.globals.update(base=CONSOLE_PATH, modes=MODES, statuses=STATUS_CHOICES, since_choices=tuple(SINCE))
     env.filters["num"] = num
+    env.filters["gib"] = gib
     env.filters["merge"] = lambda query, **more: {**query, **more}
     return env
 
@@ -89,6 +92,11 @@ def _templates() -> Environment:
 def num(value: float | int) -> str:
     """A figure for a reader: at most two decimals, no trailing zeros (2.3333333333333335 -> 2.33)."""
     return f"{value:.2f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+
+
+def gib(size: int) -> str:
+    """A size in bytes for a reader, in GiB to a tenth (150754820096 -> "140.4 GiB")."""
+    return f"{size / 2**30:.1f} GiB"
 
 
 def _html(template: str, status_code: int = 200, **context) -> Response[str]:
@@ -528,9 +536,12 @@ async def box_page(
     counts = await in_thread(_counts, svc)
     store = svc.store  # the nodes as the store has them now: a drain just set shows at once
     nodes = [NodeView.of(n) for n in await in_thread(store.leases.nodes)] if isinstance(store, WithNodeLeases) else []
+    devices, devices_unread = await _device_memory(svc)
     return _html(
         "box_body.html" if fragment else "box.html",
         page="box",
+        devices=devices,
+        devices_unread=devices_unread,
         counts=counts,
         slots=sum(n.slots for n in nodes if n.alive) if nodes else svc.settings.slots,
         nodes=nodes,
@@ -542,6 +553,24 @@ async def box_page(
         role=svc.settings.role,
         **_common(svc),
     )
+
+
+DEVICE_MEMORY_WAIT_S = 2.0  # the box page does not wait longer for an executor's devices (a server it asks)
+
+
+async def _device_memory(svc: Service) -> tuple[list[DeviceMemory] | None, str | None]:
+    """This process's executor's devices' memory (None: it does not know, or runs in another
+    process), and why they could not be read (None: they were, or there is nothing to read)."""
+    if svc.runner is None:
+        return None, None
+    try:
+        with anyio.fail_after(DEVICE_MEMORY_WAIT_S):
+            found = await svc.runner.executor.device_memory()
+    except TimeoutError:
+        return None, f"not read: the executor did not answer within {DEVICE_MEMORY_WAIT_S:g} s"
+    except Exception as exc:  # a server that is down: said on the page, never a failed page
+        return None, f"not read: {exc}"
+    return (list(found) if found is not None else None), None
 
 
 @post("/nodes/{node_id:str}/drain", include_in_schema=False, status_code=303, opt={OWN_CONTENT_TYPES_OPT: True})

@@ -39,6 +39,12 @@ def test_serve_runs_jobs_on_comfyui_end_to_end(tmp_path, comfy):
             assert video.status_code == 200 and len(video.content) == view["artifact"]["bytes"]
             ready = api.get("/readyz").json()
             assert ready["executor"] == "ready for t2va, fl2va, ref2va" and ready["problems"] == []
+            # The box page shows the devices ComfyUI reports (the recorded H200's answer).
+            box = api.get("/console/box").text
+            assert "<td>cuda:0 NVIDIA H200 : cudaMallocAsync</td><td>140.4 GiB</td><td>139.4 GiB</td><td>1.0 GiB (1%)</td>" in box
+            comfy.call(comfy.stop())  # ComfyUI goes away: the page says so, and still answers
+            box = api.get("/console/box")
+            assert box.status_code == 200 and 'Device memory</h2>\n  <p class="problems">not read: GET' in box.text, box.text
         server.stop()
     finally:
         servers.kill_all()

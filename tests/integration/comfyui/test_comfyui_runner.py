@@ -64,6 +64,19 @@ async def test_a_job_completes_with_one_progress_event_per_step_and_its_video(ma
     assert graph["5"]["inputs"]["prompt"] == "a red fox in snow" and graph["9"]["inputs"]["steps"] == 6
 
 
+async def test_the_devices_memory_is_what_comfyui_reports_and_a_server_away_raises(make_runner, comfy):
+    from h3core.executors.comfyui.client import Unreachable
+    from h3core.executors.reports import DeviceMemory
+
+    async with make_runner() as runner:
+        (device,) = await runner.executor.device_memory()
+        total = 150_754_820_096  # the recorded H200's: torch in ComfyUI holds nothing before a prompt
+        assert device == DeviceMemory("cuda:0 NVIDIA H200 : cudaMallocAsync", total, total - 2**30, 0)
+        await comfy.stop()
+        with pytest.raises(Unreachable):
+            await runner.executor.device_memory()
+
+
 async def test_a_dropped_socket_loses_hints_not_the_job(make_runner, comfy, caplog):
     caplog.set_level(logging.INFO, logger="h3core.executors.comfyui")
     comfy.drop_sockets_at_step = 3

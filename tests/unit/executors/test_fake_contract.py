@@ -6,6 +6,7 @@ import anyio
 import pytest
 
 from h3core import FakeExecutor, FakePlan, GenerationRequest, LocalArtifactStore
+from h3core.executors.reports import DeviceMemory
 from h3core.testing.executor import ExecutorContract
 
 
@@ -44,3 +45,21 @@ async def test_the_contract_fails_an_executor_that_breaks_it(tmp_path, broken, t
     request = GenerationRequest(prompt="a red fox in snow", width=64, height=64, frames=22, steps=6, seed=7)
     with pytest.raises(AssertionError):
         await test(ExecutorContract(), executor, artifacts, request)
+
+
+class _MoreFreeThanThere(FakeExecutor):
+    async def device_memory(self):
+        return (DeviceMemory("cuda:0", total_bytes=2**30, free_bytes=2**31),)
+
+
+class _NoDevicesButNotNone(FakeExecutor):
+    async def device_memory(self):
+        return ()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("broken", [_MoreFreeThanThere, _NoDevicesButNotNone])
+async def test_the_contract_fails_device_memory_that_cannot_be(tmp_path, broken):
+    executor = broken(LocalArtifactStore(tmp_path / "artifacts"), default=FakePlan(step_seconds=0.01))
+    with pytest.raises(AssertionError):
+        await ExecutorContract().test_its_device_memory_is_unknown_or_each_device_s_free_part_of_its_total(executor)

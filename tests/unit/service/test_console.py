@@ -314,6 +314,7 @@ def test_the_box_says_its_load_and_reads_it_again(make_client):
         part = client.get("/console/box?fragment=1")
     assert 'id="box-body" data-fragment="/console/box"' in box.text
     assert "0 of 1 slot(s)" in part.text and 'id="box-queued"' in part.text and "<html" not in part.text
+    assert "Not known: the executor (fake) reports no device memory here" in part.text  # the fake has no device
 
 
 def test_a_bulk_post_is_bounded_and_says_what_it_did_in_fixed_words(make_client):
