@@ -1,8 +1,9 @@
-"""Write video frames and stereo audio as an H.264 + AAC mp4 (PyAV)."""
+"""Write video frames and stereo audio as an H.264 + AAC mp4 (PyAV), and stereo audio into a stream."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -38,15 +39,34 @@ def write_mp4(
         for packet in video.encode():
             out.mux(packet)
         if sound is not None and audio is not None:
-            chunk = 1024 * 32
-            for start in range(0, audio.shape[1], chunk):
-                frame = av.AudioFrame.from_ndarray(
-                    np.ascontiguousarray(audio[:, start : start + chunk], dtype=np.float32),
-                    format="fltp",
-                    layout="stereo",
-                )
-                frame.sample_rate = sample_rate
-                for packet in sound.encode(frame):
-                    out.mux(packet)
-            for packet in sound.encode():
+            encode_audio(out, sound, audio, sample_rate)
+
+
+def encode_audio(
+    out: av.container.OutputContainer, sound: av.audio.stream.AudioStream, audio: np.ndarray, sample_rate: int
+) -> None:
+    """`audio` (float32 [2, samples]) encoded into `sound`, a stereo stream of `out`, and flushed;
+    converted first where the codec takes other samples (ALAC's integers)."""
+    wanted = sound.codec_context.format
+    convert = (
+        None
+        if wanted is None or wanted.name == "fltp"
+        else av.AudioResampler(format=wanted.name, layout="stereo", rate=sample_rate)
+    )
+    chunk = 1024 * 32
+    for start in range(0, audio.shape[1], chunk):
+        frame = av.AudioFrame.from_ndarray(
+            np.ascontiguousarray(audio[:, start : start + chunk], dtype=np.float32), format="fltp", layout="stereo"
+        )
+        frame.sample_rate = sample_rate
+        # Timed from 0: the encoder's first packet then starts before it (AAC's 1024 priming samples)
+        # and the muxer writes the edit list that has players skip them, keeping the sound in sync.
+        frame.pts, frame.time_base = start, Fraction(1, sample_rate)
+        for ready in convert.resample(frame) if convert is not None else (frame,):
+            for packet in sound.encode(ready):
                 out.mux(packet)
+    for ready in convert.resample(None) if convert is not None else ():
+        for packet in sound.encode(ready):
+            out.mux(packet)
+    for packet in sound.encode():
+        out.mux(packet)
