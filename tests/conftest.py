@@ -128,17 +128,23 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ.setdefault(name, "1")
 
 
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # around pytest-timeout's, which reads the mark as it starts
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    # The hang guard (pytest-timeout: the ini's, or a test's own mark) stretches with the load as
+    # the waits do (tests/waiting.py), measured as each test starts: a machine loaded since the
+    # run began is slower, not red.
+    guard = float(item.config.getini("timeout") or 0)
+    marked = item.get_closest_marker("timeout")
+    seconds = float(marked.args[0] if marked and marked.args else (marked.kwargs.get("timeout", guard) if marked else guard))
+    factor = stretch()
+    if seconds > 0 and factor > 1:
+        item.add_marker(pytest.mark.timeout(seconds * factor), append=False)
+    yield
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups from the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The hang guard (pytest-timeout: the ini's, or a test's own mark) stretches with the load as
-    # the waits do (tests/waiting.py): a loaded machine is slower, not red.
-    guard = float(config.getini("timeout") or 0)
-    factor = stretch()
     for item in items:
-        marked = item.get_closest_marker("timeout")
-        seconds = float(marked.args[0] if marked and marked.args else (marked.kwargs.get("timeout", guard) if marked else guard))
-        if seconds > 0 and factor > 1:
-            item.add_marker(pytest.mark.timeout(seconds * factor), append=False)
         # Every integration test is slow (a process, a server, a model): `-m "not slow"` leaves them out.
         if "integration" in item.path.parts:
             item.add_marker(pytest.mark.slow)
