@@ -198,6 +198,20 @@ def test_what_a_cancel_said_stays_through_the_live_update_it_causes(page, api):
         cancel_quietly(api, job_id)
 
 
+def test_a_mode_chosen_before_the_form_reads_the_ceilings_stays_chosen(page):
+    """The page comes with its options; the script reads /v1/ceilings and fills them again. A choice
+    made meanwhile (a loaded machine answers slowly) stayed in the form only by luck before."""
+    held = []
+    page.route("**/v1/ceilings", lambda route: held.append(route))  # held until the choice is made
+    page.goto("/console/submit")
+    page.get_by_label("Mode").select_option("ref2va")
+    poll(lambda: held, 30, "the page to ask for /v1/ceilings")
+    held[0].continue_()
+    page.wait_for_selector("#ceiling-note:has-text('At most')")  # the script has filled the form
+    assert page.get_by_label("Mode").input_value() == "ref2va"
+    assert "for ref2va" in page.locator("#ceiling-note").inner_text()
+
+
 @pytest.mark.parametrize("mode, field", [("fl2va", "#first"), ("ref2va", "#ref-images")])
 def test_a_job_with_uploaded_images_is_submitted_through_the_form(page, api, tmp_path, mode, field):
     from PIL import Image

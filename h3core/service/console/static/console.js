@@ -356,7 +356,10 @@ async function submitPage() {
   if (!got.ok) { say(result, `cannot read /v1/ceilings: ${problem(got)}`, true); return; }
   const rows = got.body.ceilings.filter((r) => r.max_frames >= r.min_frames && r.reason !== "mode_unavailable");
   const modes = [...new Set(rows.map((r) => r.mode))];
+  // The page came with its options: what was chosen while /v1/ceilings was read stays chosen.
+  const chosen = $("mode").value;
   $("mode").replaceChildren(...modes.map((m) => new Option(m, m)));
+  if (modes.includes(chosen)) $("mode").value = chosen;
   const sizeKey = (r) => `${r.width}x${r.height}`;
   const counts = () => ({
     keyframes: ["first", "last"].filter((n) => $(n).files.length).length,
