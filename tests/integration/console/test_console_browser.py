@@ -151,7 +151,9 @@ def test_the_form_never_offers_more_frames_than_the_ceiling(page, api):
 
 def test_a_refusal_is_shown_with_its_ceiling(page, api):
     page.goto("/console/submit")
-    page.wait_for_selector("#frames option", state="attached")
+    # Once the script has read /v1/ceilings (it says the ceiling): before that, the options it
+    # fills replace a value forced in, and the form would post without it (a loaded run did).
+    page.locator("#ceiling-note", has_text="At most").wait_for(timeout=WAIT_MS)
     page.get_by_label("Prompt", exact=True).fill("too long a fox")
     page.get_by_label("Resolution").select_option("832x480")
     # What the form never offers, forced into it: admission's refusal is what the page shows.
