@@ -37,6 +37,7 @@ from h3core.domain.events import (
     Done,
     Event,
     Failed,
+    Planned,
     Progress,
     Recovered,
     Released,
@@ -44,6 +45,7 @@ from h3core.domain.events import (
     Restored,
     Resumed,
     Running,
+    SegmentDone,
     Submitted,
 )
 from h3core.domain.failures import FAILURE_KINDS, FailureKind
@@ -139,10 +141,12 @@ __all__ = [
     "NotCancellable",
     "NotQueued",
     "PostgresEventStore",
+    "Planned",
     "Progress",
     "Recovered",
     "Released",
     "Reprioritized",
+    "SegmentDone",
     "Restored",
     "Checkpoint",
     "Checkpointed",

@@ -23,6 +23,7 @@ from h3core.domain.ids import JobId
 from h3core.domain.quality import StepCounts
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
+from h3core.domain.segments import SegmentPlan
 from h3core.domain.webhooks import WebhookTarget
 
 
@@ -81,6 +82,14 @@ class Admitted(_Body):
     type: Literal["admitted"] = "admitted"
     # The request's token count where the admission policy computed one (capacity evidence).
     tokens: int | None = None
+
+
+class Planned(_Body):
+    """Admission planned the video, longer than the model's window, as segments (`plan`), each
+    continuing the last; written with `admitted`, before any attempt."""
+
+    type: Literal["planned"] = "planned"
+    plan: SegmentPlan
 
 
 class Running(_Body):
@@ -191,6 +200,15 @@ class Artifact(_Model):
     media_type: str = "video/mp4"
 
 
+class SegmentDone(_Body):
+    """Segment `index` of the job's plan is made and committed (`artifact`: its segment file, the
+    frames it keeps): no later attempt makes it again. Only while running, in the plan's order."""
+
+    type: Literal["segment_done"] = "segment_done"
+    index: int = Field(ge=0)
+    artifact: Artifact
+
+
 class Done(_Body):
     """The job finished with its video (`artifact`). Terminal."""
 
@@ -268,10 +286,12 @@ class Recovered(_Body):
 Body = Annotated[
     Submitted
     | Admitted
+    | Planned
     | Running
     | Resumed
     | Detached
     | Progress
+    | SegmentDone
     | Done
     | AttemptFailed
     | Failed

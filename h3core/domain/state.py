@@ -6,8 +6,11 @@ attempt and the work its `Running` named; `Progress` only while running, monoton
 within its total; exactly one terminal event and nothing after it; a retry only where the job's
 own retry policy allows it (an attempt that never started, or that h3core's own graceful stop
 handed back with `Released`, does not count); a `Done` that says the cancel came too late only
-after one was requested; after `Recovered`, only the `Done` of the video it names. A checkpoint
-only of a step the running attempt reached, past its previous one; an attempt continues
+after one was requested; after `Recovered`, only the `Done` of the video it names. A video longer
+than the model's window is `Planned` as segments as it is admitted, once; its segments are done
+(`SegmentDone`) while running, each once and in the plan's order, kept through retries, and it is
+`Done` only once every one is; a segment's end starts the next one's steps and checkpoints afresh.
+A checkpoint only of a step the running attempt reached, past its previous one; an attempt continues
 (`Restored`) only from a checkpoint the log holds, before its first step. Anything else raises
 `IllegalEvent` and never reaches a store.
 """
@@ -34,6 +37,7 @@ from h3core.domain.events import (
     Done,
     Event,
     Failed,
+    Planned,
     Progress,
     Recovered,
     Released,
@@ -41,10 +45,12 @@ from h3core.domain.events import (
     Restored,
     Resumed,
     Running,
+    SegmentDone,
     Submitted,
 )
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
+from h3core.domain.segments import SegmentPlan
 from h3core.domain.webhooks import WebhookTarget
 
 Status = Literal["submitted", "queued", "running", "done", "failed", "cancelled"]
@@ -114,6 +120,8 @@ class JobState(BaseModel):
     checkpoints: tuple[Checkpoint, ...] = ()  # the newest last, at most CHECKPOINTS_KEPT
     restored_from: int | None = None  # the step the current attempt continued from
     released: int = 0  # attempts h3core's own graceful stops handed back (not failures)
+    plan: SegmentPlan | None = None  # the segments of a video longer than the model's window
+    segments: tuple[Artifact, ...] = ()  # the plan's segments done so far, in order: kept through retries
 
     @property
     def terminal(self) -> bool:
@@ -134,6 +142,13 @@ class JobState(BaseModel):
     def allows_retry(self, kind: str) -> bool:
         """Whether the running attempt, failing with `kind`, earns another under the job's policy."""
         return self.retry.allows_retry(kind, self.attempt, not_started=self.not_started, released=self.released)
+
+    @property
+    def segment(self) -> int | None:
+        """The plan's segment an attempt makes now or next (None: not segmented, or every one done)."""
+        if self.plan is None or len(self.segments) >= len(self.plan.segments):
+            return None
+        return len(self.segments)
 
     @property
     def checkpoint(self) -> Checkpoint | None:
@@ -190,6 +205,13 @@ def apply(state: JobState | None, event: Event) -> JobState:
             if state.status != "submitted":
                 raise _illegal(event, "not_submitted", f"'admitted' only follows 'submitted', job is '{state.status}'")
             return state.model_copy(update={**common, "status": "queued", "admitted_at": event.at, "tokens": body.tokens})
+        case Planned():
+            if state.status != "queued" or state.attempt or state.plan is not None:
+                raise _illegal(event, "not_just_admitted", "'planned' only with 'admitted', before any attempt, once")
+            if body.plan.frames != state.request.frames:
+                asked = state.request.frames
+                raise _illegal(event, "plan_frames", f"a plan of {body.plan.frames} frames for a request of {asked}")
+            return state.model_copy(update={**common, "plan": body.plan})
         case Running():
             if state.status != "queued":
                 raise _illegal(event, "not_queued", f"'running' only from queued, job is '{state.status}'")
@@ -234,9 +256,30 @@ def apply(state: JobState | None, event: Event) -> JobState:
             if state.step is not None and body.step <= state.step:
                 raise _illegal(event, "step_not_monotone", f"step {body.step} does not advance past {state.step}")
             return state.model_copy(update={**common, "step": body.step, "total": body.total})
+        case SegmentDone():
+            if state.status != "running":
+                raise _illegal(event, "not_running", f"'segment_done' only while running, job is '{state.status}'")
+            if state.plan is None:
+                raise _illegal(event, "not_segmented", "'segment_done' only for a job planned as segments")
+            if body.index != state.segment:
+                raise _illegal(event, "segment_order", f"segment {body.index} is not the next one ({state.segment})")
+            return state.model_copy(
+                update={
+                    **common,
+                    "segments": (*state.segments, body.artifact),
+                    # The next segment's steps and checkpoints are its own.
+                    "step": None,
+                    "total": None,
+                    "checkpoints": (),
+                    "restored_from": None,
+                }
+            )
         case Done():
             if state.status != "running":
                 raise _illegal(event, "not_running", f"'done' only while running, job is '{state.status}'")
+            if state.plan is not None and state.segment is not None:
+                left = len(state.plan.segments) - state.segment
+                raise _illegal(event, "segments_left", f"'done' with {left} segment(s) of the plan not made")
             if body.cancel_too_late and not state.cancel_requested:
                 raise _illegal(event, "cancel_not_requested", "'done' says a cancel came too late, but none was requested")
             return state.model_copy(

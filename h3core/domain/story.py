@@ -19,6 +19,7 @@ from h3core.domain.events import (
     Done,
     Event,
     Failed,
+    Planned,
     Progress,
     Recovered,
     Released,
@@ -26,6 +27,7 @@ from h3core.domain.events import (
     Restored,
     Resumed,
     Running,
+    SegmentDone,
     Submitted,
 )
 from h3core.domain.state import JobState
@@ -108,6 +110,11 @@ def fields(event: Event) -> str:
             return f"reason={b.reason!r}" + (f"  by={b.by}" if b.by else "")
         case Reprioritized():
             return f"priority={b.priority}" + (f"  by={b.by}" if b.by else "")
+        case Planned():
+            return b.plan.describe()
+        case SegmentDone():
+            a = b.artifact
+            return f"segment {b.index + 1}  artifact={a.path}  bytes={a.bytes}  sha256={a.sha256}  frames={a.frames}"
         case Checkpointed():
             return f"{_checkpoint(b.checkpoint)}  paused={dur(b.paused_s)}  write={dur(b.write_s)}"
         case Restored():

@@ -22,6 +22,7 @@ from h3core.domain.events import (
     Detached,
     Done,
     Failed,
+    Planned,
     Progress,
     Recovered,
     Released,
@@ -29,6 +30,7 @@ from h3core.domain.events import (
     Restored,
     Resumed,
     Running,
+    SegmentDone,
 )
 from h3core.domain.state import JobState
 from h3core.runtime._writer import GroupWriter
@@ -87,6 +89,8 @@ _ABOVE_DEBUG = frozenset(
         "cancel_requested",
         "cancelled",
         "reprioritized",
+        "planned",
+        "segment_done",
         "restored",
         "checkpoint_rejected",
         "released",
@@ -155,6 +159,13 @@ def log_written(state: JobState, bodies: Sequence[Body]) -> None:
             case Reprioritized():
                 extra |= {"priority": body.priority, "by": body.by}
                 log.info("job %s: priority set to %d", state.job_id, body.priority, extra=extra)
+            case Planned():
+                extra |= {"segments": len(body.plan.segments)}
+                log.info("job %s planned as %s", state.job_id, body.plan.describe(), extra=extra)
+            case SegmentDone():
+                extra |= {"segment": body.index, "path": body.artifact.path, "frames": body.artifact.frames}
+                of = len(state.plan.segments) if state.plan is not None else "?"
+                log.info("job %s: segment %d of %s done", state.job_id, body.index + 1, of, extra=extra)
             case Restored():
                 extra |= {"step": body.checkpoint.step, "path": body.checkpoint.path}
                 log.info(

@@ -55,6 +55,11 @@ try:  # ... and later than the fifth
     from h3core.domain.quality import StepCounts
 except ImportError:  # pragma: no cover
     StepCounts = None
+try:  # ... and later than the sixth
+    from h3core.domain.events import Planned, SegmentDone
+    from h3core.domain.segments import plan_segments
+except ImportError:  # pragma: no cover
+    Planned = SegmentDone = plan_segments = None
 
 
 def _artifact(job: str, attempt: int) -> Artifact:
@@ -203,6 +208,33 @@ def logs() -> dict[str, list[list]]:
             [Running(attempt=1, executor="pipeline", info={"quality": "fast", "cache": "first-block threshold=0.1"})],
             *[[Progress(step=i, total=8)] for i in (1, 4, 8)],
             [Done(artifact=_artifact("quality", 1), tokens=7424, steps=StepCounts(quality="fast", computed=5, cached=3))],
+        ]
+    if SegmentDone is not None:  # schema 6: a segmented job (planned, segment_done), retried in its third
+        plan = plan_segments(720, 355)  # 30 s on a 15 s window: 3 segments
+        seg = lambda i: Artifact(  # noqa: E731
+            path=f"segmented/segment-{i}.mp4",
+            bytes=40000 + i,
+            sha256=f"{i + 10:x}" * 64,
+            frames=plan.segments[i].keep,
+            duration_s=plan.segments[i].keep / 24,
+        )
+        out["segmented"] = [
+            [
+                Submitted(request=_request(frames=720), retry=RetryPolicy(max_attempts=2, retry_on=("executor_lost",))),
+                Admitted(tokens=20480),
+                Planned(plan=plan),
+            ],
+            [Running(attempt=1, executor="pipeline")],
+            [Progress(step=8, total=8)],
+            [SegmentDone(index=0, artifact=seg(0))],
+            [Progress(step=4, total=8)],
+            [SegmentDone(index=1, artifact=seg(1))],
+            [Progress(step=2, total=8)],
+            [AttemptFailed(attempt=1, kind="executor_lost", message="the worker died")],
+            [Running(attempt=2, executor="pipeline")],
+            [Progress(step=8, total=8)],
+            [SegmentDone(index=2, artifact=seg(2))],
+            [Done(artifact=Artifact(path="segmented/attempt-2.mp4", bytes=120003, sha256="c" * 64, frames=720, duration_s=30.0))],
         ]
     if Recovered is not None:
         out["recovered"] = [

@@ -245,6 +245,7 @@ def test_the_runner_logs_the_same_records_whether_debug_is_on_or_off_less_the_de
     import typing
 
     from h3core.domain import events as ev
+    from h3core.domain.segments import plan_segments
     from h3core.domain.state import fold
     from h3core.runtime._journal import log_written
     from tests.factories import artifact
@@ -264,6 +265,8 @@ def test_the_runner_logs_the_same_records_whether_debug_is_on_or_off_less_the_de
         ev.CancelRequested(reason="asked"),
         ev.Cancelled(reason="asked"),
         ev.Reprioritized(priority=5, by="alice"),
+        ev.Planned(plan=plan_segments(100, 40)),
+        ev.SegmentDone(index=0, artifact=artifact()),
         ev.Recovered(attempt=1, artifact=artifact()),
         ev.Checkpointed(checkpoint=CKPT),
         ev.Restored(attempt=1, checkpoint=CKPT),

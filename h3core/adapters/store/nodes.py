@@ -16,7 +16,7 @@ fake (`memory_leases.MemoryNodeLeases`, fencing a `MemoryNodesEventStore`):
   it: a lease taken over between a check and the write would let the write through. `Fence` is
   that check and the lease changes an append makes, for an implementation to run inside its write.
 - **Reports from the attempt's own process.** It also refuses, with `LeaseLost`, what only the
-  process running an attempt reports onto it (`OWN_REPORTS`: progress, checkpoints logged,
+  process running an attempt reports onto it (`OWN_REPORTS`: progress, segments done, checkpoints logged,
   restored or rejected) onto a running attempt that this store object (this process) did not
   start or resume, or that it left running (`detached`): a process that lost an attempt cannot
   report onto a later attempt of the job, not even one its node id holds again (a replacement
@@ -78,6 +78,7 @@ from h3core.domain.events import (
     Restored,
     Resumed,
     Running,
+    SegmentDone,
 )
 from h3core.domain.state import JobState
 
@@ -104,7 +105,7 @@ __all__ = [
 
 # What only the process running an attempt writes onto it, and only while it does (the module
 # docstring's reports from the attempt's own process).
-OWN_REPORTS = (Progress, Checkpointed, Restored, CheckpointRejected)
+OWN_REPORTS = (Progress, Checkpointed, Restored, CheckpointRejected, SegmentDone)
 
 
 class LeaseLost(Conflict):

@@ -8,7 +8,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from h3core.domain.events import AttemptFailed, Cancelled, CancelRequested, Done, Event, Failed, Recovered, Reprioritized, Running
+from h3core.domain.events import (
+    AttemptFailed,
+    Cancelled,
+    CancelRequested,
+    Done,
+    Event,
+    Failed,
+    Planned,
+    Recovered,
+    Reprioritized,
+    Running,
+    SegmentDone,
+)
 from h3core.domain.story import dur, fields, tries, ts
 
 __all__ = ["Bar", "EventRow", "Mark", "Timeline", "event_rows", "timeline"]
@@ -176,6 +188,8 @@ def timeline(events: Sequence[Event], now: datetime) -> Timeline:
             "released": "handed back by h3core's stop",
             "checkpoint_rejected": "checkpoint unusable",
             "reprioritized": "priority changed",
+            "planned": "planned",
+            "segment_done": "segment done",
         }.get(e.type)
         if mark is None:
             continue
@@ -185,5 +199,9 @@ def timeline(events: Sequence[Event], now: datetime) -> Timeline:
             mark = f"cancel asked: {b.reason}" + (f" (by {b.by})" if b.by else "")
         elif isinstance(b, Reprioritized):
             mark = f"priority set to {b.priority}" + (f" by {b.by}" if b.by else "")
+        elif isinstance(b, Planned):
+            mark = f"planned as {b.plan.describe()}"
+        elif isinstance(b, SegmentDone):
+            mark = f"segment {b.index + 1} done ({b.artifact.frames} frames)"
         line.marks.append(Mark(mark, pos(e.at), ts(e.at)))
     return line

@@ -4,8 +4,8 @@
 const BASE = "/console";
 const UPDATE_MS = 250; // at most 4 page updates a second, however many events arrive
 const TERMINAL = new Set(["done", "failed", "cancelled"]);
-const EVENT_TYPES = ["submitted", "admitted", "running", "resumed", "detached", "progress", "attempt_failed",
-  "cancel_requested", "reprioritized", "recovered", "done", "failed", "cancelled"];
+const EVENT_TYPES = ["submitted", "admitted", "planned", "running", "resumed", "detached", "progress", "attempt_failed",
+  "cancel_requested", "reprioritized", "segment_done", "recovered", "done", "failed", "cancelled"];
 
 // Run `work` at most once per `ms`, trailing: triggers that come meanwhile make one more run.
 export function throttle(work, ms = UPDATE_MS) {
