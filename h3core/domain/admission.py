@@ -17,13 +17,20 @@ from pydantic import BaseModel, ConfigDict
 
 from h3core.domain.capabilities import Capabilities, GroupBudget
 from h3core.domain.capacity import CapacityProfile, Shape
+from h3core.domain.events import Admitted, Body, Planned
 from h3core.domain.geometry import CLIP, FPS, Media, count_tokens, snap_frames, text_rows_bound
-from h3core.domain.request import GenerationRequest
+from h3core.domain.request import GenerationRequest, Keyframes
+from h3core.domain.segments import Segment, SegmentPlan, plan_segments
 
 CeilingReason = Literal["vram", "unverified", "quality", "model_window", "mode_unavailable", "api_limit"]
 
 # The API's hard cap where no profile sets one (docs/design.md §5: the old API's cap, 50 s at 24 fps).
 DEFAULT_API_MAX_FRAMES = 1200
+# The longest video made as segments where the operator sets no bound (H3_MAX_VIDEO_SECONDS).
+DEFAULT_MAX_VIDEO_SECONDS = 60.0
+# What a segment after the first names as its first keyframe when admission judges it: the frame
+# the segment before makes, an upload only once that one is made.
+CONTINUED_FRAME = "previous-segment"
 # The canvases the console offers (docs/design.md §5), listed where no profile names its own.
 DEFAULT_RESOLUTIONS: tuple[tuple[int, int], ...] = ((832, 480), (1024, 576), (1344, 768), (448, 256))
 
@@ -46,8 +53,9 @@ class Admit(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     admitted: Literal[True] = True
-    tokens: int | None = None  # the request's sequence length, when the policy computed it
+    tokens: int | None = None  # the request's sequence length, when the policy computed it (a plan's: its longest segment's)
     frames: int | None = None  # the frames the executor will make of it, when the policy knows (else the model's count)
+    plan: SegmentPlan | None = None  # a video longer than the window, as the segments that make it
 
 
 class Refuse(BaseModel):
@@ -64,6 +72,11 @@ class Refuse(BaseModel):
 
 
 Decision = Admit | Refuse
+
+
+def admission_events(admit: Admit) -> list[Body]:
+    """What an admission writes: `admitted`, and the plan of a video made as segments (`planned`)."""
+    return [Admitted(tokens=admit.tokens), *([Planned(plan=admit.plan)] if admit.plan is not None else [])]
 
 
 @runtime_checkable
@@ -139,30 +152,108 @@ class RulesStatement(BaseModel):
 
     capabilities: Capabilities
     profile: CapacityProfile | None = None
+    max_video_seconds: float = DEFAULT_MAX_VIDEO_SECONDS  # the longest video made as segments
 
 
 class AdmissionRules:
     """What is admitted is what the executor will run. Pure: a function of its inputs."""
 
-    def __init__(self, capabilities: Capabilities, profile: CapacityProfile | None = None) -> None:
+    def __init__(
+        self,
+        capabilities: Capabilities,
+        profile: CapacityProfile | None = None,
+        *,
+        max_video_seconds: float = DEFAULT_MAX_VIDEO_SECONDS,
+    ) -> None:
+        """`max_video_seconds`: the longest video an executor that continues segments is asked for."""
         self.caps = capabilities
         self.profile = profile
         self.api_max_frames = profile.api_max_frames if profile is not None else DEFAULT_API_MAX_FRAMES
         self.resolutions = profile.resolutions if profile is not None else DEFAULT_RESOLUTIONS
+        self.max_video_seconds = max_video_seconds
+        self._one_calls: dict[tuple[Shape, str], int] = {}  # `_one_call`'s answers, by shape and quality
 
     def statement(self) -> RulesStatement:
         """What these rules judge by, for another process to judge as they do (`of`)."""
-        return RulesStatement(capabilities=self.caps, profile=self.profile)
+        return RulesStatement(capabilities=self.caps, profile=self.profile, max_video_seconds=self.max_video_seconds)
 
     @classmethod
     def of(cls, statement: RulesStatement) -> AdmissionRules:
         """The rules a `statement` describes: they decide every request as the stating ones do."""
-        return cls(statement.capabilities, statement.profile)
+        return cls(statement.capabilities, statement.profile, max_video_seconds=statement.max_video_seconds)
+
+    # -- long videos ---------------------------------------------------------------------------
+
+    def plan(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> SegmentPlan | None:
+        """The segments of a request longer than one call of this executor admits, where it continues
+        segments and the request is within the bound on a video's length; None: one call (or
+        refused as one). Each segment is as long as one call of its own shape admits at most (the
+        first without the request's last keyframe, the rest fl2va from the frame before, the last
+        with the request's last keyframe), so each is admitted by construction, and whether a long
+        request is admitted does not depend on its length below the bound: admission stays
+        monotone in frames, as the ceilings' walk needs."""
+        media = media or {}
+        window = self.caps.window
+        if window is None or window.max_frames is None or not self.caps.continues_segments or request.mode == "ref2va":
+            return None
+        if request.frames > self.max_video_frames or request.frames <= self._one_call(request, media):
+            return None
+        shapes = [self._first_part(request), self._continued_part(request, with_last=False)]
+        if request.keyframes is not None and request.keyframes.last is not None:
+            shapes.append(self._continued_part(request, with_last=True))
+        most = min([window.max_frames, *(self._one_call(s, media) for s in shapes)])
+        return plan_segments(request.frames, most) if most >= 2 else None
+
+    def _one_call(self, like: GenerationRequest, media: Mapping[str, Media]) -> int:
+        """The most frames one call admits for requests like `like` (0: none), cached per shape."""
+        key = (Shape.of(like), like.quality) if not media else None
+        if key is not None and key in self._one_calls:
+            return self._one_calls[key]
+        best = self._walk(like, media)[0]
+        if key is not None:
+            self._one_calls[key] = best
+        return best
+
+    @staticmethod
+    def _first_part(request: GenerationRequest) -> GenerationRequest:
+        """The first segment's shape: the request without its last keyframe (that one ends the video)."""
+        first = request.keyframes.first if request.keyframes is not None else None
+        if first is None:
+            return request.model_copy(update={"mode": "t2va", "keyframes": None})
+        return request.model_copy(update={"mode": "fl2va", "keyframes": Keyframes.model_construct(first=first, last=None)})
+
+    @staticmethod
+    def _continued_part(request: GenerationRequest, *, with_last: bool) -> GenerationRequest:
+        """A later segment's shape: fl2va from the frame before (and the request's last keyframe on the last)."""
+        last = request.keyframes.last if with_last and request.keyframes is not None else None
+        keyframes = Keyframes.model_construct(first=CONTINUED_FRAME, last=last)
+        return request.model_copy(update={"mode": "fl2va", "keyframes": keyframes})
+
+    @property
+    def max_video_frames(self) -> int:
+        """The most frames a video made as segments has (the bound, in whole frames)."""
+        return int(self.max_video_seconds * FPS + 1e-9)
+
+    @staticmethod
+    def segment_request(request: GenerationRequest, plan: SegmentPlan, segment: Segment) -> GenerationRequest:
+        """What the model is asked for one segment: its frames, fl2va from the frame the segment
+        before makes after the first (`CONTINUED_FRAME` until that one is made), the request's own
+        first keyframe on the first segment and its last on the last; t2va where neither applies."""
+        keyframes = request.keyframes
+        first = CONTINUED_FRAME if segment.index else (keyframes.first if keyframes is not None else None)
+        last = keyframes.last if keyframes is not None and segment.index == len(plan.segments) - 1 else None
+        if first is None and last is None:
+            return request.model_copy(update={"frames": segment.frames, "mode": "t2va", "keyframes": None})
+        continued = Keyframes.model_construct(first=first, last=last)
+        return request.model_copy(update={"frames": segment.frames, "mode": "fl2va", "keyframes": continued})
 
     # -- the one judgement -------------------------------------------------------------------
 
-    def _judge(self, request: GenerationRequest, media: Mapping[str, Media], tokens: int) -> _Limit | None:
-        """None if `request` is admissible, else the limit it breaks."""
+    def _judge(
+        self, request: GenerationRequest, media: Mapping[str, Media], tokens: int, *, segments: bool = True
+    ) -> _Limit | None:
+        """None if `request` is admissible, else the limit it breaks; `segments`: as segments where
+        one call cannot make it (False: as one call, what `plan` measures segments by)."""
         caps, shape = self.caps, Shape.of(request)
         mode = caps.mode(request.mode)
         if not mode.served:
@@ -198,7 +289,14 @@ class AdmissionRules:
                 why="references.audios: an audio reference needs an image or video reference beside it",
                 field="references.audios",
             )
+        if segments and self.plan(request, media) is not None:
+            return None  # each segment admitted by construction
         window = caps.window
+        if segments and caps.continues_segments and request.mode != "ref2va" and request.frames > self.max_video_frames:
+            return _Limit(
+                reason="api_limit",
+                why=f"a video made as segments is at most {self.max_video_seconds:g} s ({self.max_video_frames} frames)",
+            )
         if window is not None and not window.admits(request.frames):
             snapped = snap_frames(request.frames)
             return _Limit(
@@ -279,6 +377,8 @@ class AdmissionRules:
         tokens within the kernel's limit and the largest group's budget (what binds any shape)."""
         window = self.caps.window
         top = self.api_max_frames if window is None or window.max_frames is None else min(self.api_max_frames, window.max_frames)
+        if self.caps.continues_segments and window is not None and window.max_frames is not None:
+            top = max(top, self.max_video_frames)  # a long video, as segments (each call's tokens within the budget)
         bounds = [t for t in (self.caps.max_tokens, self._largest_group().tokens) if t is not None]
         return QueueFilter(
             min_frames=window.min_frames if window is not None else 1, max_frames=top, max_tokens=min(bounds) if bounds else None
@@ -292,6 +392,10 @@ class AdmissionRules:
         tokens = count_tokens(request, media).total
         limit = self._judge(request, media, tokens)
         if limit is None:
+            plan = self.plan(request, media)
+            if plan is not None:  # its largest call's count: what a node's budget must hold
+                longest = max(count_tokens(self.segment_request(request, plan, s), media).total for s in plan.segments)
+                return Admit(tokens=longest, frames=request.frames, plan=plan)
             return Admit(tokens=tokens, frames=self.caps.frames_made(request))
         row = self.ceiling(request, media)
         ceiling = Ceiling(max_frames=row.max_frames, reason=row.reason, verified=row.verified, min_frames=row.min_frames)
@@ -304,15 +408,14 @@ class AdmissionRules:
         detail = f"{request.frames} frames at {where} refused ({limit.reason}): {limit.why}; {admitted}"
         return Refuse(detail=detail, ceiling=ceiling, reason=limit.reason, field=limit.field)
 
-    def ceiling(self, like: Shape | GenerationRequest, media: Mapping[str, Media] | None = None) -> CeilingRow:
-        """The frame counts admitted for requests like `like` (all but its length)."""
-        media = media or {}
-        template = like.request(1) if isinstance(like, Shape) else like
+    def _walk(self, template: GenerationRequest, media: Mapping[str, Media]) -> tuple[int, _Limit]:
+        """The most frames one call admits for requests like `template` (0: none) and the limit
+        just past it."""
         shape = Shape.of(template)
 
         def judge(frames: int) -> _Limit | None:
             request = template.model_copy(update={"frames": frames})
-            return self._judge(request, media, count_tokens(request, media).total)
+            return self._judge(request, media, count_tokens(request, media).total, segments=False)
 
         window = self.caps.window
         low = window.min_frames if window is not None else 1
@@ -335,7 +438,28 @@ class AdmissionRules:
                     break
                 best = frames
         assert refusal is not None  # top + 1 breaks whatever set top
-        tokens = count_tokens(template.model_copy(update={"frames": best}), media).total if best else None
+        return best, refusal
+
+    def ceiling(self, like: Shape | GenerationRequest, media: Mapping[str, Media] | None = None) -> CeilingRow:
+        """The frame counts admitted for requests like `like` (all but its length)."""
+        media = media or {}
+        template = like.request(1) if isinstance(like, Shape) else like
+        shape = Shape.of(template)
+
+        best, refusal = self._walk(template, media)
+        window = self.caps.window
+        low = window.min_frames if window is not None else 1
+        long = template.model_copy(update={"frames": self.max_video_frames})
+        plan = self.plan(long, media) if best and self.max_video_frames > best else None
+        if plan is not None:  # past one call, segments up to the bound
+            best = self.max_video_frames
+            past = self._judge(long.model_copy(update={"frames": best + 1}), media, 0)
+            assert past is not None  # the bound
+            refusal = past
+            parts = [self.segment_request(long, plan, s) for s in plan.segments]
+            tokens: int | None = max(count_tokens(p, media).total for p in parts)
+        else:
+            tokens = count_tokens(template.model_copy(update={"frames": best}), media).total if best else None
         budget = self._budget(shape)
         # Verified: a measurement backs the limit that binds, and that what it admits fits in memory.
         verified = refusal.verified and budget is not None and budget.verified

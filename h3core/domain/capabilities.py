@@ -135,6 +135,9 @@ class Capabilities(_Data):
     # The quality levels it runs (h3core.domain.quality): a request at another is refused at
     # submission. `exact` alone unless it says more (a statement from an older node says nothing).
     qualities: tuple[Quality, ...] = ("exact",)
+    # Whether it makes a video longer than its window as segments, each continuing the last from
+    # its last frame (fl2va's `first`): h3core.domain.segments. False: such a request is refused.
+    continues_segments: bool = False
 
     def frames_made(self, request: GenerationRequest) -> int:
         """How many frames the video of `request` will have."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from h3core.adapters.store.base import Conflict
-from h3core.domain.admission import AdmissionPolicy, Refuse
-from h3core.domain.events import Admitted, Body, Cancelled, CancelRequested, Reprioritized, Submitted
+from h3core.domain.admission import AdmissionPolicy, Refuse, admission_events
+from h3core.domain.events import Body, Cancelled, CancelRequested, Reprioritized, Submitted
 from h3core.domain.geometry import Media
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
@@ -60,7 +60,7 @@ class Intake:
                 by=by,
                 webhook=webhook,
             ),
-            Admitted(tokens=decision.tokens),
+            *admission_events(decision),
         ]
         try:
             return await self.journal.append(job_id or self.new_id(), bodies, expected_seq=0)

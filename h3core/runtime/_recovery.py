@@ -11,10 +11,9 @@ from datetime import UTC, datetime
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.base import Conflict, EventStore
 from h3core.adapters.store.nodes import node_leases
-from h3core.domain.admission import AdmissionPolicy, Refuse
+from h3core.domain.admission import AdmissionPolicy, Refuse, admission_events
 from h3core.domain.adoption import Adopt, Discard, adoption, expected, judge
 from h3core.domain.events import (
-    Admitted,
     AttemptFailed,
     Body,
     Cancelled,
@@ -87,10 +86,10 @@ async def recover(
         elif state.status == "submitted":  # a log imported without its admission
             decision = admission.decide(state.request)
             if isinstance(decision, Refuse):
-                body: Body = Failed(kind="invalid", message=f"refused at recovery: {decision.detail}")
+                bodies: list[Body] = [Failed(kind="invalid", message=f"refused at recovery: {decision.detail}")]
             else:
-                body = Admitted(tokens=decision.tokens)
-            await journal.append(state.job_id, [body], expected_seq=state.last_seq)
+                bodies = admission_events(decision)
+            await journal.append(state.job_id, bodies, expected_seq=state.last_seq)
     if artifacts is not None:
         await clear_staged(journal, artifacts)
     return resumable

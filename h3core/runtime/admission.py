@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from h3core.adapters.store.location import is_postgres_url, local_dir
-from h3core.domain.admission import AdmissionRules, CeilingRow, Decision
+from h3core.domain.admission import DEFAULT_MAX_VIDEO_SECONDS, AdmissionRules, CeilingRow, Decision
 from h3core.domain.capabilities import MODES, Capabilities, ModeReadiness
 from h3core.domain.capacity import CapacityProfile, applicable
 from h3core.domain.geometry import Media
@@ -53,14 +53,21 @@ class ServiceAdmission(Protocol):
         ...
 
 
-def rules_for(caps: Capabilities, profiles: Sequence[CapacityProfile], explicit: CapacityProfile | None) -> AdmissionRules:
+def rules_for(
+    caps: Capabilities,
+    profiles: Sequence[CapacityProfile],
+    explicit: CapacityProfile | None,
+    *,
+    max_video_seconds: float = DEFAULT_MAX_VIDEO_SECONDS,
+) -> AdmissionRules:
     """The contract of `caps`: the first of `profiles` that describes them gives the budgets;
-    `explicit`, the operator's choice, applies whatever the hardware says."""
+    `explicit`, the operator's choice, applies whatever the hardware says; `max_video_seconds`: the
+    longest video made as segments (H3_MAX_VIDEO_SECONDS)."""
     if explicit is not None:
         profile, effective = applicable([explicit.model_copy(update={"match": ()})], caps)
     else:
         profile, effective = applicable(profiles, caps)
-    return AdmissionRules(effective, profile)
+    return AdmissionRules(effective, profile, max_video_seconds=max_video_seconds)
 
 
 class LocalAdmission:
@@ -71,11 +78,17 @@ class LocalAdmission:
     hardware says."""
 
     def __init__(
-        self, source: CapabilitySource, profiles: Sequence[CapacityProfile] = (), *, profile: CapacityProfile | None = None
+        self,
+        source: CapabilitySource,
+        profiles: Sequence[CapacityProfile] = (),
+        *,
+        profile: CapacityProfile | None = None,
+        max_video_seconds: float = DEFAULT_MAX_VIDEO_SECONDS,
     ) -> None:
         self.source = source
         self.profiles = tuple(profiles)
         self.explicit = profile
+        self.max_video_seconds = max_video_seconds
         self._cached: tuple[Capabilities, AdmissionRules] | None = None
         self._lock = threading.Lock()
 
@@ -85,7 +98,7 @@ class LocalAdmission:
         with self._lock:
             if self._cached is not None and (self._cached[0] is caps or self._cached[0] == caps):
                 return self._cached[1]
-            contract = rules_for(caps, self.profiles, self.explicit)
+            contract = rules_for(caps, self.profiles, self.explicit, max_video_seconds=self.max_video_seconds)
             self._cached = (caps, contract)
             return contract
 

@@ -21,7 +21,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from h3core.adapters.store.nodes import NodeLeases, NodeRow
-from h3core.domain.admission import AdmissionRules, CeilingRow, Decision, RulesStatement
+from h3core.domain.admission import DEFAULT_MAX_VIDEO_SECONDS, AdmissionRules, CeilingRow, Decision, RulesStatement
 from h3core.domain.capabilities import Capabilities, ModeReadiness
 from h3core.domain.capacity import CapacityProfile
 from h3core.domain.fleet import NodeRules, ceilings_across, decide_across
@@ -52,10 +52,13 @@ class FleetAdmission:
         profile: CapacityProfile | None = None,
         local: LocalAdmission | None = None,
         interval_s: float = 1.0,
+        max_video_seconds: float = DEFAULT_MAX_VIDEO_SECONDS,
     ) -> None:
+        """`max_video_seconds`: what nodes of an older version, which state no bound, are judged by."""
         self.leases = leases
         self.profiles = tuple(profiles)
         self.explicit = profile
+        self.max_video_seconds = max_video_seconds
         self.local = local
         self.interval_s = interval_s
         self._others: tuple[NodeRules, ...] = ()  # live nodes but this one
@@ -100,7 +103,7 @@ class FleetAdmission:
             return AdmissionRules.of(said)
         assert row.capabilities is not None
         caps = row.capabilities if not_ready is None else row.capabilities.not_ready(not_ready)
-        return rules_for(caps, self.profiles, self.explicit)
+        return rules_for(caps, self.profiles, self.explicit, max_video_seconds=self.max_video_seconds)
 
     async def watch(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep the other nodes' statements fresh, until cancelled (read once before it starts).
@@ -128,7 +131,9 @@ class FleetAdmission:
         live = [*mine, *self._others]
         if live:
             return live
-        return list(self._fallback) or [("none", rules_for(unknown(), self.profiles, self.explicit))]
+        return list(self._fallback) or [
+            ("none", rules_for(unknown(), self.profiles, self.explicit, max_video_seconds=self.max_video_seconds))
+        ]
 
     def decide(self, request: GenerationRequest, media: Mapping[str, Media] | None = None) -> Decision:
         """Admit the request if any node can run it (queued for that node); else the refusal of the

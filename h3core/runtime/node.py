@@ -124,9 +124,15 @@ def service_admission(store: EventStore, settings: Settings) -> ServiceAdmission
     published. `ProfileError` for a capacity profile that cannot be read."""
     profile = _profile(settings)
     if isinstance(store, WithNodeLeases):  # PostgreSQL: the nodes state what they run in the store
-        return FleetAdmission(store.leases, builtin_profiles(), profile=profile, interval_s=fleet_interval(settings))
+        return FleetAdmission(
+            store.leases,
+            builtin_profiles(),
+            profile=profile,
+            interval_s=fleet_interval(settings),
+            max_video_seconds=settings.max_video_seconds,
+        )
     board = CapabilityFile(capabilities_path(settings.db), interval_s=settings.tail_interval)
-    return LocalAdmission(board.read, builtin_profiles(), profile=profile)
+    return LocalAdmission(board.read, builtin_profiles(), profile=profile, max_video_seconds=settings.max_video_seconds)
 
 
 def build_node(settings: Settings, *, store: EventStore | None = None, executor: Executor | None = None) -> Node:
@@ -153,9 +159,17 @@ def build_node(settings: Settings, *, store: EventStore | None = None, executor:
     if executor is None:
         executor = build_executor(settings, files)
     profile = _profile(settings)
-    local = LocalAdmission(executor.capabilities, builtin_profiles(), profile=profile)
+    bound = settings.max_video_seconds
+    local = LocalAdmission(executor.capabilities, builtin_profiles(), profile=profile, max_video_seconds=bound)
     contract: ServiceAdmission = (  # on PostgreSQL: this node's executor, and every other live node's statement
-        FleetAdmission(store.leases, builtin_profiles(), profile=profile, local=local, interval_s=fleet_interval(settings))
+        FleetAdmission(
+            store.leases,
+            builtin_profiles(),
+            profile=profile,
+            local=local,
+            interval_s=fleet_interval(settings),
+            max_video_seconds=bound,
+        )
         if isinstance(store, WithNodeLeases)
         else local
     )

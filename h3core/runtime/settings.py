@@ -174,6 +174,12 @@ class Settings(BaseSettings):
     attempt_deadline: float | None = Field(
         default=None, gt=0, description="Seconds an attempt may run before it fails `deadline` [unset]."
     )
+    max_video_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="The longest video made as segments past the model's window, in seconds (executors that continue segments).",
+    )
     queue_timeout: float | None = Field(
         default=None, gt=0, description="Seconds a job may wait unstarted after admission, then fails 'deadline' [no limit]."
     )

@@ -30,8 +30,7 @@ RENAME = [
         '"admitted_at": event.at, "tokens": body.tokens}',
         '"admitted_at": event.at, "tokens": body.token_count}',
     ),
-    ("runtime/_intake.py", "Admitted(tokens=decision.tokens)", "Admitted(token_count=decision.tokens)"),
-    ("runtime/_recovery.py", "Admitted(tokens=decision.tokens)", "Admitted(token_count=decision.tokens)"),
+    ("domain/admission.py", "Admitted(tokens=admit.tokens)", "Admitted(token_count=admit.tokens)"),
 ]
 UPCASTER = """
 
