@@ -21,10 +21,10 @@ def migrate_artifacts(
     to: Annotated[str, typer.Option("--to", help="The object store to copy into (s3://bucket/prefix).")] = "",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be copied; copy nothing.")] = False,
 ) -> None:
-    """Copy every committed video (with its record), checkpoint and deletion mark of a folder into
-    an object store, reading each copy back to compare its sha256; videos no longer as recorded
-    are named and not copied (exit 1). Run again after an interruption: what is there is skipped.
-    Then set H3_ARTIFACTS to the URL and check with `h3core verify --artifacts URL`."""
+    """Copy every committed video (with its record), checkpoint, segment and deletion mark of a
+    folder into an object store, reading each copy back to compare its sha256; videos no longer as
+    recorded are named and not copied (exit 1). Run again after an interruption: what is there is
+    skipped. Then set H3_ARTIFACTS to the URL and check with `h3core verify --artifacts URL`."""
     from h3core.adapters.artifacts.s3 import S3ArtifactStore
     from h3core.runtime.artifact_migration import migrate
 

@@ -2,11 +2,16 @@
 files first and reads the jobs after, so a job's state is never older than the files it judges.
 
 Kept: the finished files of the attempt a `Done` names (the video and its record), every file of
-an attempt that is running or may still run, and the checkpoints the log of a job that has not
-ended holds (a next attempt may continue from them). Garbage: files of jobs the store does not
-know, of attempts that ended without becoming the job's video (interrupted, failed, retried,
-cancelled), partial files of an attempt that is not running, and checkpoints no attempt can use
-any more (the job ended, or the log no longer holds them: superseded or rejected).
+an attempt that is running or may still run, the checkpoints the log of a job that has not ended
+holds (a next attempt may continue from them), and, while the job has not ended, the segments its
+log records done (a later attempt continues after them, the last joins them) and those of the
+attempt running now or of a later one (written, their `segment_done` not yet). Garbage: files of
+jobs the store does not know, of attempts that ended without becoming the job's video
+(interrupted, failed, retried, cancelled), partial files of an attempt that is not running,
+checkpoints no attempt can use any more (the job ended, or the log no longer holds them:
+superseded or rejected), and segments no join will read (the job ended: done, its video joined;
+failed or cancelled; or an earlier attempt's that the log does not record: made again later, or
+its event never written).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class StoredFile:
     partial: bool  # still being written, or abandoned while it was
     sha256: str | None = None  # where it was read (a discarded file, for the log)
     checkpoint: int | None = None  # a denoising checkpoint's step (None: a video or its record)
+    segment: int | None = None  # a long video's segment file's index in its plan
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,9 @@ def garbage(files: Iterable[StoredFile], jobs: Mapping[str, JobState | None]) ->
             out.append(Garbage(f, "no such job in the store"))
         elif f.checkpoint is not None:
             if why := _unusable(f, state):
+                out.append(Garbage(f, why))
+        elif f.segment is not None:
+            if why := _unjoined(f, state):
                 out.append(Garbage(f, why))
         elif state.status == "done":
             if f.attempt != state.attempt or f.partial:
@@ -72,3 +81,16 @@ def _unusable(f: StoredFile, state: JobState) -> str | None:
     if state.status == "running" and f.attempt == state.attempt and (f.checkpoint or 0) > newest:
         return None  # written, its event not yet: the attempt that writes it still runs
     return "a checkpoint the job's log no longer holds (superseded or unusable)"
+
+
+def _unjoined(f: StoredFile, state: JobState) -> str | None:
+    """Why no join will read the segment file `f`; None while one may."""
+    if state.terminal:
+        return f"a segment of a job that ended '{state.status}'"
+    if f.attempt > state.attempt or (state.status == "running" and f.attempt == state.attempt):
+        return None  # written (or being written) by an attempt that runs now, its event not yet
+    if f.partial:
+        return f"a segment attempt {f.attempt} did not finish writing"
+    if any(a.path == f.path for a in state.segments):
+        return None
+    return f"a segment the job's log does not record (attempt {f.attempt} ended before its 'segment_done')"

@@ -39,6 +39,7 @@ from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.store.base import Conflict
 from h3core.adapters.store.nodes import LeaseLost, node_leases
 from h3core.domain.events import Artifact, Body, Checkpoint, Checkpointed, CheckpointRejected, Progress, Restored
+from h3core.domain.retention import garbage
 from h3core.domain.state import IllegalEvent, JobState
 from h3core.executors.base import (
     Checkpointing,
@@ -232,7 +233,8 @@ class Supervisor:
         """Remove the job's checkpoint files its log does not keep (all of them once it ended), but
         those in `also` and those of attempts after `state`'s: `state` may be behind the job (its
         attempt lost, or the job queued again and claimed elsewhere), whose later attempt's files
-        are not this one's to judge."""
+        are not this one's to judge. Once an attempt ended, the segment files no join will read
+        go too (`garbage`: all of them once the job ended)."""
         if self.artifacts is None:
             return
         artifacts = self.artifacts
@@ -242,6 +244,9 @@ class Supervisor:
             for f in artifacts.checkpoint_files(state.job_id):
                 if f.path not in keep and (state.terminal or f.attempt <= state.attempt):
                     artifacts.remove(f.path)
+            if state.status != "running":  # a running attempt's are its own, and earlier ones' went at their end
+                for g in garbage(artifacts.segment_files(state.job_id), {state.job_id: state}):
+                    artifacts.remove(g.file.path)
 
         try:
             await anyio.to_thread.run_sync(prune)

@@ -1,12 +1,12 @@
 """Copy a folder artifact store into an object store, every file checked: what `h3core
 migrate-artifacts` does when a deployment moves its videos to a bucket.
 
-Committed videos go with their records (as the objects' metadata), checkpoints as they are, and
-the marks of deleted videos with their times. A video is copied only where its file is still the
-one its record describes (a damaged one is reported, not spread); each copy is read back from the
-bucket and its sha256 compared with the source's. A file already in the bucket with the same
-sha256 is skipped, so a migration cut short is run again. Staged files (`.part`) are a node's
-unfinished work and stay behind.
+Committed videos go with their records (as the objects' metadata), checkpoints and segments as
+they are (a segment's record is its job's log), and the marks of deleted videos with their times.
+A video is copied only where its file is still the one its record describes (a damaged one is
+reported, not spread); each copy is read back from the bucket and its sha256 compared with the
+source's. A file already in the bucket with the same sha256 is skipped, so a migration cut short
+is run again. Staged files (`.part`) are a node's unfinished work and stay behind.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ class Migration:
 
 
 def migrate(source: LocalArtifactStore, target: S3ArtifactStore, *, dry_run: bool = False) -> Migration:
-    """Copy every committed video, checkpoint and deletion mark of `source` into `target`,
+    """Copy every committed video, checkpoint, segment and deletion mark of `source` into `target`,
     verifying each copy's sha256 (the module says what is copied and what is not)."""
     out = Migration()
     files = [f for f in source.files() if not f.partial]
-    for job_id, attempt in sorted({(f.job_id, f.attempt) for f in files if f.checkpoint is None}):
+    for job_id, attempt in sorted({(f.job_id, f.attempt) for f in files if f.checkpoint is None and f.segment is None}):
         found = source.committed(job_id, attempt)
         if found is None:
             continue  # no record: nothing this attempt committed
@@ -61,7 +61,7 @@ def migrate(source: LocalArtifactStore, target: S3ArtifactStore, *, dry_run: boo
         else:
             out.copied.append((a.path, f"would copy {a.bytes} bytes"))
     for f in files:
-        if f.checkpoint is None:
+        if f.checkpoint is None and f.segment is None:
             continue
         size, sha = source.measure(f.path)
         if size is None or sha is None:
@@ -71,7 +71,10 @@ def migrate(source: LocalArtifactStore, target: S3ArtifactStore, *, dry_run: boo
         elif dry_run:
             out.copied.append((f.path, f"would copy {size} bytes"))
         else:
-            target.put_checkpoint(f.job_id, f.attempt, f.checkpoint, source.read_checkpoint(f.path))
+            if f.checkpoint is not None:
+                target.put_checkpoint(f.job_id, f.attempt, f.checkpoint, source.read_checkpoint(f.path))
+            else:
+                target.put_file(source.resolve(f.path), f.path)
             _check(out, target, f.path, size, sha)
     for job_id in sorted(d.name for d in source.root.iterdir() if d.is_dir() and is_job_id(d.name)):
         if (when := source.video_deleted_at(job_id)) is None:

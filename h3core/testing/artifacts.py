@@ -43,6 +43,11 @@ def _commit(store: ArtifactStore, job: str = JOB, attempt: int = 1, data: bytes 
     return store.commit(_stage(store, job, attempt, data), job_id=job, attempt=attempt, frames=24, duration_s=1.0)
 
 
+def _segment(store: ArtifactStore, attempt: int = 1, index: int = 0, data: bytes = VIDEO):
+    staged = _stage(store, attempt=attempt, data=data)
+    return store.put_segment(staged, job_id=JOB, attempt=attempt, index=index, frames=24, duration_s=1.0)
+
+
 class ArtifactStoreContract:
     """What every artifact store must do (the contract in `h3core.adapters.artifacts.base`)."""
 
@@ -84,6 +89,50 @@ class ArtifactStoreContract:
             artifacts.read_checkpoint("../outside.ckpt")
         with pytest.raises(ValueError):
             artifacts.put_checkpoint("../escape", 1, 1, b"x")
+
+    def test_a_segment_is_stored_at_its_own_name_as_staged_and_reads_back(self, artifacts):
+        staged = _stage(artifacts, attempt=2)
+        segment = artifacts.put_segment(staged, job_id=JOB, attempt=2, index=1, frames=24, duration_s=1.0)
+        sha = hashlib.sha256(VIDEO).hexdigest()
+        assert segment.path == f"{JOB}/segment-2-1.mp4" and not staged.exists(), "moved, not copied"
+        assert (segment.bytes, segment.sha256, segment.frames, segment.duration_s) == (len(VIDEO), sha, 24, 1.0)
+        assert segment.media_type == "video/mp4"
+        assert artifacts.measure(segment.path) == (len(VIDEO), sha) and artifacts.stat(segment.path).size == len(VIDEO)
+        assert b"".join(artifacts.read(segment.path, 10, 20)) == VIDEO[10:21]
+        with artifacts.local_file(segment.path) as path:
+            assert path.read_bytes() == VIDEO
+        first = _segment(artifacts, attempt=3, index=0, data=b"first")
+        listed = artifacts.segment_files(JOB)
+        assert [(f.path, f.attempt, f.segment, f.partial, f.bytes) for f in listed] == [
+            (first.path, 3, 0, False, 5),
+            (segment.path, 2, 1, False, len(VIDEO)),
+        ], "by index, then attempt"
+        in_files = {f.path: (f.job_id, f.attempt, f.segment, f.checkpoint) for f in artifacts.files()}
+        assert in_files == {first.path: (JOB, 3, 0, None), segment.path: (JOB, 2, 1, None)}
+        assert artifacts.segment_files(OTHER) == []
+
+    def test_a_segment_put_again_replaces_it(self, artifacts):
+        _segment(artifacts, data=b"an attempt's first try")
+        again = _segment(artifacts, data=b"again")
+        assert b"".join(artifacts.read(again.path)) == b"again" and again.bytes == 5
+        assert [f.path for f in artifacts.segment_files(JOB)] == [again.path]
+
+    def test_segments_belong_to_the_job_not_to_an_attempt(self, artifacts):
+        segment = _segment(artifacts)
+        _commit(artifacts, attempt=1)
+        assert segment.path not in {f.path for f in artifacts.attempt_files(JOB, 1)}
+        assert segment.path not in {f.path for f in artifacts.discard(JOB, 1)}
+        assert artifacts.measure(segment.path) == (segment.bytes, segment.sha256), "a retry continues after it"
+        artifacts.remove(segment.path)
+        artifacts.remove(segment.path)  # a missing one is no error
+        assert artifacts.segment_files(JOB) == [] and artifacts.files() == []
+
+    def test_no_segment_is_put_for_an_unsafe_job_id(self, artifacts):
+        staged = _stage(artifacts)
+        for job in ("../x", "a/b", "", "."):
+            with pytest.raises(ValueError):
+                artifacts.put_segment(staged, job_id=job, attempt=1, index=0, frames=24, duration_s=1.0)
+        assert staged.read_bytes() == VIDEO and artifacts.segment_files(JOB) == []
 
     def test_a_staged_video_is_not_committed_and_is_listed_as_partial(self, artifacts):
         staged = _stage(artifacts)

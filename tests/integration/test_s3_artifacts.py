@@ -83,6 +83,27 @@ def test_unfinished_uploads_are_listed_and_aborted_by_commit_discard_and_abort_u
     assert uploads(store) == [] and store.committed(JOB, 1) is not None, "the committed video stays"
 
 
+def test_a_segment_goes_up_in_parts_and_an_upload_a_crash_cut_is_the_jobs_partial_segment(store):
+    rel = f"{JOB}/segment-2-1.mp4"
+    orphan(store, rel)
+    assert [(f.path, f.attempt, f.segment, f.partial) for f in store.segment_files(JOB)] == [(rel + ".part", 2, 1, True)]
+    assert [(f.path, f.segment) for f in store.files()] == [(rel + ".part", 1)]
+    assert store.discard(JOB, 2) == [] and len(uploads(store)) == 1, "the job's, not the attempt's"
+    store.remove(rel + ".part")
+    assert uploads(store) == []
+
+    orphan(store, rel)
+    data = os.urandom(PART + 12345)
+    staged = store.staging(JOB, 2)
+    staged.write_bytes(data)
+    segment = store.put_segment(staged, job_id=JOB, attempt=2, index=1, frames=24, duration_s=1.0)
+    assert uploads(store) == [], "the put of the same name aborted what a crash left"
+    assert segment.path == rel and not staged.exists() and store.staged_here() == []
+    head = store.s3.head_object(Bucket=store.bucket, Key=store._key(rel))
+    assert head["ETag"].strip('"').endswith("-2") and head["ContentType"] == "video/mp4", head
+    assert store.measure(rel) == (len(data), hashlib.sha256(data).hexdigest()) == (segment.bytes, segment.sha256)
+
+
 _CHILD = """
 import sys, time
 import boto3
@@ -141,7 +162,7 @@ def test_a_kill_in_the_middle_of_an_upload_leaves_no_part_and_the_staged_video_i
     assert [(f.path, f.partial) for f in store.files()] == [(found.recorded.path, False)]
 
 
-def test_migrate_artifacts_copies_videos_checkpoints_and_marks_each_checked_and_skips_them_when_run_again(
+def test_migrate_artifacts_copies_videos_checkpoints_segments_and_marks_each_checked_and_skips_them_when_run_again(
     aws_environ, s3_url, tmp_path
 ):
     from typer.testing import CliRunner
@@ -161,6 +182,9 @@ def test_migrate_artifacts_copies_videos_checkpoints_and_marks_each_checked_and_
     gone = commit(JOB, 1, b"an older attempt's video, deleted")
     deleted_at = folder.delete(gone.path)
     ckpt, _, _ = folder.put_checkpoint(JOB, 2, 7, b"latents")
+    staged = folder.staging(JOB, 2)
+    staged.write_bytes(b"a segment of a long video")
+    segment = folder.put_segment(staged, job_id=JOB, attempt=2, index=0, frames=24, duration_s=1.0)
     third = "abcdef0123456789abcdef0123456789"
     damaged = commit(third, 1, b"a video whose file changed after its record")
     folder.resolve(damaged.path).write_bytes(b"another video, same name")
@@ -177,16 +201,17 @@ def test_migrate_artifacts_copies_videos_checkpoints_and_marks_each_checked_and_
     bucket = S3ArtifactStore(s3_url)
     assert bucket.recorded(kept.path) == kept and bucket.measure(kept.path) == (kept.bytes, kept.sha256)
     assert bucket.read_checkpoint(ckpt) == b"latents"
+    assert bucket.measure(segment.path) == (segment.bytes, segment.sha256)
     assert bucket.deleted_at(gone.path) == deleted_at and bucket.video_deleted_at(OTHER) == whole_deleted
     assert bucket.stat(damaged.path) is None and bucket.stat(gone.path) is None
-    assert {f.path for f in bucket.files()} == {kept.path, ckpt}, "no staged file, damaged or deleted video"
+    assert {f.path for f in bucket.files()} == {kept.path, ckpt, segment.path}, "no staged file, damaged or deleted video"
     assert "3 copied" not in said and f"copied {kept.path}" in said
 
     folder.delete(damaged.path)  # the damaged one dealt with: run again
     code, again = run()
     assert code == 0, again
     assert again.count("copied ") == 1 and f"copied {damaged.path}.deleted" in again, again
-    assert "1 copied, 4 already there, 0 failed" in again, again
+    assert "1 copied, 5 already there, 0 failed" in again, again
     assert bucket.deleted_at(damaged.path) is not None
 
 

@@ -30,10 +30,13 @@ from h3core.domain.events import (
     Checkpointed,
     Done,
     Failed,
+    Planned,
     Progress,
     Restored,
     Running,
+    SegmentDone,
 )
+from h3core.domain.segments import plan_segments
 from h3core.domain.state import IllegalEvent
 from h3core.runtime._supervisor import Supervisor, _lost_by
 from tests.factories import artifact, request, submitted
@@ -273,3 +276,33 @@ async def test_an_attempt_removes_no_checkpoint_file_of_a_later_attempt(tmp_path
     ended, _ = store.append("j", [Running(attempt=2, executor="fake"), Done(artifact=artifact("j/attempt-2.mp4"))])
     await supervisor._prune(ended)
     assert artifacts.checkpoint_files("j") == []  # the job ended: every one goes
+
+
+async def test_an_attempts_end_removes_the_segment_files_no_join_will_read_and_none_of_a_later_attempt(tmp_path):
+    """Once an attempt ended, its segments the log does not record go (a later attempt makes them
+    again), those it records stay for the join; a later attempt's are not its to judge; once the
+    job ended (its video joined), every one goes."""
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    store = MemoryEventStore()
+    plan = plan_segments(100, 40)
+
+    def put(attempt: int, index: int):
+        staged = artifacts.staging("j", attempt)
+        staged.write_bytes(b"segment")
+        return artifacts.put_segment(staged, job_id="j", attempt=attempt, index=index, frames=24, duration_s=1.0)
+
+    store.append("j", [submitted(frames=100), Admitted(), Planned(plan=plan), Running(attempt=1, executor="fake")])
+    logged = put(1, 0)
+    store.append("j", [SegmentDone(index=0, artifact=logged)])
+    unlogged, later = put(1, 1), put(2, 1)  # attempt 1's event never written; attempt 2 elsewhere
+    state, _ = store.append("j", [taken(1)])
+    supervisor = Supervisor(None, None, RunnerConfig(), on_end=lambda: None, artifacts=artifacts)  # it prunes only
+    await supervisor._prune(state)
+    assert {f.path for f in artifacts.segment_files("j")} == {logged.path, later.path}, unlogged.path
+    running, _ = store.append("j", [Running(attempt=2, executor="fake"), SegmentDone(index=1, artifact=later)])
+    writing = put(2, 2)
+    await supervisor._prune(running)
+    assert {f.path for f in artifacts.segment_files("j")} == {logged.path, later.path, writing.path}
+    ended, _ = store.append("j", [SegmentDone(index=2, artifact=writing), Done(artifact=artifact("j/attempt-2.mp4"))])
+    await supervisor._prune(ended)
+    assert artifacts.segment_files("j") == []

@@ -1,5 +1,6 @@
 """What every artifact store on a folder shares: one folder per job under a root, an attempt's
-files named `attempt-N.*`, paths checked to stay under the root."""
+files named `attempt-N.*`, a job's checkpoints and segments named apart from them, paths checked
+to stay under the root."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ ATTEMPT_FILE = re.compile(r"^attempt-(\d{1,9})\.")
 # A denoising checkpoint: `checkpoint-<attempt>-<step>.ckpt`, apart from the attempt's own files so
 # that discarding a failed attempt keeps what the next one continues from.
 CHECKPOINT_FILE = re.compile(r"^checkpoint-(\d{1,9})-(\d{1,9})\.ckpt(\.part)?$")
+# A long video's segment: `segment-<attempt>-<index>.mp4`, the job's as checkpoints are (a retry
+# continues after the segments done, which a final join reads).
+SEGMENT_FILE = re.compile(r"^segment-(\d{1,9})-(\d{1,9})\.mp4(\.part)?$")
 PART = ".part"  # a staged file's suffix: not a video until its commit renames it
 
 
@@ -169,22 +173,58 @@ class AttemptFolders:
 
     def checkpoint_files(self, job_id: str) -> list[StoredFile]:
         """The job's checkpoint files (written or being written), oldest step first."""
-        d = self._dir(job_id)
-        out = []
-        for attempt, step, rel in self._checkpoint_files(d):
-            try:
-                size = (self.root / rel).stat().st_size
-            except FileNotFoundError:
-                continue
-            out.append(StoredFile(job_id, attempt, rel, size, rel.endswith(PART), checkpoint=step))
-        return sorted(out, key=lambda f: (f.checkpoint or 0, f.attempt))
+        return self._numbered(job_id, CHECKPOINT_FILE)
 
-    def _checkpoint_files(self, d: Path) -> list[tuple[int, int, str]]:
+    def put_segment(self, staged: Path, *, job_id: str, attempt: int, index: int, frames: int, duration_s: float) -> Artifact:
+        """Move the staged segment into place crash-safe: measured, fsynced, renamed, its folder
+        synced (a crash leaves the whole segment at its name, or none). What is now there."""
+        artifact = self._segment_of(staged, job_id=job_id, attempt=attempt, index=index, frames=frames, duration_s=duration_s)
+        with open(staged, "rb") as f:
+            os.fsync(f.fileno())
+        final = self.root / artifact.path
+        os.replace(staged, final)
+        fsync_dir(final.parent)
+        return artifact
+
+    def _segment_of(self, staged: Path, *, job_id: str, attempt: int, index: int, frames: int, duration_s: float) -> Artifact:
+        """The record of the staged segment under its own name (`SEGMENT_FILE`), measured from its bytes."""
+        self._dir(job_id)
+        if attempt < 0 or index < 0:  # a name `SEGMENT_FILE` would not list: a file no one would ever remove
+            raise ValueError(f"segment {index} of attempt {attempt}: both must be at least 0")
+        return Artifact(
+            path=f"{job_id}/segment-{attempt}-{index}.mp4",
+            bytes=staged.stat().st_size,
+            sha256=sha256_file(staged),
+            frames=frames,
+            duration_s=duration_s,
+            media_type="video/mp4",
+        )
+
+    def segment_files(self, job_id: str) -> list[StoredFile]:
+        """The job's segment files, by index then attempt."""
+        return self._numbered(job_id, SEGMENT_FILE)
+
+    def _numbered(self, job_id: str, pattern: re.Pattern[str]) -> list[StoredFile]:
+        """The job's files `pattern` names (`CHECKPOINT_FILE`: a step; `SEGMENT_FILE`: an index),
+        by that number then attempt."""
+        d = self._dir(job_id)
         try:
             names = sorted(e.name for e in os.scandir(d) if e.is_file(follow_symlinks=False))
         except FileNotFoundError:
             return []
-        return [(int(m.group(1)), int(m.group(2)), f"{d.name}/{n}") for n in names if (m := CHECKPOINT_FILE.match(n))]
+        out = []
+        for name in names:
+            if (m := pattern.match(name)) is None:
+                continue
+            try:
+                size = (d / name).stat().st_size
+            except FileNotFoundError:
+                continue  # removed meanwhile
+            attempt, number = int(m.group(1)), int(m.group(2))
+            step, index = (number, None) if pattern is CHECKPOINT_FILE else (None, number)
+            found = StoredFile(job_id, attempt, f"{job_id}/{name}", size, name.endswith(PART), checkpoint=step, segment=index)
+            out.append((number, attempt, found))
+        return [f for _, _, f in sorted(out, key=lambda t: t[:2])]
 
     def _attempt_files(self, d: Path) -> list[tuple[int, str]]:
         try:
@@ -199,7 +239,8 @@ class AttemptFolders:
         return out
 
     def files(self) -> list[StoredFile]:
-        """Every attempt file and checkpoint under a job's folder; anything else in the store is not ours to judge."""
+        """Every attempt file, checkpoint and segment under a job's folder; anything else in the
+        store is not ours to judge."""
         out = []
         for d in sorted(self.root.iterdir()):
             if not (d.is_dir() and not d.is_symlink() and is_job_id(d.name)):
@@ -210,7 +251,7 @@ class AttemptFolders:
                 except FileNotFoundError:
                     continue  # removed meanwhile
                 out.append(StoredFile(job_id=d.name, attempt=attempt, path=rel, bytes=size, partial=rel.endswith(PART)))
-            out += self.checkpoint_files(d.name)
+            out += self.checkpoint_files(d.name) + self.segment_files(d.name)
         return out
 
     def staged_here(self) -> list[StoredFile]:

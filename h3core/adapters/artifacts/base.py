@@ -33,6 +33,14 @@ checks them; run it against yours):
   (FileNotFoundError once gone); `checkpoint_files(job_id)` lists the job's, oldest step first.
   Checkpoints belong to the job, not to an attempt: `attempt_files` and `discard` leave them;
   `files` lists them with their step; `remove` deletes one.
+- **Segments.** `put_segment(staged, job_id=, attempt=, index=, frames=, duration_s=)` stores a
+  long video's segment, staged as a video is (`staging(job_id, attempt)`), crash-safe at
+  `<job>/segment-<attempt>-<index>.mp4` (its size and sha256 measured from the staged bytes, then
+  moved into place atomically: a crash leaves the whole segment at its name or none; the staged
+  file is gone afterwards; the same name put again is replaced) and returns its `Artifact`.
+  `segment_files(job_id)` lists the job's, by index then attempt. Segments belong to the job, as
+  checkpoints do: `attempt_files` and `discard` leave them; `files` lists them with their index;
+  `remove` deletes one; every read below takes them as any file.
 - **Reading.** `measure(path)` is a file's size and sha256 now ((None, None) for no file; sha256
   None unless `hashed`); `stat(path)` its size and a `version` that changes whenever its bytes
   may have (None for no file), without reading it; `read(path, start, end)` its bytes `start`..`end`
@@ -108,8 +116,8 @@ class ArtifactStore(Protocol):
         ...
 
     def files(self) -> list[StoredFile]:
-        """Every attempt file and checkpoint in the store, with its job, attempt, size, whether it
-        is partial, and a checkpoint's step."""
+        """Every attempt file, checkpoint and segment in the store, with its job, attempt, size,
+        whether it is partial, a checkpoint's step and a segment's index."""
         ...
 
     def staged_here(self) -> list[StoredFile]:
@@ -127,6 +135,18 @@ class ArtifactStore(Protocol):
 
     def checkpoint_files(self, job_id: str) -> list[StoredFile]:
         """The job's checkpoint files (partial ones too), oldest step first."""
+        ...
+
+    def put_segment(self, staged: Path, *, job_id: str, attempt: int, index: int, frames: int, duration_s: float) -> Artifact:
+        """Store the staged segment file (a path from `staging(job_id, attempt, ".mp4")`, written
+        by the executor) crash-safe as `<job>/segment-<attempt>-<index>.mp4`: its size and sha256
+        measured from the staged bytes, then moved into place atomically (a crash leaves the whole
+        file at its name or none). The staged file is gone afterwards. Its `Artifact` (path
+        relative to the store, media type "video/mp4"); putting the same name again replaces it."""
+        ...
+
+    def segment_files(self, job_id: str) -> list[StoredFile]:
+        """The job's segment files, by index then attempt."""
         ...
 
     def remove(self, rel_path: str) -> None:

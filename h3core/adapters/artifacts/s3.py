@@ -1,14 +1,15 @@
 """`S3ArtifactStore`: the artifact store in an S3-compatible object store, shared by every node.
 
 Objects sit under `s3://bucket/prefix/` with the local store's names (`<job>/attempt-N.mp4`,
-`<job>/checkpoint-A-S.ckpt`), so a path recorded in an event means the same file in either store.
-A video is staged on this node's disk (encoders write files; `staging` is a local folder), and its
-commit uploads it with its record as the object's metadata: an object store makes an object
-visible whole or not at all, so the video and its record appear together, at any moment a crash
-picks. A crash in the upload leaves a multipart upload that never completes: every commit, discard
-and `abort_uploads` (gc) aborts those it finds, so no orphaned part stays billed. A crash after
-the upload, before its event, is adopted by `committed`; one before the upload, the staged video
-whole on this disk, is committed by `committed(expect=...)` as the local store does.
+`<job>/checkpoint-A-S.ckpt`, `<job>/segment-A-I.mp4`), so a path recorded in an event means the
+same file in either store. A video is staged on this node's disk (encoders write files; `staging`
+is a local folder), and its commit uploads it with its record as the object's metadata: an object
+store makes an object visible whole or not at all, so the video and its record appear together, at
+any moment a crash picks (a segment goes up the same way, its record in its job's log). A crash in
+the upload leaves a multipart upload that never completes: every commit, discard and
+`abort_uploads` (gc) aborts those it finds, so no orphaned part stays billed. A crash after the
+upload, before its event, is adopted by `committed`; one before the upload, the staged video whole
+on this disk, is committed by `committed(expect=...)` as the local store does.
 
 Deletion marks are objects beside the video (`….deleted`, `<job>/video.deleted`), the first time
 kept. The client is boto3 (bench/RESULTS.md, s3_client): endpoint, region and credentials come
@@ -30,8 +31,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from h3core.adapters.artifacts._folder import ATTEMPT_FILE, CHECKPOINT_FILE, PART, AttemptFolders
-from h3core.adapters.artifacts.base import CHUNK, FileStat
+from h3core.adapters.artifacts._folder import ATTEMPT_FILE, CHECKPOINT_FILE, PART, SEGMENT_FILE, AttemptFolders
+from h3core.adapters.artifacts.base import CHUNK, FileStat, media_type
 from h3core.adapters.s3 import client_for, is_missing, parse_s3_url
 from h3core.domain.events import Artifact
 from h3core.domain.ids import is_job_id
@@ -47,10 +48,10 @@ MULTIPART_BYTES = 16 << 20  # above this a video goes up in parts of this size, 
 
 
 class S3ArtifactStore(AttemptFolders):
-    """Videos and checkpoints in `s3://bucket/prefix`, staged under `staging` on this node's disk
-    (see the module; none given: a temporary folder of its own). `client`: a boto3 S3 client
-    (default: one from the environment); a video
-    larger than `part_bytes` goes up in parts of that size."""
+    """Videos, checkpoints and segments in `s3://bucket/prefix`, staged under `staging` on this
+    node's disk (see the module; none given: a temporary folder of its own). `client`: a boto3 S3
+    client (default: one from the environment); a video larger than `part_bytes` goes up in parts
+    of that size."""
 
     def __init__(
         self, url: str, staging: str | Path | None = None, *, client: Any = None, part_bytes: int = MULTIPART_BYTES
@@ -128,6 +129,12 @@ class S3ArtifactStore(AttemptFolders):
             if not self._missing(exc):  # gone meanwhile: what was asked
                 raise
 
+    def _abort_unfinished(self, key: str) -> None:
+        """Abort the unfinished uploads of exactly `key` (a crash's, before its name is written again)."""
+        for upload in list(self._uploads(key)):
+            if upload["Key"] == key:
+                self._abort(upload)
+
     def abort_uploads(self, job_id: str | None = None) -> list[str]:
         """Abort every unfinished multipart upload (of one job, or of the whole store): what a
         crash in an upload left. The keys aborted, as store paths."""
@@ -167,10 +174,7 @@ class S3ArtifactStore(AttemptFolders):
         aborted first."""
         self._job_prefix(job_id)
         final, artifact = self._record_of(staged, frames=frames, duration_s=duration_s, media_type=media_type)
-        key = self._key(artifact.path)
-        for upload in list(self._uploads(key)):
-            if upload["Key"] == key:
-                self._abort(upload)
+        self._abort_unfinished(self._key(artifact.path))
         self.put_committed(staged, artifact)
         staged.unlink(missing_ok=True)
         return artifact
@@ -178,11 +182,25 @@ class S3ArtifactStore(AttemptFolders):
     def put_committed(self, local: Path, artifact: Artifact) -> None:
         """Upload `local` as the committed video `artifact` records (its record as the object's
         metadata): a commit's upload, or a video a folder store committed, copied here."""
+        self._upload(local, self._key(artifact.path), artifact.media_type, {_RECORD_KEY: artifact.model_dump_json()})
+
+    def put_file(self, local: Path, rel_path: str) -> None:
+        """Upload `local` as the object at `rel_path`, as it is, `local` left where it is (a
+        segment, whose record is its job's log: `put_segment`'s upload, or one a folder store
+        holds, copied here). Unfinished uploads of the same name (a crash's) are aborted first."""
+        key = self._key(rel_path)
+        self._abort_unfinished(key)
+        self._upload(local, key, media_type(rel_path))
+
+    def _upload(self, local: Path, key: str, content_type: str, metadata: dict[str, str] | None = None) -> None:
+        """`local` to `key`, in parts of `part_bytes` streamed from the file where it is larger."""
         from boto3.s3.transfer import TransferConfig
 
         config = TransferConfig(multipart_threshold=self.part_bytes, multipart_chunksize=self.part_bytes, max_concurrency=4)
-        extra = {"Metadata": {_RECORD_KEY: artifact.model_dump_json()}, "ContentType": artifact.media_type}
-        self.s3.upload_file(str(local), self.bucket, self._key(artifact.path), ExtraArgs=extra, Config=config)
+        extra: dict[str, Any] = {"ContentType": content_type}
+        if metadata is not None:
+            extra["Metadata"] = metadata
+        self.s3.upload_file(str(local), self.bucket, key, ExtraArgs=extra, Config=config)
 
     def recorded(self, rel_path: str) -> Artifact | None:
         """The record an object carries (None: no such object, or one without a record)."""
@@ -229,21 +247,16 @@ class S3ArtifactStore(AttemptFolders):
         return removed
 
     def files(self) -> list[StoredFile]:
-        """Every attempt object and checkpoint in the bucket under the prefix, every unfinished
-        upload (partial, as `<path>.part`), and what this node has staged."""
-        out = self.staged_here()
-        top = f"{self.prefix}/" if self.prefix else ""
-        for obj in self._list(top):
-            found = self._parse(self._rel(obj["Key"]))
-            if found is not None:
-                job, attempt, step, rel = found
-                out.append(StoredFile(job, attempt, rel, obj["Size"], False, checkpoint=step))
-        for upload in self._uploads(top):
-            found = self._parse(self._rel(upload["Key"]))
-            if found is not None:
-                job, attempt, step, rel = found
-                out.append(StoredFile(job, attempt, rel + PART, 0, True, checkpoint=step))
-        return sorted(out, key=lambda f: (f.job_id, f.path))
+        """Every attempt object, checkpoint and segment in the bucket under the prefix, every
+        unfinished upload (partial, as `<path>.part`), and what this node has staged."""
+        listed = self.staged_here() + self._listed(f"{self.prefix}/" if self.prefix else "")
+        return sorted(listed, key=lambda f: (f.job_id, f.path))
+
+    def _listed(self, prefix: str) -> list[StoredFile]:
+        """The objects and unfinished uploads under `prefix` named as the store names its files."""
+        objects = [self._parse(self._rel(obj["Key"]), obj["Size"]) for obj in self._list(prefix)]
+        uploads = [self._parse(self._rel(upload["Key"]), 0, partial=True) for upload in self._uploads(prefix)]
+        return [f for f in objects + uploads if f is not None]
 
     def staged_here(self) -> list[StoredFile]:
         """What this node has staged (its own folder, a folder per job as locally): no other node sees it."""
@@ -256,25 +269,27 @@ class S3ArtifactStore(AttemptFolders):
                         out.append(StoredFile(d.name, attempt, rel, size, True))
         return out
 
-    def _parse(self, rel: str) -> tuple[str, int, int | None, str] | None:
+    def _parse(self, rel: str, size: int, *, partial: bool = False) -> StoredFile | None:
+        """The file at store path `rel` (an unfinished upload's: `partial`, named `<rel>.part`);
+        None for a name that is not one of the store's files (a deletion mark, another's object)."""
         job, sep, name = rel.partition("/")
         if not sep or not is_job_id(job) or name.endswith(_DELETED):
             return None
+        path = rel + PART if partial else rel
         if m := CHECKPOINT_FILE.match(name):
-            return job, int(m.group(1)), int(m.group(2)), rel
+            return StoredFile(job, int(m.group(1)), path, size, partial, checkpoint=int(m.group(2)))
+        if m := SEGMENT_FILE.match(name):
+            return StoredFile(job, int(m.group(1)), path, size, partial, segment=int(m.group(2)))
         if m := ATTEMPT_FILE.match(name):
-            return job, int(m.group(1)), None, rel
+            return StoredFile(job, int(m.group(1)), path, size, partial)
         return None
 
     def remove(self, rel_path: str) -> None:
         """Delete one object (an unfinished upload, named `<path>.part`: abort it; a staged file:
         remove it from this node's disk); a missing one is no error."""
         if self._staged(rel_path):
-            key = self._key(rel_path.removesuffix(PART))
             super().remove(rel_path)
-            for upload in list(self._uploads(key)):
-                if upload["Key"] == key:
-                    self._abort(upload)
+            self._abort_unfinished(self._key(rel_path.removesuffix(PART)))
             return
         self.s3.delete_object(Bucket=self.bucket, Key=self._key(rel_path))
 
@@ -300,12 +315,23 @@ class S3ArtifactStore(AttemptFolders):
 
     def checkpoint_files(self, job_id: str) -> list[StoredFile]:
         """The job's checkpoint objects, oldest step first."""
-        out = []
-        for obj in self._list(self._job_prefix(job_id) + "checkpoint-"):
-            found = self._parse(self._rel(obj["Key"]))
-            if found is not None and found[2] is not None:
-                out.append(StoredFile(job_id, found[1], found[3], obj["Size"], False, checkpoint=found[2]))
-        return sorted(out, key=lambda f: (f.checkpoint or 0, f.attempt))
+        found = self._listed(self._job_prefix(job_id) + "checkpoint-")
+        return sorted((f for f in found if f.checkpoint is not None), key=lambda f: (f.checkpoint or 0, f.attempt))
+
+    # -- segments ---------------------------------------------------------------------------
+
+    def put_segment(self, staged: Path, *, job_id: str, attempt: int, index: int, frames: int, duration_s: float) -> Artifact:
+        """Upload the staged segment (an object appears whole or not at all), then remove the
+        staged file."""
+        artifact = self._segment_of(staged, job_id=job_id, attempt=attempt, index=index, frames=frames, duration_s=duration_s)
+        self.put_file(staged, artifact.path)
+        staged.unlink(missing_ok=True)
+        return artifact
+
+    def segment_files(self, job_id: str) -> list[StoredFile]:
+        """The job's segment objects and unfinished uploads of them (partial), by index then attempt."""
+        found = self._listed(self._job_prefix(job_id) + "segment-")
+        return sorted((f for f in found if f.segment is not None), key=lambda f: (f.segment or 0, f.attempt))
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -85,6 +85,42 @@ def test_a_commit_writes_its_record_before_the_video_takes_its_name(videos, monk
     assert not staged.exists() and (videos.root / found.recorded.path).read_bytes() == b"a whole video"
 
 
+def test_a_segment_takes_its_name_whole_or_not_at_all(videos, monkeypatch):
+    """The staged bytes are synced before the rename, the folder's names after it: stopped at the
+    rename, no file is at the segment's name and the staged one is whole where it was; put again,
+    the segment is there whole."""
+    staged = videos.staging("job", 1)
+    staged.write_bytes(b"a whole segment")
+    staged_inode, folder_inode = staged.stat().st_ino, staged.parent.stat().st_ino
+    real_fsync = os.fsync
+    seen: list[tuple[str, int]] = []
+
+    def fsync(fd):
+        seen.append(("fsync", os.fstat(fd).st_ino))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        seen.append(("replace", os.stat(src).st_ino))
+        raise OSError("the process died here")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "fsync", fsync)
+        m.setattr(os, "replace", replace)
+        with pytest.raises(OSError, match="died here"):
+            videos.put_segment(staged, job_id="job", attempt=1, index=0, frames=24, duration_s=1.0)
+    assert seen == [("fsync", staged_inode), ("replace", staged_inode)]
+    assert not (videos.root / "job" / "segment-1-0.mp4").exists() and videos.segment_files("job") == []
+    assert staged.read_bytes() == b"a whole segment", "staged, as it was: recovery discards it with its attempt"
+
+    seen.clear()
+    with monkeypatch.context() as m:
+        m.setattr(os, "fsync", fsync)
+        segment = videos.put_segment(staged, job_id="job", attempt=1, index=0, frames=24, duration_s=1.0)
+    assert seen == [("fsync", staged_inode), ("fsync", folder_inode)], "the new name made durable"
+    assert (videos.root / segment.path).read_bytes() == b"a whole segment" and not staged.exists()
+    assert segment.sha256 == hashlib.sha256(b"a whole segment").hexdigest()
+
+
 def test_a_staged_file_that_is_not_the_recorded_one_is_not_renamed(videos):
     staged = videos.staging("job", 1)
     staged.write_bytes(b"a whole video")

@@ -141,10 +141,15 @@ def test_gc_lists_then_removes_exactly_the_files_no_job_needs(setup):
     db, root, videos = setup
     store = SQLiteEventStore(db, durable=False)
     # A job retried after a crash: attempt 1's partial file and an unverified video are garbage,
-    # attempt 2 (running) keeps its partial file. A folder of a job the store does not know.
+    # attempt 2 (running) keeps its partial file and the segment it wrote. A folder of a job the
+    # store does not know; a segment of a job that is done.
     store.append("three", [submitted(), Admitted(), Running(attempt=1, executor="fake")])
     store.append("three", [AttemptFailed(kind="interrupted", message="m", attempt=1), Running(attempt=2, executor="fake")])
     store.close()
+    for job_id, attempt in (("three", 2), ("one", 1)):
+        staged = videos.staging(job_id, attempt)
+        staged.write_bytes(b"a segment")
+        videos.put_segment(staged, job_id=job_id, attempt=attempt, index=0, frames=24, duration_s=1.0)
     videos.staging("three", 1).write_bytes(b"half")
     videos.staging("three", 2).write_bytes(b"being written")
     commit(videos, "ghost", 1, b"nobody's")
@@ -155,8 +160,15 @@ def test_gc_lists_then_removes_exactly_the_files_no_job_needs(setup):
         "two/attempt-1.mp4",
         "two/attempt-1.record.json",
         "three/attempt-2.mp4.part",
+        "three/segment-2-0.mp4",
     }
-    gone = {"three/attempt-1.mp4.part", "ghost/attempt-1.mp4", "ghost/attempt-1.record.json", "one/attempt-2.mp4.part"}
+    gone = {
+        "three/attempt-1.mp4.part",
+        "ghost/attempt-1.mp4",
+        "ghost/attempt-1.record.json",
+        "one/attempt-2.mp4.part",
+        "one/segment-1-0.mp4",
+    }
 
     dry = run("gc", "--db", db, "--artifacts", root, "--dry-run")
     assert dry.exit_code == 0, dry.output
@@ -167,7 +179,7 @@ def test_gc_lists_then_removes_exactly_the_files_no_job_needs(setup):
     done = run("gc", "--db", db, "--artifacts", root)
     assert done.exit_code == 0, done.output
     assert {f.path for f in videos.files()} == keep
-    assert "4 not needed" in done.stdout
+    assert "5 not needed" in done.stdout and "one/segment-1-0.mp4 (9 bytes): a segment of a job that ended 'done'" in done.stdout
     assert run("verify", "--db", db, "--artifacts", root).exit_code == 0
 
 
