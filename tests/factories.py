@@ -3,9 +3,17 @@
 
 from __future__ import annotations
 
+from h3core.domain.events import Artifact
+from h3core.domain.segments import SegmentPlan
 from h3core.testing.factories import artifact, done_log, png, request, submitted
 
-__all__ = ["artifact", "done_log", "png", "request", "submitted"]
+__all__ = ["artifact", "done_log", "png", "request", "segment_file", "submitted"]
+
+
+def segment_file(plan: SegmentPlan, index: int, job: str = "j") -> Artifact:
+    """The record of segment `index` of `plan` made (`segment_done`'s artifact; no file behind it)."""
+    frames = plan.segments[index].keep
+    return Artifact(path=f"{job}/segment-{index}.mp4", bytes=10, sha256=f"{index + 1:x}" * 64, frames=frames, duration_s=1.0)
 
 
 def bomb_png(width: int = 16000, height: int = 16000) -> bytes:

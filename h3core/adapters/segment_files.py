@@ -6,6 +6,9 @@ asked for, the joint frame's included, as ALAC (lossless, and what this FFmpeg's
 it refuses FLAC), so the final AAC is the only lossy step, and the joint's sound from both sides
 is there to be crossfaded.
 
+`segment_from_video` writes a segment file from a video an executor made whole (ComfyUI's own
+mp4), decoded and encoded again frame by frame.
+
 `join_segments` writes the final H.264 + AAC mp4: the segments' video packets copied as they are
 (a remux: no frame is encoded again) where every segment was encoded alike, which segments made
 by one executor are; otherwise their frames decoded and encoded once more (`Joined.remuxed` says
@@ -24,15 +27,52 @@ import av
 import numpy as np
 
 from h3core.adapters.video import encode_audio
-from h3core.domain.segments import SegmentPlan
+from h3core.domain.segments import Segment, SegmentPlan
 
-__all__ = ["Joined", "audio_samples", "join_audio", "join_segments", "write_segment"]
+__all__ = [
+    "Joined",
+    "ShortVideo",
+    "audio_samples",
+    "join_audio",
+    "join_segments",
+    "last_frame_png",
+    "segment_from_video",
+    "segment_sound",
+    "write_segment",
+]
 
 
 def audio_samples(frames: int, fps: int, sample_rate: int) -> int:
     """The samples of sound that `frames` frames last (a frame is 1333⅓ samples at 32 kHz and 24 fps:
     counted from the start of the video, so lengths add up without drift)."""
     return round(frames * sample_rate / fps)
+
+
+def segment_sound(audio: np.ndarray, segment: Segment, *, fps: int, sample_rate: int) -> np.ndarray:
+    """`audio` (float32 [2, samples], a model's sound for the segment's frames) cut or padded with
+    silence to exactly the samples its frames last where they lie in the joined video (what
+    `join_audio` lays): a model's sound may run a little longer or shorter than its frames."""
+    first = segment.start - segment.skip
+    want = audio_samples(first + segment.frames, fps, sample_rate) - audio_samples(first, fps, sample_rate)
+    have = audio.shape[1]
+    if have >= want:
+        return np.ascontiguousarray(audio[:, :want], dtype=np.float32)
+    return np.concatenate([audio.astype(np.float32), np.zeros((audio.shape[0], want - have), dtype=np.float32)], axis=1)
+
+
+def last_frame_png(path: Path) -> bytes:
+    """The last frame of a video file as a PNG: the first keyframe of the segment after it."""
+    import io
+
+    last = None
+    with av.open(str(path)) as f:
+        for frame in f.decode(video=0):
+            last = frame
+    if last is None:
+        raise ValueError(f"{path.name} holds no video frame")
+    out = io.BytesIO()
+    last.to_image().save(out, format="PNG")
+    return out.getvalue()
 
 
 def write_segment(
@@ -50,17 +90,64 @@ def write_segment(
     of the sound."""
     t, h, w, _ = frames.shape
     with av.open(str(path), "w", format="mp4") as out:
-        video = out.add_stream("libx264", rate=fps)
-        video.width, video.height, video.pix_fmt = w, h, "yuv420p"
-        video.options = {"preset": preset}
-        sound = out.add_stream("alac", rate=sample_rate)
-        sound.layout = "stereo"
+        video, sound = _segment_streams(out, w, h, fps=fps, sample_rate=sample_rate, preset=preset)
         for i in range(skip, t):
             for packet in video.encode(av.VideoFrame.from_ndarray(frames[i], format="rgb24")):
                 out.mux(packet)
         for packet in video.encode():
             out.mux(packet)
         encode_audio(out, sound, audio, sample_rate)
+
+
+class ShortVideo(ValueError):
+    """The video holds fewer frames than its segment was asked for."""
+
+    def __init__(self, made: int, asked: int) -> None:
+        super().__init__(f"the video holds {made} frames, {asked} asked")
+        self.made, self.asked = made, asked
+
+
+def segment_from_video(
+    source: Path, dest: Path, segment: Segment, *, fps: int = 24, sample_rate: int = 32_000, preset: str = "veryfast"
+) -> None:
+    """Write `dest` as `write_segment` does from `source`, a video an executor made of the segment's
+    call with its sound (ComfyUI's own mp4): its first `segment.frames` frames (a model's extra tail
+    cut) but the joint frame (`segment.skip`), and their sound cut to `segment_sound`. Frames are
+    decoded and encoded one at a time: a long high-resolution video is never held whole. Raises
+    `ShortVideo` where `source` holds fewer frames than asked (`dest` is then not a segment)."""
+    with av.open(str(source)) as src:
+        audio = _decoded_sound(src, sample_rate) if src.streams.audio else np.zeros((2, 0), dtype=np.float32)
+    sound = segment_sound(audio, segment, fps=fps, sample_rate=sample_rate)
+    made = 0
+    with av.open(str(source)) as src, av.open(str(dest), "w", format="mp4") as out:
+        v = src.streams.video[0].codec_context
+        video, audio_out = _segment_streams(out, v.width, v.height, fps=fps, sample_rate=sample_rate, preset=preset)
+        for frame in src.decode(video=0):
+            if made >= segment.frames:
+                break
+            if made >= segment.skip:
+                frame = frame.reformat(format="yuv420p")
+                frame.pts, frame.time_base = made - segment.skip, Fraction(1, fps)  # its place in the segment file
+                for packet in video.encode(frame):
+                    out.mux(packet)
+            made += 1
+        for packet in video.encode():
+            out.mux(packet)
+        encode_audio(out, audio_out, sound, sample_rate)
+    if made < segment.frames:
+        raise ShortVideo(made, segment.frames)
+
+
+def _segment_streams(
+    out: av.container.OutputContainer, width: int, height: int, *, fps: int, sample_rate: int, preset: str
+) -> tuple[av.video.stream.VideoStream, av.audio.stream.AudioStream]:
+    """A segment file's streams: H.264 video, ALAC stereo sound."""
+    video = out.add_stream("libx264", rate=fps)
+    video.width, video.height, video.pix_fmt = width, height, "yuv420p"
+    video.options = {"preset": preset}
+    sound = out.add_stream("alac", rate=sample_rate)
+    sound.layout = "stereo"
+    return video, sound
 
 
 def join_audio(parts: Sequence[np.ndarray], plan: SegmentPlan, *, fps: int, sample_rate: int) -> np.ndarray:
@@ -128,12 +215,17 @@ def join_segments(
 
 def _sound(path: Path, sample_rate: int) -> np.ndarray:
     """A segment file's sound, float32 [2, samples]."""
+    with av.open(str(path)) as f:
+        return _decoded_sound(f, sample_rate)
+
+
+def _decoded_sound(f: av.container.InputContainer, sample_rate: int) -> np.ndarray:
+    """An open file's first sound stream, resampled to float32 [2, samples] at `sample_rate`."""
     resampler = av.AudioResampler(format="fltp", layout="stereo", rate=sample_rate)
     chunks: list[np.ndarray] = []
-    with av.open(str(path)) as f:
-        for frame in f.decode(audio=0):
-            chunks.extend(r.to_ndarray() for r in resampler.resample(frame))
-        chunks.extend(r.to_ndarray() for r in resampler.resample(None))
+    for frame in f.decode(audio=0):
+        chunks.extend(r.to_ndarray() for r in resampler.resample(frame))
+    chunks.extend(r.to_ndarray() for r in resampler.resample(None))
     return np.concatenate(chunks, axis=1).astype(np.float32) if chunks else np.zeros((2, 0), dtype=np.float32)
 
 

@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from h3core.cli.app import app
 from h3core.cli.common import EXIT_DATA, EXIT_USAGE, console, console_err, fail, require_extra
+from h3core.domain.segments import SegmentPlan, steps_done
+from h3core.domain.story import segment_words
 
 if TYPE_CHECKING:
     import httpx
@@ -112,6 +116,7 @@ def watch(client: httpx.Client, job_id: str) -> dict:
     out = console()
     last: str | None = None  # the id of the last event shown: where a new connection starts
     lost = 0  # connections lost in a row, without an event between them
+    seen = _Seen()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=out) as bar:
         task = bar.add_task(f"{job_id[:12]} queued", total=None)
         while True:
@@ -132,7 +137,7 @@ def watch(client: httpx.Client, job_id: str) -> dict:
                             if event is None:
                                 continue
                             last, lost = sse.id or last, 0
-                            if _show(bar, task, job_id, event["body"]):
+                            if _show(bar, task, job_id, event["body"], seen):
                                 return _request(client, "GET", f"/v1/jobs/{job_id}").json()
                         why = "the service ended the stream before the job ended"
             except httpx.HTTPError as exc:
@@ -147,13 +152,61 @@ def watch(client: httpx.Client, job_id: str) -> dict:
     return _request(client, "GET", f"/v1/jobs/{job_id}").json()
 
 
-def _show(bar: Progress, task: TaskID, job_id: str, body: dict) -> bool:
-    """Show one event on the bar; True for the job's terminal one."""
+@dataclass
+class _Seen:
+    """What the watch has read of the job so far that later events are counted by: the steps of
+    each call (the request's), the attempt, and for a long video its segments, in all and made."""
+
+    per: int | None = None
+    of: int | None = None
+    made: int = 0
+    attempt: int = 0
+
+    def running(self, job_id: str) -> str:
+        """The bar's words while an attempt runs ("0123456789ab running (attempt 1, segment 2 of 3)")."""
+        where = f", {segment_words(self.made, self.of)}" if self.of is not None else ""
+        return f"{job_id[:12]} running (attempt {self.attempt}{where})"
+
+    def done(self, step: int | None, total: int | None) -> int:
+        """The whole job's steps done: a long video's are every segment's."""
+        if self.of is None:
+            return step or 0
+        return steps_done(self.per or total or 0, self.made, step, total) or 0
+
+    def total(self, total: int | None) -> int | None:
+        """The whole job's steps (None: not known yet)."""
+        per = self.per or total
+        return per * self.of if self.of is not None and per else total
+
+
+def _plan_words(plan: dict, count: int) -> str:
+    """A plan as the service sent it, in words; its count alone where it does not read as one
+    (a service newer than this client)."""
+    try:
+        return SegmentPlan.model_validate(plan).describe()
+    except ValidationError:
+        return f"{count} segments"
+
+
+def _show(bar: Progress, task: TaskID, job_id: str, body: dict, seen: _Seen) -> bool:
+    """Show one event on the bar, its steps those of the whole job (`seen` keeps what that needs
+    from the events before); True for the job's terminal one."""
     kind = body.get("type")
-    if kind == "running":
-        bar.update(task, description=f"{job_id[:12]} running (attempt {body['attempt']})", completed=0)
+    if kind == "submitted" and isinstance(body.get("request"), dict):
+        seen.per = body["request"].get("steps")
+    elif kind == "planned":
+        seen.of = len(body["plan"]["segments"])
+        bar.update(task, total=seen.total(None))
+        bar.console.print(f"a long video, made as {_plan_words(body['plan'], seen.of)}")
+    elif kind == "running":
+        seen.attempt = body["attempt"]
+        bar.update(task, description=seen.running(job_id), completed=seen.done(None, None))
     elif kind == "progress":
-        bar.update(task, total=body["total"], completed=body["step"])
+        bar.update(task, total=seen.total(body["total"]), completed=seen.done(body["step"], body["total"]))
+    elif kind == "segment_done":
+        seen.made = body["index"] + 1
+        bar.update(task, description=seen.running(job_id), completed=seen.done(None, None))
+        bar.console.print(f"segment {seen.made} of {seen.of} made")
     elif kind == "attempt_failed":
         bar.console.print(f"attempt {body['attempt']} failed ({body['kind']}: {body['message']}); it will be retried")
     elif kind in TERMINAL:

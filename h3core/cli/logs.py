@@ -46,6 +46,7 @@ from h3core.domain.events import (
 )
 from h3core.domain.retention import garbage
 from h3core.domain.state import IllegalEvent, JobState, fold
+from h3core.domain.story import progress
 
 if TYPE_CHECKING:
     from h3core.adapters.store.postgres import PostgresEventStore
@@ -288,12 +289,12 @@ def jobs(
     table = Table(title=f"jobs in {db}" + (f" ({status.value})" if status else ""), title_justify="left")
     table.add_column("id", no_wrap=True, min_width=32)
     table.add_column("status", no_wrap=True)
-    table.add_column("step", no_wrap=True, justify="right")
+    table.add_column("progress", no_wrap=True, justify="right")
     table.add_column("attempt", no_wrap=True, justify="right")
     table.add_column("created", no_wrap=True)
     table.add_column("error", no_wrap=True)
     for _, s in rows:
-        step = f"{s.step}/{s.total}" if s.step is not None else "-"
+        step = progress(s) or "-"  # the whole job's: a long video's, every segment's
         if s.error is not None:
             error = s.error.kind
         elif s.attempt_errors:

@@ -36,7 +36,7 @@ from h3core.domain.events import (
     Submitted,
 )
 from h3core.domain.state import IllegalEvent, JobState, fold
-from h3core.domain.story import fields, why
+from h3core.domain.story import fields, progress, why
 from h3core.domain.webhooks import Delivery
 
 if TYPE_CHECKING:
@@ -118,8 +118,9 @@ def replay(
     status = Text.assemble(("state: ", "bold"), (state.status, f"bold {STATUS_STYLE[state.status]}"))
     if state.attempt:
         status.append(f"  attempt {state.attempt}/{state.retry.max_attempts}")
-    if state.step is not None:
-        status.append(f"  step {state.step}/{state.total}")
+    at = progress(state)  # the whole job's steps: a long video's, every segment's
+    if at is not None:
+        status.append(f"  {at}")
     status.append(f"  {len(events)} events over {dur((events[-1].at - events[0].at).total_seconds())}")
     video = _video_line(open_artifacts_at(artifacts), state, deleted) if state.artifact is not None else None
     if video is not None and video[1]:

@@ -168,6 +168,7 @@ async def _serve_runner(
     "slots",
     "stall_timeout",
     "fake_step_seconds",
+    "fake_window_seconds",
     "max_attempts",
     "poll_interval",
     "model_dir",

@@ -19,7 +19,7 @@ from h3core.domain.capabilities import Capabilities, GroupBudget
 from h3core.domain.capacity import CapacityProfile, Shape
 from h3core.domain.events import Admitted, Body, Planned
 from h3core.domain.geometry import CLIP, FPS, Media, count_tokens, snap_frames, text_rows_bound
-from h3core.domain.request import GenerationRequest, Keyframes
+from h3core.domain.request import MAX_SEED, GenerationRequest, Keyframes
 from h3core.domain.segments import Segment, SegmentPlan, plan_segments
 
 CeilingReason = Literal["vram", "unverified", "quality", "model_window", "mode_unavailable", "api_limit"]
@@ -235,17 +235,22 @@ class AdmissionRules:
         return int(self.max_video_seconds * FPS + 1e-9)
 
     @staticmethod
-    def segment_request(request: GenerationRequest, plan: SegmentPlan, segment: Segment) -> GenerationRequest:
+    def segment_request(
+        request: GenerationRequest, plan: SegmentPlan, segment: Segment, *, continued_from: str = CONTINUED_FRAME
+    ) -> GenerationRequest:
         """What the model is asked for one segment: its frames, fl2va from the frame the segment
-        before makes after the first (`CONTINUED_FRAME` until that one is made), the request's own
-        first keyframe on the first segment and its last on the last; t2va where neither applies."""
+        before kept last (`continued_from`: the upload holding it; `CONTINUED_FRAME` until that one
+        is made), the request's own first keyframe on the first segment and its last on the last;
+        t2va where neither applies. Each segment draws its own noise (the seed plus its index): the
+        same noise again would repeat the first segment's motion."""
         keyframes = request.keyframes
-        first = CONTINUED_FRAME if segment.index else (keyframes.first if keyframes is not None else None)
+        first = continued_from if segment.index else (keyframes.first if keyframes is not None else None)
         last = keyframes.last if keyframes is not None and segment.index == len(plan.segments) - 1 else None
+        update: dict[str, object] = {"frames": segment.frames, "seed": (request.seed + segment.index) % (MAX_SEED + 1)}
         if first is None and last is None:
-            return request.model_copy(update={"frames": segment.frames, "mode": "t2va", "keyframes": None})
+            return request.model_copy(update={**update, "mode": "t2va", "keyframes": None})
         continued = Keyframes.model_construct(first=first, last=last)
-        return request.model_copy(update={"frames": segment.frames, "mode": "fl2va", "keyframes": continued})
+        return request.model_copy(update={**update, "mode": "fl2va", "keyframes": continued})
 
     # -- the one judgement -------------------------------------------------------------------
 
@@ -299,10 +304,10 @@ class AdmissionRules:
             )
         if window is not None and not window.admits(request.frames):
             snapped = snap_frames(request.frames)
-            return _Limit(
-                reason="model_window",
-                why=f"{request.frames} frames snap to {snapped} ({snapped / FPS:.2f} s), outside the {window.describe()} window",
-            )
+            why = f"{request.frames} frames snap to {snapped} ({snapped / FPS:.2f} s), outside the {window.describe()} window"
+            if segments and window.max_frames is not None and request.frames > window.max_frames:
+                why += f"; {self._no_segments(request)}"
+            return _Limit(reason="model_window", why=why)
         cap = self._quality_cap(shape)
         if cap is not None and request.frames > cap:
             return _Limit(reason="quality", why=f"the quality cap at {shape.width}x{shape.height} is {cap} frames")
@@ -337,6 +342,14 @@ class AdmissionRules:
             )
         return None
 
+    def _no_segments(self, request: GenerationRequest) -> str:
+        """Why a request past one call is not made as segments here."""
+        if not self.caps.continues_segments:
+            return f"{self.caps.executor} does not make a longer video as segments"
+        if request.mode == "ref2va":
+            return "a ref2va video is not made as segments (its references condition one call)"
+        return "its segments do not fit one call each here"
+
     def _quality_cap(self, shape: Shape) -> int | None:
         if self.profile is None:
             return None
@@ -363,9 +376,21 @@ class AdmissionRules:
 
     # -- what callers see --------------------------------------------------------------------
 
-    def why_not(self, request: GenerationRequest, tokens: int | None = None) -> str | None:
+    def why_not(self, request: GenerationRequest, tokens: int | None = None, plan: SegmentPlan | None = None) -> str | None:
         """Can a job of `request` run here? None if so, else the limit it breaks. `tokens`: the
-        count its admission stored (None: counted here, without what is known of its uploads)."""
+        count its admission stored (None: counted here, without what is known of its uploads).
+        `plan`: the segments its admission planned: each is judged as the one call it is (this
+        node's window or budget may differ from the admitting node's: a plan is never made again)."""
+        if plan is not None:
+            if not self.caps.continues_segments:
+                return f"mode_unavailable: {self.caps.executor} does not continue a video as segments"
+            for segment in plan.segments:
+                part = self.segment_request(request, plan, segment)
+                limit = self._judge(part, {}, count_tokens(part, {}).total, segments=False)
+                if limit is not None:
+                    n = len(plan.segments)
+                    return f"{limit.reason}: segment {segment.index + 1} of {n} ({segment.frames} frames): {limit.why}"
+            return None
         if tokens is None:
             tokens = count_tokens(request, {}).total
         limit = self._judge(request, {}, tokens)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from h3core.domain.geometry import FPS
 
-__all__ = ["JOINT_FRAMES", "Segment", "SegmentPlan", "plan_segments", "segments_needed"]
+__all__ = ["JOINT_FRAMES", "Segment", "SegmentPlan", "plan_segments", "segments_needed", "steps_done"]
 
 # Frames each segment after the first repeats from the one before: its conditioned first frame.
 JOINT_FRAMES = 1
@@ -103,3 +103,12 @@ def plan_segments(frames: int, most: int) -> SegmentPlan:
         segments.append(Segment(index=i, frames=ask, skip=skip, start=start))
         start += ask - skip
     return SegmentPlan(frames=frames, segments=tuple(segments))
+
+
+def steps_done(per: int, made: int, step: int | None, total: int | None) -> int | None:
+    """The denoising steps of a whole segmented job done so far: `made` segments of `per` steps
+    each, and `step` of `total` into the next (counted in `per` where the executor counts its
+    steps otherwise, so the figure never passes `per` a segment). None while none is done."""
+    if step is None or not total:
+        return made * per if made else None
+    return made * per + (step if total == per else step * per // total)

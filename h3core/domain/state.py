@@ -9,7 +9,8 @@ handed back with `Released`, does not count); a `Done` that says the cancel came
 after one was requested; after `Recovered`, only the `Done` of the video it names. A video longer
 than the model's window is `Planned` as segments as it is admitted, once; its segments are done
 (`SegmentDone`) while running, each once and in the plan's order, kept through retries, and it is
-`Done` only once every one is; a segment's end starts the next one's steps and checkpoints afresh.
+`Done` only once every one is; a segment's end starts the next one's steps and checkpoints afresh
+(`JobState.steps_done` and `steps_total` count the whole job's).
 A checkpoint only of a step the running attempt reached, past its previous one; an attempt continues
 (`Restored`) only from a checkpoint the log holds, before its first step. Anything else raises
 `IllegalEvent` and never reaches a store.
@@ -50,7 +51,7 @@ from h3core.domain.events import (
 )
 from h3core.domain.request import GenerationRequest
 from h3core.domain.retry import RetryPolicy
-from h3core.domain.segments import SegmentPlan
+from h3core.domain.segments import SegmentPlan, steps_done
 from h3core.domain.webhooks import WebhookTarget
 
 Status = Literal["submitted", "queued", "running", "done", "failed", "cancelled"]
@@ -122,6 +123,9 @@ class JobState(BaseModel):
     released: int = 0  # attempts h3core's own graceful stops handed back (not failures)
     plan: SegmentPlan | None = None  # the segments of a video longer than the model's window
     segments: tuple[Artifact, ...] = ()  # the plan's segments done so far, in order: kept through retries
+    # While an attempt runs: the whole job's steps done before it computed any (the segments earlier
+    # attempts made, the checkpoint it continued from), which its pace leaves out; 0 when none runs.
+    steps_before_attempt: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -149,6 +153,31 @@ class JobState(BaseModel):
         if self.plan is None or len(self.segments) >= len(self.plan.segments):
             return None
         return len(self.segments)
+
+    @property
+    def steps_done(self) -> int | None:
+        """The whole job's denoising steps done so far (None: none yet). Not segmented: the running
+        attempt's `step`; segmented: every segment made, `request.steps` each, and the steps of the
+        one being made, so a job of 3 segments of 50 steps counts 1..150, never back to 1."""
+        if self.plan is None:
+            return self.step
+        return steps_done(self.request.steps, len(self.segments), self.step, self.total)
+
+    @property
+    def steps_total(self) -> int:
+        """The whole job's denoising steps: the attempt's reported `total` (else the request's
+        `steps`), or for a segmented job `request.steps` times its segments."""
+        if self.plan is None:
+            return self.total or self.request.steps
+        return len(self.plan.segments) * self.request.steps
+
+    @property
+    def attempt_steps(self) -> int:
+        """The steps the running attempt computed itself (its pace is measured over these); 0 when
+        none runs."""
+        if self.status != "running":
+            return 0
+        return max((self.steps_done or 0) - self.steps_before_attempt, 0)
 
     @property
     def checkpoint(self) -> Checkpoint | None:
@@ -217,7 +246,7 @@ def apply(state: JobState | None, event: Event) -> JobState:
                 raise _illegal(event, "not_queued", f"'running' only from queued, job is '{state.status}'")
             if body.attempt != state.attempt + 1:
                 raise _illegal(event, "attempt_order", f"attempt {body.attempt} cannot follow attempt {state.attempt}")
-            return state.model_copy(
+            started = state.model_copy(
                 update={
                     **common,
                     "status": "running",
@@ -233,6 +262,7 @@ def apply(state: JobState | None, event: Event) -> JobState:
                     "restored_from": None,
                 }
             )
+            return started.model_copy(update={"steps_before_attempt": started.steps_done or 0})
         case Resumed() | Detached():
             if state.status != "running":
                 raise _illegal(event, "not_running", f"'{body.type}' only while running, job is '{state.status}'")
@@ -288,6 +318,7 @@ def apply(state: JobState | None, event: Event) -> JobState:
                     "status": "done",
                     "finished_at": event.at,
                     "artifact": body.artifact,
+                    "steps_before_attempt": 0,
                     "tokens": body.tokens if body.tokens is not None else state.tokens,
                 }
             )
@@ -313,6 +344,7 @@ def apply(state: JobState | None, event: Event) -> JobState:
                     "attempt_errors": (*state.attempt_errors, err),
                     "step": None,
                     "total": None,
+                    "steps_before_attempt": 0,
                 }
             )
         case Failed():
@@ -323,6 +355,7 @@ def apply(state: JobState | None, event: Event) -> JobState:
                     "status": "failed",
                     "finished_at": event.at,
                     "error": err,
+                    "steps_before_attempt": 0,
                     "tokens": body.tokens if body.tokens is not None else state.tokens,
                 }
             )
@@ -351,7 +384,7 @@ def apply(state: JobState | None, event: Event) -> JobState:
         case Cancelled():
             if state.status == "running" and not state.cancel_requested:
                 raise _illegal(event, "cancel_not_requested", "a running job is cancelled only after 'cancel_requested'")
-            return state.model_copy(update={**common, "status": "cancelled", "finished_at": event.at})
+            return state.model_copy(update={**common, "status": "cancelled", "finished_at": event.at, "steps_before_attempt": 0})
     raise _illegal(event, "unknown_event", f"unknown event type {body.type!r}")  # pragma: no cover
 
 
@@ -385,7 +418,8 @@ def _attempt_event(state: JobState, event: Event, common: dict) -> JobState:
                 kept = tuple(c for c in state.checkpoints if c != body.checkpoint)
                 return state.model_copy(update={**common, "checkpoints": kept})
             cp = body.checkpoint
-            return state.model_copy(update={**common, "step": cp.step, "total": cp.total, "restored_from": cp.step})
+            restored = state.model_copy(update={**common, "step": cp.step, "total": cp.total, "restored_from": cp.step})
+            return restored.model_copy(update={"steps_before_attempt": restored.steps_done or 0})
         case Released():
             if state.cancel_requested:
                 raise _illegal(event, "release_after_cancel", "a job whose cancel was requested ends; it is not handed back")
@@ -397,6 +431,7 @@ def _attempt_event(state: JobState, event: Event, common: dict) -> JobState:
                     "step": None,
                     "total": None,
                     "restored_from": None,
+                    "steps_before_attempt": 0,
                 }
             )
     raise AssertionError(body)  # pragma: no cover

@@ -30,9 +30,10 @@ from h3core.domain.events import (
     SegmentDone,
     Submitted,
 )
+from h3core.domain.segments import steps_done
 from h3core.domain.state import JobState
 
-__all__ = ["Try", "dur", "earlier", "fields", "short", "tries", "ts", "why"]
+__all__ = ["Try", "dur", "earlier", "fields", "progress", "segment_words", "short", "tries", "ts", "why"]
 
 
 def ts(at: datetime) -> str:
@@ -128,6 +129,24 @@ def fields(event: Event) -> str:
     return ""  # pragma: no cover
 
 
+def segment_words(made: int, of: int) -> str:
+    """Where a job of `of` segments is, `made` of them made: "segment 2 of 3" (the one being made),
+    or "all 3 segments made" (joining them)."""
+    return f"segment {made + 1} of {of}" if made < of else f"all {of} segments made"
+
+
+def progress(state: JobState) -> str | None:
+    """How far the whole job is, in words: "step 8/50", or for a job made as segments "segment 2 of
+    3, step 58/150" (the steps of all its segments); None before its first step."""
+    done = state.steps_done
+    if done is None:
+        return None
+    at = f"step {done}/{state.steps_total}"
+    if state.plan is None:
+        return at
+    return f"{segment_words(len(state.segments), len(state.plan.segments))}, {at}"
+
+
 def _checkpoint(c: Checkpoint) -> str:
     return f"step {c.step}/{c.total} of attempt {c.attempt}  path={c.path}  bytes={c.bytes}  sha256={c.sha256}"
 
@@ -145,6 +164,23 @@ class Try:
     outcome: AttemptFailed | Failed | Done | Cancelled | Released | None = None
     resumed: list[Resumed] = field(default_factory=list)  # re-attached after h3core restarts
     restored: int | None = None  # the step it continued from (a checkpoint), if it did
+    # A job made as segments: how many the plan has, how many the job had made at the attempt's
+    # last event (earlier attempts' included) and each one's steps; `step`/`total` are the segment's.
+    of: int | None = None
+    made: int = 0
+    per: int = 0
+
+    @property
+    def steps_done(self) -> int | None:
+        """The whole job's steps done at the attempt's last event (None: none)."""
+        if self.of is None:
+            return self.step
+        return steps_done(self.per, self.made, self.step, self.total)
+
+    @property
+    def steps_total(self) -> int | None:
+        """The whole job's steps (None: not segmented and no step reported)."""
+        return self.total if self.of is None else self.of * self.per
 
     @property
     def resumes(self) -> str:
@@ -157,21 +193,36 @@ class Try:
 
     @property
     def where(self) -> str:
-        """How far the attempt got: "after step 3/10", or "before its first step"."""
-        return f"after step {self.step}/{self.total}" if self.step is not None else "before its first step"
+        """How far the attempt got: "after step 3/10" (a job made as segments counts all of theirs:
+        "after step 13/30 (segment 2 of 3)"), or "before its first step"."""
+        done = self.steps_done
+        if done is None:
+            return "before its first step"
+        if self.of is None:
+            return f"after step {done}/{self.steps_total}"
+        return f"after step {done}/{self.steps_total} ({segment_words(self.made, self.of)})"
 
 
 def tries(events: Sequence[Event]) -> list[Try]:
     """The job's attempts, in order, as `events` tell them."""
     tries: list[Try] = []
     current: Try | None = None
+    per, of, made = 0, None, 0
     for e in events:
         b = e.body
-        if isinstance(b, Running):
-            current = Try(b.attempt, e.at, b.executor)
+        if isinstance(b, Submitted):
+            per = b.request.steps
+        elif isinstance(b, Planned):
+            of = len(b.plan.segments)
+        elif isinstance(b, Running):
+            current = Try(b.attempt, e.at, b.executor, of=of, made=made, per=per)
             tries.append(current)
         elif isinstance(b, Progress) and current is not None:
             current.step, current.total = b.step, b.total
+        elif isinstance(b, SegmentDone):
+            made += 1
+            if current is not None:  # the next segment's steps are its own
+                current.made, current.step, current.total = made, None, None
         elif isinstance(b, Resumed) and current is not None:
             current.resumed.append(b)
         elif isinstance(b, Restored) and current is not None:
@@ -257,7 +308,8 @@ def why(state: JobState, events: Sequence[Event], now: datetime) -> str:
     idle = dur((now - state.updated_at).total_seconds())
     if state.status == "running":
         assert last is not None and state.attempt_started_at is not None
-        step = f"at step {state.step}/{state.total}" if state.step is not None else "with no step reported yet"
+        at = progress(state)
+        step = f"at {at}" if at is not None else "with no step reported yet"
         text = (
             f"still running: attempt {state.attempt} on {state.executor} since {ts(state.attempt_started_at)} "
             f"({dur((now - state.attempt_started_at).total_seconds())} ago), {step}; last event {idle} ago"

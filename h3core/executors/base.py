@@ -48,6 +48,15 @@ step; at a faster level it may serve steps from a cache of its own, says how in 
   reached (where past the last stored one), and raises `StoppedWithCheckpoint(saved)` in place of
   the cancellation, so the next attempt continues from there.
 
+**Segments**, where `capabilities().continues_segments` says it continues a long video (never
+otherwise): with `job.segment` set, the job is one segment of a video longer than the model's
+window, and `job.request` is already that segment's call (its frames, its seed, fl2va from the
+frame the segment before kept last, an upload). It writes the frames it was asked for, the
+model's extra tail cut (`segment.frames`), with `h3core.adapters.segment_files.write_segment`
+(the repeated joint frame left out: `segment.skip`) and their sound cut to `segment_sound`,
+commits the file through the artifact store's `put_segment`, and its `Result` carries that
+segment's artifact (`segment.keep` frames). The runner joins the segments into the job's video.
+
 `running()` is an async context manager the runner holds for the executor's whole life: on
 entry it loads what the executor needs (once, before any job) and starts any background tasks
 it owns (a websocket, a watchdog) in its own task group; on exit it stops them and releases
@@ -88,6 +97,7 @@ from h3core.domain.events import Artifact, Checkpoint, Progress
 from h3core.domain.failures import FailureKind
 from h3core.domain.quality import StepCounts
 from h3core.domain.request import GenerationRequest
+from h3core.domain.segments import Segment
 from h3core.executors.reports import DeviceMemory, GroupHealth, HeadHealth, ProbeRow
 
 
@@ -104,7 +114,8 @@ class JobSpec:
     """One attempt at a job, as the runner hands it to an executor: the job's id, the attempt's number,
     its request, the sequence length admission computed for it (`tokens`, None where not stored), the
     last step already logged when the attempt is being resumed, when to checkpoint (`checkpoints`,
-    None: never) and the checkpoint to continue from (`resume`)."""
+    None: never), the checkpoint to continue from (`resume`) and, for a long video, the segment
+    this call makes (`segment`)."""
 
     job_id: str
     attempt: int
@@ -113,6 +124,7 @@ class JobSpec:
     last_step: int = 0  # when resuming an attempt: the last step already in the log
     checkpoints: CheckpointPolicy | None = None
     resume: Resume | None = None
+    segment: Segment | None = None  # one segment of a long video: `request` is its call (the module's docstring)
 
 
 @dataclass(frozen=True)
@@ -281,7 +293,11 @@ class Resumable(Protocol):
     iteration is cancelled: True leaves the work running (the cleanup does not stop it, the
     runner writes nothing, the attempt stays `running` in the log and the next start resumes
     it, or fails it `executor_lost` if the work is gone); False stops it as a cancel would,
-    and the attempt is handed back (`released`: not a failure)."""
+    and the attempt is handed back (`released`: not a failure).
+
+    A long video's attempt makes a call per segment: `job` is then the call of the segment its log
+    says is next (`job.segment`), the one running when h3core stopped, and the executor follows
+    (and leaves running) that call's work, not the attempt's first call `executor_ref` names."""
 
     def resume(self, job: JobSpec, executor_ref: str) -> AsyncIterator[Update]:
         """Follow the running attempt `executor_ref` names, as `run` would past `job.last_step`; raise

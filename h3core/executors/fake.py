@@ -20,7 +20,8 @@ It keeps checkpoints as the pipeline does: its "denoising state" is a hash chain
 and the video it draws depends on the chain's end, so a resumed job makes the same video as an
 uninterrupted one only if it continued from exactly the state it stopped at.
 
-`FakeLimits` gives it limits of its own (modes, a clip window, a token budget, upload slots),
+`FakeLimits` gives it limits of its own (modes, a clip window, a token budget, upload slots, whether
+it continues a longer video as segments: it then writes each segment as the pipeline does),
 which it states in `capabilities()` and enforces in `check()`, and `set_ready` makes modes
 unready (as a server that went away), so the contract between admission, dispatch and an
 executor can be tested without a model.
@@ -45,10 +46,11 @@ import anyio
 
 from h3core.adapters.artifacts import ArtifactStore, media_type
 from h3core.domain.capabilities import MODES, Capabilities, FrameWindow, GroupBudget, ModeReadiness
-from h3core.domain.events import Checkpoint, Progress
+from h3core.domain.events import Artifact, Checkpoint, Progress
 from h3core.domain.failures import FAILURE_KINDS, FailureKind
 from h3core.domain.geometry import FPS, count_tokens, snap_frames
 from h3core.domain.quality import QUALITIES, Quality, StepCounts
+from h3core.domain.segments import Segment
 from h3core.executors.base import (
     CheckpointSaved,
     ExecutorFailure,
@@ -129,6 +131,7 @@ class FakeLimits:
     budget_tokens: int | None = None
     media: Mapping[str, int] = field(default_factory=dict)  # most uploads per field ("references.videos")
     qualities: tuple[Quality, ...] = QUALITIES  # the quality levels it runs
+    continues_segments: bool = False  # makes a video past its window as segments (needs PyAV: mp4)
 
 
 class FakeExecutor(NoReports):
@@ -145,9 +148,12 @@ class FakeExecutor(NoReports):
         plans: Mapping[str, FakePlan] | Callable[[JobSpec], FakePlan | None] | None = None,
         limits: FakeLimits | None = None,
         encoding: Encoding | None = None,
+        upload_path: Callable[[str], Path] | None = None,
     ) -> None:
-        """`encoding`: the artifact's format; None picks mp4 where PyAV is installed, else y4m."""
+        """`encoding`: the artifact's format; None picks mp4 where PyAV is installed, else y4m.
+        `upload_path`: an upload's local file (a long video's segment continues the frame before)."""
         self.artifacts = artifacts
+        self.upload_path = upload_path
         self.encoding: Encoding = encoding or default_encoding()
         self.default = default or FakePlan()
         self._plans = plans
@@ -195,6 +201,7 @@ class FakeExecutor(NoReports):
             exact_frames=MODES,  # it writes the frames asked, not the model's 17n + 5
             checkpoints=True,
             qualities=lim.qualities,  # simulated (the module's docstring)
+            continues_segments=lim.continues_segments and self.encoding == "mp4",  # segment files are H.264
         )
 
     def set_ready(self, ready: bool, reason: str = "not ready", modes: tuple[str, ...] = MODES) -> None:
@@ -331,6 +338,8 @@ class FakeExecutor(NoReports):
         # The chain's end seeds the drawing: only a run that went through every step from the
         # seed (in one attempt or continued from checkpoints) draws this video.
         seed = int(chain[:15], 16)
+        if job.segment is not None:
+            return self._write_segment(job, job.segment, seed)
         key = (r.width, r.height, r.frames, seed)
         data = self._videos.get(key)
         if data is None:
@@ -350,6 +359,45 @@ class FakeExecutor(NoReports):
             duration_s=r.frames / r.fps,
             media_type=media_type(staged.name.removesuffix(".part")),
         )
+
+    def _write_segment(self, job: JobSpec, segment: Segment, seed: int) -> Artifact:  # runs in a worker thread
+        """The segment as the pipeline writes one: its pattern continues the frame it starts from
+        (the first keyframe's colour, where one is given and readable: the frame the segment before
+        kept last), the bar and the tone (the request's own seed's) go on across the joint."""
+        import numpy as np
+
+        from h3core.adapters.segment_files import audio_samples, write_segment
+
+        r = job.request
+        w, h = _preview_size(r.width, r.height)
+        base = self._colour_of_first(job)
+        if base is None:
+            base = np.random.default_rng(seed).integers(0, 256, size=3, dtype=np.uint8)
+        first = segment.start - segment.skip  # the joined video's frame it starts at
+        video = _pattern(w, h, segment.frames, base, first=first)
+        hz = 220 + (r.seed - segment.index) % 440  # the seed asked for: a segment's is the seed plus its index
+        audio = _tone(hz, audio_samples(first, r.fps, _RATE), audio_samples(first + segment.frames, r.fps, _RATE))
+        staged = self.artifacts.staging(job.job_id, job.attempt, ".mp4")
+        write_segment(staged, video, audio, skip=segment.skip, fps=r.fps, sample_rate=_RATE, preset="ultrafast")
+        keep = segment.keep
+        return self.artifacts.put_segment(
+            staged, job_id=job.job_id, attempt=job.attempt, index=segment.index, frames=keep, duration_s=keep / r.fps
+        )
+
+    def _colour_of_first(self, job: JobSpec) -> Any:
+        """The first keyframe's colour (each channel's median: the bar is thin), or None without one."""
+        keyframes = job.request.keyframes
+        if keyframes is None or keyframes.first is None or self.upload_path is None:
+            return None
+        import numpy as np
+        from PIL import Image
+
+        try:
+            with Image.open(self.upload_path(keyframes.first)) as image:
+                pixels = np.asarray(image.convert("RGB")).reshape(-1, 3)
+        except (OSError, KeyError) as exc:
+            raise ExecutorFailure("invalid", f"keyframes.first: upload {keyframes.first} does not read: {exc}") from exc
+        return np.median(pixels, axis=0).astype(np.uint8)
 
 
 def _chain_start(job: JobSpec) -> str:
@@ -396,6 +444,29 @@ def _preview_size(width: int, height: int) -> tuple[int, int]:
     return w, h
 
 
+_RATE = 32_000  # the fake's sound, as the model's
+
+
+def _pattern(w: int, h: int, frames: int, base: Any, *, first: int = 0) -> Any:
+    """Frames `first`.. of the test pattern: `base` colour, a white bar moving 3 pixels a frame."""
+    import numpy as np
+
+    video = np.empty((frames, h, w, 3), dtype=np.uint8)
+    video[:] = base
+    for i in range(frames):
+        bar = ((first + i) * 3) % w
+        video[i, :, bar : bar + 2, :] = 255
+    return video
+
+
+def _tone(hz: float, begin: int, end: int) -> Any:
+    """Samples `begin`..`end` of a stereo sine at `hz`: parts of one tone join without a step."""
+    import numpy as np
+
+    tone = (0.1 * np.sin(2 * np.pi * hz * np.arange(begin, end) / _RATE)).astype(np.float32)
+    return np.stack([tone, tone])
+
+
 def _render_mp4(w: int, h: int, frames: int, seed: int) -> bytes:
     """A small moving test pattern and a tone, deterministic in its arguments (H.264 + AAC)."""
     import tempfile
@@ -404,20 +475,13 @@ def _render_mp4(w: int, h: int, frames: int, seed: int) -> bytes:
 
     from h3core.adapters.video import write_mp4
 
-    rng = np.random.default_rng(seed)
-    base = rng.integers(0, 256, size=3, dtype=np.uint8)
-    t = np.arange(frames)
-    video = np.empty((frames, h, w, 3), dtype=np.uint8)
-    video[:] = base
-    bar = (t * 3) % w
-    for i in range(frames):
-        video[i, :, bar[i] : bar[i] + 2, :] = 255
-    rate = 32_000
-    samples = int(round(frames / 24 * rate))
-    tone = (0.1 * np.sin(2 * np.pi * (220 + seed % 440) * np.arange(samples) / rate)).astype(np.float32)
+    base = np.random.default_rng(seed).integers(0, 256, size=3, dtype=np.uint8)
+    video = _pattern(w, h, frames, base)
+    rate = _RATE
+    audio = _tone(220 + seed % 440, 0, int(round(frames / 24 * rate)))
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "fake.mp4"
-        write_mp4(path, video, fps=24, audio=np.stack([tone, tone]), sample_rate=rate, preset="ultrafast")
+        write_mp4(path, video, fps=24, audio=audio, sample_rate=rate, preset="ultrafast")
         return path.read_bytes()
 
 

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from h3core.domain.admission import CONTINUED_FRAME, AdmissionRules
 from h3core.domain.events import AttemptFailed, Body, Cancelled, Detached, Done, Failed, Released
 from h3core.domain.failures import FailureKind
 from h3core.domain.state import JobState
-from h3core.executors.base import CheckpointSaved, Result
+from h3core.executors.base import CheckpointSaved, JobSpec, Result
 from h3core.runtime._writer import Queued
 from h3core.runtime.config import RunnerConfig
 
@@ -26,6 +27,7 @@ class Attempt:
 
     state: JobState
     last_touch: float
+    call_began: float = field(default_factory=anyio.current_time)  # the executor call now running (a segment's)
     signal: anyio.Event = field(default_factory=anyio.Event)
     cancel: bool = False
     stop_reason: FailureKind | None = None  # stalled / deadline, when the watcher stopped it
@@ -46,6 +48,21 @@ class Attempt:
     def wake(self) -> None:
         self.signal.set()
         self.signal = anyio.Event()
+
+
+def spec_of(state: JobState, *, attempt: int | None = None, continued_from: str | None = None) -> JobSpec:
+    """What the executor is handed for the job's attempt (`attempt`: another than the state's, as a
+    claim's next one): for a long video, its next segment's call (fl2va from `continued_from`, the
+    upload holding the frame the segment before kept last; a placeholder where none is made yet,
+    enough to judge the call), else the request as asked."""
+    request, segment = state.request, None
+    if state.plan is not None and state.segment is not None:
+        segment = state.plan.segments[state.segment]
+        part = AdmissionRules.segment_request
+        request = part(request, state.plan, segment, continued_from=continued_from or CONTINUED_FRAME)
+    if attempt is not None:
+        return JobSpec(state.job_id, attempt, request, state.tokens, segment=segment)
+    return JobSpec(state.job_id, state.attempt, request, state.tokens, last_step=state.step or 0, segment=segment)
 
 
 def failure_event(state: JobState, kind: FailureKind, message: str, detail: str | None) -> Body:

@@ -27,7 +27,8 @@ from h3core.domain.admission import AdmissionRules
 from h3core.domain.capabilities import MODES, Capabilities
 from h3core.domain.events import Body, Failed, Running
 from h3core.domain.state import IllegalEvent, JobState
-from h3core.executors.base import Executor, JobSpec, classify
+from h3core.executors.base import Executor, classify
+from h3core.runtime._attempt import spec_of
 from h3core.runtime._journal import Journal, log_written
 from h3core.runtime.config import RunnerConfig
 from h3core.runtime.store_retry import StoreUnavailable
@@ -145,8 +146,8 @@ class Claimer:
         """The event that starts a queued job's next attempt, or fails it if the executor refuses.
         It records where the attempt runs (`caps.identity()`) beside what the executor chose.
         None: on a shared store, a job this node cannot run (another node may): it stays queued."""
-        spec = JobSpec(state.job_id, state.attempt + 1, state.request, state.tokens)
-        if mine is not None and (why := mine.why_not(state.request, state.tokens)) is not None:
+        spec = spec_of(state, attempt=state.attempt + 1)
+        if mine is not None and (why := mine.why_not(state.request, state.tokens, state.plan)) is not None:
             self._not_mine(state, why)
             return None
         try:

@@ -20,6 +20,12 @@ holds whose file still has its recorded size and sha256 (`restored`; each unusab
 (`checkpointed`, after its step's progress) and removes those the log no longer keeps; a
 graceful stop asks the executor to checkpoint where it stops. Once the job ends, its checkpoints go.
 An attempt removes no checkpoint file of a later attempt (its state may be behind: the job moved on).
+
+A long video (the job's `plan`): the attempt makes each segment its log does not hold by one call,
+in order, each after the first from the last frame the one before kept (an upload), logs each as
+soon as it is committed (`segment_done`), and joins them into the job's video once all are made.
+A failure names its segment; each call has the attempt deadline; a retry goes on at the first
+segment not logged (and inside it from its checkpoint: a segment's end clears them).
 """
 
 from __future__ import annotations
@@ -27,24 +33,28 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import AsyncGenerator, Callable, Collection, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Sequence
+from contextlib import ExitStack, aclosing
 from dataclasses import replace
+from pathlib import Path
 from typing import cast
 
 import anyio
 import anyio.abc
 
-from h3core.adapters.artifacts import ArtifactStore
+from h3core.adapters.artifacts import ArtifactStore, sha256_file
 from h3core.adapters.store.base import Conflict
 from h3core.adapters.store.nodes import LeaseLost, node_leases
-from h3core.domain.events import Artifact, Body, Checkpoint, Checkpointed, CheckpointRejected, Progress, Restored
+from h3core.adapters.uploads import UploadStore
+from h3core.domain.events import Artifact, Body, Checkpoint, Checkpointed, CheckpointRejected, Progress, Restored, SegmentDone
+from h3core.domain.quality import StepCounts
 from h3core.domain.retention import garbage
 from h3core.domain.state import IllegalEvent, JobState
 from h3core.executors.base import (
     Checkpointing,
     CheckpointSaved,
     Executor,
+    ExecutorFailure,
     FinishedBeforeStop,
     Heartbeat,
     JobSpec,
@@ -55,7 +65,7 @@ from h3core.executors.base import (
     Update,
     classify,
 )
-from h3core.runtime._attempt import Attempt, end_event
+from h3core.runtime._attempt import Attempt, end_event, spec_of
 from h3core.runtime._journal import Journal, log_written
 from h3core.runtime._recovery import can_resume
 from h3core.runtime.config import RunnerConfig
@@ -88,9 +98,12 @@ class Supervisor:
         *,
         on_end: Callable[[], None],
         artifacts: ArtifactStore | None = None,
+        uploads: UploadStore | None = None,
     ) -> None:
         """`on_end`: called once an attempt's task has ended and its slot is free. `artifacts`: where
-        checkpoints are read back and removed (None: no checkpoints are kept)."""
+        checkpoints and a long video's segments are read back and removed (None: no checkpoints are
+        kept); `uploads`: where the frame a segment continues from is handed to the executor."""
+        self.uploads = uploads
         self.journal = journal
         self.executor = executor
         self.config = config
@@ -158,33 +171,12 @@ class Supervisor:
         return self.artifacts is not None and self.config.checkpoints.enabled and self.executor.capabilities().checkpoints
 
     async def _drive(self, a: Attempt, scope: anyio.CancelScope) -> None:
-        spec = _spec(a.state)
         try:
             with scope:
-                if self._checkpoints() and not a.resume:
-                    spec = await self._restore(a, spec)
-                if a.resume:
-                    assert isinstance(self.executor, Resumable) and a.state.executor_ref is not None
-                    source = self.executor.resume(spec, a.state.executor_ref)
+                if a.state.plan is None:
+                    await self._run(a, spec_of(a.state))
                 else:
-                    source = self.executor.run(spec)
-                # An executor's run is an async generator (closed here, so its cleanup runs now).
-                async with aclosing(cast("AsyncGenerator[Update, None]", source)) as updates:
-                    async for update in updates:
-                        a.last_touch = anyio.current_time()
-                        if a.result is not None:
-                            raise RuntimeError(f"executor yielded {type(update).__name__} after its result")
-                        if isinstance(update, Result):
-                            a.result = _checked(update)
-                        elif isinstance(update, Progress):
-                            if not a.ended and a.lost is None:
-                                await self._report(a, update)
-                        elif isinstance(update, CheckpointSaved):
-                            if not a.ended and a.lost is None:
-                                await self._logged(a, update)
-                        elif not isinstance(update, Heartbeat):
-                            raise TypeError(f"executor yielded {update!r}, not Progress, Heartbeat or Result")
-                await self._settle(a)  # a refused progress event fails the attempt
+                    await self._segments(a)
             if a.result is None and not scope.cancel_called:
                 a.error = ("executor_error", "executor finished without a result", None)
         except AttemptLost:  # `_lose` said why; the executor's work was stopped on the way out
@@ -213,6 +205,141 @@ class Supervisor:
         finally:
             a.driver_done = True
             a.wake()
+
+    async def _run(self, a: Attempt, spec: JobSpec) -> None:
+        """One call of the executor: its updates reported, its result in `a.result`."""
+        if self._checkpoints() and not a.resume:
+            spec = await self._restore(a, spec)
+        if a.resume:
+            assert isinstance(self.executor, Resumable) and a.state.executor_ref is not None
+            source = self.executor.resume(spec, a.state.executor_ref)
+        else:
+            source = self.executor.run(spec)
+        # An executor's run is an async generator (closed here, so its cleanup runs now).
+        async with aclosing(cast("AsyncGenerator[Update, None]", source)) as updates:
+            async for update in updates:
+                a.last_touch = anyio.current_time()
+                if a.result is not None:
+                    raise RuntimeError(f"executor yielded {type(update).__name__} after its result")
+                if isinstance(update, Result):
+                    a.result = _checked(update)
+                elif isinstance(update, Progress):
+                    if not a.ended and a.lost is None:
+                        await self._report(a, update)
+                elif isinstance(update, CheckpointSaved):
+                    if not a.ended and a.lost is None:
+                        await self._logged(a, update)
+                elif not isinstance(update, Heartbeat):
+                    raise TypeError(f"executor yielded {update!r}, not Progress, Heartbeat or Result")
+        await self._settle(a)  # a refused progress event fails the attempt
+
+    async def _segments(self, a: Attempt) -> None:
+        """A long video: each segment its log does not hold yet made by one call, in order, and
+        logged (`segment_done`) as soon as it is committed, so that no later attempt makes it again;
+        then the segments joined into the job's video (`a.result`). A resumed attempt follows the
+        call of the segment its log says is next (left running when h3core stopped), then makes
+        the rest."""
+        assert a.state.plan is not None
+        counts: list[StepCounts] = []
+        count = len(a.state.plan.segments)
+        while (index := a.state.segment) is not None:
+            try:
+                made = await self._segment(a, index)
+            except (AttemptLost, StoppedWithCheckpoint):
+                raise
+            except Exception as exc:  # the failure names the segment (cancellation passes)
+                kind, message, detail = classify(exc)
+                raise ExecutorFailure(kind, f"segment {index + 1} of {count}: {message}", detail) from exc
+            a.resume = False  # only the call that outlived h3core is followed: the next ones are made
+            if made is None:
+                return  # stopped, or no result: the driver records it
+            if made.steps is not None:
+                counts.append(made.steps)
+        a.result = Result(await self._join(a), _added(counts))
+
+    async def _segment(self, a: Attempt, index: int) -> Result | None:
+        """Make segment `index` and log it; its result, or None where the call ended without one
+        (a segment finished as a stop came is logged, and None returned: the stop goes on)."""
+        # A resumed call runs already: it was handed its first frame when it was made.
+        continued_from = await self._continued_from(a) if index and not a.resume else None
+        a.call_began = anyio.current_time()
+        a.wake()  # the watcher's deadline moves with the call
+        try:
+            await self._run(a, spec_of(a.state, continued_from=continued_from))
+        except FinishedBeforeStop as finished:
+            with anyio.CancelScope(shield=True):
+                await self._segment_done(a, index, _checked(finished.result))
+            return None
+        if a.result is None:
+            return None
+        result, a.result = a.result, None
+        await self._segment_done(a, index, result)
+        return result
+
+    async def _continued_from(self, a: Attempt) -> str:
+        """The upload holding the frame the segment before kept last: the next one's first keyframe."""
+        if self.uploads is None or self.artifacts is None:
+            raise ExecutorFailure(
+                "executor_error", "a long video needs an artifact store and an upload store to continue its segments"
+            )
+        artifacts, before = self.artifacts, a.state.segments[-1]
+
+        def last_frame() -> bytes:
+            from h3core.adapters.segment_files import last_frame_png
+
+            with artifacts.local_file(before.path) as local:
+                _verify(local, before)
+                return last_frame_png(local)
+
+        png = await anyio.to_thread.run_sync(last_frame)
+        upload = await self.uploads.put("image/png", _chunks(png))
+        a.last_touch = anyio.current_time()
+        return upload.id
+
+    async def _segment_done(self, a: Attempt, index: int, result: Result) -> None:
+        """Log the committed segment: it is the job's, whichever attempt goes on."""
+        assert a.state.plan is not None
+        segment = a.state.plan.segments[index]
+        if result.artifact.frames != segment.keep:
+            raise ExecutorFailure(
+                "executor_error", f"its segment file holds {result.artifact.frames} frames, {segment.keep} planned"
+            )
+        await self._write_own(a, SegmentDone(index=index, artifact=result.artifact))
+        log.info(
+            "job %s: segment %d of %d made (%s)",
+            a.state.job_id,
+            index + 1,
+            len(a.state.plan.segments),
+            result.artifact.path,
+            extra={"job_id": a.state.job_id, "attempt": a.state.attempt, "segment": index, "path": result.artifact.path},
+        )
+
+    async def _join(self, a: Attempt) -> Artifact:
+        """The segments joined into the job's video and committed under the attempt. Past the last
+        segment a stop no longer takes effect, as past a model's last step: the video is written."""
+        plan, state, artifacts = a.state.plan, a.state, self.artifacts
+        assert plan is not None and artifacts is not None
+        fps = state.request.fps
+
+        def join() -> Artifact:
+            from h3core.adapters.segment_files import join_segments
+
+            with ExitStack() as stack:
+                parts = []
+                for made in state.segments:
+                    local = stack.enter_context(artifacts.local_file(made.path))
+                    _verify(local, made)
+                    parts.append(local)
+                staged = artifacts.staging(state.job_id, state.attempt)
+                join_segments(parts, plan, staged, fps=fps)
+            return artifacts.commit(
+                staged, job_id=state.job_id, attempt=state.attempt, frames=plan.frames, duration_s=plan.frames / fps
+            )
+
+        with anyio.CancelScope(shield=True):
+            artifact = await anyio.to_thread.run_sync(join)
+        a.last_touch = anyio.current_time()
+        return artifact
 
     async def _report(self, a: Attempt, update: Body) -> None:
         self._settled(a)
@@ -336,16 +463,17 @@ class Supervisor:
         resumable = ours and can_resume(self.executor, a.state)
         if not driver.cancel_called and not a.cancel and not a.driver_done and resumable:
             assert isinstance(self.executor, Resumable) and a.state.executor_ref is not None
-            a.detached = self.executor.detach(_spec(a.state), a.state.executor_ref)
+            a.detached = self.executor.detach(spec_of(a.state), a.state.executor_ref)
         graceful = ours and not driver.cancel_called and not a.cancel and not a.driver_done
         if graceful and not a.detached and isinstance(self.executor, Checkpointing) and self._checkpoints():
-            self.executor.save_on_stop(_spec(a.state))
+            self.executor.save_on_stop(spec_of(a.state))
         driver.cancel()
 
     async def _watch_attempt(self, a: Attempt, driver: anyio.CancelScope) -> None:
         cfg = self.config
-        deadline = anyio.current_time() + (cfg.attempt_deadline_s or math.inf)
         while not a.driver_done:
+            # Each call has the deadline: a long video's attempt makes several.
+            deadline = a.call_began + (cfg.attempt_deadline_s or math.inf)
             now = anyio.current_time()
             if a.cancel or a.lost is not None or now >= a.last_touch + cfg.stall_timeout_s or now >= deadline:
                 break
@@ -540,5 +668,22 @@ def _read_checked(artifacts: ArtifactStore, cp: Checkpoint) -> tuple[bytes, str 
     return data, None
 
 
-def _spec(state: JobState) -> JobSpec:
-    return JobSpec(state.job_id, state.attempt, state.request, state.tokens, last_step=state.step or 0)
+def _verify(local: Path, made: Artifact) -> None:
+    """A segment file as its `segment_done` recorded it (size and sha256), else the attempt fails:
+    a segment is never made twice, so a changed or missing one is a loss the job reports."""
+    size = local.stat().st_size
+    if size != made.bytes or sha256_file(local) != made.sha256:
+        raise ExecutorFailure(
+            "executor_error", f"segment file {made.path} changed since it was made ({size} bytes, {made.bytes} recorded)"
+        )
+
+
+async def _chunks(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+def _added(counts: Sequence[StepCounts]) -> StepCounts | None:
+    """The steps of every segment's call together (None where an executor counted none)."""
+    if not counts:
+        return None
+    return StepCounts(quality=counts[0].quality, computed=sum(c.computed for c in counts), cached=sum(c.cached for c in counts))

@@ -14,7 +14,7 @@ from h3core.adapters.uploads import LocalUploadStore
 from h3core.domain.capabilities import MODES
 from h3core.domain.topology import rank_device_problem
 from h3core.executors.base import Executor
-from h3core.executors.fake import FakeExecutor, FakePlan
+from h3core.executors.fake import FakeExecutor, FakeLimits, FakePlan
 from h3core.runtime.settings import Settings, SettingsError
 
 log = logging.getLogger("h3core.service")
@@ -24,7 +24,12 @@ def make_executor(settings: Settings, artifacts: ArtifactStore, uploads: LocalUp
     """The executor `settings.executor` names, committing to `artifacts` and reading `uploads`, not
     yet running. Raises `SettingsError` for settings it cannot run with (a missing extra or URL)."""
     if settings.executor == "fake":
-        return FakeExecutor(artifacts, default=FakePlan(step_seconds=settings.fake_step_seconds))
+        return FakeExecutor(
+            artifacts,
+            default=FakePlan(step_seconds=settings.fake_step_seconds),
+            limits=FakeLimits(max_seconds=settings.fake_window_seconds, continues_segments=True),
+            upload_path=_upload_path(uploads),
+        )
     if settings.executor == "comfyui":
         from h3core.executors.comfyui.executor import ComfyUIExecutor, ComfyUISettings
         from h3core.executors.comfyui.templates import TemplateError, load_templates, pick

@@ -101,7 +101,9 @@ class Runner:
         self.bus = self.submissions.bus
         self.board = board
         self._journal = self.submissions.journal
-        self._supervisor = Supervisor(self._journal, executor, self.config, on_end=self._poke, artifacts=artifacts)
+        self._supervisor = Supervisor(
+            self._journal, executor, self.config, on_end=self._poke, artifacts=artifacts, uploads=uploads
+        )
         self._claimer = Claimer(self._journal, executor, self.config, self._supervisor.busy, contract=local.current)
         self.submissions.on_submitted = self._poke
         self.submissions.on_cancel = self._supervisor.cancel

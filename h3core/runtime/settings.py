@@ -167,6 +167,13 @@ class Settings(BaseSettings):
         description="Model names /v1/videos answers to, comma-separated; the first is reported.",
     )
     fake_step_seconds: float = Field(default=0.5, ge=0, description="The fake executor's time per step.")
+    fake_window_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=60,
+        description="The fake executor's clip window: its longest call in seconds (longer videos are made as "
+        "segments, as a model's); unset: any length in one call.",
+    )
     stall_timeout: float = Field(default=600.0, gt=0, description="Seconds without progress before a job is stalled.")
     poll_interval: float = Field(
         default=0.5, gt=0, le=60, description="Seconds between a runner's looks for work other processes stored."

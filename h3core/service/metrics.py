@@ -24,6 +24,7 @@ from h3core.domain.events import (
     Released,
     Restored,
     Running,
+    SegmentDone,
 )
 from h3core.domain.state import TERMINAL
 from h3core.executors.base import Executor
@@ -306,3 +307,5 @@ class Metrics:
                 if job in redo:
                     self.redone.inc(redo.pop(job))
                 reached[job] = b.step
+            case SegmentDone():  # a long video's segment made is kept: no later attempt computes it again
+                reached.pop(job, None)

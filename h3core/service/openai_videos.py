@@ -220,12 +220,14 @@ def video_status(state: JobState) -> VideoStatus:
 
 
 def progress(state: JobState) -> int:
-    """0-100 from the steps; 100 only once the video is done (decoding follows the last step)."""
+    """0-100 from the whole job's steps (a long video's: every segment's); 100 only once the video
+    is done (decoding, and joining the segments, follow the last step)."""
     if state.status == "done":
         return 100
-    if state.step is None or not state.total:
+    done = state.steps_done
+    if done is None:
         return 0
-    return min(99, state.step * 100 // state.total)
+    return min(99, done * 100 // state.steps_total)
 
 
 def seconds_text(frames: int) -> str:
@@ -263,13 +265,14 @@ def video_object(state: JobState, *, model: str) -> Video:
 
 
 def poll_after_ms(state: JobState, now: datetime) -> int | None:
-    """How long a client should wait before asking again: about one step of the running attempt,
-    within POLL_MS; None once the video has ended (nothing will change)."""
+    """How long a client should wait before asking again: about one step of the running attempt
+    (its time so far over the steps it computed), within POLL_MS; None once the video has ended
+    (nothing will change)."""
     if state.terminal:
         return None
-    if state.status != "running" or not state.step or state.attempt_started_at is None:
+    if not state.attempt_steps or state.attempt_started_at is None:
         return 1000
-    per_step = (now - state.attempt_started_at).total_seconds() * 1000 / state.step
+    per_step = (now - state.attempt_started_at).total_seconds() * 1000 / state.attempt_steps
     return int(min(max(per_step, POLL_MS[0]), POLL_MS[1]))
 
 

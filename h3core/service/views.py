@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from h3core.domain.admission import AdmissionRules, Ceiling, CeilingRow
 from h3core.domain.request import GenerationRequest
@@ -35,12 +35,14 @@ __all__ = [
     "Problem",
     "ReadyStatus",
     "ReadyView",
+    "SegmentsView",
     "WindowView",
     "api_status",
     "ceiling_view",
     "ceilings_view",
     "job_view",
     "problems",
+    "segments_view",
 ]
 
 ApiStatus = Literal["queued", "running", "done", "failed", "cancelled"]
@@ -62,11 +64,28 @@ class ArtifactView(BaseModel):  # noqa: D101
     deleted_at: datetime | None = None  # when its file was deleted (DELETE /v1/videos/{id}); the record stays
 
 
+class SegmentsView(BaseModel):
+    """A video longer than the model's window, made as segments that each continue the last (its
+    `planned` event): how many, how many are made, and which is being made."""
+
+    count: int = Field(ge=1)
+    done: int = Field(ge=0)  # made and kept (through retries)
+    # The one being made, or made next (from 0, as `segment_done`'s `index`); null once all are made.
+    current: int | None = Field(default=None, ge=0)
+    plan: str  # the plan in words ("3 segments of 10.04, 10 and 10 s, joined at 10.04 s and 20.04 s")
+
+
 class JobView(BaseModel):  # noqa: D101
     id: str
     status: ApiStatus
-    step: int | None
-    total_steps: int
+    step: int | None = Field(
+        description="The whole job's denoising steps done so far (null: none yet); for a video made as segments, "
+        "those of every segment made and of the one being made, so it never goes back"
+    )
+    total_steps: int = Field(
+        description="The whole job's denoising steps: the request's `steps` (as the executor counts them once it reports), "
+        "times `segments.count` for a video made as segments"
+    )
     elapsed_seconds: float
     queue_position: int | None
     priority: int = 0  # higher starts first among the queued
@@ -86,6 +105,8 @@ class JobView(BaseModel):  # noqa: D101
     remixed_from: str | None = None  # the job whose parameters this one reuses with a new prompt
     retry_of: str | None = None  # the ended job this one runs again (POST /v1/jobs/{id}/retry)
     submitted_by: str | None = None  # the name of the API token it was submitted with
+    # A video longer than the model's window: its segments (null for a video made in one call).
+    segments: SegmentsView | None = None
 
 
 class JobPage(BaseModel):  # noqa: D101
@@ -274,8 +295,8 @@ def job_view(
     return JobView(
         id=state.job_id,
         status=api_status(state),
-        step=state.step,
-        total_steps=state.total or state.request.steps,
+        step=state.steps_done,
+        total_steps=state.steps_total,
         elapsed_seconds=round(max(elapsed, 0.0), 3),
         queue_position=queue_position,
         priority=state.priority,
@@ -293,7 +314,16 @@ def job_view(
         remixed_from=state.remixed_from,
         retry_of=state.retry_of,
         submitted_by=state.submitted_by,
+        segments=segments_view(state),
     )
+
+
+def segments_view(state: JobState) -> SegmentsView | None:
+    """A segmented job's segments as /v1/jobs shows them; None for a job made in one call."""
+    if state.plan is None:
+        return None
+    plan = state.plan
+    return SegmentsView(count=len(plan.segments), done=len(state.segments), current=state.segment, plan=plan.describe())
 
 
 def ceiling_view(row: CeilingRow) -> CeilingView:

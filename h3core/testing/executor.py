@@ -27,11 +27,12 @@ from pydantic import ValidationError
 
 from h3core.adapters.artifacts.base import ArtifactStore
 from h3core.adapters.artifacts.local import LocalArtifactStore
-from h3core.domain.admission import Refuse
+from h3core.domain.admission import AdmissionRules, Refuse
 from h3core.domain.capabilities import Capabilities
 from h3core.domain.checkpoints import CheckpointPolicy
 from h3core.domain.events import Progress
 from h3core.domain.request import GenerationRequest
+from h3core.domain.segments import plan_segments
 from h3core.executors.base import (
     Checkpointing,
     CheckpointSaved,
@@ -122,6 +123,34 @@ class ExecutorContract:
         found = artifacts.committed(job.job_id, job.attempt)
         assert found is not None and found.recorded == artifact, "committed through the artifact store"
         assert (found.size, found.sha256) == (artifact.bytes, artifact.sha256)
+
+    @pytest.mark.parametrize("index", [0, 1], ids=["first segment", "a later segment"])
+    async def test_a_segment_is_written_as_its_file_its_kept_frames_and_their_sound(
+        self, executor, artifacts, job_request, index
+    ):
+        """Where it continues segments: one segment of a long video (a later one leaves out the joint
+        frame it repeats) committed as the job's segment file, the frames it keeps and their sound."""
+        if not executor.capabilities().continues_segments:
+            pytest.skip("it does not continue segments")
+        import av
+
+        plan = plan_segments(2 * job_request.frames - 1, job_request.frames)
+        segment = plan.segments[index]
+        job = _spec(job_request.model_copy(update={"frames": segment.frames}), segment=segment)
+        async with self.running(executor):
+            executor.check(job)
+            updates = await _drain(executor, job)
+        artifact = updates[-1].artifact
+        assert isinstance(updates[-1], Result) and artifact.frames == segment.keep
+        [stored] = artifacts.segment_files(job.job_id)
+        assert (stored.path, stored.bytes, stored.segment) == (artifact.path, artifact.bytes, index)
+        assert artifacts.committed(job.job_id, job.attempt) is None, "a segment, not the job's video"
+        with artifacts.local_file(artifact.path) as local, av.open(str(local)) as f:
+            frames = sum(1 for _ in f.decode(video=0))
+        with artifacts.local_file(artifact.path) as local, av.open(str(local)) as f:
+            seconds = sum(fr.samples for fr in f.decode(audio=0)) / f.streams.audio[0].rate
+        assert frames == segment.keep, "the frames it keeps, the model's extra tail and the joint frame left out"
+        assert abs(seconds - segment.frames / job_request.fps) < 0.01, "the sound of every frame asked"
 
     async def test_a_cancelled_run_stops_leaves_no_video_and_frees_the_executor(
         self, executor: Executor, artifacts: ArtifactStore, job_request: GenerationRequest
@@ -214,8 +243,13 @@ class ExecutorContract:
             contract = LocalAdmission(executor.capabilities)
             for request in _variants(job_request):
                 decision = contract.decide(request)
-                if not isinstance(decision, Refuse):
+                if isinstance(decision, Refuse):
+                    continue
+                if decision.plan is None:
                     executor.check(_spec(request))  # raises ExecutorFailure("invalid") on a breach
+                for segment in decision.plan.segments if decision.plan is not None else ():
+                    part = AdmissionRules.segment_request(request, decision.plan, segment)
+                    executor.check(_spec(part, segment=segment))  # each call of a long video
 
     async def test_the_cheap_calls_are_cheap_and_agree(self, executor, job_request):
         async with self.running(executor):

@@ -379,3 +379,11 @@ def test_throughput_videos_list(tmp_path, capsys):
 def test_studies_upload_bomb_against_this_checkout(tmp_path, capsys):
     out = run_main("bench.studies.upload_bomb", ["--against", "HEAD", "--samples", "1e5", "--workdir", str(tmp_path)], capsys)
     assert "100,000 samples" in out
+
+
+def test_throughput_segments(capsys):
+    from bench.throughput import segments
+
+    segments.main(["--seconds", "3", "--window", "1", "--steps", "2", "--repeats", "1", "--size", "64x64"])
+    out = capsys.readouterr().out
+    assert "| segments      |    1 |        4 |" in out and "| separate jobs |    4 |" in out

@@ -25,6 +25,13 @@ its record as the object's metadata), the modes of the upload:
 - `after_upload`: the object is up with its record, the process dies before `commit` returns.
 - `none`: no kill (the nodes beside the crashing one run the same program).
 
+A long video's segments (the fake with `--fake-window-seconds`):
+
+- `in_segment`: the process dies as the third segment's file (index 2) goes into the store: the
+  two before it are stored and logged.
+- `segment_unlogged`: the second segment's file (index 1) is stored, the process dies before its
+  `segment_done` is written: a whole segment file no event names.
+
 `CRASHING_FAKE_ENCODING=y4m` in the environment makes the fake executor write YUV4MPEG2 (raw
 frames: about 24 kB a frame at its 128-pixel size) where it would write a small mp4, so that a
 video is large enough to go up in parts.
@@ -46,11 +53,13 @@ _commit = LocalArtifactStore.commit
 _write_record = LocalArtifactStore._write_record
 _s3_init = S3ArtifactStore.__init__
 _s3_commit = S3ArtifactStore.commit
+_put_segment = LocalArtifactStore.put_segment
 
 # The modes whose kill leaves a whole video (the encoder had closed it), in write-path order.
 WHOLE = ("before_commit", "before_record", "after_record", "after_commit")
 MODES = ("mid_write", *WHOLE)
 S3_MODES = ("before_upload", "mid_upload", "after_upload", "none")
+SEGMENT_MODES = ("in_segment", "segment_unlogged")
 
 
 def _die() -> None:
@@ -95,6 +104,19 @@ def _s3_mid_upload(self, *args, **kw):
     self.s3.meta.events.register("after-call.s3.UploadPart", lambda **_: _die())
 
 
+def _in_segment(self, staged, **kw):
+    if kw["index"] == 2:
+        _die()
+    return _put_segment(self, staged, **kw)
+
+
+def _segment_unlogged(self, staged, **kw):
+    made = _put_segment(self, staged, **kw)
+    if kw["index"] == 1:
+        _die()
+    return made
+
+
 def _s3(at: str) -> None:
     if at == "before_upload":
         S3ArtifactStore.put_committed = _s3_before_upload
@@ -113,6 +135,8 @@ if __name__ == "__main__":
         fake.default_encoding = lambda: encoding
     if at in S3_MODES:
         _s3(at)
+    elif at in SEGMENT_MODES:
+        LocalArtifactStore.put_segment = {"in_segment": _in_segment, "segment_unlogged": _segment_unlogged}[at]
     elif at in ("before_record", "after_record"):
         LocalArtifactStore._write_record = {"before_record": _before_record, "after_record": _after_record}[at]
     else:

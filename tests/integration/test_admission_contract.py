@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from h3core import FakeExecutor, FakeLimits, LocalAdmission, LocalArtifactStore
+from h3core import AdmissionRules, Admit, FakeExecutor, FakeLimits, LocalAdmission, LocalArtifactStore
 from h3core.domain.geometry import count_tokens
 from h3core.domain.request import GenerationRequest
 from h3core.executors.base import ExecutorFailure, JobSpec
@@ -63,8 +63,13 @@ def passes(check, request: GenerationRequest) -> bool:
 
 
 def agree(contract: LocalAdmission, check, request: GenerationRequest) -> None:
+    """Admitted iff the check passes every call the job makes: the request, or each segment's call
+    where admission planned it as segments."""
     decision = contract.decide(request)
-    assert decision.admitted == passes(check, request), (request, decision)
+    calls = [request]
+    if isinstance(decision, Admit) and decision.plan is not None:
+        calls = [AdmissionRules.segment_request(request, decision.plan, s) for s in decision.plan.segments]
+    assert decision.admitted == all(passes(check, c) for c in calls), (request, decision)
 
 
 # -- the fake, with limits of its own -----------------------------------------------------------

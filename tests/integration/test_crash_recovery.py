@@ -244,6 +244,50 @@ def test_three_graceful_restarts_during_one_job_spend_no_attempt_and_redo_no_ste
     worker.wait(10)
 
 
+LONG = ("--steps", 2, "--frames", 72, "--width", 64, "--height", 64, "--seed", 5)  # four 1-second segments
+
+
+def _enqueue_long(db: Path, prompt: str) -> str:
+    result = cli("enqueue", "--db", db, "--prompt", prompt, *LONG)
+    assert result.exit_code == 0, result.output
+    return result.stdout.strip()
+
+
+@pytest.mark.parametrize("at", ["in_segment", "segment_unlogged"])
+def test_a_sigkill_during_a_long_video_loses_no_segment_it_logged_and_makes_the_same_video(paths, store, workers, at):
+    """Killed as the third segment goes into the store (two logged before it), or after the second
+    one's file is stored but before its `segment_done`: the next start makes only the segments
+    the log does not hold, each once, and the video is the one an uninterrupted run makes."""
+    db, artifacts = paths
+    window = ("--fake-window-seconds", "1", "--fake-step-seconds", "0")
+    crashed = workers.start_crashing(at, db, artifacts, *window)
+    crashed.wait_ready()  # the window it states plans the job as segments
+    job = _enqueue_long(db, "killed")
+    assert crashed.wait(60) == -signal.SIGKILL, crashed.log()
+    left = store.get(job)
+    logged = {"in_segment": 2, "segment_unlogged": 1}[at]
+    assert (left.status, len(left.plan.segments), len(left.segments)) == ("running", 4, logged)
+
+    worker = workers.start(db, artifacts, *window)
+    done = poll(lambda: store.get(job).terminal and store.get(job), 60, "the job to end", worker.log)
+    assert done.status == "done", worker.log()
+    events = store.events(job)
+    made = [e.body.index for e in events if e.type == "segment_done"]
+    assert made == [0, 1, 2, 3], "each segment logged once, in order"
+    restarted = [i for i, e in enumerate(events) if e.type == "running"][-1]
+    assert [e.body.index for e in events[restarted:] if e.type == "segment_done"] == list(range(logged, 4))
+    assert done.artifact.frames == 72 and sha256_file(artifacts / done.artifact.path) == done.artifact.sha256
+
+    whole = _enqueue_long(db, "whole")
+    again = poll(lambda: store.get(whole).terminal and store.get(whole), 60, "the uninterrupted job", worker.log)
+    assert again.status == "done" and again.artifact.sha256 == done.artifact.sha256, "the same video"
+    assert LocalArtifactStore(artifacts).segment_files(job) == [], "its segment files went with the join"
+    verified = cli("verify", "--db", db, "--artifacts", artifacts)
+    assert verified.exit_code == 0, verified.output
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(10) == 0, worker.log()
+
+
 def test_a_second_worker_on_the_same_store_exits_3_while_the_first_runs(paths, store, workers):
     db, artifacts = paths
     first = workers.start(db, artifacts, "--fake-step-seconds", "0.2")

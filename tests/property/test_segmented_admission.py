@@ -75,5 +75,25 @@ def test_a_long_t2va_video_is_planned_up_to_the_bound_and_refused_past_it_naming
     refused = LONG.decide(shape.request(60 * 24 + 1))
     assert not refused.admitted and refused.reason == "api_limit" and "at most 60 s (1440 frames)" in refused.detail
     ref = LONG.decide(Shape(mode="ref2va", width=832, height=480, ref_images=1).request(20 * 24))
-    assert not ref.admitted and ref.reason == "model_window"
-    assert not ONE_CALL.decide(shape.request(20 * 24)).admitted  # without continuing, as before
+    assert not ref.admitted and ref.reason == "model_window" and "not made as segments (its references" in ref.detail
+    alone = ONE_CALL.decide(shape.request(20 * 24))  # without continuing, as before, saying why
+    assert not alone.admitted and alone.reason == "model_window" and "does not make a longer video as segments" in alone.detail
+
+
+@given(shapes, lengths)
+def test_a_claim_judges_the_stored_plan_each_segment_as_one_call_on_the_claiming_node(shape, n):
+    """A node admits a stored plan iff it continues segments and runs each of its calls: the plan is
+    never made again where it is claimed (the claiming node's window may be another's)."""
+    request = shape.request(n)
+    decision = LONG.decide(request)
+    if not isinstance(decision, Admit) or decision.plan is None:
+        return
+    plan = decision.plan
+    assert LONG.why_not(request, decision.tokens, plan) is None
+    refusal = ONE_CALL.why_not(request, decision.tokens, plan)
+    assert refusal is not None and "does not continue a video as segments" in refusal
+    longest = max(s.frames for s in plan.segments)
+    narrow = FrameWindow(max_seconds=(longest - 1) / 24, source="a narrower model")
+    smaller = AdmissionRules(DEPLOYMENT.model_copy(update={"window": narrow, "continues_segments": True}), PROFILE)
+    why = smaller.why_not(request, decision.tokens, plan)
+    assert why is not None and why.startswith("model_window: segment "), why

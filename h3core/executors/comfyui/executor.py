@@ -3,8 +3,9 @@
 What the old adapter got wrong (docs/design.md §2) and how this one avoids it:
 - completion came from one websocket message: here only /history decides, polled with backoff
   and checked at once when the socket says the prompt ended; a dropped socket only loses hints;
-- the prompt id was the server's: here it is ours (derived from job and attempt), so after a
-  restart h3core finds its prompt again and re-attaches instead of running it twice;
+- the prompt id was the server's: here it is ours (derived from job and attempt, and the segment
+  for a long video's: each segment is a prompt of its own), so after a restart h3core finds its
+  prompt again and re-attaches instead of running it twice;
 - `/interrupt` without a prompt id stops whatever runs: here it always names our prompt (sent
   once, then again on a backoff while the prompt still runs), and a pending prompt is deleted
   from the queue instead; a stop is certain: the queue is read again until ComfyUI no longer
@@ -25,6 +26,10 @@ What the old adapter got wrong (docs/design.md §2) and how this one avoids it:
   ran: it costs the job no attempt, and the job waits queued until ComfyUI is back);
 - progress is only what ComfyUI reports: a graph with no sampler counting the request's steps
   reports none.
+
+A video longer than the model's window is made as segments where the fl2va mode is served (each
+segment after the first continues from the frame the one before kept last, as fl2va's first
+keyframe): each segment's prompt is one call, its video decoded and written as the segment file.
 """
 
 from __future__ import annotations
@@ -43,9 +48,10 @@ import anyio
 from h3core.adapters.artifacts import ArtifactStore
 from h3core.adapters.backoff import Backoff, retry
 from h3core.domain.capabilities import MODES, Capabilities, FrameWindow, ModeReadiness
-from h3core.domain.events import Progress
+from h3core.domain.events import Artifact, Progress
 from h3core.domain.quality import QUALITIES
 from h3core.domain.request import UPLOAD_MODES
+from h3core.domain.segments import Segment
 from h3core.executors.base import ExecutorFailure, FinishedBeforeStop, Heartbeat, JobSpec, NoReports, Result, Update
 from h3core.executors.comfyui.client import ComfyClient, HistoryEntry, PromptRejected, Unreachable
 from h3core.executors.comfyui.feed import LogTail, SocketFeed
@@ -88,9 +94,10 @@ class ComfyUISettings:
     on_stop: Literal["detach", "interrupt"] = "detach"  # what a stop of h3core does to running prompts
 
 
-def prompt_id_for(job_id: str, attempt: int) -> str:
-    """Ours, and the same after a restart: how a restarted h3core finds its prompt again."""
-    return str(uuid.uuid5(_PROMPTS, f"{job_id}:{attempt}"))
+def prompt_id_for(job_id: str, attempt: int, segment: int | None = None) -> str:
+    """Ours, and the same after a restart: how a restarted h3core finds its prompt again. A long
+    video's segments are a prompt each (`segment`: its index; None for a video made in one call)."""
+    return str(uuid.uuid5(_PROMPTS, f"{job_id}:{attempt}" + ("" if segment is None else f":segment:{segment}")))
 
 
 class ComfyUIExecutor(NoReports):
@@ -118,6 +125,7 @@ class ComfyUIExecutor(NoReports):
         self._info: dict[str, Any] | None = None  # the server's /object_info, as last read
         self._info_connects = -1  # the socket connection it was read on
         self._detached: set[str] = set()  # prompts left running for the next start (h3core is stopping)
+        self._sent: set[str] = set()  # prompts this process sent (or is sending) or follows: what may run on
 
     async def device_memory(self) -> tuple[DeviceMemory, ...] | None:
         """The devices ComfyUI's /system_stats reports: the driver's total and free, and what
@@ -145,6 +153,7 @@ class ComfyUIExecutor(NoReports):
         modes, media, exact = [], {}, []
         levels = set(QUALITIES)  # the levels every served mode's template maps (`exact` always)
         window: FrameWindow | None = None
+        served: set[str] = set()
         for mode in MODES:
             try:
                 template = self._pick(mode)
@@ -154,6 +163,7 @@ class ComfyUIExecutor(NoReports):
             missing = template.missing_on(self._info) if self._info is not None else []
             if not missing:
                 levels &= {"exact", *template.qualities}
+                served.add(mode)
             if missing:
                 modes.append(ModeReadiness(mode=mode, served=False, ready=False, reason="; ".join(missing)))
             elif not self._ready:
@@ -193,6 +203,8 @@ class ComfyUIExecutor(NoReports):
             stop_wait_s=s.stop_wait_s,  # the runner waits for a stopped prompt's end this long
             exact_frames=tuple(exact),
             qualities=tuple(q for q in QUALITIES if q in levels),
+            # Each segment after the first continues from the frame the one before kept last: fl2va's.
+            continues_segments="fl2va" in served,
         )
 
     def check(self, job: JobSpec) -> None:
@@ -243,8 +255,8 @@ class ComfyUIExecutor(NoReports):
             await self.client.aclose()
 
     def reference(self, job: JobSpec) -> str:
-        """The attempt's prompt id (`prompt_id_for`)."""
-        return prompt_id_for(job.job_id, job.attempt)
+        """The prompt id of the attempt's call (`prompt_id_for`): of its segment, for a long video's."""
+        return prompt_id_for(job.job_id, job.attempt, None if job.segment is None else job.segment.index)
 
     def info(self, job: JobSpec) -> dict[str, str]:
         """The template, the server, the request fields the template ignores, and the quality level with
@@ -275,15 +287,25 @@ class ComfyUIExecutor(NoReports):
         return self._stopping_if_abandoned(job, self.reference(job), self._submit_and_follow(job))
 
     def resume(self, job: JobSpec, executor_ref: str) -> AsyncIterator[Update]:
-        """Follow a prompt a previous h3core process submitted (its id is ours, so we know it)."""
-        return self._stopping_if_abandoned(job, executor_ref, self._follow(job, self._template(job), executor_ref))
+        """Follow a prompt a previous h3core process submitted (its id is ours, so we know it): the
+        segment's, for a long video's (`executor_ref`, the attempt's, names its first call's)."""
+        prompt_id = self._prompt_of(job, executor_ref)
+        self._sent.add(prompt_id)
+        return self._stopping_if_abandoned(job, prompt_id, self._follow(job, self._template(job), prompt_id))
 
     def detach(self, job: JobSpec, executor_ref: str) -> bool:
-        """h3core is stopping: leave the prompt running for the next start (`on_stop="detach"`)."""
-        if self.settings.on_stop != "detach":
+        """h3core is stopping: leave the prompt running for the next start (`on_stop="detach"`). A
+        prompt not sent yet (its uploads under way, or a long video between two segments) runs
+        nowhere: the attempt is handed back, not left for the next start to look for in vain."""
+        prompt_id = self._prompt_of(job, executor_ref)
+        if self.settings.on_stop != "detach" or prompt_id not in self._sent:
             return False
-        self._detached.add(executor_ref)
+        self._detached.add(prompt_id)
         return True
+
+    def _prompt_of(self, job: JobSpec, executor_ref: str) -> str:
+        """The prompt of the call `job` is: the attempt's (`executor_ref`), or its segment's."""
+        return executor_ref if job.segment is None else self.reference(job)
 
     async def _stopping_if_abandoned(
         self, job: JobSpec, prompt_id: str, updates: AsyncGenerator[Update, None]
@@ -317,6 +339,8 @@ class ComfyUIExecutor(NoReports):
             if finished is not None:
                 raise FinishedBeforeStop(finished) from None
             raise
+        finally:
+            self._sent.discard(prompt_id)
 
     async def _finished_anyway(self, job: JobSpec, prompt_id: str) -> Result | None:
         """Once ComfyUI no longer holds a prompt that was being stopped: its video, if it had
@@ -349,6 +373,7 @@ class ComfyUIExecutor(NoReports):
             graph = template.build(job.request, uploaded)
         except TemplateError as exc:
             raise ExecutorFailure("invalid", str(exc)) from exc
+        self._sent.add(prompt_id)  # from here on it may run in ComfyUI (the POST may land, answered or not)
         try:
             await self._patiently(lambda: self._submit(prompt_id, graph), unsent=True)
         except PromptRejected as exc:
@@ -507,16 +532,44 @@ class ComfyUIExecutor(NoReports):
                 f"prompt {prompt_id} succeeded but output node {template.output} named no video",
                 str(entry.outputs)[:2000],
             )
-        staged = self.artifacts.staging(job.job_id, job.attempt, Path(ref["filename"]).suffix or ".mp4")
+        suffix = Path(ref["filename"]).suffix or ".mp4"
+        staged = self.artifacts.staging(job.job_id, job.attempt, suffix if job.segment is None else f".comfyui{suffix}")
         try:
             await self._patiently(lambda: self.client.download(ref, staged))
         except Exception:
             with anyio.CancelScope(shield=True):
                 await anyio.Path(staged).unlink(missing_ok=True)
             raise
+        if job.segment is not None:
+            return Result(await self._save_segment(job, job.segment, staged))
         frames, seconds = await anyio.to_thread.run_sync(_measure, staged)
         artifact = self.artifacts.commit(staged, job_id=job.job_id, attempt=job.attempt, frames=frames, duration_s=seconds)
         return Result(artifact)
+
+    async def _save_segment(self, job: JobSpec, segment: Segment, downloaded: Path) -> Artifact:
+        """ComfyUI's video of the segment's call written as the segment file and stored; the download removed."""
+        fps = job.request.fps
+        staged = self.artifacts.staging(job.job_id, job.attempt, ".mp4")
+
+        def save() -> Artifact:
+            from h3core.adapters.segment_files import ShortVideo, segment_from_video
+
+            try:
+                segment_from_video(downloaded, staged, segment, fps=fps)
+            except ShortVideo as short:
+                staged.unlink(missing_ok=True)
+                raise ExecutorFailure("executor_error", f"ComfyUI made {short.made} frames, {short.asked} asked") from None
+            except Exception:
+                staged.unlink(missing_ok=True)
+                raise
+            finally:
+                downloaded.unlink(missing_ok=True)
+            keep = segment.keep
+            return self.artifacts.put_segment(
+                staged, job_id=job.job_id, attempt=job.attempt, index=segment.index, frames=keep, duration_s=keep / fps
+            )
+
+        return await anyio.to_thread.run_sync(save)
 
     async def _stop(self, prompt_id: str, *, patience_s: float | None = None) -> str | None:
         """Make sure ComfyUI no longer holds the prompt: None once it is in neither queue, else why

@@ -191,7 +191,7 @@ class DistributedExecutor:
             topology=topology,
             **kernel_limit(self.plan),
         )
-        return caps.model_copy(update={"checkpoints": True, "qualities": QUALITIES})
+        return caps.model_copy(update={"checkpoints": True, "qualities": QUALITIES, "continues_segments": True})
 
     def _not_ready(self) -> str | None:
         if (outage := self._outage()) is not None:

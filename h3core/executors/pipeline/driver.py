@@ -26,8 +26,10 @@ import anyio.to_thread
 import numpy as np
 
 from h3core.adapters.artifacts import ArtifactStore
+from h3core.adapters.segment_files import segment_sound, write_segment
 from h3core.adapters.video import write_mp4
 from h3core.domain.events import Artifact, Checkpoint, Progress
+from h3core.domain.segments import Segment
 from h3core.executors.base import (
     CheckpointSaved,
     ExecutorFailure,
@@ -194,12 +196,30 @@ def save_video(
     artifacts: ArtifactStore, job: JobSpec, frames: np.ndarray, audio: np.ndarray, sample_rate: int, control: Control
 ) -> Artifact:
     """H.264 + AAC through the artifact store's staging (each second encoded a sign of life),
-    committed under the attempt."""
+    committed under the attempt; a long video's segment written and committed as one (the executor
+    contract's **Segments**)."""
     staged = artifacts.staging(job.job_id, job.attempt)
+    if job.segment is not None:
+        return _save_segment(artifacts, job, job.segment, staged, frames, audio, sample_rate)
     alive = functools.partial(control.alive, "encode")
     write_mp4(staged, frames, fps=job.request.fps, audio=audio, sample_rate=sample_rate, alive=alive)
     count = int(frames.shape[0])
     return artifacts.commit(staged, job_id=job.job_id, attempt=job.attempt, frames=count, duration_s=count / job.request.fps)
+
+
+def _save_segment(
+    artifacts: ArtifactStore, job: JobSpec, segment: Segment, staged: Path, frames: np.ndarray, audio: np.ndarray, rate: int
+) -> Artifact:
+    fps = job.request.fps
+    if frames.shape[0] < segment.frames:
+        raise ExecutorFailure(
+            "executor_error", f"segment {segment.index}: the model made {frames.shape[0]} frames, {segment.frames} asked"
+        )
+    sound = segment_sound(audio, segment, fps=fps, sample_rate=rate)
+    write_segment(staged, frames[: segment.frames], sound, skip=segment.skip, fps=fps, sample_rate=rate)
+    return artifacts.put_segment(
+        staged, job_id=job.job_id, attempt=job.attempt, index=segment.index, frames=segment.keep, duration_s=segment.keep / fps
+    )
 
 
 def model_failure(exc: BaseException, *, where: str, tokens: int | None) -> ExecutorFailure:

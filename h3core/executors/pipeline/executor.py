@@ -107,7 +107,7 @@ class PipelineExecutor(NoReports):  # one device: no groups, no head
         caps = self.limits.capabilities(
             hardware=self.hardware, kernel=self.plan.kernel, not_ready=self._not_ready(), **kernel_limit(self.plan)
         )
-        return caps.model_copy(update={"checkpoints": True, "qualities": QUALITIES})
+        return caps.model_copy(update={"checkpoints": True, "qualities": QUALITIES, "continues_segments": True})
 
     def _not_ready(self) -> str | None:
         if self._tg is None:

@@ -1,6 +1,7 @@
 """The console's queue: which jobs a filter picks, a page of them by the store's list cursors, and
-what a row shows (progress, elapsed, an ETA from the steps measured so far). Pure but for the
-store reads in `page`."""
+what a row shows (progress, elapsed, an ETA from the steps measured so far). Progress is the whole
+job's: a long video made as segments counts the steps of all of them, and says which it makes.
+Pure but for the store reads in `page`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from h3core.domain.state import JobState
-from h3core.domain.story import dur
+from h3core.domain.story import dur, segment_words
 
 __all__ = [
     "ENDED",
@@ -207,7 +208,7 @@ class Row:
     frames: int
     prompt: str
     created: datetime
-    step: int | None
+    step: int | None  # the whole job's steps done (every segment's, for a video made as segments)
     total: int
     percent: int
     elapsed: str
@@ -219,6 +220,7 @@ class Row:
     priority: int = 0
     position: int | None = None  # queued: 1 for the next to start
     expected_start: str | None = None  # queued: an estimate ("in 4m10s"), None where none can be made
+    segments: str | None = None  # a video made as segments: "segment 2 of 3" (`_segments`)
 
     @property
     def time_label(self) -> str:
@@ -239,22 +241,25 @@ class Row:
 
 def eta_seconds(state: JobState) -> float | None:
     """Seconds left at the pace measured so far in this attempt: the time from its start to its last
-    reported step, per step, times the steps left. None before the first step (no pace yet)."""
-    if state.status != "running" or not state.step or state.attempt_started_at is None or state.total is None:
+    event, per step it computed itself (not those of segments earlier attempts made, nor those of a
+    checkpoint it continued from), times the whole job's steps left (every segment still to make).
+    None before its first step (no pace yet)."""
+    done = state.attempt_steps
+    if not done or state.attempt_started_at is None:
         return None
     spent = (state.updated_at - state.attempt_started_at).total_seconds()
     if spent <= 0:
         return None
-    return spent / state.step * max(state.total - state.step, 0)
+    return spent / done * max(state.steps_total - (state.steps_done or 0), 0)
 
 
 def row(state: JobState, now: datetime, position: int | None = None, expected_start: float | None = None) -> Row:
     """The job as its queue row shows it at `now`: a `submitted` job as queued, a done one at its last
     step, its elapsed time from its first start (or, not started, from its submission), and the ETA
-    `eta_seconds` gives."""
+    `eta_seconds` gives; steps are the whole job's, and a video made as segments says which."""
     status: Phase = "queued" if state.status == "submitted" else state.status
-    total = state.total or state.request.steps
-    step = state.step if status == "running" else (total if status == "done" else state.step)
+    total = state.steps_total
+    step = total if status == "done" else state.steps_done
     start = state.started_at
     elapsed = ((state.finished_at or now) - start).total_seconds() if start else (now - state.created_at).total_seconds()
     eta = eta_seconds(state)
@@ -279,7 +284,21 @@ def row(state: JobState, now: datetime, position: int | None = None, expected_st
         priority=state.priority,
         position=position,
         expected_start=(("now" if expected_start <= 0 else f"in {dur(expected_start)}") if expected_start is not None else None),
+        segments=_segments(state, status),
     )
+
+
+def _segments(state: JobState, status: Phase) -> str | None:
+    """What a row says of a video made as segments: how many in all, before any is made and once it is
+    done; which is being made (or next); how many were made, where it failed or was cancelled."""
+    if state.plan is None:
+        return None
+    count, made = len(state.plan.segments), len(state.segments)
+    if status == "done" or (status == "queued" and not made):
+        return f"{count} segments"
+    if status in ENDED:
+        return f"{made} of {count} segments made"
+    return segment_words(made, count)
 
 
 def rows(states: Iterable[JobState], now: datetime) -> list[Row]:
@@ -301,12 +320,12 @@ def sort_rows(rows: list[Row], key: str | None) -> list[Row]:
 
 
 def pace(running: Iterable[JobState]) -> float | None:
-    """Seconds per step of the running attempts so far (the median: one stalled job does not set it);
-    None before any has reported a step."""
+    """Seconds per step of the running attempts so far, over the steps each computed itself (the
+    median: one stalled job does not set it); None before any has reported a step."""
     paces = sorted(
-        (s.updated_at - s.attempt_started_at).total_seconds() / s.step
+        (s.updated_at - s.attempt_started_at).total_seconds() / s.attempt_steps
         for s in running
-        if s.status == "running" and s.step and s.attempt_started_at is not None
+        if s.attempt_steps and s.attempt_started_at is not None
     )
     return paces[len(paces) // 2] if paces else None
 
@@ -314,7 +333,8 @@ def pace(running: Iterable[JobState]) -> float | None:
 def expected_starts(queued: Sequence[JobState], running: Sequence[JobState], slots: int) -> list[float | None]:
     """Seconds from now until each of `queued` (in the order they will start) is expected to start,
     with `slots` jobs at once: each slot frees when its running job's ETA says, then runs the queued
-    jobs in turn for their steps at the measured pace. None for all where no pace is measured yet,
+    jobs in turn for the steps each has left (a long video's, of every segment not yet made) at the
+    measured pace. None for all where no pace is measured yet,
     and for a job whose turn needs a running job's ETA that is unknown."""
     per_step = pace(running)
     if per_step is None or slots < 1:
@@ -330,5 +350,5 @@ def expected_starts(queued: Sequence[JobState], running: Sequence[JobState], slo
         start = min(known)
         free.remove(start)
         out.append(start)
-        free.append(start + per_step * state.request.steps)
+        free.append(start + per_step * (state.steps_total - (state.steps_done or 0)))
     return out

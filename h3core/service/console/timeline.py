@@ -1,6 +1,7 @@
 """A job's life as bars on one time axis, drawn from its log: the waits in the queue, each attempt
-with its progress, kernel and device group, how it ended, and the marks between (resumed after a
-restart, cancel asked, recovered). Pure: the events in, positions in percent out."""
+with its progress (the whole job's, for a long video made as segments), kernel and device group, how
+it ended, and the marks between (resumed after a restart, cancel asked, recovered, each segment
+made). Pure: the events in, positions in percent out."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from h3core.domain.events import (
     Running,
     SegmentDone,
 )
-from h3core.domain.story import dur, fields, tries, ts
+from h3core.domain.story import dur, fields, segment_words, tries, ts
 
 __all__ = ["Bar", "EventRow", "Mark", "Timeline", "event_rows", "timeline"]
 
@@ -43,7 +44,7 @@ class Bar:
     width: float
     outcome: str  # queue: "waited" / "waiting"; attempt: "running", "done", "retried", "failed", "cancelled"
     detail: str = ""  # the failure's kind and message, where it failed
-    percent: int | None = None  # an attempt's progress
+    percent: int | None = None  # the whole job's progress at the attempt's end (or now)
     kernel: str | None = None
     group: str | None = None
 
@@ -142,6 +143,7 @@ def timeline(events: Sequence[Event], now: datetime) -> Timeline:
         return Bar(kind, label, pos(a), max(round(pos(b) - pos(a), 2), 0.4), outcome, **kw)
 
     infos = {e.body.attempt: e.body.info for e in events if isinstance(e.body, Running)}
+    planned = next((len(e.body.plan.segments) for e in events if isinstance(e.body, Planned)), None)
     line = Timeline(start=ts(t0), span=dur(span))
     waiting_since: datetime | None = t0
     for t in tries(events):
@@ -154,7 +156,10 @@ def timeline(events: Sequence[Event], now: datetime) -> Timeline:
         outcome = _OUTCOMES.get(type(o), "running")
         detail = f"{o.kind}: {o.message}" if isinstance(o, AttemptFailed | Failed) else ""
         stop = t.ended or end
-        step = f" step {t.step}/{t.total}" if t.step is not None else ""
+        done, total = t.steps_done, t.steps_total
+        step = f" step {done}/{total}" if done is not None else ""
+        if t.of is not None:
+            step += f" ({segment_words(t.made, t.of)})"
         line.bars.append(
             bar(
                 "attempt",
@@ -163,7 +168,7 @@ def timeline(events: Sequence[Event], now: datetime) -> Timeline:
                 stop,
                 outcome,
                 detail=detail,
-                percent=int(100 * (t.step or 0) / t.total) if t.total else (100 if outcome == "done" else 0),
+                percent=int(100 * (done or 0) / total) if total else (100 if outcome == "done" else 0),
                 kernel=_first(info, KERNEL_KEYS),
                 group=_first(info, GROUP_KEYS),
             )
@@ -202,6 +207,6 @@ def timeline(events: Sequence[Event], now: datetime) -> Timeline:
         elif isinstance(b, Planned):
             mark = f"planned as {b.plan.describe()}"
         elif isinstance(b, SegmentDone):
-            mark = f"segment {b.index + 1} done ({b.artifact.frames} frames)"
+            mark = f"segment {b.index + 1} of {planned} made ({b.artifact.frames} frames)"
         line.marks.append(Mark(mark, pos(e.at), ts(e.at)))
     return line

@@ -27,8 +27,11 @@ def make_runner(tmp_path, comfy):
     uploads = LocalUploadStore(tmp_path / "uploads")
 
     @asynccontextmanager
-    async def make(store: SQLiteEventStore | None = None, *, comfyui: dict | None = None, **config) -> AsyncIterator[Runner]:
-        """A runner on the ComfyUI executor; `comfyui` overrides its settings (on_stop, templates)."""
+    async def make(
+        store: SQLiteEventStore | None = None, *, comfyui: dict | None = None, segments: bool = False, **config
+    ) -> AsyncIterator[Runner]:
+        """A runner on the ComfyUI executor; `comfyui` overrides its settings (on_stop, templates);
+        `segments`: the runner holds the artifact and upload stores a long video's segments need."""
         store = store or SQLiteEventStore(tmp_path / "h3.db", durable=False)
         settings = ComfyUISettings(
             **{
@@ -43,14 +46,13 @@ def make_runner(tmp_path, comfy):
                 **(comfyui or {}),
             }
         )
+        artifacts = LocalArtifactStore(tmp_path / "artifacts")
         executor = ComfyUIExecutor(
-            settings,
-            builtin_templates(),
-            LocalArtifactStore(tmp_path / "artifacts"),
-            lambda upload_id: uploads.path(uploads.get(upload_id)),
+            settings, builtin_templates(), artifacts, lambda upload_id: uploads.path(uploads.get(upload_id))
         )
         cfg = {"stall_timeout_s": 30.0, "cancel_grace_s": 10.0, "poll_interval_s": 0.05, **config}
-        runner = Runner(store, executor, RunnerConfig(**cfg))
+        stores = {"artifacts": artifacts, "uploads": uploads} if segments else {}
+        runner = Runner(store, executor, RunnerConfig(**cfg), **stores)
         runner.uploads = uploads  # for tests that upload keyframes first
         async with anyio.create_task_group() as tg:
             await tg.start(runner.run)

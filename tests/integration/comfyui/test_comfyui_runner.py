@@ -18,6 +18,7 @@ import pytest
 from h3core import Refused, RetryPolicy, SQLiteEventStore
 from h3core.domain.events import CancelRequested
 from h3core.domain.request import GenerationRequest
+from h3core.executors.comfyui.executor import prompt_id_for
 from h3core.executors.comfyui.templates import builtin_templates
 from tests.integration.comfyui.conftest import ended, png_path, types, until
 
@@ -370,6 +371,27 @@ async def test_a_stop_of_h3core_leaves_its_prompt_running_and_the_next_start_res
     assert list(comfy.history) == [stopped.executor_ref], "resumed, not run again"
 
 
+async def test_a_stop_of_h3core_before_the_prompt_is_sent_hands_the_attempt_back_instead_of_leaving_it(
+    make_runner, comfy, store, tmp_path
+):
+    """Nothing runs on in ComfyUI (its keyframe was still being uploaded; a long video between two
+    segments alike): the next start runs it, not looks for a prompt that was never sent."""
+    async with make_runner(store) as runner:
+
+        async def chunks():
+            yield png_path(tmp_path).read_bytes()
+
+        upload = await runner.uploads.put("image/png", chunks())
+        comfy.http_delay = 1.0  # the keyframe's upload is under way when h3core stops
+        job = await runner.submit(req(mode="fl2va", keyframes={"first": upload.id}))
+        await until(lambda: store.get(job.job_id).status == "running")
+    assert types(runner, job.job_id)[-1] == "released" and not comfy.history and not comfy.queue_pending
+    comfy.http_delay = 0.0
+    async with make_runner(store) as runner:
+        state = await ended(runner, job.job_id)
+    assert state.status == "done" and "resumed" not in types(runner, job.job_id), state.error
+
+
 async def test_with_on_stop_interrupt_a_stop_interrupts_the_prompt_and_hands_the_attempt_back(make_runner, comfy, store):
     job_id = await stopped_mid_job(make_runner, comfy, store, steps=40, at_step=3, comfyui={"on_stop": "interrupt"})
     state = store.get(job_id)
@@ -646,3 +668,74 @@ async def test_a_job_sent_to_a_comfyui_gone_down_unnoticed_is_not_started_and_ke
         await comfy.come_up()
         state = await ended(runner, job.job_id)
     assert state.status == "done" and state.attempt == 2, state.error
+
+
+# -- a long video as segments: a prompt each, fl2va from the frame the one before kept last -------
+
+
+@pytest.fixture
+def small_window(monkeypatch):
+    """The server's MiniMax-H3 nodes take at most 48 frames a call: a 5 s video is three segments."""
+    from h3core.testing.comfyui._registry import NODE_INFO
+
+    for cls in ("MiniMaxH3ImageToVideo", "MiniMaxH3ReferenceToVideo"):
+        monkeypatch.setitem(NODE_INFO[cls]["input"]["required"]["length"][1], "max", 48)
+
+
+async def long_job(runner, **kw):
+    await until(lambda: runner.executor.capabilities().ready and runner.executor.capabilities().window is not None)
+    assert runner.executor.capabilities().window.max_frames == 48
+    return await runner.submit(req(frames=120, steps=3, **kw))
+
+
+def made_as_segments(runner, state, job_id: str) -> list[str]:
+    """The job's video holds exactly the frames and the sound asked; its segments' prompt ids, in order."""
+    assert state.status == "done", state.error
+    assert state.plan is not None and len(state.plan.segments) == 3 == len(state.segments)
+    with av.open(str(runner.executor.artifacts.resolve(state.artifact.path))) as c:
+        frames = sum(1 for _ in c.decode(video=0))
+    with av.open(str(runner.executor.artifacts.resolve(state.artifact.path))) as c:
+        seconds = sum(f.samples for f in c.decode(audio=0)) / c.streams.audio[0].rate
+    assert frames == 120 == state.artifact.frames and abs(seconds - 5.0) < 0.05
+    return [prompt_id_for(job_id, state.attempt, i) for i in range(3)]
+
+
+async def test_a_long_video_is_made_as_a_prompt_per_segment_each_continuing_from_the_last_frame(make_runner, comfy, small_window):
+    async with make_runner(segments=True) as runner:
+        job = await long_job(runner)
+        state = await ended(runner, job.job_id)
+    prompts = made_as_segments(runner, state, job.job_id)
+    assert list(comfy.history) == prompts, "one prompt per segment, ours, each run once"
+    graphs = [comfy.history[p]["prompt"][2] for p in prompts]
+    assert [g["5"]["inputs"]["length"] for g in graphs] == [s.frames for s in state.plan.segments]
+    assert "20" not in graphs[0], "the first segment is text to video"
+    firsts = [g["20"]["inputs"]["image"] for g in graphs[1:]]
+    assert len(set(firsts)) == 2 and all(f.startswith("h3-") for f in firsts), "fl2va from the frame kept last"
+    assert "21" not in graphs[2], "no last keyframe was asked"
+    assert not list((runner.executor.artifacts.root / job.job_id).glob("*.comfyui.*")), "ComfyUI's videos removed"
+
+
+async def test_a_stop_of_h3core_in_the_second_segment_leaves_its_prompt_running_and_the_next_start_resumes_it(
+    make_runner, comfy, store, small_window
+):
+    comfy.step_seconds = 0.1
+    async with make_runner(store, segments=True) as runner:
+        job = await long_job(runner, seed=7)
+        second = prompt_id_for(job.job_id, 1, 1)
+        await until(lambda: comfy.running_prompt_id == second and (store.get(job.job_id).step or 0) >= 1)
+    assert store.events(job.job_id)[-1].type == "detached" and comfy.running_prompt_id == second, "left running"
+    comfy.step_seconds = 0.01
+    async with make_runner(store, segments=True) as runner:
+        state = await ended(runner, job.job_id)
+    assert state.attempt == 1 and types(runner, job.job_id).count("resumed") == 1
+    assert list(comfy.history) == made_as_segments(runner, state, job.job_id), "the second followed, not run again"
+
+
+async def test_a_segment_comfyui_made_short_fails_the_job_naming_the_counts(make_runner, comfy, small_window):
+    comfy.max_video_frames = 30  # SaveVideo writes fewer frames than the graph asked for
+    async with make_runner(segments=True, retry=RetryPolicy(max_attempts=1)) as runner:
+        job = await long_job(runner)
+        state = await ended(runner, job.job_id)
+    assert (state.status, state.error.kind) == ("failed", "executor_error")
+    assert state.error.message == "segment 1 of 3: ComfyUI made 30 frames, 41 asked", state.error
+    assert not list((runner.executor.artifacts.root / job.job_id).glob("*.mp4*")), "nothing of it left behind"

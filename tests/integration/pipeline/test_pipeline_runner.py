@@ -196,16 +196,17 @@ async def test_the_tiny_model_runs_with_sageattention_installed(make_runner, tmp
         attention.sage_build.cache_clear()
 
 
-async def test_a_clip_outside_the_models_window_is_refused_at_submission(make_runner):
+async def test_a_clip_past_the_longest_video_is_refused_at_submission(make_runner):
+    """Past the model's window a video is made as segments (test_pipeline_segments.py), up to the bound."""
     from h3core import Refused
 
     async with make_runner() as runner:
         with pytest.raises(Refused) as refused:
-            await runner.submit(req(frames=400))
+            await runner.submit(req(frames=60 * 24 + 1))
         assert runner.store.job_ids() == []
     decision = refused.value.decision
-    assert decision.reason == "model_window" and decision.ceiling.max_frames == 345
-    assert "400 frames snap to 413 (17.21 s), outside the 0-15 s (model facts of minimax-h3-tiny) window" in decision.detail
+    assert decision.reason == "api_limit" and decision.ceiling.max_frames == 60 * 24
+    assert "a video made as segments is at most 60 s (1440 frames)" in decision.detail
 
 
 async def test_keyframes_and_references_come_from_the_upload_store(make_runner, tmp_path):
@@ -241,8 +242,9 @@ async def test_a_model_folder_whose_facts_widen_the_window_makes_a_clip_past_the
     (wide / FACTS_FILE).write_text(json.dumps({**facts, "max_seconds": 20.0}))
     async with make_runner(model_dir=wide) as runner:
         contract = AdmissionRules(runner.executor.capabilities())
-        assert contract.ceiling(req(width=32, height=32)).max_frames == 464  # 17 * 27 + 5: 19.33 s
-        assert not contract.decide(req(width=32, height=32, frames=465)).admitted
+        one_call = contract.decide(req(width=32, height=32, frames=464))  # 17 * 27 + 5: 19.33 s
+        assert one_call.admitted and one_call.plan is None
+        assert contract.decide(req(width=32, height=32, frames=465)).plan is not None, "past it: segments"
         job = await runner.submit(req(width=32, height=32, frames=464, steps=1))
         state = await ended(runner, job.job_id, timeout=120)
     assert state.status == "done", state.error

@@ -206,7 +206,8 @@ def test_a_bad_upload_is_refused(api, data, content_type, status, field):
 @DEFAULT_SERVER
 def test_the_default_server_states_only_the_models_window(default_server):
     """The default server (the pipeline on the tiny model, on a CPU): no profile describes it, so
-    /v1/ceilings shows no ceiling beyond the model's window, and a submit past it is refused so."""
+    /v1/ceilings shows no ceiling but the model's window and the longest video made as segments past
+    it (H3_MAX_VIDEO_SECONDS), and a submit past that is refused so."""
     with default_server.client() as api:
         body = api.get("/v1/ceilings").json()
         assert body["profile"] is None and body["window"] == {
@@ -214,8 +215,9 @@ def test_the_default_server_states_only_the_models_window(default_server):
             "max_seconds": 15.0,
             "source": "model facts of minimax-h3-tiny",
         }
-        assert {(c["max_frames"], c["reason"]) for c in body["ceilings"]} == {(345, "model_window")}
-        problem = refused(api, {"prompt": "a long fox", "width": 64, "height": 64, "frames": 346})
-        assert problem["reason"] == "model_window" and problem["ceiling"]["max_frames"] == 345
-        assert "346 frames snap to 362 (15.08 s)" in problem["detail"]
+        rows = {(c["mode"] == "ref2va", c["max_frames"], c["reason"]) for c in body["ceilings"]}
+        assert rows == {(False, 1440, "api_limit"), (True, 345, "model_window")}, "ref2va is never made as segments"
+        problem = refused(api, {"prompt": "a long fox", "width": 64, "height": 64, "frames": 1441})
+        assert problem["reason"] == "api_limit" and problem["ceiling"]["max_frames"] == 1440
+        assert "a video made as segments is at most 60 s (1440 frames)" in problem["detail"]
         assert problem["errors"] == [{"field": "frames", "message": problem["detail"]}], "named like every other 422"

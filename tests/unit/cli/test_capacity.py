@@ -35,12 +35,12 @@ def test_show_prints_a_profiles_ceilings_with_reasons(tmp_path):
 
 def test_show_prints_the_executors_effective_ceilings_not_the_profiles_alone(tmp_path, monkeypatch):
     """The default server (the pipeline on the tiny model, on a CPU): no profile describes it, so
-    the model's window is the only ceiling."""
+    the only ceiling is the longest video made as segments past the model's window."""
     monkeypatch.chdir(tmp_path)
     result = cli.invoke(app, ["capacity", "show", "--db", str(tmp_path / "h3.db")])
     assert result.exit_code == 0, result.output
     assert "none describes this executor" in result.output and "0-15 s (model facts of minimax-h3-tiny)" in result.output
-    assert set(_t2va_rows(result.output).values()) == {(345, "model_window")}
+    assert set(_t2va_rows(result.output).values()) == {(1440, "api_limit")}
 
 
 def test_show_reads_what_the_running_executor_published(tmp_path):

@@ -23,11 +23,14 @@ from h3core.domain.events import (
     Cancelled,
     Done,
     Failed,
+    Planned,
     Progress,
     Running,
+    SegmentDone,
     Submitted,
 )
 from h3core.domain.request import GenerationRequest
+from h3core.domain.segments import plan_segments
 
 SHA = "ab" * 32
 OOM = "out of memory: CUDA out of memory. Tried to allocate 2.00 GiB"
@@ -225,6 +228,24 @@ def test_replay_retried_job_tells_the_first_attempt_and_the_second(cli, db):
         "the executor process went away. Attempt 2 ran 11.0s" in out
     )
     assert "job-retry/attempt-2.mp4" in out
+
+
+def test_replay_and_jobs_show_a_long_video_s_whole_progress_and_its_segment(cli, tmp_path, step_clock):
+    plan = plan_segments(100, 40)  # three segments, 10 steps each: 30 in all
+    made = Artifact(path="job-long/segment-0.mp4", bytes=1, sha256=SHA, frames=plan.segments[0].keep, duration_s=1.0)
+    store = SQLiteEventStore(tmp_path / "long.db", durable=False, clock=step_clock)
+    first = Submitted(request=GenerationRequest(prompt="a long fox", steps=10, frames=100, width=64, height=64))
+    write(store, step_clock, "job-long", (0, first), (0, Admitted()), (0, Planned(plan=plan)))
+    write(store, step_clock, "job-long", (1, Running(attempt=1, executor="fake")), *progress(1, 10, 10))
+    write(store, step_clock, "job-long", (1, SegmentDone(index=0, artifact=made)), *progress(1, 2, 10))
+    store.close()
+    replayed = run(cli, "replay", "job-long", "--db", tmp_path / "long.db")
+    assert replayed.exit_code == 0, replayed.output
+    assert "state: running  attempt 1/2  segment 2 of 3, step 12/30" in replayed.stdout
+    assert "at segment 2 of 3, step 12/30" in replayed.stdout
+    listed = run(cli, "jobs", "--db", tmp_path / "long.db")
+    assert listed.exit_code == 0, listed.output
+    assert "segment 2 of 3, step 12/30" in listed.stdout
 
 
 def test_replay_cancelled_running_and_queued_jobs(cli, db):

@@ -5,14 +5,18 @@ Last-Event-ID, and gives up, saying so, only when the stream stays away."""
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import typer
+from rich.console import Console
+from rich.progress import Progress
 
 from h3core.cli import client as cli_client
+from h3core.domain.segments import plan_segments
 
 JOB = "0123456789abcdef0123456789abcdef"
 
@@ -117,3 +121,29 @@ def test_only_the_logs_events_are_events():
     assert cli_client.log_event("") is None and cli_client.log_event("  ") is None
     assert cli_client.log_event("not json") is None and cli_client.log_event("[1]") is None
     assert cli_client.log_event(json.dumps({"seq": 1, "body": {"type": "done"}})) == {"seq": 1, "body": {"type": "done"}}
+
+
+def test_the_bar_of_a_long_video_counts_every_segment_s_steps_and_says_each_one_made():
+    plan = plan_segments(100, 40).model_dump(mode="json")  # three segments, 2 steps each below
+    out = io.StringIO()
+    seen = cli_client._Seen()
+    with Progress(console=Console(file=out, width=120)) as bar:
+        task = bar.add_task("job", total=None)
+        shown = []
+        for body in [
+            {"type": "submitted", "request": {"steps": 2}},
+            {"type": "planned", "plan": plan},
+            {"type": "running", "attempt": 1},
+            *({"type": "progress", "step": n, "total": 2} for n in (1, 2)),
+            {"type": "segment_done", "index": 0, "artifact": {}},
+            {"type": "progress", "step": 1, "total": 2},
+            {"type": "attempt_failed", "attempt": 1, "kind": "executor_lost", "message": "gone"},
+            {"type": "running", "attempt": 2},
+            {"type": "progress", "step": 1, "total": 2},
+        ]:
+            assert not cli_client._show(bar, task, JOB, body, seen)
+            shown.append((bar.tasks[0].completed, bar.tasks[0].total))
+        assert bar.tasks[0].description == f"{JOB[:12]} running (attempt 2, segment 2 of 3)"
+    assert shown[3:] == [(1, 6), (2, 6), (2, 6), (3, 6), (3, 6), (2, 6), (3, 6)]  # never back to 1 of 2
+    printed = out.getvalue()
+    assert "made as 3 segments of" in printed and "segment 1 of 3 made" in printed

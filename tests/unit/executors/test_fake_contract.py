@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from h3core import FakeExecutor, FakePlan, GenerationRequest, LocalArtifactStore
+from h3core import FakeExecutor, FakeLimits, FakePlan, GenerationRequest, LocalArtifactStore
 from h3core.executors.reports import DeviceMemory
 from h3core.testing.executor import ExecutorContract
 
@@ -13,7 +13,7 @@ from h3core.testing.executor import ExecutorContract
 class TestFakeExecutor(ExecutorContract):
     @pytest.fixture
     def executor(self, artifacts):
-        return FakeExecutor(artifacts, default=FakePlan(step_seconds=0.01))
+        return FakeExecutor(artifacts, default=FakePlan(step_seconds=0.01), limits=FakeLimits(continues_segments=True))
 
 
 class _TwoResults(FakeExecutor):

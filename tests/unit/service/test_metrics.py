@@ -120,3 +120,41 @@ async def test_checkpoints_resumes_releases_and_the_steps_redone_are_counted(tmp
     assert _value(metrics, "h3core_attempts_released_total") == 1
     assert _value(metrics, "h3core_steps_redone_total") == 4, "attempt 3 computes steps 4 to 7 again"
     store.close()
+
+
+async def test_a_segment_made_is_never_counted_as_redone(tmp_path):
+    """A long video: attempt 1 makes segment 1 and is lost before segment 2's first step (nothing
+    to redo: the segment is kept); attempt 2 reaches step 2 of segment 2 and is lost; attempt 3
+    computes those 2 steps again."""
+    from h3core.domain.events import Planned, Progress, SegmentDone
+    from h3core.domain.retry import RetryPolicy
+    from h3core.domain.segments import plan_segments
+    from tests.factories import segment_file
+
+    store = SQLiteEventStore(tmp_path / "h3.db", durable=False)
+    metrics, bus = Metrics(store), EventBus()
+    plan = plan_segments(100, 40)
+    lost = [AttemptFailed(attempt=n, kind="executor_lost", message="gone") for n in (1, 2)]
+    bodies = [
+        submitted(frames=100, steps=10, retry=RetryPolicy(max_attempts=3, retry_on=("executor_lost",))),
+        Admitted(),
+        Planned(plan=plan),
+        Running(attempt=1, executor="fake"),
+        *[Progress(step=i, total=10) for i in range(1, 11)],
+        SegmentDone(index=0, artifact=segment_file(plan, 0)),
+        lost[0],
+        Running(attempt=2, executor="fake"),
+        *[Progress(step=i, total=10) for i in (1, 2)],
+        lost[1],
+        Running(attempt=3, executor="fake"),
+        Progress(step=1, total=10),
+    ]
+    _, events = store.append("s" * 32, bodies)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(metrics.follow, bus)
+        await until(lambda: bus.subscribers == 1)
+        bus.publish(list(events))
+        await until(lambda: _value(metrics, "h3core_steps_redone_total") > 0)
+        tg.cancel_scope.cancel()
+    assert _value(metrics, "h3core_steps_redone_total") == 2, "not the 10 steps of the segment kept"
+    store.close()

@@ -212,3 +212,34 @@ def test_the_executor_states_the_levels_every_template_in_service_maps(tmp_path)
             data["qualities"]["balanced"] = data["qualities"]["fast"]
         mapped[name] = load_template(f"{name}.json", json.dumps(data))
     assert executor(mapped).capabilities().qualities == ("exact", "fast")
+
+
+def test_the_executor_makes_a_long_video_as_segments_only_where_it_serves_fl2va(tmp_path):
+    """fl2va continues each segment from the frame the one before kept last: without its template, or
+    on a server lacking its nodes, a request past the window is refused naming why."""
+    import copy
+
+    from h3core.adapters.artifacts import LocalArtifactStore
+    from h3core.domain.admission import AdmissionRules
+    from h3core.executors.comfyui.executor import ComfyUIExecutor, ComfyUISettings
+    from h3core.testing.comfyui import NODE_INFO
+
+    info = copy.deepcopy(NODE_INFO)
+    for cls in ("MiniMaxH3ImageToVideo", "MiniMaxH3ReferenceToVideo"):
+        info[cls]["input"]["required"]["length"][1]["max"] = 48  # the server's window: 2 s
+
+    def caps(templates, lacking=()):
+        settings = ComfyUISettings(url="http://comfyui.test", client_id="t")
+        executor = ComfyUIExecutor(settings, templates, LocalArtifactStore(tmp_path / "a"), lambda u: tmp_path / u)
+        executor._info = {cls: node for cls, node in info.items() if cls not in lacking}  # as last read from the server
+        return executor.capabilities()
+
+    long = GenerationRequest(prompt="p", width=448, height=256, frames=120)
+    served = caps(TEMPLATES)
+    assert served.continues_segments and served.window is not None and served.window.max_frames == 48
+    assert len(AdmissionRules(served).decide(long).plan.segments) == 3
+    without = {name: t for name, t in TEMPLATES.items() if t.mode != "fl2va"}
+    for refusing in (caps(without), caps(TEMPLATES, lacking={"LoadImage"})):
+        refused = AdmissionRules(refusing).decide(long)
+        assert not refusing.continues_segments and not refused.admitted and refused.reason == "model_window"
+        assert "comfyui does not make a longer video as segments" in refused.detail
