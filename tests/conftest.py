@@ -91,6 +91,18 @@ def shared_dir(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) 
     return base.parent if hasattr(config, "workerinput") else base
 
 
+@pytest.fixture(autouse=True)
+def h3_environment_restored() -> Iterator[None]:
+    """No test's H3_* variables outlive it. The CLI's `--config` sets H3_CONFIG in the process's
+    environment (for its children), which monkeypatch does not undo where the variable was absent:
+    every later test of that worker read that test's TOML file (3 slots on the box page)."""
+    before = {k: v for k, v in os.environ.items() if k.startswith("H3_")}
+    yield
+    for name in [k for k in os.environ if k.startswith("H3_") and k not in before]:
+        del os.environ[name]
+    os.environ.update(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_model(request, tmp_path_factory) -> Path:
     """One tiny random MiniMax-H3 folder for the whole run, written once for every worker. Tests
