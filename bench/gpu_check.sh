@@ -12,14 +12,16 @@
 # 1 wheels 25, 1a nvidia-smi 5, 1b environment 15, 2 auto at start 30, 3 kernel table 45, 4 stages 20,
 # 5 placement 25, 6 jobs 25, 7 full size 100: a step more, for its checkpoint), so the check ends inside 5 minutes even if every step
 # hangs, and a rerun after a fix fits the device's 15 minutes with its start-up. Step 7b (the quality levels
-# at the released geometry) runs in what is left of those 300 s, at most 90 s. Step 8 (SageAttention 2
+# at the released geometry) runs in what is left of those 300 s, at most 90 s, and step 7c (a long video's
+assembly at the released size: segment files, continuation frames, the join) in what is left then, at
+most 60 s. Step 8 (SageAttention 2
 # built with nvcc from a bundled source archive, then its kernels measured) runs only in what is left
 # of those 300 s, or in H3GPU_SAGE_BUILD_S seconds when that is set (then the check takes longer).
 #
 # Steps 0, 1 and 1b stop the check where it cannot run (the bundle made for another python; no torch;
 # no CUDA device): later steps would only fail the same way. Tables go to $OUT (default ./gpu-out):
 # env.md, probe.md, kernels.md (+ kernels.jsonl), stages.md, placement.md, jobs.md, fullsize.md,
-# quality.md, sage.md, run.log (everything, tracebacks included).
+# quality.md, segments.md, sage.md, run.log (everything, tracebacks included).
 . "$(dirname "${BASH_SOURCE[0]}")/gpu/setup.sh"
 
 BUDGET_S=300
@@ -33,7 +35,7 @@ stop() {  # stop STEP WHY: no later step runs
 
 main() {
     echo "h3core GPU check: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+changes'); $(date -u); host ${HOSTNAME:-?}; dry run: ${H3GPU_DRY:-no}; python $PY"
-    rm -f "$OUT"/{env.md,probe.md,kernels.md,kernels.jsonl,stages.md,placement.md,jobs.md,fullsize.md,quality.md,sage.md}
+    rm -f "$OUT"/{env.md,probe.md,kernels.md,kernels.jsonl,stages.md,placement.md,jobs.md,fullsize.md,quality.md,segments.md,sage.md}
     mkdir -p "$H3GPU_WORK" && rm -rf "$H3GPU_WORK"/kernels-*.jsonl "$H3GPU_WORK"/attention-cache.json
     local T0 rc
     T0=$(date +%s)
@@ -72,6 +74,17 @@ main() {
     else
         step "7b quality levels" "$quality_s" quality.md "$PY" -m bench.throughput.quality --released --device cuda \
             --dtype bfloat16 --size 768x1344 --frames 22 --steps 6
+    fi
+    # A long video's assembly at the released size (segment files, continuation frames, the join):
+    # what segments cost beyond the model's calls, on this box's CPU; dry: a toy size.
+    local assembly_s=$(( (BUDGET_S * SCALE - ($(date +%s) - T0)) / SCALE ))
+    assembly_s=$(( assembly_s > 60 ? 60 : assembly_s ))
+    if [ "$assembly_s" -lt 20 ]; then
+        SUMMARY+=("7c long video assembly: skipped, ${assembly_s} s left of the budget")
+    elif [ -n "$H3GPU_DRY" ]; then
+        step "7c long video assembly" "$assembly_s" segments.md "$PY" -m bench.throughput.segments --assembly --size 128x64 --seconds 3 --window 1
+    else
+        step "7c long video assembly" "$assembly_s" segments.md "$PY" -m bench.throughput.segments --assembly --size 1344x768 --seconds 15 --window 5
     fi
     local left=$(( BUDGET_S * SCALE - ($(date +%s) - T0) ))
     local build_s=${H3GPU_SAGE_BUILD_S:-$left}

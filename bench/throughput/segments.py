@@ -2,6 +2,7 @@
 
     python -m bench.throughput.segments                       # 20 s at 256x160, 5 s window, 10 steps, 3 repeats
     python -m bench.throughput.segments --seconds 60 --window 15 --steps 4 --repeats 1
+    python -m bench.throughput.segments --assembly --size 1344x768 --seconds 15 --window 5   # the GPU check's step 7c
 
 Three ways to the same frames, each through a real `Runner` (SQLite store, local artifact and upload
 stores, the fake writing real H.264 + sound at its preview size, `--step-seconds` a step):
@@ -21,6 +22,11 @@ first step: the continuation frame decoded and stored, the next call started); j
 last `segment_done` to `done`: reading the segments back, the remux, the sound's AAC encode, the
 commit). The overhead of segments is wall(segments) - wall(one call); with `--step-seconds 0` the
 calls are the executor's own encode and bookkeeping only.
+
+`--assembly`: the same overhead at a real size without a model (the fake draws at most 128 pixels a
+side): synthetic frames at `--size` written as segment files, each continuation frame read back, the
+join, timed apiece. The GPU check runs it at the released size (its step 7c), where the model's calls
+are measured by its other steps.
 """
 
 from __future__ import annotations
@@ -104,6 +110,59 @@ def plan_of(request: GenerationRequest, window: float):
     return decision.plan
 
 
+def assembly(width: int, height: int, seconds: float, window: float, workdir: Path) -> None:
+    """What joining costs beyond the calls at a real size, without a model: each segment's frames
+    (a moving gradient, so the encoder has work) written as its segment file, the continuation
+    frame read back from it, and the join, timed apiece."""
+    import time
+
+    import numpy as np
+
+    from h3core.adapters.segment_files import audio_samples, join_segments, last_frame_png, write_segment
+    from h3core.domain.capabilities import FrameWindow
+    from h3core.domain.segments import plan_segments
+
+    most = FrameWindow(max_seconds=window).max_frames
+    assert most is not None
+    plan = plan_segments(round(seconds * 24), most)
+    rate, parts, written, continued = 32_000, [], 0.0, 0.0
+    y, x = np.mgrid[0:height, 0:width]
+    for s in plan.segments:
+        first = s.start - s.skip
+        frames = np.empty((s.frames, height, width, 3), dtype=np.uint8)
+        for i in range(s.frames):
+            t = first + i
+            frames[i, ..., 0], frames[i, ..., 1], frames[i, ..., 2] = (x + 3 * t) % 256, (y + t) % 256, (x + y) % 256
+        n = audio_samples(first + s.frames, 24, rate) - audio_samples(first, 24, rate)
+        tone = 0.1 * np.sin(
+            2 * np.pi * 220 * np.arange(audio_samples(first, 24, rate), audio_samples(first, 24, rate) + n) / rate
+        )
+        path = workdir / f"segment-{s.index}.mp4"
+        t0 = time.perf_counter()
+        write_segment(path, frames, np.stack([tone, tone]).astype(np.float32), skip=s.skip, sample_rate=rate)
+        written += time.perf_counter() - t0
+        if s.index < len(plan.segments) - 1:
+            t0 = time.perf_counter()
+            last_frame_png(path)
+            continued += time.perf_counter() - t0
+        parts.append(path)
+    t0 = time.perf_counter()
+    joined = join_segments(parts, plan, workdir / "joined.mp4")
+    join_s = time.perf_counter() - t0
+    t = table(
+        f"Assembly at {width}x{height}: {seconds:g} s in a {window:g} s window; plan: {plan.describe()}",
+        ["part", "seconds", "per segment"],
+        caption="Segment files: H.264 (veryfast) + ALAC of each segment's frames; continuation: its last frame decoded "
+        f"and written as a PNG; join: {'a remux' if joined.remuxed else 'encoded again'} of the video, AAC of the sound "
+        f"({joined.frames} frames, {joined.samples} samples, {(workdir / 'joined.mp4').stat().st_size / 1e6:.1f} MB).",
+    )
+    n = len(plan.segments)
+    t.add_row("segment files", f"{written:.2f}", f"{written / n:.2f}")
+    t.add_row("continuation frames", f"{continued:.2f}", f"{continued / max(1, n - 1):.2f}")
+    t.add_row("join", f"{join_s:.2f}", f"{join_s / n:.2f}")
+    show(t)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=20.0, help="the video's length")
@@ -112,8 +171,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--step-seconds", type=float, default=0.0, help="the fake's time per step")
     p.add_argument("--size", default="256x160", help="the request's WxH (the fake draws at most 128 a side)")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--assembly", action="store_true", help="only what joining costs at --size (no runner, no fake)")
     args = parse(p, argv, "bench.throughput.segments")
     width, height = (int(x) for x in args.size.split("x"))
+    if args.assembly:
+        with tempfile.TemporaryDirectory() as tmp:
+            print_machine(tmp, "Long videos as segments: assembly at a real size")
+            assembly(width, height, args.seconds, args.window, Path(tmp))
+        print_load_at_end()
+        return
     frames = round(args.seconds * 24)
     request = GenerationRequest(prompt="bench: a long walk", width=width, height=height, frames=frames, steps=args.steps, seed=3)
     plan = plan_of(request, args.window)

@@ -387,3 +387,12 @@ def test_throughput_segments(capsys):
     segments.main(["--seconds", "3", "--window", "1", "--steps", "2", "--repeats", "1", "--size", "64x64"])
     out = capsys.readouterr().out
     assert "| segments      |    1 |        4 |" in out and "| separate jobs |    4 |" in out
+
+
+def test_throughput_segments_assembly(capsys):
+    """The GPU check's step 7c, at the size its dry run uses."""
+    from bench.throughput import segments
+
+    segments.main(["--assembly", "--size", "128x64", "--seconds", "3", "--window", "1"])
+    out = capsys.readouterr().out
+    assert "plan: 4 segments" in out and "| join " in out and "a remux of the video" in out
