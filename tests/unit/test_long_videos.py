@@ -9,9 +9,10 @@ import av
 import numpy as np
 import pytest
 
-from h3core import FakeLimits, FakePlan, RetryPolicy
+from h3core import FakeLimits, FakePlan, RetryPolicy, SQLiteEventStore
 from h3core.adapters.artifacts import sha256_file
 from h3core.adapters.uploads import LocalUploadStore
+from h3core.domain.checkpoints import CheckpointPolicy
 from h3core.executors.fake import _preview_size
 from tests.factories import request
 from tests.unit.conftest import wait_until
@@ -153,3 +154,34 @@ async def test_a_segment_that_fails_oom_or_invalid_fails_the_job_naming_it(make_
     state = runner.store.get(job.job_id)
     assert (state.status, state.error.kind, state.attempt, len(state.segments)) == ("failed", kind, 1, 1)
     assert state.error.message.startswith("segment 2 of 4: ") and says in state.error.message, state.error.message
+
+
+async def test_a_deploy_inside_a_segment_goes_on_from_that_segment_s_checkpoint(make_runner, uploads, tmp_path):
+    """h3core stopped gracefully in the second segment: the attempt is handed back checkpointed, and
+    the next start makes neither the first segment again nor the second's steps before its checkpoint,
+    and the video is the one an uninterrupted run makes."""
+    store = SQLiteEventStore(tmp_path / "shared.db", durable=False)
+    policy = CheckpointPolicy(every_steps=2)
+    long = {**LONG, "steps": 8}
+    async with make_runner(
+        limits=WINDOW, uploads=uploads, plan=FakePlan(step_seconds=0.05), store=store, checkpoints=policy
+    ) as runner:
+        job = await runner.submit(request(**long))
+        await wait_until(lambda: len(store.get(job.job_id).segments) == 1 and (store.get(job.job_id).step or 0) >= 5)
+    stopped = store.get(job.job_id)
+    assert stopped.status == "queued" and stopped.released == 1 and len(stopped.segments) == 1
+    assert stopped.checkpoint is not None and stopped.checkpoint.step >= 5
+    async with make_runner(limits=WINDOW, uploads=uploads, store=store, checkpoints=policy) as runner:
+        await wait_until(ended(runner, job.job_id), timeout=60)
+        whole = await runner.submit(request(**{**long, "prompt": "uninterrupted"}))
+        await wait_until(ended(runner, whole.job_id), timeout=60)
+    done = store.get(job.job_id)
+    assert done.status == "done" and done.attempt == 2, done.error
+    events = store.events(job.job_id)
+    second = [i for i, e in enumerate(events) if e.type == "running"][-1]
+    after = events[second:]
+    assert after[1].type == "restored" and after[1].body.checkpoint == stopped.checkpoint
+    assert [e.body.index for e in after if e.type == "segment_done"] == [1, 2, 3], "the first segment is not made again"
+    first_steps = [e.body.step for e in after if e.type == "progress"][: 8 - stopped.checkpoint.step]
+    assert first_steps == list(range(stopped.checkpoint.step + 1, 9)), "the second segment goes on after its checkpoint"
+    assert done.artifact.sha256 == store.get(whole.job_id).artifact.sha256
