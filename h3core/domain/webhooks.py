@@ -2,8 +2,10 @@
 which of them go (Replicate's filter names), what each delivery says and its stable id, and which
 addresses a delivery may reach. Sending is I/O and lives in `h3core.adapters.webhooks`.
 
-The filter, as Replicate names it: `start` (an attempt began running), `progress`, `completed`
-(done, failed or cancelled). Without one a job gets all but `progress`.
+The filter, as Replicate names it: `start` (an attempt began running), `progress` (each step, and
+for a long video its plan and each segment made: a segment's steps start again at 1, so a receiver
+counts the whole job by them), `completed` (done, failed or cancelled). Without one a job gets all
+but `progress`.
 
 An `Endpoint` is where deliveries go: a job's own webhook (h3core's shape, `job.<event type>`),
 or one the deployment configures for every job (`H3_WEBHOOK_ENDPOINTS`): in h3core's shape with a
@@ -44,6 +46,7 @@ __all__ = [
     "openai_payload",
     "parse_endpoint",
     "payload",
+    "superseded_by_later",
     "url_refusal",
     "webhook_id",
 ]
@@ -148,9 +151,15 @@ def event_kind(event: Event) -> WebhookEvent | None:
         return "completed"
     if event.type == "running":
         return "start"
-    if event.type == "progress":
+    if event.type in ("progress", "planned", "segment_done"):
         return "progress"
     return None
+
+
+def superseded_by_later(event: Event) -> bool:
+    """Whether a later event of the same kind makes this one's delivery needless (a step's progress:
+    the latest says more); a plan or a segment made is always sent."""
+    return event.type == "progress"
 
 
 def webhook_id(event: Event) -> str:

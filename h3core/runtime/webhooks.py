@@ -60,7 +60,7 @@ from h3core.adapters.store.base import EventStore
 from h3core.adapters.store.nodes import Turn, TurnLost
 from h3core.adapters.webhooks import DeliveryFailed, WebhookSender
 from h3core.domain.events import Event, Submitted
-from h3core.domain.webhooks import Allow, Delivery, Endpoint, WebhookTarget, event_kind, webhook_id
+from h3core.domain.webhooks import Allow, Delivery, Endpoint, WebhookTarget, event_kind, superseded_by_later, webhook_id
 from h3core.runtime.bus import EventBus
 from h3core.runtime.settings import Settings, endpoint_secrets, secret_list
 from h3core.runtime.store_retry import in_thread
@@ -252,7 +252,7 @@ class WebhookDispatcher:
         job_id = key[0]
         try:
             while lane:
-                if event_kind(lane[0].event) != "progress":
+                if not superseded_by_later(lane[0].event):
                     await self._deliver(lane[0])
                 elif not await self._superseded(lane):
                     last = self._last_progress.get(key, -float("inf"))
@@ -286,7 +286,7 @@ class WebhookDispatcher:
         """Is the progress at the lane's head not to be sent? A later progress is right behind it
         (throttled: the latest wins), or its job has ended (the module docstring); counted."""
         head = lane[0]
-        overtaken = self.progress_every_s > 0 and len(lane) > 1 and event_kind(lane[1].event) == "progress"
+        overtaken = self.progress_every_s > 0 and len(lane) > 1 and superseded_by_later(lane[1].event)
         if overtaken or await self._job_ended(head):
             self.outcomes["superseded"] += 1
             return True

@@ -14,6 +14,7 @@ from h3core.domain.webhooks import (
     address_refusal,
     parse_endpoint,
     payload,
+    superseded_by_later,
     url_refusal,
     webhook_id,
 )
@@ -177,3 +178,19 @@ def test_an_ipv6_address_that_reaches_a_private_ipv4_one_is_refused_naming_it(ad
 )
 def test_the_same_forms_of_a_public_ipv4_host_pass(address):
     assert address_refusal(address, Allow()) is None
+
+
+def test_a_long_video_s_plan_and_each_segment_made_go_with_progress():
+    from h3core.domain.events import Planned, SegmentDone
+    from h3core.domain.segments import plan_segments
+
+    plan = plan_segments(60, 24)
+    bodies = [submitted(frames=60), Admitted(), Planned(plan=plan), Running(attempt=1, executor="x"), Progress(step=1, total=2)]
+    bodies.append(SegmentDone(index=0, artifact=artifact("j/segment-1-0.mp4")))
+    events = [event_at("j", i, AT, b) for i, b in enumerate(bodies, start=1)]
+    progress = Endpoint.of(WebhookTarget(url="https://h/x", events=("progress",)))
+    assert [e.type for e in events if progress.wants(e)] == ["planned", "progress", "segment_done"]
+    default = Endpoint.of(WebhookTarget(url="https://h/x"))
+    assert [e.type for e in events if default.wants(e)] == ["running"], "without the filter, none of them"
+    # Throttled, a step gives way to a later one; the plan and a segment made are always sent.
+    assert [e.type for e in events if superseded_by_later(e)] == ["progress"]
