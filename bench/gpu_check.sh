@@ -13,9 +13,8 @@
 # 5 placement 25, 6 jobs 25, 7 full size 100: a step more, for its checkpoint), so the check ends inside 5 minutes even if every step
 # hangs, and a rerun after a fix fits the device's 15 minutes with its start-up. Step 7b (the quality levels
 # at the released geometry) runs in what is left of those 300 s, at most 90 s, and step 7c (a long video's
-assembly at the released size: segment files, continuation frames, the join) in what is left then, at
-most 60 s. Step 8 (SageAttention 2
-# built with nvcc from a bundled source archive, then its kernels measured) runs only in what is left
+# assembly at the released size: segment files, continuation frames, the join) in what is left then, at
+# most 60 s. Step 8 (SageAttention 2 built with nvcc from a bundled source archive, then its kernels measured) runs only in what is left
 # of those 300 s, or in H3GPU_SAGE_BUILD_S seconds when that is set (then the check takes longer).
 #
 # Steps 0, 1 and 1b stop the check where it cannot run (the bundle made for another python; no torch;
