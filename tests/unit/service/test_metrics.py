@@ -107,12 +107,7 @@ async def test_checkpoints_resumes_releases_and_the_steps_redone_are_counted(tmp
         Progress(step=4, total=10),
     ]
     _, events = store.append(job, bodies)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(metrics.follow, bus)
-        await until(lambda: bus.subscribers == 1)
-        bus.publish(list(events))
-        await until(lambda: _value(metrics, "h3core_steps_redone_total") > 0)
-        tg.cancel_scope.cancel()
+    await _counted_redone(metrics, bus, events)
     assert _value(metrics, "h3core_checkpoints_written_total") == 2
     assert _value(metrics, "h3core_checkpoint_bytes_written_total") == 200
     assert _value(metrics, "h3core_resumes_total") == 2
@@ -150,11 +145,16 @@ async def test_a_segment_made_is_never_counted_as_redone(tmp_path):
         Progress(step=1, total=10),
     ]
     _, events = store.append("s" * 32, bodies)
+    await _counted_redone(metrics, bus, events)
+    assert _value(metrics, "h3core_steps_redone_total") == 2, "not the 10 steps of the segment kept"
+    store.close()
+
+
+async def _counted_redone(metrics, bus, events) -> None:
+    """`metrics` following `bus` while `events` are published, until it has counted steps redone."""
     async with anyio.create_task_group() as tg:
         tg.start_soon(metrics.follow, bus)
         await until(lambda: bus.subscribers == 1)
         bus.publish(list(events))
         await until(lambda: _value(metrics, "h3core_steps_redone_total") > 0)
         tg.cancel_scope.cancel()
-    assert _value(metrics, "h3core_steps_redone_total") == 2, "not the 10 steps of the segment kept"
-    store.close()
